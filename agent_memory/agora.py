@@ -1,0 +1,242 @@
+"""The one client of Agora's Conversational AI REST API: auth, typed errors, retry with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import email.utils
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import ValidationError
+
+from .errors import AgoraError, AgoraNotFound, AgoraRateLimited, AgoraServerError, NotConfigured
+from .models import HistoryWindow
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 8.0
+# A server may ask for a long pause; a poller must not hang on one agent for minutes.
+RETRY_AFTER_CAP_S = 30.0
+DETAIL_MAX_CHARS = 200
+
+Sleep = Callable[[float], Awaitable[object]]
+
+
+class AgoraClient:
+    """Calls `/v2/projects/{appid}/…` on Agora's REST API; the aiohttp session belongs to the app."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        """Keep the settings and the shared session; nothing is checked until the first call."""
+        self._settings = settings
+        self._session = session
+        self._sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+        self._timeout = aiohttp.ClientTimeout(total=settings.agora_timeout_s)
+        self._max_retries = settings.agora_max_retries
+        app_id = quote(settings.agora_app_id or "", safe="")
+        self.base_url = f"{settings.agora_api_base.rstrip('/')}/v2/projects/{app_id}"
+
+    @property
+    def configured(self) -> bool:
+        """True when an app id and either customer id+secret or a token are set."""
+        return self._settings.agora_configured
+
+    def _authorization(self) -> str:
+        """The Authorization header value, or NotConfigured naming the missing variables."""
+        s = self._settings
+        if not s.agora_app_id:
+            raise NotConfigured("Agora REST API is not configured: set AGORA_APP_ID")
+        if s.agora_customer_id and s.agora_customer_secret:
+            pair = f"{s.agora_customer_id}:{s.agora_customer_secret}".encode()
+            return "Basic " + base64.b64encode(pair).decode("ascii")
+        if s.agora_token:
+            return f"agora token={s.agora_token}"
+        raise NotConfigured(
+            "Agora REST API is not configured: set AGORA_CUSTOMER_ID and AGORA_CUSTOMER_SECRET,"
+            " or AGORA_TOKEN"
+        )
+
+    async def history(self, agent_id: str) -> HistoryWindow:
+        """GET the running agent's short-term memory window."""
+        what = f"history for agent {agent_id}"
+        data = await self._call("GET", f"{_agent_path(agent_id)}/history", what)
+        try:
+            return HistoryWindow.model_validate(data)
+        except ValidationError as exc:
+            raise AgoraError(
+                f"Agora {what} failed: unexpected answer: {exc.error_count()} invalid fields",
+                http_status=200,
+                detail=str(exc)[:DETAIL_MAX_CHARS],
+            ) from exc
+
+    async def join(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /join to start an agent; answers {"agent_id", "create_ts", "status"}."""
+        return await self._call("POST", "/join", "join", body)
+
+    async def update(self, agent_id: str, properties: dict[str, Any]) -> dict[str, Any]:
+        """POST /agents/{agent_id}/update with {"properties": properties}."""
+        return await self._call(
+            "POST",
+            f"{_agent_path(agent_id)}/update",
+            f"update for agent {agent_id}",
+            {"properties": properties},
+        )
+
+    async def update_system_messages(
+        self, agent_id: str, system_messages: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Replace the running agent's system messages; Agora wants the whole list every time."""
+        return await self.update(agent_id, {"llm": {"system_messages": list(system_messages)}})
+
+    async def leave(self, agent_id: str) -> dict[str, Any]:
+        """POST /agents/{agent_id}/leave; the agent stops asynchronously (102/103 follow)."""
+        return await self._call("POST", f"{_agent_path(agent_id)}/leave", f"leave for agent {agent_id}")
+
+    async def query(self, agent_id: str) -> dict[str, Any]:
+        """GET /agents/{agent_id}: the agent's status."""
+        return await self._call("GET", _agent_path(agent_id), f"query for agent {agent_id}")
+
+    async def _call(
+        self, method: str, path: str, what: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Send one logical request, retrying 429, 5xx, timeouts and connection errors."""
+        headers = {"Authorization": self._authorization(), "Accept": "application/json"}
+        url = self.base_url + path
+        attempt = 0
+        while True:
+            attempt += 1
+            prefix = f"Agora {what} failed" + (f" after {attempt} attempts" if attempt > 1 else "")
+            try:
+                async with self._session.request(
+                    method,
+                    url,
+                    json=body,
+                    headers=headers,
+                    timeout=self._timeout,
+                    raise_for_status=False,  # the app's shared session may have it on
+                ) as resp:
+                    text = await resp.text(errors="replace")
+                    if resp.status < 400:
+                        return _parse_ok(text, prefix, resp.status)
+                    error = _error_from_response(resp.status, resp.reason, resp.headers, text, prefix)
+                    outcome = str(resp.status)
+            except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
+                timeout = self._settings.agora_timeout_s
+                error = AgoraServerError(f"{prefix}: no answer within {timeout:g}s")
+                error.__cause__ = exc
+                outcome = "timeout"
+            except aiohttp.ClientError as exc:
+                error = AgoraServerError(f"{prefix}: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+                outcome = type(exc).__name__
+            retryable = isinstance(error, AgoraRateLimited | AgoraServerError)
+            if not retryable or attempt > self._max_retries:
+                raise error
+            delay = self._delay(attempt - 1, error)
+            log.warning(
+                "Agora %s answered %s; retry %d/%d in %.2fs",
+                what,
+                outcome,
+                attempt,
+                self._max_retries,
+                delay,
+            )
+            await self._sleep(delay)
+
+    def _delay(self, attempt: int, error: AgoraError) -> float:
+        """Retry-After when given (capped), else exponential backoff with full jitter."""
+        if isinstance(error, AgoraRateLimited) and error.retry_after is not None:
+            return min(error.retry_after, RETRY_AFTER_CAP_S)
+        return self._rng.uniform(0.0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 32)))
+
+
+def _agent_path(agent_id: str) -> str:
+    """`/agents/{agent_id}` with the id quoted, since ids come from webhooks and callers."""
+    if not agent_id:
+        raise ValueError("agent_id must not be empty")
+    return f"/agents/{quote(agent_id, safe='')}"
+
+
+def _parse_ok(text: str, prefix: str, status: int) -> dict[str, Any]:
+    """A 2xx body as a JSON object; an empty body (leave) is {}."""
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise AgoraError(
+            f"{prefix}: {status} answer is not a JSON object",
+            http_status=status,
+            detail=text[:DETAIL_MAX_CHARS],
+        )
+    return data
+
+
+def _error_from_response(
+    status: int, phrase: str | None, headers: Any, text: str, prefix: str
+) -> AgoraError:
+    """The typed error for a 4xx/5xx answer, from Agora's {"detail", "reason"} or any text."""
+    detail: str | None = None
+    reason: str | None = None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        if data.get("detail") is not None:
+            detail = str(data["detail"])[:DETAIL_MAX_CHARS]
+        if data.get("reason") is not None:
+            reason = str(data["reason"])
+    if detail is None:
+        detail = text.strip()[:DETAIL_MAX_CHARS] or None
+    head = f"{status} {reason}" if reason else str(status)
+    tail = detail or phrase or ""
+    message = f"{prefix}: {head}" + (f": {tail}" if tail else "")
+    fields: dict[str, Any] = {"http_status": status, "detail": detail, "reason": reason}
+    if status == 404:
+        return AgoraNotFound(message, **fields)
+    if status == 429:
+        return AgoraRateLimited(message, retry_after=_retry_after(headers), **fields)
+    if status >= 500:
+        return AgoraServerError(message, **fields)
+    return AgoraError(message, **fields)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)

@@ -1,0 +1,220 @@
+"""The `/v1` HTTP API and `/healthz`: memory out, facts in, forgetting, sessions."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from . import __version__
+from .context import load_context
+from .errors import InvalidField, NotFound, StoreUnavailable
+from .facts import add_pinned_fact
+from .http import int_query, json_response, read_model
+from .state import INGESTOR, SETTINGS, STORE
+
+log = logging.getLogger(__name__)
+routes = web.RouteTableDef()
+
+PAIR = "/v1/users/{user_id}/characters/{character_id}"
+MAX_PERSONA_CHARS = 20_000
+
+
+class FactBody(BaseModel):
+    text: str = Field(min_length=1, max_length=500)
+    scope: Literal["character", "user"] = "character"
+
+
+class BindBody(BaseModel):
+    user_id: str = Field(min_length=1, max_length=256)
+    character_id: str = Field(min_length=1, max_length=256)
+
+
+def pair(request: web.Request) -> tuple[str, str]:
+    return request.match_info["user_id"], request.match_info["character_id"]
+
+
+def message_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "agent_id": row["agent_id"],
+        "role": row["role"],
+        "content": row["content"],
+        "turn_id": row["turn_id"],
+        "ts_ms": row["at_ms"] if row["ts_ms"] is None else row["ts_ms"],
+        "timestamp_known": row["ts_ms"] is not None,
+        "source": row["source"],
+        "speaker": row["speaker"],
+        "interrupted": bool(row["interrupted"]),
+        "interrupt_ms": row["interrupt_ms"],
+        "original": row["original"],
+        "gap_before": bool(row["gap_before"]),
+    }
+
+
+def fact_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "text": row["text"],
+        "scope": "user" if row["character_id"] == "" else "character",
+        "pinned": bool(row["pinned"]),
+        "origin": row["origin"],
+        "created_ms": row["created_ms"],
+        "updated_ms": row["updated_ms"],
+    }
+
+
+def session_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **{k: row.get(k) for k in (
+            "agent_id", "user_id", "character_id", "identity_source", "channel", "name",
+            "status", "stop_reason", "start_ms", "stop_ms", "rtc_uid", "message_count",
+            "gap_count", "error_count",
+        )},
+        "labels": json.loads(row["labels"]) if row.get("labels") else {},
+    }  # fmt: skip
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    store = request.app[STORE]
+    try:
+        migrations = await store.read(lambda view: view.schema_migrations())
+    except Exception as exc:
+        raise StoreUnavailable(f"database not reachable: {exc}") from exc
+    return json_response(
+        {"status": "ok", "version": __version__, "database": str(store.path), "schema": migrations}
+    )
+
+
+@routes.get(PAIR + "/system-messages")
+async def system_messages(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    user_id, character_id = pair(request)
+    max_tokens = int_query(request, "max_tokens", settings.context_max_tokens, low=50, high=200_000)
+    persona = request.query.get("persona") or None
+    if persona and len(persona) > MAX_PERSONA_CHARS:
+        raise InvalidField(f"persona is at most {MAX_PERSONA_CHARS} characters")
+    context = await load_context(
+        request.app[STORE],
+        user_id=user_id,
+        character_id=character_id,
+        max_tokens=max_tokens,
+        recent_messages=settings.context_recent_messages,
+        persona=persona,
+    )
+    return json_response({"user_id": user_id, "character_id": character_id, **context.as_json()})
+
+
+@routes.get(PAIR + "/messages")
+async def messages(request: web.Request) -> web.Response:
+    user_id, character_id = pair(request)
+    limit = int_query(request, "limit", 100, low=1, high=1000)
+    rows = await request.app[STORE].read(
+        lambda view: view.latest_messages(user_id, character_id, limit)
+    )
+    return json_response(
+        {"user_id": user_id, "character_id": character_id, "messages": [message_json(r) for r in rows]}
+    )
+
+
+@routes.get(PAIR + "/summary")
+async def summary(request: web.Request) -> web.Response:
+    user_id, character_id = pair(request)
+
+    def read(view: Any) -> tuple[dict[str, Any] | None, int]:
+        row = view.get_summary(user_id, character_id)
+        watermark = row["watermark_id"] if row else 0
+        return row, view.count_messages_after(user_id, character_id, watermark)
+
+    row, uncovered = await request.app[STORE].read(read)
+    body: dict[str, Any] = {"user_id": user_id, "character_id": character_id, "summary": None}
+    if row is not None:
+        body["summary"] = {
+            "text": row["text"],
+            "method": row["method"],
+            "model": row["model"],
+            "covered_until_ms": row["covered_until_ms"],
+            "messages_covered": row["message_count"],
+            "watermark_id": row["watermark_id"],
+            "updated_ms": row["updated_ms"],
+        }
+    body["messages_not_yet_covered"] = uncovered
+    return json_response(body)
+
+
+@routes.get(PAIR + "/facts")
+async def list_facts(request: web.Request) -> web.Response:
+    user_id, character_id = pair(request)
+    rows = await request.app[STORE].read(lambda view: view.list_facts(user_id, character_id))
+    return json_response(
+        {"user_id": user_id, "character_id": character_id, "facts": [fact_json(r) for r in rows]}
+    )
+
+
+@routes.post(PAIR + "/facts")
+async def add_fact(request: web.Request) -> web.Response:
+    user_id, character_id = pair(request)
+    body = await read_model(request, FactBody)
+    scope_character = "" if body.scope == "user" else character_id
+    fact, created = await request.app[STORE].write(
+        lambda tx: add_pinned_fact(tx, user_id, scope_character, body.text)
+    )
+    return json_response({"fact": fact_json(fact), "created": created}, status=201 if created else 200)
+
+
+@routes.delete("/v1/facts/{fact_id}")
+async def delete_fact(request: web.Request) -> web.Response:
+    raw = request.match_info["fact_id"]
+    if not raw.isdigit():
+        raise InvalidField(f"fact id must be an integer, got {raw!r}")
+    fact_id = int(raw)
+    deleted = await request.app[STORE].write(lambda tx: tx.delete_fact(fact_id))
+    if not deleted:
+        raise NotFound(f"no fact with id {fact_id}")
+    return json_response({"deleted": fact_id})
+
+
+async def forget(request: web.Request, user_id: str, character_id: str | None) -> web.Response:
+    store = request.app[STORE]
+    receipt = await store.write(lambda tx: tx.forget(user_id, character_id))
+    # Until the WAL is checkpointed the forgotten text still sits in it.
+    await store.checkpoint()
+    log.info("forgot %s/%s: %s", user_id, character_id or "*", receipt)
+    return json_response(
+        {"user_id": user_id, "character_id": character_id, "deleted": receipt}
+    )
+
+
+@routes.delete(PAIR)
+async def forget_pair(request: web.Request) -> web.Response:
+    user_id, character_id = pair(request)
+    return await forget(request, user_id, character_id)
+
+
+@routes.delete("/v1/users/{user_id}")
+async def forget_user(request: web.Request) -> web.Response:
+    return await forget(request, request.match_info["user_id"], None)
+
+
+@routes.get("/v1/sessions/{agent_id}")
+async def get_session(request: web.Request) -> web.Response:
+    agent_id = request.match_info["agent_id"]
+    row = await request.app[STORE].read(lambda view: view.get_session(agent_id))
+    if row is None:
+        raise NotFound(f"no session for agent {agent_id}")
+    return json_response({"session": session_json(row)})
+
+
+@routes.post("/v1/sessions/{agent_id}/bind")
+async def bind_session(request: web.Request) -> web.Response:
+    agent_id = request.match_info["agent_id"]
+    body = await read_model(request, BindBody)
+    ingestor = request.app[INGESTOR]
+    row = await request.app[STORE].write(
+        lambda tx: ingestor.bind(tx, agent_id, body.user_id, body.character_id)
+    )
+    return json_response({"session": session_json(row)})

@@ -1,0 +1,63 @@
+"""The application factory: settings in, a wired aiohttp application out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from webhooks.agora import AgoraReceiver
+
+from . import api
+from .http import bearer_auth_middleware, errors_middleware
+from .ingest import Ingestor, Outcome
+from .models import Envelope
+from .settings import Settings
+from .state import INGESTOR, SETTINGS, STORE
+from .store import SQLiteStore
+
+log = logging.getLogger(__name__)
+
+
+async def store_context(app: web.Application) -> AsyncIterator[None]:
+    """Open the database (migrating it) for the app's lifetime."""
+    store = app[STORE]
+    await asyncio.get_running_loop().run_in_executor(None, store.open)
+    yield
+    await asyncio.get_running_loop().run_in_executor(None, store.close)
+
+
+def create_app(settings: Settings) -> web.Application:
+    """Build the service: webhook receiver, HTTP API, and its background work."""
+    app = web.Application(
+        middlewares=[errors_middleware, bearer_auth_middleware(settings.api_token)],
+        client_max_size=settings.max_body_bytes,
+    )
+    store = SQLiteStore(settings.db_path, group_commit_max=settings.group_commit_max)
+    ingestor = Ingestor(settings)
+    app[SETTINGS] = settings
+    app[STORE] = store
+    app[INGESTOR] = ingestor
+
+    async def accept(envelope: Envelope, body: str, received_ms: int) -> Outcome:
+        return await store.write(
+            lambda tx: ingestor.accept_callback(tx, envelope, body, received_ms)
+        )
+
+    receiver = AgoraReceiver(settings, accept)
+    app.router.add_post("/webhooks/agora", receiver.handle)
+    app.router.add_routes(api.routes)
+    app.cleanup_ctx.append(store_context)
+    if not settings.webhook_secret:
+        if settings.insecure_webhooks:
+            log.warning(
+                "webhook signatures are NOT checked (--insecure-dev-webhooks): anyone who can "
+                "reach this port can write memory; never run like this in production"
+            )
+        else:
+            log.warning(
+                "AGORA_WEBHOOK_SECRET is not set: Agora callbacks will be refused until it is"
+            )
+    return app

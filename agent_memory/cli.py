@@ -1,0 +1,222 @@
+"""The `agent-memory` command: serve, replay fixture callbacks, print memory, forget."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .context import load_context
+from .errors import AgentMemoryError
+from .ingest import Ingestor
+from .models import Envelope
+from .settings import Settings
+from .store import SQLiteStore, dumps, now_ms
+
+log = logging.getLogger("agent_memory")
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        db_path=getattr(args, "db", None),
+        host=getattr(args, "host", None),
+        port=getattr(args, "port", None),
+        insecure_webhooks=True if getattr(args, "insecure_dev_webhooks", False) else None,
+        log_level=getattr(args, "log_level", None),
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from .app import create_app
+
+    settings = settings_from(args)
+    configure_logging(settings.log_level)
+    log.info(
+        "agent-memory on http://%s:%d, database %s, condensing with %s",
+        settings.host, settings.port, settings.db_path,
+        settings.llm_model if settings.llm_configured else "the offline condenser",
+    )  # fmt: skip
+    web.run_app(
+        create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None
+    )
+    return 0
+
+
+def iter_callback_files(paths: Sequence[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Envelopes from files holding one envelope or a list of them; directories are walked."""
+    for raw in paths:
+        path = Path(raw)
+        files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        for file in files:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            for item in data if isinstance(data, list) else [data]:
+                if isinstance(item, dict) and "noticeId" in item:
+                    yield file, item
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    configure_logging(args.log_level or "WARNING")
+    envelopes = list(iter_callback_files(args.files))
+    if not envelopes:
+        print("no callbacks found in the given files", file=sys.stderr)
+        return 1
+    store = SQLiteStore(settings.db_path)
+    store.open()
+    ingestor = Ingestor(settings)
+    statuses: Counter[str] = Counter()
+    new_messages = 0
+
+    async def replay() -> None:
+        nonlocal new_messages
+        started = time.monotonic()
+        for index, (file, data) in enumerate(envelopes, 1):
+            try:
+                envelope = Envelope.model_validate(data)
+            except ValidationError as exc:
+                statuses["invalid"] += 1
+                print(f"{file}: not an NCS envelope: {exc.errors()[0]['msg']}", file=sys.stderr)
+                continue
+            body = dumps(data)
+            outcome = await store.write(
+                lambda tx: ingestor.accept_callback(tx, envelope, body, now_ms())
+            )
+            statuses[outcome.status] += 1
+            new_messages += outcome.new_messages
+            if index % 100 == 0 or index == len(envelopes):
+                rate = index / max(time.monotonic() - started, 1e-9)
+                print(f"\r{index}/{len(envelopes)} callbacks ({rate:.0f}/s)", end="", file=sys.stderr)
+        print(file=sys.stderr)
+
+    try:
+        asyncio.run(replay())
+    finally:
+        store.close()
+    summary = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+    print(f"replayed {len(envelopes)} callbacks into {settings.db_path}: {summary}; "
+          f"{new_messages} new messages")  # fmt: skip
+    return 0 if not statuses["failed"] and not statuses["invalid"] else 1
+
+
+def cmd_system_messages(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    configure_logging(args.log_level or "WARNING")
+    store = SQLiteStore(settings.db_path)
+    store.open()
+
+    async def build() -> dict[str, Any]:
+        context = await load_context(
+            store,
+            user_id=args.user_id,
+            character_id=args.character_id,
+            max_tokens=args.max_tokens or settings.context_max_tokens,
+            recent_messages=settings.context_recent_messages,
+            persona=args.persona,
+        )
+        return context.as_json()
+
+    try:
+        result = asyncio.run(build())
+    finally:
+        store.close()
+    if args.text:
+        print("\n\n".join(m["content"] for m in result["system_messages"]))
+    else:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    configure_logging(args.log_level or "WARNING")
+    store = SQLiteStore(settings.db_path)
+    store.open()
+
+    async def forget() -> dict[str, int]:
+        receipt = await store.write(lambda tx: tx.forget(args.user_id, args.character_id))
+        await store.checkpoint()
+        return receipt
+
+    try:
+        receipt = asyncio.run(forget())
+    finally:
+        store.close()
+    print(json.dumps({"user_id": args.user_id, "character_id": args.character_id,
+                      "deleted": receipt}, ensure_ascii=False))  # fmt: skip
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-memory", description="Long-term memory for Agora voice agents."
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", help="SQLite file (AGENT_MEMORY_DB, default ./agent_memory.db)")
+    common.add_argument("--log-level", help="DEBUG, INFO, WARNING (AGENT_MEMORY_LOG_LEVEL)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", parents=[common], help="run the service")
+    serve.add_argument("--host", help="address to listen on (AGENT_MEMORY_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (AGENT_MEMORY_PORT, 8080)")
+    serve.add_argument(
+        "--insecure-dev-webhooks",
+        action="store_true",
+        help="accept unsigned callbacks when AGORA_WEBHOOK_SECRET is unset (local testing only)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    replay = commands.add_parser(
+        "replay", parents=[common], help="ingest callback JSON files (an envelope or a list)"
+    )
+    replay.add_argument("files", nargs="+", help="files or directories, e.g. fixtures/conversations")
+    replay.set_defaults(func=cmd_replay)
+
+    show = commands.add_parser(
+        "system-messages", parents=[common], help="print the system_messages of a user and character"
+    )
+    show.add_argument("user_id")
+    show.add_argument("character_id")
+    show.add_argument("--max-tokens", type=int)
+    show.add_argument("--persona")
+    show.add_argument("--text", action="store_true", help="print the contents only")
+    show.set_defaults(func=cmd_system_messages)
+
+    forget = commands.add_parser(
+        "forget", parents=[common], help="delete everything held for a user, or a user and character"
+    )
+    forget.add_argument("user_id")
+    forget.add_argument("character_id", nargs="?")
+    forget.set_defaults(func=cmd_forget)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except AgentMemoryError as exc:
+        print(f"agent-memory: {exc.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

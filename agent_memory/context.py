@@ -1,0 +1,195 @@
+"""The context builder: the `system_messages` a call starts with, within a token budget.
+
+Order and importance, most important first: the caller's persona, remembered facts,
+the rolling summary, then the most recent turns. When the budget is short the oldest
+turns go first, then the summary is shortened, then the least important facts go.
+The same stored memory and arguments always give the same messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidField
+from .store import Store
+from .render import format_datetime, transcript_lines
+from .tokens import count_message_tokens, count_tokens
+
+FACTS_HEADING = "What you remember about this user (long-term memory):"
+SUMMARY_HEADING = "Summary of your earlier conversations with this user"
+RECENT_HEADING = "The most recent turns of your conversations with this user (times in UTC):"
+MIN_SUMMARY_TOKENS = 40
+
+
+@dataclass
+class Context:
+    """Built system_messages and what went into them."""
+
+    system_messages: list[dict[str, str]]
+    tokens: int
+    max_tokens: int
+    included: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "system_messages": self.system_messages,
+            "tokens": self.tokens,
+            "max_tokens": self.max_tokens,
+            "included": self.included,
+        }
+
+
+def facts_message(facts: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join([FACTS_HEADING, *(f"- {fact['text']}" for fact in facts)])
+
+
+def summary_message(summary: Mapping[str, Any], text: str | None = None) -> str:
+    freshness = f"updated {format_datetime(summary['updated_ms'])}"
+    if summary.get("covered_until_ms"):
+        freshness += f", covering the conversation until {format_datetime(summary['covered_until_ms'])}"
+    if summary.get("method") == "offline":
+        freshness += ", made without a language model"
+    return f"{SUMMARY_HEADING} ({freshness}):\n{text if text is not None else summary['text']}"
+
+
+def _shorten(text: str, budget: int) -> str:
+    """Cut `text` to about `budget` tokens at a sentence or word boundary."""
+    if count_tokens(text) <= budget:
+        return text
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count_tokens(text[:middle]) + 1 <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    cut = text[:low]
+    boundary = max(cut.rfind(mark) for mark in (". ", "。", "! ", "? ", "\n", "；"))
+    if boundary > len(cut) // 2:
+        cut = cut[: boundary + 1]
+    elif " " in cut[len(cut) // 2 :]:
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip() + " …"
+
+
+def _fact_importance(fact: Mapping[str, Any]) -> tuple[int, int, int]:
+    # Pinned facts matter most, then the newest.
+    return (int(bool(fact.get("pinned"))), int(fact.get("updated_ms") or 0), int(fact["id"]))
+
+
+def _fit_facts(facts: Sequence[Mapping[str, Any]], budget: int) -> list[Mapping[str, Any]]:
+    kept = list(facts)
+    while kept and count_message_tokens(facts_message(kept)) > budget:
+        least = min(kept, key=_fact_importance)
+        kept.remove(least)
+    return kept
+
+
+def _fit_recent(messages: Sequence[Mapping[str, Any]], budget: int) -> tuple[str | None, int]:
+    """The transcript of the newest messages that fits; returns (text, messages used)."""
+    if budget <= count_message_tokens(RECENT_HEADING):
+        return None, 0
+    low, high = 0, len(messages)
+    best: tuple[str | None, int] = (None, 0)
+
+    def render(count: int) -> str | None:
+        lines = list(transcript_lines(messages[len(messages) - count :]))
+        return "\n".join([RECENT_HEADING, *lines]) if lines else None
+
+    # More messages never cost fewer tokens, so the largest fitting count is found by bisection.
+    while low <= high:
+        middle = (low + high) // 2
+        text = render(middle)
+        if text is None or count_message_tokens(text) <= budget:
+            if text is not None:
+                best = (text, middle)
+            low = middle + 1
+        else:
+            high = middle - 1
+    return best
+
+
+def build_context(
+    *,
+    facts: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any] | None,
+    messages: Sequence[Mapping[str, Any]],
+    max_tokens: int,
+    persona: str | None = None,
+) -> Context:
+    """Assemble system_messages from memory; `messages` are the latest turns, oldest first."""
+    system: list[str] = []
+    budget = max_tokens
+    if persona:
+        persona_tokens = count_message_tokens(persona)
+        if persona_tokens > max_tokens:
+            raise InvalidField(
+                f"the persona alone is about {persona_tokens} tokens, over max_tokens={max_tokens}; "
+                "raise max_tokens or shorten the persona"
+            )
+        system.append(persona)
+        budget -= persona_tokens
+
+    kept_facts = _fit_facts(facts, budget) if facts else []
+    facts_text = facts_message(kept_facts) if kept_facts else None
+    if facts_text:
+        budget -= count_message_tokens(facts_text)
+
+    summary_text = None
+    summary_shortened = False
+    if summary and summary.get("text", "").strip():
+        summary_text = summary_message(summary)
+        cost = count_message_tokens(summary_text)
+        if cost > budget:
+            room = budget - (cost - count_tokens(summary["text"]))
+            if room >= MIN_SUMMARY_TOKENS:
+                summary_text = summary_message(summary, _shorten(summary["text"], room))
+                summary_shortened = True
+            else:
+                summary_text = None
+        if summary_text:
+            budget -= count_message_tokens(summary_text)
+
+    recent_text, recent_count = _fit_recent(messages, budget)
+    system.extend(text for text in (facts_text, summary_text, recent_text) if text)
+    tokens = sum(count_message_tokens(text) for text in system)
+    return Context(
+        system_messages=[{"role": "system", "content": text} for text in system],
+        tokens=tokens,
+        max_tokens=max_tokens,
+        included={
+            "persona": bool(persona),
+            "facts": len(kept_facts),
+            "facts_available": len(facts),
+            "summary": summary_text is not None,
+            "summary_shortened": summary_shortened,
+            "messages": recent_count,
+            "messages_available": len(messages),
+        },
+    )
+
+
+async def load_context(
+    store: Store,
+    *,
+    user_id: str,
+    character_id: str,
+    max_tokens: int,
+    recent_messages: int,
+    persona: str | None = None,
+) -> Context:
+    """Read a pair's memory in one go and build its system_messages."""
+
+    def read(view: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
+        return (
+            view.list_facts(user_id, character_id),
+            view.get_summary(user_id, character_id),
+            view.latest_messages(user_id, character_id, recent_messages),
+        )
+
+    facts, summary, messages = await store.read(read)
+    return build_context(
+        facts=facts, summary=summary, messages=messages, max_tokens=max_tokens, persona=persona
+    )

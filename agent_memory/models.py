@@ -1,0 +1,240 @@
+"""Pydantic models of what Agora sends and what the service answers.
+
+Inbound models are permissive: only `role` and `content` are required of a message,
+unknown fields and unknown event types are kept, and every timestamp is normalised
+to integer milliseconds by magnitude (Agora documents milliseconds and shows seconds).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+# Below 10^11 a timestamp is seconds (10^11 ms is 1973, 10^11 s is the year 5138);
+# above 10^14 it is microseconds.
+SECONDS_BELOW = 10**11
+MICROSECONDS_ABOVE = 10**14
+
+
+def to_ms(value: Any) -> int | None:
+    """Normalise an epoch timestamp in s, ms or µs (int, float or digit string) to ms."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if not isinstance(value, int | float) or value != value or value < 0:
+        return None
+    if value < SECONDS_BELOW:
+        return round(value * 1000)
+    if value > MICROSECONDS_ABOVE:
+        return round(value / 1000)
+    return round(value)
+
+
+def _to_str(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return str(value)
+    return value
+
+
+def _to_int(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Millis = Annotated[int | None, BeforeValidator(to_ms)]
+LooseStr = Annotated[str | None, BeforeValidator(_to_str)]
+LooseInt = Annotated[int | None, BeforeValidator(_to_int)]
+
+
+class MessageMetadata(BaseModel):
+    """`metadata` of a short-term-memory message; unknown keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    source: LooseStr = None
+    user: LooseStr = None
+    interrupted: bool = False
+    interrupt_timestamp: Millis = None
+    original: LooseStr = None
+
+    @field_validator("interrupted", mode="before")
+    @classmethod
+    def _loose_bool(cls, value: Any) -> bool:
+        if isinstance(value, str):
+            return value.strip().lower() in {"true", "1", "yes"}
+        return bool(value)
+
+
+class MemoryMessage(BaseModel):
+    """One message of an agent's short-term memory, as the engine keeps it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str
+    turn_id: LooseInt = None
+    timestamp: Millis = None
+    metadata: MessageMetadata = Field(default_factory=MessageMetadata)
+    speech_start_ms: int | float | None = None
+    speech_end_ms: int | float | None = None
+    speech_algorithmic_delay: int | float | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_content(cls, value: Any) -> str:
+        # The engine sends text only, but an OpenAI-style parts list or a null must not be lost.
+        if value is None:
+            return ""
+        if isinstance(value, list):
+            return "".join(
+                part.get("text", "") if isinstance(part, dict) else str(part) for part in value
+            )
+        return value if isinstance(value, str) else str(value)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata_or_empty(cls, value: Any) -> Any:
+        return value if isinstance(value, dict) else {}
+
+
+class Envelope(BaseModel):
+    """The NCS envelope around every callback."""
+
+    model_config = ConfigDict(extra="allow")
+
+    noticeId: str
+    productId: LooseInt = None
+    eventType: int
+    notifyMs: Millis = None
+    sid: LooseStr = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("noticeId", mode="before")
+    @classmethod
+    def _notice_id_text(cls, value: Any) -> Any:
+        return _to_str(value)
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _payload_or_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+class AgentPayload(BaseModel):
+    """Fields every agent event (101/102/103/110/111/112) may carry; times in ms."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    agent_id: LooseStr = None
+    channel: LooseStr = None
+    name: LooseStr = None
+    start_ms: Millis = Field(None, alias="start_ts")
+    stop_ms: Millis = Field(None, alias="stop_ts")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_as_text(cls, value: Any) -> dict[str, str]:
+        if not isinstance(value, dict):
+            return {}
+        return {str(k): str(v) for k, v in value.items() if v is not None}
+
+
+class AgentJoined(AgentPayload):
+    """101: the agent joined its channel."""
+
+
+class AgentLeft(AgentPayload):
+    """102: the agent left; `status` STOPPED or FAILED, `message` the reason."""
+
+    status: LooseStr = None
+    message: LooseStr = None
+
+
+class AgentHistory(AgentPayload):
+    """103: the agent's short-term memory, sent after it stops."""
+
+    contents: list[MemoryMessage] = Field(default_factory=list)
+
+    @field_validator("contents", mode="before")
+    @classmethod
+    def _list_or_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+class AgentErrors(AgentPayload):
+    """110: errors of the agent's modules."""
+
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class AgentMetrics(AgentPayload):
+    """111: per-turn latency metrics; kept as sent."""
+
+
+class TurnsFinished(AgentPayload):
+    """112: per-turn timing of a finished agent."""
+
+    turns: list[dict[str, Any]] = Field(default_factory=list)
+
+
+PAYLOAD_MODELS: dict[int, type[AgentPayload]] = {
+    101: AgentJoined,
+    102: AgentLeft,
+    103: AgentHistory,
+    110: AgentErrors,
+    111: AgentMetrics,
+    112: TurnsFinished,
+}
+
+CONVERSATIONAL_AI_PRODUCT = 17
+
+
+class HistoryWindow(BaseModel):
+    """`GET …/agents/{agent_id}/history`: the running agent's short-term memory."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    agent_id: LooseStr = None
+    start_ms: Millis = Field(None, alias="start_ts")
+    status: LooseStr = None
+    contents: list[MemoryMessage] = Field(default_factory=list)
+
+
+class Identity(BaseModel):
+    """Who a session belongs to, and which rule said so."""
+
+    user_id: str
+    character_id: str
+    source: str  # labels, binding, rtc, channel
+
+
+class StoredMessage(BaseModel):
+    """A message as kept in long-term memory."""
+
+    id: int
+    agent_id: str
+    user_id: str
+    character_id: str
+    seq: int
+    role: str
+    content: str
+    turn_id: int | None = None
+    ts_ms: int | None = None
+    at_ms: int
+    source: str | None = None
+    speaker: str | None = None
+    interrupted: bool = False
+    interrupt_ms: int | None = None
+    original: str | None = None
+    gap_before: bool = False

@@ -1,0 +1,120 @@
+"""The one settings object, read from the environment and overridable by CLI flags."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import InvalidField
+
+# field name -> environment variable; the table in README.md mirrors this.
+ENVIRONMENT: dict[str, str] = {
+    "db_path": "AGENT_MEMORY_DB",
+    "host": "AGENT_MEMORY_HOST",
+    "port": "AGENT_MEMORY_PORT",
+    "api_token": "AGENT_MEMORY_API_TOKEN",
+    "webhook_secret": "AGORA_WEBHOOK_SECRET",
+    "insecure_webhooks": "AGENT_MEMORY_INSECURE_WEBHOOKS",
+    "max_body_bytes": "AGENT_MEMORY_MAX_BODY_BYTES",
+    "label_user_key": "AGENT_MEMORY_LABEL_USER",
+    "label_character_key": "AGENT_MEMORY_LABEL_CHARACTER",
+    "default_character": "AGENT_MEMORY_DEFAULT_CHARACTER",
+    "context_max_tokens": "AGENT_MEMORY_MAX_TOKENS",
+    "context_recent_messages": "AGENT_MEMORY_RECENT_MESSAGES",
+    "agora_app_id": "AGORA_APP_ID",
+    "agora_customer_id": "AGORA_CUSTOMER_ID",
+    "agora_customer_secret": "AGORA_CUSTOMER_SECRET",
+    "agora_api_base": "AGORA_API_BASE",
+    "agora_token": "AGORA_TOKEN",
+    "agora_timeout_s": "AGENT_MEMORY_AGORA_TIMEOUT_S",
+    "agora_max_retries": "AGENT_MEMORY_AGORA_MAX_RETRIES",
+    "poll_interval_s": "AGENT_MEMORY_POLL_INTERVAL_S",
+    "poll_concurrency": "AGENT_MEMORY_POLL_CONCURRENCY",
+    "openai_api_key": "OPENAI_API_KEY",
+    "openai_base_url": "OPENAI_BASE_URL",
+    "llm_model": "AGENT_MEMORY_LLM_MODEL",
+    "llm_timeout_s": "AGENT_MEMORY_LLM_TIMEOUT_S",
+    "llm_max_retries": "AGENT_MEMORY_LLM_MAX_RETRIES",
+    "summary_delay_s": "AGENT_MEMORY_SUMMARY_DELAY_S",
+    "summary_max_wait_s": "AGENT_MEMORY_SUMMARY_MAX_WAIT_S",
+    "summary_max_messages": "AGENT_MEMORY_SUMMARY_MAX_MESSAGES",
+    "job_max_attempts": "AGENT_MEMORY_JOB_MAX_ATTEMPTS",
+    "log_level": "AGENT_MEMORY_LOG_LEVEL",
+}
+
+
+class Settings(BaseModel):
+    """Everything the service can be told; defaults run the embedded SQLite service."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    db_path: Path = Path("./agent_memory.db")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    api_token: str | None = None
+
+    webhook_secret: str | None = None
+    insecure_webhooks: bool = False
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    label_user_key: str = "user_id"
+    label_character_key: str = "character_id"
+    default_character: str = "default"
+
+    context_max_tokens: int = Field(1500, ge=50)
+    context_recent_messages: int = Field(100, ge=0, le=2000)
+
+    agora_app_id: str | None = None
+    agora_customer_id: str | None = None
+    agora_customer_secret: str | None = None
+    agora_api_base: str = "https://api.agora.io/api/conversational-ai-agent"
+    agora_token: str | None = None
+    agora_timeout_s: float = Field(10.0, gt=0)
+    agora_max_retries: int = Field(3, ge=0)
+    poll_interval_s: float = Field(5.0, gt=0)
+    poll_concurrency: int = Field(32, ge=1)
+
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = Field(30.0, gt=0)
+    llm_max_retries: int = Field(1, ge=0)
+
+    summary_delay_s: float = Field(60.0, ge=0)
+    summary_max_wait_s: float = Field(300.0, ge=0)
+    summary_max_messages: int = Field(40, ge=1)
+    job_max_attempts: int = Field(6, ge=1)
+
+    group_commit_max: int = Field(256, ge=1)
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read the environment, then apply `overrides` (flags) that are not None."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            field: environ[var] for field, var in ENVIRONMENT.items() if environ.get(var, "") != ""
+        }
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{ENVIRONMENT.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise InvalidField(f"invalid settings: {problems}") from exc
+
+    @property
+    def llm_configured(self) -> bool:
+        """True when an OpenAI-compatible endpoint or key is set; otherwise condensing is offline."""
+        return bool(self.openai_base_url or self.openai_api_key)
+
+    @property
+    def agora_configured(self) -> bool:
+        """True when the REST client has an app id and credentials."""
+        has_credentials = bool(self.agora_customer_id and self.agora_customer_secret)
+        return bool(self.agora_app_id and (has_credentials or self.agora_token))

@@ -1,0 +1,13 @@
+"""Typed keys of what the aiohttp application holds."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .ingest import Ingestor
+from .settings import Settings
+from .store import SQLiteStore
+
+SETTINGS = web.AppKey("settings", Settings)
+STORE = web.AppKey("store", SQLiteStore)
+INGESTOR = web.AppKey("ingestor", Ingestor)

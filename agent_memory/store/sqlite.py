@@ -1,0 +1,619 @@
+"""The embedded SQLite store: one writer thread with group commit, pooled readers.
+
+Every write is a function run on the writer thread inside a savepoint of a shared
+transaction; many such functions commit together (one fsync), and each caller's future
+resolves only after that commit. A failing function rolls back its own savepoint only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import sqlite3
+import threading
+import time
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlite_utils import Database
+
+from ..errors import StoreUnavailable
+from .migrations import migrations
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MESSAGE_COLUMNS = (
+    "agent_id", "user_id", "character_id", "seq", "role", "content", "turn_id", "ts_ms",
+    "at_ms", "source", "speaker", "interrupted", "interrupt_ms", "original", "fp",
+    "gap_before", "extra", "created_ms",
+)  # fmt: skip
+
+PUBLIC_MESSAGE_COLUMNS = (
+    "id, agent_id, user_id, character_id, seq, role, content, turn_id, ts_ms, at_ms, source, "
+    "speaker, interrupted, interrupt_ms, original, gap_before"
+)
+
+
+_savepoints = itertools.count()
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch: the only time unit in storage."""
+    return time.time_ns() // 1_000_000
+
+
+def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 5000")
+    if writer:
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: a 200 to Agora promises the callback survives a power cut.
+        conn.execute("PRAGMA synchronous = FULL")
+        # Forgotten text must not linger in freed pages.
+        conn.execute("PRAGMA secure_delete = ON")
+        conn.execute("PRAGMA foreign_keys = ON")
+    else:
+        conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+class SQLiteView:
+    """Reads, on whichever connection the view was given."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.conn.execute(sql, params)]
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        row = self.conn.execute(sql, params).fetchone()
+        return dict(row) if row is not None else None
+
+    def schema_migrations(self) -> list[str]:
+        return [row["name"] for row in self._all("SELECT name FROM _sqlite_migrations ORDER BY id")]
+
+    def latest_messages(self, user_id: str, character_id: str, limit: int) -> list[dict[str, Any]]:
+        """The pair's `limit` latest messages, oldest first."""
+        rows = self._all(
+            f"SELECT {PUBLIC_MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND character_id = ? "
+            "ORDER BY at_ms DESC, seq DESC LIMIT ?",
+            (user_id, character_id, limit),
+        )
+        rows.reverse()
+        return rows
+
+    def messages_after(
+        self, user_id: str, character_id: str, watermark_id: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """Messages stored after the watermark (by id), in conversation order."""
+        return self._all(
+            f"SELECT {PUBLIC_MESSAGE_COLUMNS} FROM messages "
+            "WHERE user_id = ? AND character_id = ? AND id > ? "
+            "ORDER BY at_ms, seq LIMIT ?",
+            (user_id, character_id, watermark_id, limit),
+        )
+
+    def count_messages_after(self, user_id: str, character_id: str, watermark_id: int) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM messages WHERE user_id = ? AND character_id = ? AND id > ?",
+            (user_id, character_id, watermark_id),
+        ).fetchone()
+        return int(row[0])
+
+    def session_messages(self, agent_id: str) -> list[dict[str, Any]]:
+        return self._all(
+            f"SELECT {PUBLIC_MESSAGE_COLUMNS} FROM messages WHERE agent_id = ? ORDER BY seq",
+            (agent_id,),
+        )
+
+    def session_fingerprints(self, agent_id: str) -> list[dict[str, Any]]:
+        """What window merging needs of a session's stored messages, in order."""
+        return self._all(
+            "SELECT id, seq, fp, turn_id, ts_ms, content, source, interrupted, original "
+            "FROM messages WHERE agent_id = ? ORDER BY seq",
+            (agent_id,),
+        )
+
+    def get_session(self, agent_id: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM sessions WHERE agent_id = ?", (agent_id,))
+
+    def pair_sessions(self, user_id: str, character_id: str, limit: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM sessions WHERE user_id = ? AND character_id = ? "
+            "ORDER BY start_ms DESC LIMIT ?",
+            (user_id, character_id, limit),
+        )
+
+    def get_binding(self, agent_id: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM bindings WHERE agent_id = ?", (agent_id,))
+
+    def list_facts(self, user_id: str, character_id: str) -> list[dict[str, Any]]:
+        """The pair's facts and the user's user-wide facts, oldest first."""
+        return self._all(
+            "SELECT id, user_id, character_id, text, pinned, origin, created_ms, updated_ms "
+            "FROM facts WHERE user_id = ? AND character_id IN (?, '') ORDER BY created_ms, id",
+            (user_id, character_id),
+        )
+
+    def get_fact(self, fact_id: int) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM facts WHERE id = ?", (fact_id,))
+
+    def get_summary(self, user_id: str, character_id: str) -> dict[str, Any] | None:
+        return self._one(
+            "SELECT * FROM summaries WHERE user_id = ? AND character_id = ?",
+            (user_id, character_id),
+        )
+
+    def get_inbox(self, notice_id: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM inbox WHERE notice_id = ?", (notice_id,))
+
+    def inbox_by_status(self, status: str, limit: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM inbox WHERE status = ? ORDER BY received_ms LIMIT ?", (status, limit)
+        )
+
+    def get_job(self, kind: str, user_id: str, character_id: str) -> dict[str, Any] | None:
+        return self._one(
+            "SELECT * FROM jobs WHERE kind = ? AND user_id = ? AND character_id = ?",
+            (kind, user_id, character_id),
+        )
+
+    def jobs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        if status is None:
+            return self._all("SELECT * FROM jobs ORDER BY due_ms LIMIT ?", (limit,))
+        return self._all(
+            "SELECT * FROM jobs WHERE status = ? ORDER BY due_ms LIMIT ?", (status, limit)
+        )
+
+    def due_jobs(self, kind: str, now: int, limit: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM jobs WHERE status = 'pending' AND kind = ? AND due_ms <= ? "
+            "ORDER BY due_ms LIMIT ?",
+            (kind, now, limit),
+        )
+
+    def next_due_ms(self, kind: str) -> int | None:
+        row = self.conn.execute(
+            "SELECT min(due_ms) FROM jobs WHERE status = 'pending' AND kind = ?", (kind,)
+        ).fetchone()
+        return row[0]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            table: int(self.conn.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0])
+            for table in ("messages", "sessions", "facts", "summaries", "jobs", "inbox")
+        }
+
+
+class SQLiteTransaction(SQLiteView):
+    """Writes, on the writer connection, inside the current transaction."""
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Undo only what the block wrote if it raises."""
+        name = f"sp_{next(_savepoints)}"
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                self.conn.execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        self.conn.execute(f"RELEASE SAVEPOINT {name}")
+
+    def insert_inbox(self, row: dict[str, Any]) -> bool:
+        """Record a raw callback; False if its noticeId was already recorded."""
+        cursor = self.conn.execute(
+            "INSERT OR IGNORE INTO inbox (notice_id, event_type, product_id, notify_ms, "
+            "received_ms, agent_id, body, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                row["notice_id"], row["event_type"], row.get("product_id"), row.get("notify_ms"),
+                row["received_ms"], row.get("agent_id"), row["body"], row["status"],
+                row.get("error"),
+            ),
+        )  # fmt: skip
+        return cursor.rowcount == 1
+
+    def set_inbox_status(self, notice_id: str, status: str, error: str | None = None) -> None:
+        self.conn.execute(
+            "UPDATE inbox SET status = ?, error = ? WHERE notice_id = ?", (status, error, notice_id)
+        )
+
+    def insert_session(self, row: dict[str, Any]) -> None:
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.conn.execute(f"INSERT INTO sessions ({columns}) VALUES ({marks})", tuple(row.values()))
+
+    def update_session(self, agent_id: str, changes: dict[str, Any]) -> None:
+        if not changes:
+            return
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        self.conn.execute(
+            f"UPDATE sessions SET {assignments} WHERE agent_id = ?", (*changes.values(), agent_id)
+        )
+
+    def move_session(self, agent_id: str, user_id: str, character_id: str) -> int:
+        """Give a session and its messages to another (user, character); returns messages moved."""
+        self.conn.execute(
+            "UPDATE sessions SET user_id = ?, character_id = ? WHERE agent_id = ?",
+            (user_id, character_id, agent_id),
+        )
+        return self.conn.execute(
+            "UPDATE messages SET user_id = ?, character_id = ? WHERE agent_id = ?",
+            (user_id, character_id, agent_id),
+        ).rowcount
+
+    def set_binding(self, agent_id: str, user_id: str, character_id: str) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO bindings (agent_id, user_id, character_id, created_ms) "
+            "VALUES (?, ?, ?, ?)",
+            (agent_id, user_id, character_id, now_ms()),
+        )
+
+    def insert_messages(self, rows: Iterable[dict[str, Any]]) -> None:
+        marks = ", ".join("?" for _ in MESSAGE_COLUMNS)
+        self.conn.executemany(
+            f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({marks})",
+            [tuple(row.get(column) for column in MESSAGE_COLUMNS) for row in rows],
+        )
+
+    def update_message(self, message_id: int, changes: dict[str, Any]) -> None:
+        if not changes:
+            return
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        self.conn.execute(
+            f"UPDATE messages SET {assignments} WHERE id = ?", (*changes.values(), message_id)
+        )
+
+    def add_fact(
+        self, user_id: str, character_id: str, text: str, norm: str, *, pinned: bool, origin: str
+    ) -> tuple[dict[str, Any], bool]:
+        """Insert a fact unless an equal one exists; returns (fact, created)."""
+        stamp = now_ms()
+        cursor = self.conn.execute(
+            "INSERT OR IGNORE INTO facts (user_id, character_id, text, norm, pinned, origin, "
+            "created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (user_id, character_id, text, norm, int(pinned), origin, stamp, stamp),
+        )
+        created = cursor.rowcount == 1
+        if not created and pinned:
+            # Saying by hand what the model already knew makes it pinned.
+            self.conn.execute(
+                "UPDATE facts SET pinned = 1, updated_ms = ? "
+                "WHERE user_id = ? AND character_id = ? AND norm = ?",
+                (stamp, user_id, character_id, norm),
+            )
+        fact = self._one(
+            "SELECT id, user_id, character_id, text, pinned, origin, created_ms, updated_ms "
+            "FROM facts WHERE user_id = ? AND character_id = ? AND norm = ?",
+            (user_id, character_id, norm),
+        )
+        assert fact is not None
+        return fact, created
+
+    def update_fact(self, fact_id: int, text: str, norm: str) -> bool:
+        try:
+            cursor = self.conn.execute(
+                "UPDATE facts SET text = ?, norm = ?, updated_ms = ? WHERE id = ?",
+                (text, norm, now_ms(), fact_id),
+            )
+        except sqlite3.IntegrityError:
+            # The new wording equals another fact: the duplicate goes.
+            cursor = self.conn.execute("DELETE FROM facts WHERE id = ?", (fact_id,))
+        return cursor.rowcount == 1
+
+    def delete_fact(self, fact_id: int) -> bool:
+        return self.conn.execute("DELETE FROM facts WHERE id = ?", (fact_id,)).rowcount == 1
+
+    def set_summary(self, row: dict[str, Any]) -> None:
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.conn.execute(
+            f"INSERT OR REPLACE INTO summaries ({columns}) VALUES ({marks})", tuple(row.values())
+        )
+
+    def schedule_job(
+        self,
+        kind: str,
+        user_id: str,
+        character_id: str,
+        *,
+        delay_ms: int,
+        max_wait_ms: int,
+        max_messages: int,
+        new_messages: int,
+    ) -> None:
+        """Debounce a job: due `delay_ms` from now, but never later than `max_wait_ms` after
+        it was first scheduled, and due at once once `max_messages` new messages are waiting."""
+        stamp = now_ms()
+        job = self.get_job(kind, user_id, character_id)
+        if job is None:
+            due = stamp if new_messages >= max_messages else stamp + delay_ms
+            self.conn.execute(
+                "INSERT INTO jobs (kind, user_id, character_id, status, due_ms, first_due_ms, "
+                "pending_messages, attempts, created_ms, updated_ms) "
+                "VALUES (?, ?, ?, 'pending', ?, ?, ?, 0, ?, ?)",
+                (kind, user_id, character_id, due, stamp, new_messages, stamp, stamp),
+            )
+            return
+        pending = job["pending_messages"] + new_messages
+        if job["status"] != "pending" or job["attempts"]:
+            # Running: finish_job sees the count change and runs it again. Dead: waits for a
+            # human. Retrying: keeps its backoff. In each case only the count grows.
+            self.conn.execute(
+                "UPDATE jobs SET pending_messages = ?, updated_ms = ? WHERE id = ?",
+                (pending, stamp, job["id"]),
+            )
+            return
+        deadline = job["first_due_ms"] + max_wait_ms
+        due = stamp if pending >= max_messages else min(stamp + delay_ms, max(deadline, stamp))
+        self.conn.execute(
+            "UPDATE jobs SET due_ms = ?, pending_messages = ?, updated_ms = ? WHERE id = ?",
+            (due, pending, stamp, job["id"]),
+        )
+
+    def claim_job(self, job_id: int) -> dict[str, Any] | None:
+        """Mark a pending job running; None if it is not pending any more."""
+        cursor = self.conn.execute(
+            "UPDATE jobs SET status = 'running', updated_ms = ? WHERE id = ? AND status = 'pending'",
+            (now_ms(), job_id),
+        )
+        if cursor.rowcount != 1:
+            return None
+        return self._one("SELECT * FROM jobs WHERE id = ?", (job_id,))
+
+    def finish_job(self, claimed: dict[str, Any], *, again_at_ms: int) -> bool:
+        """Delete a finished job, or make it pending at `again_at_ms` if messages came
+        while it ran; returns True when it was deleted."""
+        job = self._one("SELECT * FROM jobs WHERE id = ?", (claimed["id"],))
+        if job is None:
+            return True
+        arrived = job["pending_messages"] - claimed["pending_messages"]
+        if arrived > 0:
+            self.conn.execute(
+                "UPDATE jobs SET status = 'pending', attempts = 0, last_error = NULL, due_ms = ?, "
+                "first_due_ms = ?, pending_messages = ?, updated_ms = ? WHERE id = ?",
+                (again_at_ms, now_ms(), arrived, now_ms(), job["id"]),
+            )
+            return False
+        self.conn.execute("DELETE FROM jobs WHERE id = ?", (job["id"],))
+        return True
+
+    def fail_job(self, job_id: int, error: str, *, retry_at_ms: int | None) -> None:
+        """Record a failure: pending again at `retry_at_ms`, or dead when that is None."""
+        if retry_at_ms is None:
+            self.conn.execute(
+                "UPDATE jobs SET status = 'dead', attempts = attempts + 1, last_error = ?, "
+                "updated_ms = ? WHERE id = ?",
+                (error, now_ms(), job_id),
+            )
+        else:
+            self.conn.execute(
+                "UPDATE jobs SET status = 'pending', attempts = attempts + 1, last_error = ?, "
+                "due_ms = ?, updated_ms = ? WHERE id = ?",
+                (error, retry_at_ms, now_ms(), job_id),
+            )
+
+    def revive_job(self, job_id: int) -> bool:
+        cursor = self.conn.execute(
+            "UPDATE jobs SET status = 'pending', attempts = 0, due_ms = ?, updated_ms = ? "
+            "WHERE id = ? AND status = 'dead'",
+            (now_ms(), now_ms(), job_id),
+        )
+        return cursor.rowcount == 1
+
+    def release_running_jobs(self) -> int:
+        """At start nothing runs: a job left 'running' by a crash is pending again."""
+        return self.conn.execute(
+            "UPDATE jobs SET status = 'pending' WHERE status = 'running'"
+        ).rowcount
+
+    def forget(self, user_id: str, character_id: str | None) -> dict[str, int]:
+        """Delete everything held for a pair, or for a user when `character_id` is None."""
+        where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
+        params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
+        agent_ids = [
+            row[0] for row in self.conn.execute(f"SELECT agent_id FROM sessions WHERE {where}", params)
+        ]
+        receipt: dict[str, int] = {}
+        receipt["messages"] = self.conn.execute(f"DELETE FROM messages WHERE {where}", params).rowcount
+        if character_id is None:
+            receipt["facts"] = self.conn.execute(
+                "DELETE FROM facts WHERE user_id = ?", params
+            ).rowcount
+        else:
+            # The user's user-wide facts are not the pair's: they stay.
+            receipt["facts"] = self.conn.execute(f"DELETE FROM facts WHERE {where}", params).rowcount
+        receipt["summaries"] = self.conn.execute(
+            f"DELETE FROM summaries WHERE {where}", params
+        ).rowcount
+        receipt["jobs"] = self.conn.execute(f"DELETE FROM jobs WHERE {where}", params).rowcount
+        receipt["sessions"] = self.conn.execute(f"DELETE FROM sessions WHERE {where}", params).rowcount
+        receipt["bindings"] = self.conn.execute(f"DELETE FROM bindings WHERE {where}", params).rowcount
+        raw = 0
+        for agent_id in agent_ids:
+            # The noticeId stays so that a redelivery is still recognised, but its text goes.
+            raw += self.conn.execute(
+                "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE agent_id = ?",
+                (agent_id,),
+            ).rowcount
+        receipt["raw_callbacks"] = raw
+        return receipt
+
+
+@dataclass(eq=False)
+class _Work:
+    fn: Callable[[SQLiteTransaction], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    transactional: bool = True
+    outcome: tuple[bool, Any] = field(default=(False, None))
+
+
+_STOP = object()
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class SQLiteStore:
+    """The SQLite implementation of the store: `open`, `read`, `write`, `checkpoint`, `close`."""
+
+    def __init__(self, path: Path | str, *, group_commit_max: int = 256, readers: int = 4) -> None:
+        self.path = Path(path)
+        self.group_commit_max = group_commit_max
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="store-read")
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._reader_lock = threading.Lock()
+        self.commits = 0
+
+    # lifecycle
+
+    def open(self) -> None:
+        """Create or migrate the database and start the writer thread."""
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
+        self._writer.start()
+        self._ready.wait()
+        if self._startup_error is not None:
+            raise StoreUnavailable(f"cannot open {self.path}: {self._startup_error}")
+
+    def close(self) -> None:
+        if self._writer is not None and self._writer.is_alive():
+            self._queue.put(_STOP)
+            self._writer.join()
+        self._readers.shutdown(wait=True)
+        with self._reader_lock:
+            for conn in self._reader_conns:
+                conn.close()
+            self._reader_conns.clear()
+
+    # reads
+
+    def _reader(self) -> SQLiteView:
+        view = getattr(self._local, "view", None)
+        if view is None:
+            conn = _connect(self.path, writer=False)
+            with self._reader_lock:
+                self._reader_conns.append(conn)
+            view = self._local.view = SQLiteView(conn)
+        return view
+
+    async def read(self, fn: Callable[[SQLiteView], T]) -> T:
+        """Run `fn(view)` on a reader thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, lambda: fn(self._reader()))
+
+    def read_now(self, fn: Callable[[SQLiteView], T]) -> T:
+        """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
+        return fn(self._reader())
+
+    # writes
+
+    async def write(self, fn: Callable[[SQLiteTransaction], T]) -> T:
+        """Run `fn(tx)` on the writer thread; returns once its transaction is committed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Work(fn, loop, future))
+        return await future
+
+    async def checkpoint(self) -> tuple[int, int, int]:
+        """Copy the WAL into the database file and truncate it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[int, int, int]] = loop.create_future()
+
+        def run(tx: SQLiteTransaction) -> tuple[int, int, int]:
+            row = tx.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return (row[0], row[1], row[2])
+
+        self._queue.put(_Work(run, loop, future, transactional=False))
+        return await future
+
+    def _write_loop(self) -> None:
+        try:
+            conn = _connect(self.path, writer=True)
+            db = Database(conn, execute_plugins=False)
+            migrations.apply(db)
+        except BaseException as exc:  # reported by open()
+            self._startup_error = exc
+            self._ready.set()
+            return
+        tx = SQLiteTransaction(conn)
+        self._ready.set()
+        log.info("store ready: %s", self.path)
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            batch: list[_Work] = [first]
+            while len(batch) < self.group_commit_max:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._run_batch(db, tx, batch)
+        conn.close()
+
+    def _run_batch(self, db: Database, tx: SQLiteTransaction, batch: list[_Work]) -> None:
+        transactional = [work for work in batch if work.transactional]
+        if transactional:
+            try:
+                with db.atomic():
+                    for work in transactional:
+                        try:
+                            with db.atomic():
+                                work.outcome = (True, work.fn(tx))
+                        except Exception as exc:
+                            work.outcome = (False, exc)
+                self.commits += 1
+            except Exception as exc:
+                log.exception("commit of %d writes failed", len(transactional))
+                failure = StoreUnavailable(f"the database could not commit: {exc}")
+                for work in transactional:
+                    work.outcome = (False, failure)
+        for work in batch:
+            if not work.transactional:
+                try:
+                    work.outcome = (True, work.fn(tx))
+                except Exception as exc:
+                    work.outcome = (False, exc)
+        for work in batch:
+            ok, value = work.outcome
+            try:
+                work.loop.call_soon_threadsafe(_settle, work.future, ok, value)
+            except RuntimeError:
+                pass  # the caller's loop is gone; the write is committed all the same
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON for storage."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,1 @@
+"""Inbound callbacks: signature checks and envelope parsing, one module per platform."""
