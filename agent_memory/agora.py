@@ -10,7 +10,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC
 from typing import Any
 from urllib.parse import quote
@@ -34,7 +34,7 @@ Sleep = Callable[[float], Awaitable[object]]
 
 
 class AgoraClient:
-    """Calls `/v2/projects/{appid}/…` on Agora's REST API; the aiohttp session belongs to the app."""
+    """Calls `/v2/projects/{appid}/…` on Agora's REST API over the app's shared session."""
 
     def __init__(
         self,
@@ -75,7 +75,7 @@ class AgoraClient:
         )
 
     async def history(self, agent_id: str) -> HistoryWindow:
-        """GET the running agent's short-term memory window."""
+        """GET the running agent's short-term memory; AgoraNotFound once it has stopped."""
         what = f"history for agent {agent_id}"
         data = await self._call("GET", f"{_agent_path(agent_id)}/history", what)
         try:
@@ -108,7 +108,8 @@ class AgoraClient:
 
     async def leave(self, agent_id: str) -> dict[str, Any]:
         """POST /agents/{agent_id}/leave; the agent stops asynchronously (102/103 follow)."""
-        return await self._call("POST", f"{_agent_path(agent_id)}/leave", f"leave for agent {agent_id}")
+        path = f"{_agent_path(agent_id)}/leave"
+        return await self._call("POST", path, f"leave for agent {agent_id}")
 
     async def query(self, agent_id: str) -> dict[str, Any]:
         """GET /agents/{agent_id}: the agent's status."""
@@ -136,7 +137,9 @@ class AgoraClient:
                     text = await resp.text(errors="replace")
                     if resp.status < 400:
                         return _parse_ok(text, prefix, resp.status)
-                    error = _error_from_response(resp.status, resp.reason, resp.headers, text, prefix)
+                    error = _error_from_response(
+                        resp.status, resp.reason, resp.headers, text, prefix
+                    )
                     outcome = str(resp.status)
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
                 timeout = self._settings.agora_timeout_s
@@ -152,7 +155,7 @@ class AgoraClient:
                 raise error
             delay = self._delay(attempt - 1, error)
             log.warning(
-                "Agora %s answered %s; retry %d/%d in %.2fs",
+                "Agora %s: %s, retry %d/%d in %.2fs",
                 what,
                 outcome,
                 attempt,
@@ -165,7 +168,8 @@ class AgoraClient:
         """Retry-After when given (capped), else exponential backoff with full jitter."""
         if isinstance(error, AgoraRateLimited) and error.retry_after is not None:
             return min(error.retry_after, RETRY_AFTER_CAP_S)
-        return self._rng.uniform(0.0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 32)))
+        ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 32))
+        return self._rng.uniform(0.0, ceiling)
 
 
 def _agent_path(agent_id: str) -> str:
@@ -193,7 +197,7 @@ def _parse_ok(text: str, prefix: str, status: int) -> dict[str, Any]:
 
 
 def _error_from_response(
-    status: int, phrase: str | None, headers: Any, text: str, prefix: str
+    status: int, phrase: str | None, headers: Mapping[str, str], text: str, prefix: str
 ) -> AgoraError:
     """The typed error for a 4xx/5xx answer, from Agora's {"detail", "reason"} or any text."""
     detail: str | None = None
@@ -222,7 +226,7 @@ def _error_from_response(
     return AgoraError(message, **fields)
 
 
-def _retry_after(headers: Any) -> float | None:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
     """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
     value = headers.get("Retry-After")
     if not value:

@@ -129,6 +129,133 @@ def enrichment(stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, An
     return changes
 
 
+# Room left in the session's sequence numbers on each side of a gap, so that a later
+# window that fills the gap can be numbered in place.
+GAP_ROOM = 1 << 20
+
+
+@dataclass
+class Placement:
+    """Where each message of a window goes: (seq, stored row or None, gap_before)."""
+
+    positions: list[tuple[int, dict[str, Any] | None, bool]]
+    gap_after_id: int | None  # a stored row that now follows a gap
+    gap_count: int
+    new_gap: bool
+
+
+def segments_of(stored: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The stored transcript cut at its gaps."""
+    segments: list[list[dict[str, Any]]] = []
+    for row in stored:
+        if not segments or row["gap_before"]:
+            segments.append([])
+        segments[-1].append(row)
+    return segments
+
+
+def map_window(
+    stored: Sequence[dict[str, Any]], incoming: Sequence[dict[str, Any]]
+) -> list[dict[str, Any] | None]:
+    """The stored row each window message is, aligning against each gap-free segment."""
+    window = [row["fp"] for row in incoming]
+    mapping: list[dict[str, Any] | None] = [None] * len(incoming)
+    for segment in segments_of(stored):
+        offset = align([row["fp"] for row in segment], window)
+        if offset is None:
+            continue
+        for j in range(max(0, -offset), min(len(window), len(segment) - offset)):
+            mapping[j] = mapping[j] or segment[offset + j]
+    mapped_seqs = [row["seq"] for row in mapping if row is not None]
+    if mapped_seqs != sorted(mapped_seqs):
+        # Segments disagree (repeated contents): trust the single best alignment only.
+        offset = align([row["fp"] for row in stored], window)
+        mapping = [
+            stored[offset + j] if offset is not None and 0 <= offset + j < len(stored) else None
+            for j in range(len(window))
+        ]
+    return mapping
+
+
+def place_window(stored: Sequence[dict[str, Any]], incoming: Sequence[dict[str, Any]]) -> Placement:
+    """Number a window's messages relative to what is stored, and mark the gaps."""
+    if not stored:
+        return Placement([(j, None, False) for j in range(len(incoming))], None, 0, False)
+    gaps_before = sum(1 for row in stored if row["gap_before"])
+    mapping = map_window(stored, incoming)
+    first = next((j for j, row in enumerate(mapping) if row is not None), None)
+    if first is None:
+        return _place_apart(stored, incoming, gaps_before)
+    taken = {row["seq"] for row in stored}
+    anchor = mapping[first]
+    assert anchor is not None
+    positions: list[tuple[int, dict[str, Any] | None, bool]] = []
+    for j in range(first):
+        positions.append((anchor["seq"] - (first - j), None, False))
+    previous_seq = anchor["seq"] - 1
+    for j in range(first, len(incoming)):
+        row = mapping[j]
+        if row is not None:
+            positions.append((row["seq"], row, bool(row["gap_before"]) and j == 0))
+            previous_seq = row["seq"]
+        else:
+            previous_seq += 1
+            positions.append((previous_seq, None, False))
+    new_seqs = [seq for seq, row, _ in positions if row is None]
+    if any(seq in taken for seq in new_seqs):
+        # No room where the window belongs: keep it, after everything, as a separate part.
+        return _place_apart(stored, incoming, gaps_before, force_after=True)
+    lowest_seq, highest_seq = positions[0][0], positions[-1][0]
+    earlier = [row for row in stored if row["seq"] < lowest_seq]
+    later = [row for row in stored if row["seq"] > highest_seq]
+    if positions[0][1] is None and earlier:
+        seq, _, _ = positions[0]
+        positions[0] = (seq, None, True)
+    gap_after_id = None
+    if positions[-1][1] is None and later and not later[0]["gap_before"]:
+        gap_after_id = later[0]["id"]
+    # Recount: gaps the window closed go, the ones at its edges stay or appear.
+    closed = {row["id"] for j, row in enumerate(mapping) if row is not None and j > 0}
+    remaining = sum(1 for row in stored if row["gap_before"] and row["id"] not in closed)
+    gap_count = remaining + int(positions[0][2] and positions[0][1] is None) + int(gap_after_id is not None)
+    return Placement(positions, gap_after_id, gap_count, gap_count > gaps_before)
+
+
+def _place_apart(
+    stored: Sequence[dict[str, Any]],
+    incoming: Sequence[dict[str, Any]],
+    gaps_before: int,
+    *,
+    force_after: bool = False,
+) -> Placement:
+    """A window that overlaps nothing: before or after the stored parts, by time, as a new part."""
+    count = len(incoming)
+    window_last = max((row["ts_ms"] for row in incoming if row["ts_ms"]), default=None)
+    segments = segments_of(stored)
+    index = len(segments)  # the new part goes before segments[index]
+    if window_last is not None and not force_after:
+        for k, segment in enumerate(segments):
+            first_ts = min((row["ts_ms"] for row in segment if row["ts_ms"]), default=None)
+            if first_ts is not None and window_last < first_ts:
+                index = k
+                break
+    if index == len(segments):
+        start = segments[-1][-1]["seq"] + GAP_ROOM
+    elif index == 0:
+        start = segments[0][0]["seq"] - GAP_ROOM - count
+    else:
+        low, high = segments[index - 1][-1]["seq"], segments[index][0]["seq"]
+        start = low + (high - low - count) // 2
+        if high - low <= count + 1:
+            return _place_apart(stored, incoming, gaps_before, force_after=True)
+    positions = [(start + j, None, j == 0 and index > 0) for j in range(count)]
+    gap_after_id = None
+    if index < len(segments) and not segments[index][0]["gap_before"]:
+        gap_after_id = segments[index][0]["id"]
+    gap_count = gaps_before + int(index > 0) + int(gap_after_id is not None)
+    return Placement(positions, gap_after_id, gap_count, True)
+
+
 class Ingestor:
     """Applies events to the store; one instance per service, used on the writer thread."""
 
@@ -341,25 +468,16 @@ class Ingestor:
         base_ms = session["start_ms"] or stamp
         incoming = [message_row(message, base_ms) for message in messages]
         stored = tx.session_fingerprints(agent_id) if session["message_count"] else []
-        offset = align([row["fp"] for row in stored], [row["fp"] for row in incoming])
-        gap = False
-        if not stored:
-            offset = 0
-        elif offset is None:
-            gap = True
-            offset = self._place_without_overlap(stored, incoming)
-        first_seq = stored[0]["seq"] if stored else 0
+        placed = place_window(stored, incoming)
+        created_ms = now_ms()
         new_rows: list[dict[str, Any]] = []
-        for index, row in enumerate(incoming):
-            position = offset + index
-            if 0 <= position < len(stored):
-                changes = enrichment(stored[position], row)
-                tx.update_message(stored[position]["id"], changes)
+        for row, (seq, existing, gap_before) in zip(incoming, placed.positions, strict=True):
+            if existing is not None:
+                changes = enrichment(existing, row)
+                if existing["gap_before"] and not gap_before:
+                    changes["gap_before"] = 0  # this window proves the gap was none
+                tx.update_message(existing["id"], changes)
                 continue
-            if position < 0:
-                seq = first_seq + position
-            else:
-                seq = stored[-1]["seq"] + (position - len(stored) + 1) if stored else position
             new_rows.append(
                 {
                     **row,
@@ -367,46 +485,35 @@ class Ingestor:
                     "user_id": session["user_id"],
                     "character_id": session["character_id"],
                     "seq": seq,
-                    "gap_before": 0,
-                    "created_ms": now_ms(),
+                    "gap_before": int(gap_before),
+                    "created_ms": created_ms,
                 }
             )
-        if gap and new_rows:
-            if offset < 0:
-                # The late older window ends before the stored part begins.
-                tx.update_message(stored[0]["id"], {"gap_before": 1})
-            else:
-                new_rows[0]["gap_before"] = 1
-            log.warning("session %s: window of %d does not overlap, gap recorded", agent_id, len(incoming))
+        if placed.gap_after_id is not None:
+            tx.update_message(placed.gap_after_id, {"gap_before": 1})
         tx.insert_messages(new_rows)
-        if new_rows or gap:
+        gaps = placed.gap_count
+        if new_rows or gaps != session["gap_count"]:
             tx.update_session(
                 agent_id,
-                {
-                    "message_count": session["message_count"] + len(new_rows),
-                    "gap_count": session["gap_count"] + int(gap and bool(new_rows)),
-                },
+                {"message_count": session["message_count"] + len(new_rows), "gap_count": gaps},
             )
             session["message_count"] += len(new_rows)
+        if placed.new_gap:
+            log.warning(
+                "session %s: a window of %d messages overlaps nothing stored; gap recorded",
+                agent_id, len(incoming),
+            )  # fmt: skip
         if new_rows:
             self.schedule_condense(tx, session["user_id"], session["character_id"], len(new_rows))
         return Outcome(
             "done",
             agent_id=agent_id,
             new_messages=len(new_rows),
-            gap=gap and bool(new_rows),
+            gap=placed.new_gap,
             user_id=session["user_id"],
             character_id=session["character_id"],
         )
-
-    @staticmethod
-    def _place_without_overlap(stored: list[dict[str, Any]], incoming: list[dict[str, Any]]) -> int:
-        """Before the stored part if the window's times say it is older, else after it."""
-        window_last = max((row["ts_ms"] for row in incoming if row["ts_ms"]), default=None)
-        stored_first = min((row["ts_ms"] for row in stored if row["ts_ms"]), default=None)
-        if window_last is not None and stored_first is not None and window_last < stored_first:
-            return -len(incoming)
-        return len(stored)
 
     def schedule_condense(self, tx: SQLiteTransaction, user_id: str, character_id: str, new: int) -> None:
         """Debounce the pair's condense job (the database is the queue)."""

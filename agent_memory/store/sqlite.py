@@ -120,7 +120,7 @@ class SQLiteView:
     def session_fingerprints(self, agent_id: str) -> list[dict[str, Any]]:
         """What window merging needs of a session's stored messages, in order."""
         return self._all(
-            "SELECT id, seq, fp, turn_id, ts_ms, content, source, interrupted, original "
+            "SELECT id, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original "
             "FROM messages WHERE agent_id = ? ORDER BY seq",
             (agent_id,),
         )

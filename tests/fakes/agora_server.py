@@ -49,7 +49,7 @@ def error(
 
 
 class FakeAgora:
-    """Holds agents and what was asked of it; `async with FakeAgora() as fake` serves on 127.0.0.1."""
+    """Agents plus a record of requests; `async with FakeAgora() as fake` serves on 127.0.0.1."""
 
     def __init__(
         self,
@@ -146,9 +146,8 @@ class FakeAgora:
         return await handler(request)
 
     def _authorized(self, header: str | None) -> bool:
-        if header is None:
-            return False
-        return header == self.basic or (self.token is not None and header == f"agora token={self.token}")
+        token = f"agora token={self.token}" if self.token else None
+        return header is not None and header in (self.basic, token)
 
     async def _json_body(self, request: web.Request) -> dict[str, Any] | None:
         try:

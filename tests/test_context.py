@@ -1,0 +1,99 @@
+"""The context builder: order, budget, determinism."""
+
+import pytest
+
+from agent_memory.context import build_context
+from agent_memory.errors import InvalidField
+from agent_memory.tokens import count_message_tokens
+
+DAY = 1_763_690_000_000
+
+
+def message(index, content=None, **extra):
+    row = {
+        "id": index, "role": "user" if index % 2 == 0 else "assistant",
+        "content": content if content is not None else f"message number {index} about the garden",
+        "ts_ms": DAY + index * 60_000, "at_ms": DAY + index * 60_000, "speaker": None,
+        "interrupted": 0, "original": None, "gap_before": 0,
+    }  # fmt: skip
+    row.update(extra)
+    return row
+
+
+FACTS = [
+    {"id": 1, "text": "The user's cat is called Miso", "pinned": 1, "updated_ms": 1},
+    {"id": 2, "text": "The user's exam is on the 22nd", "pinned": 0, "updated_ms": 5},
+    {"id": 3, "text": "The user works night shifts", "pinned": 0, "updated_ms": 3},
+]
+SUMMARY = {"text": "They talked about gardening. " * 20, "updated_ms": DAY, "covered_until_ms": DAY,
+           "method": "llm"}  # fmt: skip
+
+
+def test_order_is_persona_facts_summary_recent():
+    context = build_context(
+        facts=FACTS, summary=SUMMARY, messages=[message(i) for i in range(6)], max_tokens=1500,
+        persona="You are Luna.",
+    )
+    contents = [m["content"] for m in context.system_messages]
+    assert contents[0] == "You are Luna."
+    assert contents[1].startswith("What you remember") and "Miso" in contents[1]
+    assert contents[2].startswith("Summary of your earlier conversations") and "2025-11-21" in contents[2]
+    assert contents[3].startswith("The most recent turns") and "message number 5" in contents[3]
+    assert all(m["role"] == "system" for m in context.system_messages)
+
+
+@pytest.mark.parametrize("budget", [60, 120, 250, 600, 1500])
+def test_never_over_budget_and_newest_turns_survive(budget):
+    messages = [message(i) for i in range(200)]
+    context = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=budget)
+    assert context.tokens <= budget
+    assert context.tokens == sum(count_message_tokens(m["content"]) for m in context.system_messages)
+    if context.included["messages"]:
+        assert "message number 199" in context.system_messages[-1]["content"]
+        assert "message number 0 " not in context.system_messages[-1]["content"]
+
+
+def test_short_budget_drops_turns_then_shortens_summary_then_facts():
+    messages = [message(i) for i in range(50)]
+    roomy = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=5000)
+    assert roomy.included["messages"] == 50 and not roomy.included["summary_shortened"]
+    tight = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=150)
+    assert tight.included["messages"] == 0 and tight.included["summary_shortened"]
+    assert tight.included["facts"] == 3
+    tiny = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=50)
+    assert not tiny.included["summary"]
+    assert tiny.included["facts"] >= 1 and "Miso" in tiny.system_messages[0]["content"]  # pinned stays
+
+
+def test_deterministic():
+    args = dict(facts=FACTS, summary=SUMMARY, messages=[message(i) for i in range(80)], max_tokens=400)
+    assert build_context(**args).system_messages == build_context(**args).system_messages
+
+
+def test_empty_contents_are_never_rendered_and_interruptions_are_marked():
+    messages = [
+        message(0, ""),
+        message(1, "Why did the scarecrow ", interrupted=1,
+                original="Why did the scarecrow win an award?"),
+        message(2, "   "),
+    ]  # fmt: skip
+    context = build_context(facts=[], summary=None, messages=messages, max_tokens=500)
+    text = context.system_messages[-1]["content"]
+    assert text.count("User:") == 0
+    assert "Why did the scarecrow… [interrupted by the user; the unheard rest: win an award?]" in text
+
+
+def test_several_speakers_are_named():
+    messages = [message(0, "hi", speaker="2001"), message(2, "hello", speaker="2002")]
+    text = build_context(facts=[], summary=None, messages=messages, max_tokens=500).system_messages[-1]["content"]
+    assert "User 2001: hi" in text and "User 2002: hello" in text
+
+
+def test_persona_over_budget_is_refused_with_a_clear_message():
+    with pytest.raises(InvalidField, match="persona alone is about"):
+        build_context(facts=[], summary=None, messages=[], max_tokens=50, persona="word " * 100)
+
+
+def test_no_memory_gives_only_the_persona():
+    context = build_context(facts=[], summary=None, messages=[], max_tokens=500, persona="You are Luna.")
+    assert context.system_messages == [{"role": "system", "content": "You are Luna."}]

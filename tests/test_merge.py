@@ -1,0 +1,208 @@
+"""Window merging: one transcript per agent run, nothing lost, nothing doubled."""
+
+import itertools
+import random
+
+import pytest
+
+from agent_memory.ingest import Ingestor, align
+from agent_memory.models import AgentHistory, Envelope
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore
+from conftest import agent_event, load_fixture, turns
+
+LABELS = {"user_id": "u1", "character_id": "c1"}
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = SQLiteStore(tmp_path / "merge.db")
+    store.open()
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def ingestor():
+    return Ingestor(Settings(summary_delay_s=3600))
+
+
+async def merge(store, ingestor, agent_id, contents, labels=LABELS):
+    event = AgentHistory.model_validate({"agent_id": agent_id, "labels": labels, "contents": contents})
+
+    def run(tx):
+        session = ingestor.ensure_session(tx, event, event.contents, 1_763_690_000_000)
+        return ingestor.merge_window(tx, session, event.contents, 1_763_690_000_000)
+
+    return await store.write(run)
+
+
+async def transcript(store, agent_id):
+    rows = await store.read(lambda view: view.session_messages(agent_id))
+    return [row["content"] for row in rows]
+
+
+@pytest.mark.parametrize(
+    ("stored", "window", "expected"),
+    [
+        ("abc", "bcd", 1),
+        ("abc", "abc", 0),
+        ("abcd", "zab", -1),  # an older window arriving late
+        ("abc", "xyz", None),
+        ("", "abc", None),
+        ("abab", "ab", 2),  # repeats: the latest consistent place
+        ("aab", "abc", 1),
+    ],
+)
+def test_align(stored, window, expected):
+    assert align(list(stored), list(window)) == expected
+
+
+def long_call():
+    data = load_fixture("history/long_call_windows.json")
+    return data["windows"], data["total_messages"]
+
+
+def full_conversation():
+    windows, _ = long_call()
+    seen = []
+    for window in windows:
+        for message in window["contents"]:
+            if message not in seen:
+                seen.append(message)
+    return [m["content"] for m in seen]
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed", "shuffled"])
+async def test_sliding_windows_merge_into_one_exact_transcript(store, ingestor, order):
+    windows, total = long_call()
+    if order == "reversed":
+        windows = windows[::-1]
+    elif order == "shuffled":
+        windows = windows[:]
+        random.Random(7).shuffle(windows)
+    for window in windows:
+        await merge(store, ingestor, "LONG", window["contents"])
+    assert await transcript(store, "LONG") == full_conversation()
+    assert len(full_conversation()) == total == 80
+    session = await store.read(lambda view: view.get_session("LONG"))
+    assert session["message_count"] == 80
+    assert session["gap_count"] == 0
+
+
+async def test_redelivered_window_changes_nothing(store, ingestor):
+    contents = turns(10)
+    first = await merge(store, ingestor, "A", contents)
+    again = await merge(store, ingestor, "A", contents)
+    assert (first.new_messages, again.new_messages) == (10, 0)
+    assert len(await transcript(store, "A")) == 10
+
+
+async def test_text_only_poll_then_detailed_103_enriches_instead_of_doubling(store, ingestor):
+    detailed = turns(6)
+    detailed[3]["metadata"] = {"source": "llm", "interrupted": True, "original": "assistant line 3 and more",
+                               "interrupt_timestamp": 1_763_690_003_500}
+    bare = [{"role": m["role"], "content": m["content"]} for m in detailed[:4]]
+    await merge(store, ingestor, "A", bare)
+    outcome = await merge(store, ingestor, "A", detailed)
+    assert outcome.new_messages == 2
+    rows = await store.read(lambda view: view.session_messages("A"))
+    assert [r["content"] for r in rows] == [m["content"] for m in detailed]
+    assert [r["turn_id"] for r in rows] == [1, 1, 2, 2, 3, 3]
+    assert rows[3]["interrupted"] == 1 and rows[3]["original"] == "assistant line 3 and more"
+    assert rows[3]["ts_ms"] == detailed[3]["timestamp"]
+
+
+async def test_window_that_overlaps_nothing_records_a_gap(store, ingestor):
+    messages = turns(100)
+    await merge(store, ingestor, "A", messages[:32])
+    outcome = await merge(store, ingestor, "A", messages[60:92])
+    assert outcome.gap and outcome.new_messages == 32
+    rows = await store.read(lambda view: view.session_messages("A"))
+    assert len(rows) == 64
+    assert [r["gap_before"] for r in rows].count(1) == 1 and rows[32]["gap_before"] == 1
+    session = await store.read(lambda view: view.get_session("A"))
+    assert session["gap_count"] == 1
+
+
+async def test_older_window_without_overlap_goes_before_by_time(store, ingestor):
+    messages = turns(100)
+    await merge(store, ingestor, "A", messages[60:92])
+    await merge(store, ingestor, "A", messages[:32])
+    contents = await transcript(store, "A")
+    assert contents == [m["content"] for m in messages[:32] + messages[60:92]]
+
+
+async def test_repeated_contents_are_not_collapsed(store, ingestor):
+    window = [
+        {"role": "user", "content": "ok"}, {"role": "assistant", "content": ""},
+        {"role": "user", "content": "ok"}, {"role": "assistant", "content": ""},
+        {"role": "user", "content": "ok"},
+    ]
+    await merge(store, ingestor, "A", window[:3])
+    await merge(store, ingestor, "A", window)
+    assert await transcript(store, "A") == ["ok", "", "ok", "", "ok"]
+
+
+async def test_every_split_of_a_conversation_into_overlapping_windows_merges_exactly(store, ingestor):
+    messages = turns(40)
+    for index, (start, size) in enumerate(itertools.product([0, 5, 17], [8, 20])):
+        agent = f"S{index}"
+        for window_start in range(start, 40, size // 2):
+            await merge(store, ingestor, agent, messages[max(0, window_start - size // 2):window_start + size])
+        await merge(store, ingestor, agent, messages[:size])
+        expected = [m["content"] for m in messages[max(0, start - size // 2):]]
+        if start - size // 2 > 0:
+            expected = [m["content"] for m in messages[:size]] + [
+                m["content"] for m in messages[start - size // 2:] if m not in messages[:size]
+            ]
+        got = await transcript(store, agent)
+        assert len(got) == len(set(got)) == len(expected), agent
+        assert got == sorted(got, key=lambda c: int(c.rsplit(" ", 1)[1])), agent
+
+
+async def test_binding_moves_a_fallback_session_and_labels_win_later(store, ingestor):
+    await merge(store, ingestor, "A", [{"role": "user", "content": "hi", "metadata": {"user": "42"}}], labels={})
+    session = await store.read(lambda view: view.get_session("A"))
+    assert (session["user_id"], session["identity_source"]) == ("rtc:42", "rtc")
+    await store.write(lambda tx: ingestor.bind(tx, "A", "alice", "luna"))
+    rows = await store.read(lambda view: view.latest_messages("alice", "luna", 10))
+    assert [r["content"] for r in rows] == ["hi"]
+    assert await store.read(lambda view: view.latest_messages("rtc:42", "default", 10)) == []
+
+
+async def test_failed_apply_keeps_the_raw_callback(store, ingestor):
+    envelope = Envelope.model_validate(agent_event(103, "BAD", contents=5))
+    outcome = await store.write(lambda tx: ingestor.accept_callback(tx, envelope, "{raw}", 1))
+    assert outcome.status == "failed"
+    row = await store.read(lambda view: view.get_inbox("BAD:103"))
+    assert row["body"] == "{raw}" and row["status"] == "failed" and "contents" in row["error"]
+
+
+@pytest.mark.parametrize("seed", range(25))
+async def test_random_windows_in_random_order_give_the_union_in_order(store, ingestor, seed):
+    rng = random.Random(seed)
+    messages = turns(120)
+    if seed % 2:  # half the runs look like the bare history endpoint: role and content only
+        messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+    windows = []
+    for _ in range(rng.randint(2, 9)):
+        start = rng.randrange(0, 110)
+        windows.append((start, min(120, start + rng.randint(4, 40))))
+    covered = sorted({i for start, stop in windows for i in range(start, stop)})
+    if seed % 2:
+        windows.sort()  # without times, only arrival order can place windows: polls come in order
+    else:
+        rng.shuffle(windows)
+    for start, stop in windows:
+        await merge(store, ingestor, "R", messages[start:stop])
+    assert await transcript(store, "R") == [messages[i]["content"] for i in covered]
+    rows = await store.read(lambda view: view.session_messages("R"))
+    # Continuity is known only where one window held both neighbours.
+    breaks = [
+        not any(start <= covered[i - 1] and covered[i] < stop for start, stop in windows)
+        for i in range(1, len(covered))
+    ]
+    assert [bool(r["gap_before"]) for r in rows[1:]] == breaks
+    session = await store.read(lambda view: view.get_session("R"))
+    assert session["gap_count"] == sum(breaks)
