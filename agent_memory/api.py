@@ -14,6 +14,7 @@ from .context import load_context
 from .errors import InvalidField, NotFound, StoreUnavailable
 from .facts import add_pinned_fact
 from .http import int_query, json_response, read_model
+from .jobs import condense_now, retry_job
 from .state import INGESTOR, SETTINGS, STORE
 
 log = logging.getLogger(__name__)
@@ -218,3 +219,41 @@ async def bind_session(request: web.Request) -> web.Response:
         lambda tx: ingestor.bind(tx, agent_id, body.user_id, body.character_id)
     )
     return json_response({"session": session_json(row)})
+
+
+JOB_STATUSES = ("pending", "running", "dead")
+
+
+def job_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in (
+        "id", "kind", "user_id", "character_id", "status", "due_ms", "attempts", "last_error",
+        "pending_messages", "updated_ms",
+    )}  # fmt: skip
+
+
+@routes.get("/v1/jobs")
+async def list_jobs(request: web.Request) -> web.Response:
+    status = request.query.get("status") or None
+    if status is not None and status not in JOB_STATUSES:
+        raise InvalidField(f"status must be one of {', '.join(JOB_STATUSES)}, got {status!r}")
+    limit = int_query(request, "limit", 100, low=1, high=1000)
+    rows = await request.app[STORE].read(lambda view: view.jobs(status, limit))
+    return json_response({"jobs": [job_json(row) for row in rows]})
+
+
+@routes.post("/v1/jobs/{job_id}/retry")
+async def retry(request: web.Request) -> web.Response:
+    raw = request.match_info["job_id"]
+    if not raw.isdigit():
+        raise InvalidField(f"job id must be an integer, got {raw!r}")
+    row = await retry_job(request.app[STORE], int(raw))
+    return json_response({"job": job_json(row)})
+
+
+@routes.post(PAIR + "/condense")
+async def condense(request: web.Request) -> web.Response:
+    user_id, character_id = pair(request)
+    store = request.app[STORE]
+    await condense_now(store, user_id, character_id)
+    row = await store.read(lambda view: view.get_job("condense", user_id, character_id))
+    return json_response({"job": job_json(row) if row else None}, status=202)

@@ -12,10 +12,12 @@ from webhooks.agora import AgoraReceiver
 
 from . import api
 from .http import bearer_auth_middleware, errors_middleware
+from .condense import make_condenser
 from .ingest import Ingestor, Outcome
+from .jobs import CondenseJobs
 from .models import Envelope
 from .settings import Settings
-from .state import INGESTOR, SETTINGS, STORE
+from .state import INGESTOR, JOBS, SETTINGS, STORE
 from .store import SQLiteStore
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,18 @@ async def store_context(app: web.Application) -> AsyncIterator[None]:
     await asyncio.get_running_loop().run_in_executor(None, store.open)
     yield
     await asyncio.get_running_loop().run_in_executor(None, store.close)
+
+
+async def jobs_context(app: web.Application) -> AsyncIterator[None]:
+    """Condense memories in the background while the app runs."""
+    settings = app[SETTINGS]
+    jobs = CondenseJobs(
+        settings, app[STORE], make_condenser(settings), sweep_s=settings.job_sweep_s
+    )
+    app[JOBS] = jobs
+    await jobs.start()
+    yield
+    await jobs.stop()
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -50,6 +64,7 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_post("/webhooks/agora", receiver.handle)
     app.router.add_routes(api.routes)
     app.cleanup_ctx.append(store_context)
+    app.cleanup_ctx.append(jobs_context)
     if not settings.webhook_secret:
         if settings.insecure_webhooks:
             log.warning(

@@ -230,8 +230,9 @@ the next call can continue naturally.
 
 You receive the previous rolling summary, the facts remembered so far (each with an id; \
 some are pinned), and the new part of the conversation as a dated transcript (times are \
-UTC). "Assistant" lines are the character. A line marked "[interrupted by the user; it was \
-going to say: …]" was cut off: the user only heard the text before the bracket.
+UTC). "Assistant" lines are the character. A line marked "[interrupted by the user …]" \
+was cut off: the user only heard the text before the bracket, and the bracket tells what \
+the character was going to say.
 
 Answer with one JSON object:
 - summary: the updated rolling summary. Merge the previous summary with the new \

@@ -43,6 +43,7 @@ ENVIRONMENT: dict[str, str] = {
     "summary_max_wait_s": "AGENT_MEMORY_SUMMARY_MAX_WAIT_S",
     "summary_max_messages": "AGENT_MEMORY_SUMMARY_MAX_MESSAGES",
     "job_max_attempts": "AGENT_MEMORY_JOB_MAX_ATTEMPTS",
+    "job_sweep_s": "AGENT_MEMORY_JOB_SWEEP_S",
     "log_level": "AGENT_MEMORY_LOG_LEVEL",
 }
 
@@ -87,6 +88,7 @@ class Settings(BaseModel):
     summary_max_wait_s: float = Field(300.0, ge=0)
     summary_max_messages: int = Field(40, ge=1)
     job_max_attempts: int = Field(6, ge=1)
+    job_sweep_s: float = Field(1.0, gt=0)
 
     group_commit_max: int = Field(256, ge=1)
     log_level: str = "INFO"

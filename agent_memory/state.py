@@ -5,9 +5,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from .ingest import Ingestor
+from .jobs import CondenseJobs
 from .settings import Settings
 from .store import SQLiteStore
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", SQLiteStore)
 INGESTOR = web.AppKey("ingestor", Ingestor)
+JOBS = web.AppKey("jobs", CondenseJobs)

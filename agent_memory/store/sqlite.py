@@ -169,6 +169,9 @@ class SQLiteView:
             (kind, user_id, character_id),
         )
 
+    def get_job_by_id(self, job_id: int) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM jobs WHERE id = ?", (job_id,))
+
     def jobs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         if status is None:
             return self._all("SELECT * FROM jobs ORDER BY due_ms LIMIT ?", (limit,))
@@ -362,6 +365,20 @@ class SQLiteTransaction(SQLiteView):
         self.conn.execute(
             "UPDATE jobs SET due_ms = ?, pending_messages = ?, updated_ms = ? WHERE id = ?",
             (due, pending, stamp, job["id"]),
+        )
+
+    def make_due(self, kind: str, user_id: str, character_id: str) -> None:
+        """Make the pair's job due now, creating or reviving it; a running one is left alone."""
+        stamp = now_ms()
+        self.conn.execute(
+            "INSERT INTO jobs (kind, user_id, character_id, status, due_ms, first_due_ms, "
+            "pending_messages, attempts, created_ms, updated_ms) "
+            "VALUES (?, ?, ?, 'pending', ?, ?, 0, 0, ?, ?) "
+            "ON CONFLICT (kind, user_id, character_id) DO UPDATE SET due_ms = excluded.due_ms, "
+            "status = CASE status WHEN 'running' THEN 'running' ELSE 'pending' END, "
+            "attempts = CASE status WHEN 'dead' THEN 0 ELSE attempts END, "
+            "updated_ms = excluded.updated_ms",
+            (kind, user_id, character_id, stamp, stamp, stamp, stamp),
         )
 
     def claim_job(self, job_id: int) -> dict[str, Any] | None:

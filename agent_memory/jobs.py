@@ -1,0 +1,265 @@
+"""Background work: condensing each (user, character) memory on a schedule.
+
+The database is the queue. Ingest writes a debounced `condense` job row per pair;
+APScheduler only decides when to look for due rows. A claimed job reads the messages
+after the pair's watermark, makes one condenser call, and commits the new summary,
+the fact changes and the advanced watermark in one transaction. Failures retry with
+exponential backoff and jitter; after `job_max_attempts` a job is dead until retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from .condense import CondenseInput, CondenseResult, Condenser, FactIn
+from .errors import LLMError, LLMUnavailable, NotFound
+from .facts import normalise
+from .ingest import CONDENSE
+from .settings import Settings
+from .store import SQLiteStore, SQLiteTransaction, dumps, now_ms
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 5.0
+BACKOFF_CAP_S = 600.0
+# More messages than this since the watermark are condensed over several calls.
+MAX_MESSAGES_PER_CALL = 400
+MAX_PARALLEL_JOBS = 4
+
+Listener = Callable[[str, str, CondenseResult], Any]
+
+
+def backoff_s(attempt: int, retry_after: float | None, rng: random.Random) -> float:
+    """Delay before retry number `attempt` (1-based): full jitter, at least Retry-After."""
+    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
+    delay = rng.uniform(ceiling / 2, ceiling)
+    return max(delay, retry_after or 0.0)
+
+
+def apply_result(
+    tx: SQLiteTransaction,
+    job: dict[str, Any],
+    messages: list[dict[str, Any]],
+    result: CondenseResult,
+    previous: dict[str, Any] | None,
+) -> dict[str, int]:
+    """Commit a condensed result: summary, fact changes and watermark together."""
+    user_id, character_id = job["user_id"], job["character_id"]
+    current = tx.get_summary(user_id, character_id)
+    if (current and current["watermark_id"]) != (previous and previous["watermark_id"]):
+        # Someone condensed these messages meanwhile (a forget, or a manual retry): drop ours.
+        raise RuntimeError("the summary changed while the job ran")
+    stamp = now_ms()
+    watermark = max(row["id"] for row in messages)
+    covered_until = max(row["at_ms"] for row in messages)
+    tx.set_summary(
+        {
+            "user_id": user_id,
+            "character_id": character_id,
+            "text": result.summary,
+            "watermark_id": watermark,
+            "covered_until_ms": max(covered_until, previous["covered_until_ms"] if previous else 0),
+            "message_count": (previous["message_count"] if previous else 0) + len(messages),
+            "method": result.method,
+            "model": result.model,
+            "meta": dumps(
+                {"tokens_sent": result.tokens_sent, "fallback_reason": result.fallback_reason}
+            ),
+            "created_ms": previous["created_ms"] if previous else stamp,
+            "updated_ms": stamp,
+        }
+    )
+    changes = {"added": 0, "updated": 0, "removed": 0}
+    pinned = {
+        fact["id"] for fact in tx.list_facts(user_id, character_id) if fact["pinned"]
+    }
+    for fact in result.add_facts:
+        scope = "" if fact.scope == "user" else character_id
+        _, created = tx.add_fact(
+            user_id, scope, fact.text, normalise(fact.text), pinned=False, origin=result.method
+        )
+        changes["added"] += int(created)
+    known = {fact["id"] for fact in tx.list_facts(user_id, character_id)}
+    for update in result.update_facts:
+        if update.id in known and update.id not in pinned:
+            changes["updated"] += int(tx.update_fact(update.id, update.text, normalise(update.text)))
+    for fact_id in result.remove_facts:
+        if fact_id in known and fact_id not in pinned:
+            changes["removed"] += int(tx.delete_fact(fact_id))
+    return changes
+
+
+class CondenseJobs:
+    """Finds due condense jobs and runs them, at most one per pair at a time."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: SQLiteStore,
+        condenser: Condenser,
+        *,
+        rng: random.Random | None = None,
+        sweep_s: float = 1.0,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.condenser = condenser
+        self.rng = rng or random.Random()
+        self.sweep_s = sweep_s
+        self.listeners: list[Listener] = []
+        self.scheduler: AsyncIOScheduler | None = None
+        self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(MAX_PARALLEL_JOBS)
+
+    async def start(self) -> None:
+        """Find again what a crash left running, then look for due jobs every `sweep_s`."""
+        released = await self.store.write(lambda tx: tx.release_running_jobs())
+        if released:
+            log.info("%d condense jobs left running by a previous process are pending again", released)
+        self.scheduler = AsyncIOScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
+        )
+        self.scheduler.add_job(
+            self.sweep, "interval", seconds=self.sweep_s, id="condense-sweep",
+            next_run_time=datetime.now(),
+        )  # fmt: skip
+        self.scheduler.start()
+
+    async def stop(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+            self.scheduler = None
+        if self._running:
+            # A job cut short stays 'running' in the database and is found again at start.
+            await asyncio.wait(list(self._running.values()), timeout=5)
+        await self.condenser.close()
+
+    async def sweep(self) -> int:
+        """Start every due job that is not already running; returns how many started."""
+        free = MAX_PARALLEL_JOBS - len(self._running)
+        if free <= 0:
+            return 0
+        due = await self.store.read(lambda view: view.due_jobs(CONDENSE, now_ms(), free * 2))
+        started = 0
+        for job in due:
+            key = (job["user_id"], job["character_id"])
+            if key in self._running or len(self._running) >= MAX_PARALLEL_JOBS:
+                continue
+            task = asyncio.get_running_loop().create_task(self.run(job["id"]))
+            self._running[key] = task
+            task.add_done_callback(lambda _, key=key: self._running.pop(key, None))
+            started += 1
+        return started
+
+    async def run_due_now(self) -> None:
+        """Sweep, and wait for what it started (tests and the CLI)."""
+        await self.sweep()
+        if self._running:
+            await asyncio.gather(*self._running.values())
+
+    async def run(self, job_id: int) -> None:
+        """Claim one job, condense, commit; failures are recorded on the job."""
+        async with self._slots:
+            job = await self.store.write(lambda tx: tx.claim_job(job_id))
+            if job is None:
+                return
+            try:
+                await self._condense(job)
+            except Exception as exc:
+                await self._failed(job, exc)
+
+    async def _condense(self, job: dict[str, Any]) -> None:
+        user_id, character_id = job["user_id"], job["character_id"]
+
+        def read(view: Any) -> tuple[Any, Any, Any]:
+            summary = view.get_summary(user_id, character_id)
+            watermark = summary["watermark_id"] if summary else 0
+            return (
+                summary,
+                view.list_facts(user_id, character_id),
+                view.messages_after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1),
+            )
+
+        previous, facts, messages = await self.store.read(read)
+        more = len(messages) > MAX_MESSAGES_PER_CALL
+        messages = messages[:MAX_MESSAGES_PER_CALL]
+        again_at = now_ms() + round(self.settings.summary_delay_s * 1000)
+        if not messages:
+            await self.store.write(lambda tx: tx.finish_job(job, again_at_ms=again_at))
+            return
+        started = time.monotonic()
+        result = await self.condenser.condense(
+            CondenseInput(
+                user_id=user_id,
+                character_id=character_id,
+                previous_summary=previous["text"] if previous else None,
+                facts=[
+                    FactIn(
+                        id=fact["id"],
+                        text=fact["text"],
+                        scope="user" if fact["character_id"] == "" else "character",
+                        pinned=bool(fact["pinned"]),
+                    )
+                    for fact in facts
+                ],
+                messages=messages,
+            )
+        )
+
+        def commit(tx: SQLiteTransaction) -> dict[str, int]:
+            changes = apply_result(tx, job, messages, result, previous)
+            finished = tx.finish_job(job, again_at_ms=now_ms() if more else again_at)
+            if finished and more:
+                tx.make_due(CONDENSE, user_id, character_id)
+            return changes
+
+        changes = await self.store.write(commit)
+        log.info(
+            "condensed %s/%s: %d messages with %s in %.2fs, %d tokens sent; facts %s",
+            user_id, character_id, len(messages), result.model, time.monotonic() - started,
+            result.tokens_sent, changes,
+        )  # fmt: skip
+        for listener in self.listeners:
+            listener(user_id, character_id, result)
+
+    async def _failed(self, job: dict[str, Any], exc: Exception) -> None:
+        attempt = job["attempts"] + 1
+        reason = f"{type(exc).__name__}: {exc}"
+        if attempt >= self.settings.job_max_attempts:
+            retry_at = None
+            log.error(
+                "condense %s/%s is dead after %d attempts: %s",
+                job["user_id"], job["character_id"], attempt, reason,
+            )  # fmt: skip
+        else:
+            retry_after = exc.retry_after if isinstance(exc, LLMUnavailable) else None
+            delay = backoff_s(attempt, retry_after, self.rng)
+            retry_at = now_ms() + round(delay * 1000)
+            level = logging.WARNING if isinstance(exc, LLMError) else logging.ERROR
+            log.log(
+                level, "condense %s/%s failed (attempt %d), retry in %.1fs: %s",
+                job["user_id"], job["character_id"], attempt, delay, reason,
+                exc_info=not isinstance(exc, LLMError),
+            )  # fmt: skip
+        await self.store.write(lambda tx: tx.fail_job(job["id"], reason, retry_at_ms=retry_at))
+
+
+async def retry_job(store: SQLiteStore, job_id: int) -> dict[str, Any]:
+    """Make a dead job pending now."""
+    revived = await store.write(lambda tx: tx.revive_job(job_id))
+    if not revived:
+        raise NotFound(f"no dead job with id {job_id}")
+    return await store.read(lambda view: view.get_job_by_id(job_id))
+
+
+async def condense_now(store: SQLiteStore, user_id: str, character_id: str) -> None:
+    """Make the pair's condense job due now (creating one if there is none)."""
+    await store.write(lambda tx: tx.make_due(CONDENSE, user_id, character_id))

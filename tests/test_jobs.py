@@ -1,0 +1,251 @@
+"""Scheduled condensing through the real server, the real openai SDK and a fake LLM on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from agent_memory.state import JOBS
+from conftest import agent_event, load_fixture, turns
+from fakes.openai_server import FakeOpenAI, Reply
+
+ALICE = "/v1/users/u-alice/characters/luna"
+NO_SWEEP = {"job_sweep_s": 3600}  # tests drive the jobs themselves unless they test the scheduler
+
+
+async def wait_for(check: Any, timeout: float = 15.0) -> Any:
+    """Poll `check()` until it returns something truthy (not a timing assertion: a deadline)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = await check()
+        if result:
+            return result
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met before the deadline")
+
+
+async def deliver(service, fixture: str) -> None:
+    for envelope in load_fixture(fixture):
+        status, _ = await service.callback(envelope)
+        assert status == 200
+
+
+async def condense(service) -> None:
+    await service.server.app[JOBS].run_due_now()
+
+
+async def job_of(service, user: str = "u-alice", character: str = "luna") -> dict[str, Any] | None:
+    return await service.store.read(lambda view: view.get_job("condense", user, character))
+
+
+def llm_settings(fake: FakeOpenAI, **extra: Any) -> dict[str, Any]:
+    return {
+        "openai_base_url": fake.base_url, "openai_api_key": "test", "llm_max_retries": 0,
+        "llm_timeout_s": 5, "llm_model": "fake-model", "summary_delay_s": 0, **NO_SWEEP, **extra,
+    }  # fmt: skip
+
+
+UPDATE = {
+    "summary": "Alice, an ICU night-shift nurse, talks with Luna about her cat Miso and her exam.",
+    "add_facts": [
+        {"text": "Alice has an orange tabby cat named Miso", "scope": "user"},
+        {"text": "Luna promised to quiz Alice on cardiac rhythms", "scope": "character"},
+    ],
+    "update_facts": [],
+    "remove_facts": [],
+}
+
+
+async def test_offline_condenser_without_llm_gives_summary_and_remembered_facts(start_service):
+    service = await start_service(summary_delay_s=0, **NO_SWEEP)
+    await deliver(service, "conversations/en_luna_companion.json")
+    await condense(service)
+    _, body = await service.api("GET", ALICE + "/summary")
+    assert body["summary"]["method"] == "offline"
+    assert body["messages_not_yet_covered"] == 0
+    _, facts = await service.api("GET", ALICE + "/facts")
+    assert any("december 14" in fact["text"].lower() for fact in facts["facts"])
+    _, context = await service.api("GET", ALICE + "/system-messages")
+    contents = [m["content"] for m in context["system_messages"]]
+    assert contents[0].startswith("What you remember") and "December 14" in contents[0]
+    assert "made without a language model" in contents[1]
+    assert await job_of(service) is None
+
+
+async def test_chinese_remember_request_becomes_a_fact_offline(start_service):
+    service = await start_service(summary_delay_s=0, **NO_SWEEP)
+    await deliver(service, "conversations/zh_xiaoyu_tutor.json")
+    await condense(service)
+    _, facts = await service.api("GET", "/v1/users/u-wang/characters/xiaoyu/facts")
+    assert any("22号有考试" in fact["text"] for fact in facts["facts"])
+    _, summary = await service.api("GET", "/v1/users/u-wang/characters/xiaoyu/summary")
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in summary["summary"]["text"])
+
+
+async def test_llm_condenses_only_new_messages_each_time(start_service):
+    async with FakeOpenAI() as fake:
+        service = await start_service(**llm_settings(fake))
+        fake.script(UPDATE)
+        first = load_fixture("conversations/en_luna_companion.json")
+        runs = list(dict.fromkeys(e["payload"]["agent_id"] for e in first))  # in delivery order
+        for envelope in first:
+            if envelope["payload"]["agent_id"] != runs[2]:
+                await service.callback(envelope)
+        await condense(service)
+        assert fake.calls == 1
+        request = fake.requests[0]
+        assert request["response_format"]["type"] == "json_schema"
+        assert request["response_format"]["json_schema"]["strict"] is True
+        assert "Miso" in fake.sent_text(0)
+        assert "the unheard rest" in fake.sent_text(0) or "was going to say" in fake.sent_text(0)
+
+        _, context = await service.api("GET", ALICE + "/system-messages")
+        text = "\n".join(m["content"] for m in context["system_messages"])
+        assert "orange tabby cat named Miso" in text and "ICU night-shift nurse" in text
+
+        for envelope in first:
+            if envelope["payload"]["agent_id"] == runs[2]:
+                await service.callback(envelope)
+        await condense(service)
+        assert fake.calls == 2
+        second = fake.sent_text(1)
+        assert UPDATE["summary"] in second  # the previous summary goes in
+        assert "Cardiac rhythms are my weak spot" not in second  # old messages do not
+        assert "sage green" in second
+        _, summary = await service.api("GET", ALICE + "/summary")
+        assert summary["messages_not_yet_covered"] == 0 and summary["summary"]["method"] == "llm"
+
+
+async def test_llm_failure_keeps_memory_and_retries_then_recovers(start_service):
+    async with FakeOpenAI() as fake:
+        service = await start_service(**llm_settings(fake))
+        await deliver(service, "conversations/en_luna_companion.json")
+        fake.script(500)
+        await condense(service)
+        job = await job_of(service)
+        assert job["status"] == "pending" and job["attempts"] == 1
+        assert "LLMUnavailable" in job["last_error"]
+        assert job["due_ms"] > time.time() * 1000  # backed off, not hammering
+        _, summary = await service.api("GET", ALICE + "/summary")
+        assert summary["summary"] is None and summary["messages_not_yet_covered"] > 0
+        _, context = await service.api("GET", ALICE + "/system-messages")
+        assert "Miso" in context["system_messages"][-1]["content"]  # raw turns still serve
+
+        status, _ = await service.api("POST", ALICE + "/condense")
+        assert status == 202
+        fake.script(UPDATE)
+        await condense(service)
+        assert await job_of(service) is None
+        _, summary = await service.api("GET", ALICE + "/summary")
+        assert summary["summary"]["text"] == UPDATE["summary"]
+
+
+async def test_rate_limit_honours_retry_after(start_service):
+    async with FakeOpenAI(retry_after=120) as fake:
+        service = await start_service(**llm_settings(fake))
+        await deliver(service, "conversations/en_luna_companion.json")
+        fake.script(429)
+        before = time.time() * 1000
+        await condense(service)
+        job = await job_of(service)
+        assert job["due_ms"] >= before + 120_000
+
+
+async def test_timeout_is_a_retryable_failure(start_service):
+    async with FakeOpenAI(hang_s=5) as fake:
+        service = await start_service(**llm_settings(fake, llm_timeout_s=0.3))
+        await deliver(service, "conversations/en_luna_companion.json")
+        fake.script("hang")
+        await condense(service)
+        job = await job_of(service)
+        assert job["attempts"] == 1 and "LLMUnavailable" in job["last_error"]
+
+
+async def test_malformed_output_is_never_half_applied_and_job_dies_then_is_retried(start_service):
+    async with FakeOpenAI() as fake:
+        service = await start_service(**llm_settings(fake, job_max_attempts=2))
+        await deliver(service, "conversations/en_luna_companion.json")
+        fake.script("malformed", "malformed", "malformed", Reply(content='{"summary": 5}'))
+        await condense(service)
+        await service.api("POST", ALICE + "/condense")
+        await condense(service)
+        assert fake.calls == 4
+        _, dead = await service.api("GET", "/v1/jobs?status=dead")
+        assert [job["user_id"] for job in dead["jobs"]] == ["u-alice"]
+        assert "LLMBadOutput" in dead["jobs"][0]["last_error"]
+        _, facts = await service.api("GET", ALICE + "/facts")
+        _, summary = await service.api("GET", ALICE + "/summary")
+        assert facts["facts"] == [] and summary["summary"] is None
+
+        job_id = dead["jobs"][0]["id"]
+        status, body = await service.api("POST", f"/v1/jobs/{job_id}/retry")
+        assert status == 200 and body["job"]["status"] == "pending"
+        fake.script(UPDATE)
+        await condense(service)
+        _, summary = await service.api("GET", ALICE + "/summary")
+        assert summary["summary"]["text"] == UPDATE["summary"]
+        status, _ = await service.api("POST", f"/v1/jobs/{job_id}/retry")
+        assert status == 404
+
+
+async def test_pinned_facts_survive_the_model(start_service):
+    async with FakeOpenAI() as fake:
+        service = await start_service(**llm_settings(fake))
+        status, body = await service.api("POST", ALICE + "/facts", json={"text": "Alice is allergic to peanuts", "scope": "user"})
+        pinned_id = body["fact"]["id"]
+        await deliver(service, "conversations/en_luna_companion.json")
+        fake.script({**UPDATE, "remove_facts": [pinned_id], "update_facts": [{"id": pinned_id, "text": "gone"}]})
+        await condense(service)
+        _, facts = await service.api("GET", ALICE + "/facts")
+        texts = {fact["text"] for fact in facts["facts"]}
+        assert "Alice is allergic to peanuts" in texts and "gone" not in texts
+
+
+async def test_many_sessions_of_one_pair_arriving_together_make_one_job_and_one_call(start_service):
+    async with FakeOpenAI() as fake:
+        service = await start_service(**llm_settings(fake))
+        labels = {"user_id": "u-many", "character_id": "luna"}
+        await asyncio.gather(*(
+            service.callback(agent_event(103, f"MANY{i}", labels=labels, contents=turns(6, prefix=f"s{i} ")))
+            for i in range(12)
+        ))  # fmt: skip
+        jobs = await service.store.read(lambda view: view.jobs())
+        assert len(jobs) == 1 and jobs[0]["pending_messages"] == 72
+        await asyncio.gather(condense(service), condense(service), condense(service))
+        assert fake.calls == 1  # two jobs for one pair never run at once, and this is one job
+        assert all(f"s{i} user line 0" in fake.sent_text(0) for i in range(12))
+
+
+async def test_debounce_pushes_the_job_back_and_max_messages_makes_it_due(start_service):
+    service = await start_service(summary_delay_s=60, summary_max_messages=20, **NO_SWEEP)
+    labels = {"user_id": "u-d", "character_id": "c"}
+    await service.callback(agent_event(103, "D1", labels=labels, contents=turns(4)))
+    first = await job_of(service, "u-d", "c")
+    assert first["due_ms"] > time.time() * 1000 + 50_000
+    await service.callback(agent_event(103, "D2", labels=labels, contents=turns(30, prefix="x")))
+    second = await job_of(service, "u-d", "c")
+    assert second["due_ms"] <= time.time() * 1000 and second["pending_messages"] == 34
+
+
+async def test_restart_finds_pending_and_interrupted_jobs_again(start_service, make_settings):
+    first = await start_service(summary_delay_s=0, **NO_SWEEP)
+    await deliver(first, "conversations/en_luna_companion.json")
+    await deliver(first, "conversations/zh_xiaoyu_tutor.json")
+    # One job is claimed and then the process "dies" before finishing it.
+    job = await job_of(first, "u-wang", "xiaoyu")
+    claimed = await first.store.write(lambda tx: tx.claim_job(job["id"]))
+    assert claimed["status"] == "running"
+    await first.server.close()
+
+    second = await start_service(summary_delay_s=0, job_sweep_s=0.05)
+
+    async def both_condensed():
+        alice = await second.store.read(lambda v: v.get_summary("u-alice", "luna"))
+        wang = await second.store.read(lambda v: v.get_summary("u-wang", "xiaoyu"))
+        return alice and wang
+
+    await wait_for(both_condensed)
+    assert await second.store.read(lambda view: view.jobs()) == []
