@@ -165,6 +165,74 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def open_store(args: argparse.Namespace) -> tuple[Settings, SQLiteStore]:
+    settings = settings_from(args)
+    configure_logging(args.log_level or "WARNING")
+    store = SQLiteStore(settings.db_path)
+    store.open()
+    return settings, store
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    _, store = open_store(args)
+    try:
+        rows = store.read_now(lambda view: view.jobs(args.status, args.limit))
+    finally:
+        store.close()
+    if not rows:
+        print("no jobs" + (f" with status {args.status}" if args.status else ""))
+    for row in rows:
+        due = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["due_ms"] / 1000))
+        print(f"{row['id']:>6} {row['status']:<8} {row['user_id']}/{row['character_id']} "
+              f"due {due} UTC, attempts {row['attempts']}, {row['pending_messages']} new messages"
+              + (f"\n       last error: {row['last_error']}" if row["last_error"] else ""))  # fmt: skip
+    return 0
+
+
+def cmd_retry_job(args: argparse.Namespace) -> int:
+    from .jobs import retry_job
+
+    _, store = open_store(args)
+    try:
+        row = asyncio.run(retry_job(store, args.job_id))
+    finally:
+        store.close()
+    print(f"job {row['id']} for {row['user_id']}/{row['character_id']} is pending again")
+    return 0
+
+
+def cmd_condense(args: argparse.Namespace) -> int:
+    from .condense import make_condenser
+    from .jobs import CondenseJobs, condense_now
+
+    settings, store = open_store(args)
+
+    async def run() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        jobs = CondenseJobs(settings, store, make_condenser(settings))
+        try:
+            await condense_now(store, args.user_id, args.character_id)
+            job = await store.read(lambda v: v.get_job("condense", args.user_id, args.character_id))
+            if job is not None:
+                await jobs.run(job["id"])
+        finally:
+            await jobs.condenser.close()
+        return (
+            await store.read(lambda v: v.get_summary(args.user_id, args.character_id)),
+            await store.read(lambda v: v.get_job("condense", args.user_id, args.character_id)),
+        )
+
+    try:
+        summary, job = asyncio.run(run())
+    finally:
+        store.close()
+    if job is not None and job["last_error"]:
+        print(f"condensing failed: {job['last_error']} (job {job['id']} is {job['status']})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    print(summary["text"] if summary else "nothing to condense")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory", description="Long-term memory for Agora voice agents."
@@ -206,6 +274,22 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("user_id")
     forget.add_argument("character_id", nargs="?")
     forget.set_defaults(func=cmd_forget)
+
+    jobs = commands.add_parser("jobs", parents=[common], help="list condense jobs")
+    jobs.add_argument("--status", choices=["pending", "running", "dead"])
+    jobs.add_argument("--limit", type=int, default=100)
+    jobs.set_defaults(func=cmd_jobs)
+
+    retry = commands.add_parser("retry-job", parents=[common], help="make a dead job pending again")
+    retry.add_argument("job_id", type=int)
+    retry.set_defaults(func=cmd_retry_job)
+
+    condense = commands.add_parser(
+        "condense", parents=[common], help="condense a user and character's memory now"
+    )
+    condense.add_argument("user_id")
+    condense.add_argument("character_id")
+    condense.set_defaults(func=cmd_condense)
     return parser
 
 
