@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import openai
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionUserMessageParam
+from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from .errors import LLMBadOutput, LLMError, LLMUnavailable
@@ -212,10 +214,11 @@ def _strict(node: Any) -> Any:
 
 def output_json_schema() -> dict[str, Any]:
     """CondenseOutput's JSON schema made strict: closed objects, every property required."""
-    return _strict(CondenseOutput.model_json_schema())
+    schema: dict[str, Any] = _strict(CondenseOutput.model_json_schema())
+    return schema
 
 
-def response_format() -> dict[str, Any]:
+def response_format() -> ResponseFormatJSONSchema:
     """The `response_format` asking for structured output in our schema."""
     return {
         "type": "json_schema",
@@ -357,7 +360,7 @@ class LLMCondenser:
             unchanged = CondenseOutput(summary=(job.previous_summary or "")[:SUMMARY_MAX_CHARS])
             return CondenseResult(output=unchanged, method="llm", model=self.model)
 
-        messages: list[dict[str, str]] = [
+        messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": build_user_content(job)},
         ]
@@ -371,22 +374,35 @@ class LLMCondenser:
                 problem = _describe_problem(exc) if content else "the answer had no text"
                 log.warning(
                     "condense %s/%s: unusable LLM answer (attempt %d of %d): %s",
-                    job.user_id, job.character_id, attempt, MAX_ATTEMPTS, problem,
+                    job.user_id,
+                    job.character_id,
+                    attempt,
+                    MAX_ATTEMPTS,
+                    problem,
                 )
                 # Say what went wrong: a pointed retry succeeds more often than a blind resend.
-                retry_note = {"role": "user", "content": RETRY_NOTE.format(problem=problem)}
+                retry_note: ChatCompletionUserMessageParam = {
+                    "role": "user",
+                    "content": RETRY_NOTE.format(problem=problem),
+                }
                 messages = [*messages[:2], retry_note]
                 continue
             clean = sanitize(output, job.facts)
             dropped = (
-                len(output.add_facts) - len(clean.add_facts)
-                + len(output.update_facts) - len(clean.update_facts)
-                + len(output.remove_facts) - len(clean.remove_facts)
+                len(output.add_facts)
+                - len(clean.add_facts)
+                + len(output.update_facts)
+                - len(clean.update_facts)
+                + len(output.remove_facts)
+                - len(clean.remove_facts)
             )
             if dropped:
                 log.info(
                     "condense %s/%s: dropped %d fact change(s) aimed at pinned, unknown or "
-                    "duplicate facts", job.user_id, job.character_id, dropped,
+                    "duplicate facts",
+                    job.user_id,
+                    job.character_id,
+                    dropped,
                 )
             return CondenseResult(
                 output=clean, method="llm", model=self.model, tokens_sent=tokens_sent
@@ -395,13 +411,13 @@ class LLMCondenser:
             f"the LLM answered {MAX_ATTEMPTS} times without valid {SCHEMA_NAME} JSON"
         )
 
-    async def _complete(self, messages: list[dict[str, str]]) -> tuple[str | None, int]:
+    async def _complete(self, messages: list[ChatCompletionMessageParam]) -> tuple[str | None, int]:
         """One API call: the answer's text (None if there is none) and the prompt tokens."""
         try:
             completion = await self.client.chat.completions.create(
                 model=self.model,
-                messages=messages,  # type: ignore[arg-type]
-                response_format=response_format(),  # type: ignore[arg-type]
+                messages=messages,
+                response_format=response_format(),
             )
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, self.settings.llm_timeout_s) from exc
@@ -409,7 +425,7 @@ class LLMCondenser:
         usage = getattr(completion, "usage", None)
         prompt_tokens = getattr(usage, "prompt_tokens", None)
         if not isinstance(prompt_tokens, int):
-            prompt_tokens = sum(count_message_tokens(m["content"]) for m in messages)
+            prompt_tokens = sum(count_message_tokens(str(m.get("content") or "")) for m in messages)
         choices = getattr(completion, "choices", None)
         if not choices:
             return None, prompt_tokens

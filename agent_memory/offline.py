@@ -35,6 +35,8 @@ SUMMARY_MAX_CHARS = 1200
 SECTION_MAX_CHARS = 700
 STATEMENT_MAX_CHARS = 160
 MAX_STATEMENTS = 4
+# Below this a line is filler ("ok", "Thanks!") and not worth quoting even when it is all there is.
+MIN_SALIENCE = 4
 ELLIPSIS = "…"
 
 # -- language ------------------------------------------------------------------------------
@@ -143,7 +145,9 @@ def salient_statements(texts: Sequence[str], limit: int = MAX_STATEMENTS) -> lis
         if not key or key in seen:
             continue
         seen.add(key)
-        ranked.append((-salience(text), index, text))
+        score = salience(text)
+        if score >= MIN_SALIENCE:
+            ranked.append((-score, index, text))
     best = sorted(ranked)[:limit]  # ties go to the earlier statement: deterministic
     return [text for _, _, text in sorted(best, key=lambda item: item[1])]
 
@@ -216,7 +220,9 @@ KO_REMEMBER = re.compile(
 KO_NAME = re.compile(
     r"(?:제|내)\s*이름은\s*(?P<name>[가-힣A-Za-z]{1,10}?)\s*(?:이에요|예요|에요|입니다|이야|야|이라고|라고)"
 )
-JA_REMEMBER = re.compile(r"(?P<verb>覚えて(?:おいて|ておいて|といて|て)(?:ください|ね|よ)?|忘れないで(?:ください|ね|よ)?)")
+JA_REMEMBER = re.compile(
+    r"(?P<verb>覚えて(?:おいて|ておいて|といて|て)(?:ください|ね|よ)?|忘れないで(?:ください|ね|よ)?)"
+)
 JA_NAME = re.compile(r"私の名前は\s*(?P<name>[^\s、。!?！？]{1,10}?)\s*(?:です|だ|と申します)")
 CJK_TRIM = " ,，、:：;；-—"
 
@@ -359,7 +365,7 @@ def extract_facts(texts: Iterable[str], existing: Iterable[str] = ()) -> list[Fa
 
 # -- the summary ---------------------------------------------------------------------------
 def time_span(first_ms: int, last_ms: int) -> str:
-    """"2026-11-03 20:15–20:18 UTC", or with both dates when the conversation spans days."""
+    """ "2026-11-03 20:15–20:18 UTC", or with both dates when the conversation spans days."""
     if format_minute(first_ms) == format_minute(last_ms) and format_day(first_ms) == format_day(
         last_ms
     ):
@@ -388,7 +394,9 @@ def new_section(language: Language, span: str, exchanges: int, statements: Seque
         else:
             said = "; ".join(f'"{q}"' for q in quoted)
             plural = "" if exchanges == 1 else "s"
-            text = f"{span}: {exchanges} exchange{plural}." + (f" The user said: {said}" if said else "")
+            text = f"{span}: {exchanges} exchange{plural}." + (
+                f" The user said: {said}" if said else ""
+            )
         if len(text) <= SECTION_MAX_CHARS or not quoted:
             return text
         quoted.pop()  # the least salient quotes were appended last; drop one and try again

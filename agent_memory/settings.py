@@ -44,6 +44,11 @@ ENVIRONMENT: dict[str, str] = {
     "summary_max_messages": "AGENT_MEMORY_SUMMARY_MAX_MESSAGES",
     "job_max_attempts": "AGENT_MEMORY_JOB_MAX_ATTEMPTS",
     "job_sweep_s": "AGENT_MEMORY_JOB_SWEEP_S",
+    "refresh_interval_s": "AGENT_MEMORY_REFRESH_INTERVAL_S",
+    "retention_max_messages": "AGENT_MEMORY_RETENTION_MAX_MESSAGES",
+    "retention_max_age_days": "AGENT_MEMORY_RETENTION_MAX_AGE_DAYS",
+    "raw_retention_days": "AGENT_MEMORY_RAW_RETENTION_DAYS",
+    "retention_sweep_s": "AGENT_MEMORY_RETENTION_SWEEP_S",
     "log_level": "AGENT_MEMORY_LOG_LEVEL",
 }
 
@@ -89,6 +94,13 @@ class Settings(BaseModel):
     summary_max_messages: int = Field(40, ge=1)
     job_max_attempts: int = Field(6, ge=1)
     job_sweep_s: float = Field(1.0, gt=0)
+
+    refresh_interval_s: float = Field(60.0, ge=0)
+
+    retention_max_messages: int = Field(0, ge=0)  # per (user, character); 0 keeps all
+    retention_max_age_days: float = Field(0, ge=0)  # 0 keeps all
+    raw_retention_days: float = Field(7, ge=0)  # processed raw callbacks; 0 keeps them
+    retention_sweep_s: float = Field(3600, gt=0)
 
     group_commit_max: int = Field(256, ge=1)
     log_level: str = "INFO"

@@ -146,3 +146,34 @@ def m001_initial(db: Database) -> None:
     )
     db["jobs"].create_index(["kind", "user_id", "character_id"], unique=True)
     db["jobs"].create_index(["status", "due_ms"])
+
+
+@migrations()
+def m002_watched_agents(db: Database) -> None:
+    """Running agents the poller follows, and what a live refresh must resend."""
+    db["watched_agents"].create(
+        {
+            "agent_id": str,
+            "origin": str,  # callback, join, manual
+            "status": str,  # watching, stopped
+            "stop_reason": str,
+            "next_poll_ms": int,
+            "last_poll_ms": int,
+            "polls": int,
+            "failures": int,
+            "last_error": str,
+            "base_system_messages": str,  # JSON list the caller gave; None: never push
+            "persona": str,
+            "max_tokens": int,
+            "push_due_ms": int,
+            "last_push_ms": int,
+            "last_pushed": str,  # JSON of the last list sent, to skip identical pushes
+            "created_ms": int,
+            "updated_ms": int,
+        },
+        pk="agent_id",
+        not_null={"origin", "status", "next_poll_ms"},
+        defaults={"polls": 0, "failures": 0},
+    )
+    db["watched_agents"].create_index(["status", "next_poll_ms"])
+    db["watched_agents"].create_index(["status", "push_due_ms"])

@@ -56,6 +56,8 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 5000")
     if writer:
+        # Only takes effect on a new file: lets retention give space back without VACUUM.
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL: a 200 to Agora promises the callback survives a power cut.
         conn.execute("PRAGMA synchronous = FULL")
@@ -191,6 +193,31 @@ class SQLiteView:
             "SELECT min(due_ms) FROM jobs WHERE status = 'pending' AND kind = ?", (kind,)
         ).fetchone()
         return row[0]
+
+    def get_watch(self, agent_id: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM watched_agents WHERE agent_id = ?", (agent_id,))
+
+    def due_watches(self, now: int, limit: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM watched_agents WHERE status = 'watching' AND next_poll_ms <= ? "
+            "ORDER BY next_poll_ms LIMIT ?",
+            (now, limit),
+        )
+
+    def due_pushes(self, now: int, limit: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM watched_agents WHERE status = 'watching' AND push_due_ms <= ? "
+            "ORDER BY push_due_ms LIMIT ?",
+            (now, limit),
+        )
+
+    def running_agents_of(self, user_id: str, character_id: str) -> list[dict[str, Any]]:
+        """Followed agents still running for a pair."""
+        return self._all(
+            "SELECT w.* FROM watched_agents w JOIN sessions s ON s.agent_id = w.agent_id "
+            "WHERE w.status = 'watching' AND s.user_id = ? AND s.character_id = ?",
+            (user_id, character_id),
+        )
 
     def counts(self) -> dict[str, int]:
         return {
@@ -437,6 +464,76 @@ class SQLiteTransaction(SQLiteView):
             "UPDATE jobs SET status = 'pending' WHERE status = 'running'"
         ).rowcount
 
+    def watch(
+        self,
+        agent_id: str,
+        origin: str,
+        *,
+        first_poll_ms: int,
+        base_system_messages: list[dict[str, Any]] | None = None,
+        persona: str | None = None,
+        max_tokens: int | None = None,
+    ) -> bool:
+        """Follow a running agent; False if it was already followed or has stopped."""
+        session = self.get_session(agent_id)
+        if session is not None and session["status"] != "running":
+            return False
+        stamp = now_ms()
+        cursor = self.conn.execute(
+            "INSERT OR IGNORE INTO watched_agents (agent_id, origin, status, next_poll_ms, "
+            "base_system_messages, persona, max_tokens, created_ms, updated_ms) "
+            "VALUES (?, ?, 'watching', ?, ?, ?, ?, ?, ?)",
+            (agent_id, origin, first_poll_ms,
+             dumps(base_system_messages) if base_system_messages is not None else None,
+             persona, max_tokens, stamp, stamp),
+        )  # fmt: skip
+        return cursor.rowcount == 1
+
+    def unwatch(self, agent_id: str, reason: str) -> bool:
+        cursor = self.conn.execute(
+            "UPDATE watched_agents SET status = 'stopped', stop_reason = ?, push_due_ms = NULL, "
+            "updated_ms = ? WHERE agent_id = ? AND status = 'watching'",
+            (reason, now_ms(), agent_id),
+        )
+        return cursor.rowcount == 1
+
+    def polled(self, agent_id: str, *, next_poll_ms: int, error: str | None) -> None:
+        """Record a poll: failures count up until one succeeds."""
+        stamp = now_ms()
+        if error is None:
+            self.conn.execute(
+                "UPDATE watched_agents SET next_poll_ms = ?, last_poll_ms = ?, polls = polls + 1, "
+                "failures = 0, last_error = NULL, updated_ms = ? WHERE agent_id = ?",
+                (next_poll_ms, stamp, stamp, agent_id),
+            )
+        else:
+            self.conn.execute(
+                "UPDATE watched_agents SET next_poll_ms = ?, failures = failures + 1, "
+                "last_error = ?, updated_ms = ? WHERE agent_id = ?",
+                (next_poll_ms, error, stamp, agent_id),
+            )
+
+    def request_push(self, agent_id: str, due_ms: int) -> None:
+        """Ask for a refresh push no earlier than `due_ms` (an earlier request stands)."""
+        self.conn.execute(
+            "UPDATE watched_agents SET push_due_ms = min(coalesce(push_due_ms, ?), ?) "
+            "WHERE agent_id = ? AND status = 'watching' AND base_system_messages IS NOT NULL",
+            (due_ms, due_ms, agent_id),
+        )
+
+    def pushed(self, agent_id: str, system_messages: list[dict[str, Any]] | None) -> None:
+        stamp = now_ms()
+        if system_messages is None:
+            self.conn.execute(
+                "UPDATE watched_agents SET push_due_ms = NULL WHERE agent_id = ?", (agent_id,)
+            )
+            return
+        self.conn.execute(
+            "UPDATE watched_agents SET push_due_ms = NULL, last_push_ms = ?, last_pushed = ?, "
+            "updated_ms = ? WHERE agent_id = ?",
+            (stamp, dumps(system_messages), stamp, agent_id),
+        )
+
     def forget(self, user_id: str, character_id: str | None) -> dict[str, int]:
         """Delete everything held for a pair, or for a user when `character_id` is None."""
         where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
@@ -457,6 +554,10 @@ class SQLiteTransaction(SQLiteView):
             f"DELETE FROM summaries WHERE {where}", params
         ).rowcount
         receipt["jobs"] = self.conn.execute(f"DELETE FROM jobs WHERE {where}", params).rowcount
+        receipt["followed_agents"] = sum(
+            self.conn.execute("DELETE FROM watched_agents WHERE agent_id = ?", (agent_id,)).rowcount
+            for agent_id in agent_ids
+        )
         receipt["sessions"] = self.conn.execute(f"DELETE FROM sessions WHERE {where}", params).rowcount
         receipt["bindings"] = self.conn.execute(f"DELETE FROM bindings WHERE {where}", params).rowcount
         raw = 0
