@@ -7,14 +7,15 @@ import logging
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from . import __version__
 from .context import load_context
 from .errors import InvalidField, NotFound, StoreUnavailable
 from .facts import add_pinned_fact
-from .http import int_query, json_response, read_model
+from .http import int_query, json_response, path_id, read_model, validation_message
 from .jobs import condense_now, retry_job
+from .render import RenderOptions, to_openai_messages
 from .state import INGESTOR, SETTINGS, STORE
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,11 @@ MAX_PERSONA_CHARS = 20_000
 class FactBody(BaseModel):
     text: str = Field(min_length=1, max_length=500)
     scope: Literal["character", "user"] = "character"
+
+
+class RenderBody(BaseModel):
+    messages: list[dict[str, Any]] = Field(max_length=5000)
+    options: RenderOptions = Field(default_factory=RenderOptions)
 
 
 class BindBody(BaseModel):
@@ -169,10 +175,7 @@ async def add_fact(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/facts/{fact_id}")
 async def delete_fact(request: web.Request) -> web.Response:
-    raw = request.match_info["fact_id"]
-    if not raw.isdigit():
-        raise InvalidField(f"fact id must be an integer, got {raw!r}")
-    fact_id = int(raw)
+    fact_id = path_id(request, "fact_id")
     deleted = await request.app[STORE].write(lambda tx: tx.delete_fact(fact_id))
     if not deleted:
         raise NotFound(f"no fact with id {fact_id}")
@@ -243,10 +246,7 @@ async def list_jobs(request: web.Request) -> web.Response:
 
 @routes.post("/v1/jobs/{job_id}/retry")
 async def retry(request: web.Request) -> web.Response:
-    raw = request.match_info["job_id"]
-    if not raw.isdigit():
-        raise InvalidField(f"job id must be an integer, got {raw!r}")
-    row = await retry_job(request.app[STORE], int(raw))
+    row = await retry_job(request.app[STORE], path_id(request, "job_id"))
     return json_response({"job": job_json(row)})
 
 
@@ -257,3 +257,14 @@ async def condense(request: web.Request) -> web.Response:
     await condense_now(store, user_id, character_id)
     row = await store.read(lambda view: view.get_job("condense", user_id, character_id))
     return json_response({"job": job_json(row) if row else None}, status=202)
+
+
+@routes.post("/v1/render/openai-messages")
+async def render_messages(request: web.Request) -> web.Response:
+    """Agora's extended short-term-memory messages as plain OpenAI messages (custom LLMs)."""
+    body = await read_model(request, RenderBody)
+    try:
+        messages = to_openai_messages(body.messages, body.options)
+    except ValidationError as exc:
+        raise InvalidField(f"messages: {validation_message(exc)}") from None
+    return json_response({"messages": messages})

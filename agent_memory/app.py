@@ -6,18 +6,21 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
+import aiohttp
 from aiohttp import web
 
 from webhooks.agora import AgoraReceiver
 
-from . import api
+from . import agents, api
+from .agora import AgoraClient
 from .http import bearer_auth_middleware, errors_middleware
 from .condense import make_condenser
 from .ingest import Ingestor, Outcome
 from .jobs import CondenseJobs
+from .poller import Poller
 from .models import Envelope
 from .settings import Settings
-from .state import INGESTOR, JOBS, SETTINGS, STORE
+from .state import AGORA, INGESTOR, JOBS, POLLER, SETTINGS, STORE
 from .store import SQLiteStore
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,23 @@ async def jobs_context(app: web.Application) -> AsyncIterator[None]:
     await jobs.stop()
 
 
+async def agora_context(app: web.Application) -> AsyncIterator[None]:
+    """One HTTP session for Agora's REST API; follow running agents when Agora is configured."""
+    settings = app[SETTINGS]
+    async with aiohttp.ClientSession() as session:
+        client = AgoraClient(settings, session)
+        poller = Poller(settings, app[STORE], app[INGESTOR], client)
+        app[AGORA] = client
+        app[POLLER] = poller
+        app[JOBS].listeners.append(poller.on_condensed)
+        if settings.agora_configured:
+            await poller.start()
+        else:
+            log.info("Agora REST credentials not set: running agents are not followed")
+        yield
+        await poller.stop()
+
+
 def create_app(settings: Settings) -> web.Application:
     """Build the service: webhook receiver, HTTP API, and its background work."""
     app = web.Application(
@@ -63,8 +83,10 @@ def create_app(settings: Settings) -> web.Application:
     receiver = AgoraReceiver(settings, accept)
     app.router.add_post("/webhooks/agora", receiver.handle)
     app.router.add_routes(api.routes)
+    app.router.add_routes(agents.routes)
     app.cleanup_ctx.append(store_context)
     app.cleanup_ctx.append(jobs_context)
+    app.cleanup_ctx.append(agora_context)
     if not settings.webhook_secret:
         if settings.insecure_webhooks:
             log.warning(

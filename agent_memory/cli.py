@@ -233,6 +233,35 @@ def cmd_condense(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reprocess(args: argparse.Namespace) -> int:
+    settings, store = open_store(args)
+    ingestor = Ingestor(settings)
+    rows = store.read_now(lambda view: view.inbox_by_status("failed", args.limit))
+    statuses: Counter[str] = Counter()
+
+    async def run() -> None:
+        for index, row in enumerate(rows, 1):
+            try:
+                envelope = Envelope.model_validate_json(row["body"])
+            except ValidationError as exc:
+                statuses["unreadable"] += 1
+                print(f"{row['notice_id']}: still not an envelope: {exc.errors()[0]['msg']}",
+                      file=sys.stderr)  # fmt: skip
+                continue
+            outcome = await store.write(lambda tx: ingestor.apply_recorded(tx, envelope))
+            statuses[outcome.status] += 1
+            print(f"\r{index}/{len(rows)} reprocessed", end="", file=sys.stderr)
+        print(file=sys.stderr)
+
+    try:
+        asyncio.run(run())
+    finally:
+        store.close()
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "nothing to do"
+    print(f"reprocessed {len(rows)} failed callbacks: {summary}")
+    return 0 if not statuses["failed"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory", description="Long-term memory for Agora voice agents."
@@ -290,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     condense.add_argument("user_id")
     condense.add_argument("character_id")
     condense.set_defaults(func=cmd_condense)
+
+    reprocess = commands.add_parser(
+        "reprocess", parents=[common], help="apply again the raw callbacks whose processing failed"
+    )
+    reprocess.add_argument("--limit", type=int, default=10_000)
+    reprocess.set_defaults(func=cmd_reprocess)
     return parser
 
 

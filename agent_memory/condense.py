@@ -389,13 +389,8 @@ class LLMCondenser:
                 continue
             clean = sanitize(output, job.facts)
             dropped = (
-                len(output.add_facts)
-                - len(clean.add_facts)
-                + len(output.update_facts)
-                - len(clean.update_facts)
-                + len(output.remove_facts)
-                - len(clean.remove_facts)
-            )
+                len(output.add_facts) + len(output.update_facts) + len(output.remove_facts)
+            ) - (len(clean.add_facts) + len(clean.update_facts) + len(clean.remove_facts))
             if dropped:
                 log.info(
                     "condense %s/%s: dropped %d fact change(s) aimed at pinned, unknown or "

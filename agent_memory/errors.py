@@ -7,6 +7,7 @@
     ├── Unauthorized                401  no or wrong bearer token
     │   └── BadSignature            401  a webhook's Agora signature is missing or wrong
     ├── NotFound                    404  no such session, fact, job or route
+    ├── Conflict                    409  the request does not fit the current state
     ├── PayloadTooLarge             413  the body is over the configured limit
     ├── NotConfigured               503  a feature needs a setting that is not set
     ├── StoreUnavailable            503  the database could not commit; the caller should retry
@@ -63,6 +64,11 @@ class BadSignature(Unauthorized):
 class NotFound(AgentMemoryError):
     status = 404
     code = "not_found"
+
+
+class Conflict(AgentMemoryError):
+    status = 409
+    code = "conflict"
 
 
 class PayloadTooLarge(AgentMemoryError):

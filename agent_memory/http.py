@@ -52,11 +52,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if exc.status >= 500:
             log.warning("%s %s: %s", request.method, request.path, exc.message)
         return error_response(exc.status, exc.code, exc.message)
-    except web.HTTPRequestEntityTooLarge as exc:
+    except web.HTTPRequestEntityTooLarge:
         return error_response(
             413,
             "payload_too_large",
-            f"the body is larger than the {exc.max_size} bytes allowed "
+            f"the body is larger than the {request.app._client_max_size} bytes allowed "
             "(AGENT_MEMORY_MAX_BODY_BYTES)",
         )
     except web.HTTPException as exc:
@@ -112,6 +112,14 @@ def validation_message(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(part) for part in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()
     )
+
+
+def path_id(request: web.Request, name: str) -> int:
+    """A numeric id from the path, or a 422 that says what was wrong."""
+    raw = request.match_info[name]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+        raise InvalidField(f"{name} must be a positive integer, got {raw!r}")
+    return int(raw)
 
 
 def int_query(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:

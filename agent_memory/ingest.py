@@ -30,6 +30,7 @@ from .models import (
     AgentLeft,
     AgentPayload,
     Envelope,
+    HistoryWindow,
     Identity,
     MemoryMessage,
 )
@@ -58,6 +59,15 @@ class Outcome:
     user_id: str | None = None
     character_id: str | None = None
     detail: str | None = None
+
+
+def storable(value: int | None) -> int | None:
+    """`value` if SQLite can store it as an integer, else None."""
+    return value if value is None or -(2**63) <= value < 2**63 else None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def fingerprint(role: str, content: str) -> str:
@@ -268,15 +278,20 @@ class Ingestor:
         self, tx: SQLiteTransaction, envelope: Envelope, body: str, received_ms: int
     ) -> Outcome:
         """Record the raw callback under its noticeId and apply it, in one transaction."""
-        agent_id = envelope.payload.get("agent_id")
+        fields = envelope.fields
+        agent_id = fields.get("agent_id")
+        labels = fields.get("labels") if isinstance(fields.get("labels"), dict) else {}
         created = tx.insert_inbox(
             {
                 "notice_id": envelope.noticeId,
-                "event_type": envelope.eventType,
-                "product_id": envelope.productId,
-                "notify_ms": envelope.notifyMs,
+                "event_type": storable(envelope.eventType) or 0,
+                "product_id": storable(envelope.productId),
+                "notify_ms": storable(envelope.notifyMs),
                 "received_ms": received_ms,
                 "agent_id": str(agent_id) if agent_id is not None else None,
+                # Whose words these are, even if the callback never becomes a session: forget finds them.
+                "label_user": _text(labels.get(self.settings.label_user_key)),
+                "label_character": _text(labels.get(self.settings.label_character_key)),
                 "body": body,
                 "status": "received",
             }
@@ -297,9 +312,11 @@ class Ingestor:
         return outcome
 
     def apply_event(self, tx: SQLiteTransaction, envelope: Envelope) -> Outcome:
-        payload = envelope.payload
+        payload = envelope.fields
         if TEST_CHANNEL in (payload.get("channelName"), payload.get("channel")):
             return Outcome("test", detail="console test callback")
+        if not isinstance(envelope.payload, dict):
+            return Outcome("failed", detail="payload is not a JSON object; kept raw")
         if envelope.productId not in (None, CONVERSATIONAL_AI_PRODUCT):
             return Outcome("ignored", detail=f"productId {envelope.productId} is not ConvoAI")
         model = PAYLOAD_MODELS.get(envelope.eventType)
@@ -322,10 +339,14 @@ class Ingestor:
             if event.stop_ms and not session["stop_ms"]:
                 changes["stop_ms"] = event.stop_ms
             tx.update_session(session["agent_id"], changes)
+            tx.unwatch(session["agent_id"], "history delivered (103)")
             return outcome
         session = self.ensure_session(tx, event, (), stamp)
         changes = {"updated_ms": now_ms()}
+        if envelope.eventType == 101 and self.settings.agora_configured:
+            tx.watch(session["agent_id"], "callback", first_poll_ms=now_ms())
         if isinstance(event, AgentLeft):
+            tx.unwatch(session["agent_id"], f"agent left (102 {event.status or ''})".strip())
             changes["status"] = "failed" if (event.status or "").upper() == "FAILED" else "stopped"
             changes["stop_reason"] = event.message
             changes["stop_ms"] = event.stop_ms or session["stop_ms"] or stamp
@@ -338,6 +359,14 @@ class Ingestor:
             user_id=session["user_id"],
             character_id=session["character_id"],
         )
+
+    def apply_window(
+        self, tx: SQLiteTransaction, agent_id: str, window: HistoryWindow, stamp: int
+    ) -> Outcome:
+        """Merge a history window read from Agora while the agent runs."""
+        event = AgentPayload.model_validate({"agent_id": agent_id, "start_ts": window.start_ms})
+        session = self.ensure_session(tx, event, window.contents, stamp)
+        return self.merge_window(tx, session, window.contents, stamp)
 
     # sessions and identity
 

@@ -13,16 +13,17 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from .condense import CondenseInput, CondenseResult, Condenser, FactIn
+from .condense import CondenseInput, CondenseOutput, CondenseResult, Condenser, FactIn
 from .errors import LLMError, LLMUnavailable, NotFound
 from .facts import normalise
 from .ingest import CONDENSE
+from .render import is_renderable
 from .settings import Settings
 from .store import SQLiteStore, SQLiteTransaction, dumps, now_ms
 
@@ -34,7 +35,8 @@ BACKOFF_CAP_S = 600.0
 MAX_MESSAGES_PER_CALL = 400
 MAX_PARALLEL_JOBS = 4
 
-Listener = Callable[[str, str, CondenseResult], Any]
+# Told of every committed condense result (live refresh listens).
+Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
 
 
 def backoff_s(attempt: int, retry_after: float | None, rng: random.Random) -> float:
@@ -195,6 +197,17 @@ class CondenseJobs:
         if not messages:
             await self.store.write(lambda tx: tx.finish_job(job, again_at_ms=again_at))
             return
+        if not any(is_renderable(message) for message in messages) and previous is not None:
+            # Only empty turns: nothing to tell a model, but they are covered all the same.
+            result = CondenseResult(
+                output=CondenseOutput(summary=previous["text"]), method=previous["method"],
+                model=previous["model"] or "", fallback_reason="only empty messages",
+            )  # fmt: skip
+            await self.store.write(
+                lambda tx: (apply_result(tx, job, messages, result, previous),
+                            tx.finish_job(job, again_at_ms=again_at))
+            )  # fmt: skip
+            return
         started = time.monotonic()
         result = await self.condenser.condense(
             CondenseInput(
@@ -228,7 +241,10 @@ class CondenseJobs:
             result.tokens_sent, changes,
         )  # fmt: skip
         for listener in self.listeners:
-            listener(user_id, character_id, result)
+            try:
+                await listener(user_id, character_id, result)
+            except Exception:
+                log.exception("a listener of condensed memory failed")
 
     async def _failed(self, job: dict[str, Any], exc: Exception) -> None:
         attempt = job["attempts"] + 1

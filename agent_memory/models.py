@@ -117,7 +117,8 @@ class Envelope(BaseModel):
     eventType: int
     notifyMs: Millis = None
     sid: LooseStr = None
-    payload: dict[str, Any] = Field(default_factory=dict)
+    # Anything is kept: a payload that is not an object is stored raw and reported failed.
+    payload: Any = Field(default_factory=dict)
 
     @field_validator("noticeId", mode="before")
     @classmethod
@@ -128,6 +129,11 @@ class Envelope(BaseModel):
     @classmethod
     def _payload_or_empty(cls, value: Any) -> Any:
         return {} if value is None else value
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The payload if it is an object, else empty."""
+        return self.payload if isinstance(self.payload, dict) else {}
 
 
 class AgentPayload(BaseModel):

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from . import condense as condense_module
 from .condense import (
     FACT_MAX_CHARS,
     CondenseInput,
@@ -365,41 +366,31 @@ def extract_facts(texts: Iterable[str], existing: Iterable[str] = ()) -> list[Fa
 
 # -- the summary ---------------------------------------------------------------------------
 def time_span(first_ms: int, last_ms: int) -> str:
-    """ "2026-11-03 20:15–20:18 UTC", or with both dates when the conversation spans days."""
-    if format_minute(first_ms) == format_minute(last_ms) and format_day(first_ms) == format_day(
-        last_ms
-    ):
-        return f"{format_day(first_ms)} {format_minute(first_ms)} UTC"
-    if format_day(first_ms) == format_day(last_ms):
-        return f"{format_day(first_ms)} {format_minute(first_ms)}–{format_minute(last_ms)} UTC"
-    return (
-        f"{format_day(first_ms)} {format_minute(first_ms)} – "
-        f"{format_day(last_ms)} {format_minute(last_ms)} UTC"
-    )
+    """When it was said: one minute, a range within a day, or a range of days (UTC)."""
+    first_day, last_day = format_day(first_ms), format_day(last_ms)
+    first_minute, last_minute = format_minute(first_ms), format_minute(last_ms)
+    if first_day != last_day:
+        return f"{first_day} {first_minute} – {last_day} {last_minute} UTC"
+    if first_minute != last_minute:
+        return f"{first_day} {first_minute}–{last_minute} UTC"
+    return f"{first_day} {first_minute} UTC"
 
 
 def new_section(language: Language, span: str, exchanges: int, statements: Sequence[str]) -> str:
     """One paragraph about the new messages, in the conversation's language."""
     quoted = [clip(text, STATEMENT_MAX_CHARS) for text in statements]
-    while True:
-        if language == "zh":
-            said = "；".join(f"“{q}”" for q in quoted)
-            text = f"{span}：共{exchanges}轮对话。" + (f"用户说：{said}" if said else "")
-        elif language == "ja":
-            said = "".join(f"「{q}」" for q in quoted)
-            text = f"{span}：やり取り{exchanges}回。" + (f"ユーザーの発言：{said}" if said else "")
-        elif language == "ko":
-            said = " / ".join(f'"{q}"' for q in quoted)
-            text = f"{span}: 대화 {exchanges}회." + (f" 사용자의 말: {said}" if said else "")
-        else:
-            said = "; ".join(f'"{q}"' for q in quoted)
-            plural = "" if exchanges == 1 else "s"
-            text = f"{span}: {exchanges} exchange{plural}." + (
-                f" The user said: {said}" if said else ""
-            )
-        if len(text) <= SECTION_MAX_CHARS or not quoted:
-            return text
-        quoted.pop()  # the least salient quotes were appended last; drop one and try again
+    if language == "zh":
+        said = "；".join(f"“{q}”" for q in quoted)
+        return f"{span}：共{exchanges}轮对话。" + (f"用户说：{said}" if said else "")
+    if language == "ja":
+        said = "".join(f"「{q}」" for q in quoted)
+        return f"{span}：やり取り{exchanges}回。" + (f"ユーザーの発言：{said}" if said else "")
+    if language == "ko":
+        said = " / ".join(f'"{q}"' for q in quoted)
+        return f"{span}: 대화 {exchanges}회." + (f" 사용자의 말: {said}" if said else "")
+    said = "; ".join(f'"{q}"' for q in quoted)
+    plural = "" if exchanges == 1 else "s"
+    return f"{span}: {exchanges} exchange{plural}." + (f" The user said: {said}" if said else "")
 
 
 def strip_label(summary: str) -> str:
@@ -431,9 +422,14 @@ def summarize(previous: str | None, said: Sequence[tuple[Mapping[str, Any], str]
     user_texts = [text for message, text in said if message.get("role") == "user"]
     language = detect_language(user_texts or [text for _, text in said])
     times = [message_at(message) for message, _ in said]
-    section = new_section(
-        language, time_span(min(times), max(times)), len(user_texts), salient_statements(user_texts)
-    )
+    span = time_span(min(times), max(times))
+    # Fewer quotes until the paragraph fits; each try keeps the most salient ones.
+    for limit in range(MAX_STATEMENTS, -1, -1):
+        section = new_section(
+            language, span, len(user_texts), salient_statements(user_texts, limit)
+        )
+        if len(section) <= SECTION_MAX_CHARS:
+            break
     room = SUMMARY_MAX_CHARS - len(LABEL) - len(section) - 2  # two newlines
     past = carry_forward(strip_label(previous or ""), room)
     return "\n".join(part for part in (LABEL, past, section) if part)
@@ -444,7 +440,9 @@ def condense_offline(job: CondenseInput) -> CondenseOutput:
     said = list(spoken(job.messages))
     if not said:
         # Nothing new was said: the memory stays exactly as it is.
-        return CondenseOutput(summary=job.previous_summary or "")
+        return CondenseOutput(
+            summary=(job.previous_summary or "")[: condense_module.SUMMARY_MAX_CHARS]
+        )
     user_texts = [text for message, text in said if message.get("role") == "user"]
     facts = extract_facts(user_texts, existing=(fact.text for fact in job.facts))
     return CondenseOutput(summary=summarize(job.previous_summary, said), add_facts=facts)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from .models import MemoryMessage
 
 ROLE_NAMES = {"user": "User", "assistant": "Assistant"}
 
@@ -77,3 +81,58 @@ def transcript_lines(messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
 
 def render_transcript(messages: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(transcript_lines(messages))
+
+
+class RenderOptions(BaseModel):
+    """How `to_openai_messages` folds Agora's extended fields into plain content."""
+
+    time: Literal["none", "time", "datetime"] = "datetime"
+    speakers: Literal["auto", "always", "never"] = "auto"
+    interruptions: Literal["note", "heard"] = "note"
+    drop_empty: bool = True
+
+
+def _stored_shape(message: Mapping[str, Any]) -> dict[str, Any]:
+    """An Agora short-term-memory message in the shape stored rows have."""
+    if "ts_ms" in message or "at_ms" in message:
+        return dict(message)
+    parsed = MemoryMessage.model_validate(message)
+    meta = parsed.metadata
+    return {
+        "role": parsed.role,
+        "content": parsed.content,
+        "ts_ms": parsed.timestamp,
+        "at_ms": parsed.timestamp,
+        "speaker": meta.user,
+        "interrupted": meta.interrupted,
+        "original": meta.original,
+    }
+
+
+def to_openai_messages(
+    messages: Sequence[Mapping[str, Any]], options: RenderOptions | None = None
+) -> list[dict[str, str]]:
+    """Agora's extended messages (or stored rows) as plain `{role, content}` messages.
+
+    As Agora advises for a custom LLM: the time before the content, the speaker when
+    several users share the channel, and for an interrupted reply what it meant to say.
+    """
+    options = options or RenderOptions()
+    rows = [_stored_shape(message) for message in messages]
+    several = options.speakers == "always" or (
+        options.speakers == "auto" and has_several_speakers(rows)
+    )
+    rendered: list[dict[str, str]] = []
+    for row in rows:
+        if options.drop_empty and not is_renderable(row):
+            continue
+        text = message_text(row) if options.interruptions == "note" else row["content"].strip()
+        prefix = []
+        at = row.get("ts_ms") or row.get("at_ms")
+        if at and options.time != "none":
+            prefix.append(f"[{format_datetime(at) if options.time == 'datetime' else format_minute(at)}]")
+        if several and row["role"] == "user" and row.get("speaker"):
+            prefix.append(f"{speaker_label(row, True)}:")
+        role = row["role"] if row["role"] in ("user", "assistant") else "user"
+        rendered.append({"role": role, "content": " ".join([*prefix, text])})
+    return rendered

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from .agora import AgoraClient
 from .ingest import Ingestor
 from .jobs import CondenseJobs
+from .poller import Poller
 from .settings import Settings
 from .store import SQLiteStore
 
@@ -13,3 +15,5 @@ SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", SQLiteStore)
 INGESTOR = web.AppKey("ingestor", Ingestor)
 JOBS = web.AppKey("jobs", CondenseJobs)
+AGORA = web.AppKey("agora", AgoraClient)
+POLLER = web.AppKey("poller", Poller)

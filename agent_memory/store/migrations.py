@@ -19,6 +19,8 @@ def m001_initial(db: Database) -> None:
             "notify_ms": int,
             "received_ms": int,
             "agent_id": str,
+            "label_user": str,
+            "label_character": str,
             "body": str,
             "status": str,  # done, failed, ignored, test, forgotten
             "error": str,
@@ -27,6 +29,7 @@ def m001_initial(db: Database) -> None:
         not_null={"event_type", "received_ms", "status"},
     )
     db["inbox"].create_index(["agent_id"])
+    db["inbox"].create_index(["label_user", "label_character"])
     db["inbox"].create_index(["status", "received_ms"])
 
     db["sessions"].create(

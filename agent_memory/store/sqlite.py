@@ -247,11 +247,12 @@ class SQLiteTransaction(SQLiteView):
         """Record a raw callback; False if its noticeId was already recorded."""
         cursor = self.conn.execute(
             "INSERT OR IGNORE INTO inbox (notice_id, event_type, product_id, notify_ms, "
-            "received_ms, agent_id, body, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "received_ms, agent_id, label_user, label_character, body, status, error) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row["notice_id"], row["event_type"], row.get("product_id"), row.get("notify_ms"),
-                row["received_ms"], row.get("agent_id"), row["body"], row["status"],
-                row.get("error"),
+                row["received_ms"], row.get("agent_id"), row.get("label_user"),
+                row.get("label_character"), row["body"], row["status"], row.get("error"),
             ),
         )  # fmt: skip
         return cursor.rowcount == 1
@@ -560,13 +561,14 @@ class SQLiteTransaction(SQLiteView):
         )
         receipt["sessions"] = self.conn.execute(f"DELETE FROM sessions WHERE {where}", params).rowcount
         receipt["bindings"] = self.conn.execute(f"DELETE FROM bindings WHERE {where}", params).rowcount
-        raw = 0
-        for agent_id in agent_ids:
-            # The noticeId stays so that a redelivery is still recognised, but its text goes.
-            raw += self.conn.execute(
-                "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE agent_id = ?",
-                (agent_id,),
-            ).rowcount
+        # The noticeId stays so that a redelivery is still recognised, but its text goes.
+        blank = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE "
+        raw = sum(
+            self.conn.execute(blank + "agent_id = ? AND status != 'forgotten'", (agent_id,)).rowcount
+            for agent_id in agent_ids
+        )
+        labelled = "label_user = ?" if character_id is None else "label_user = ? AND label_character = ?"
+        raw += self.conn.execute(blank + labelled + " AND status != 'forgotten'", params).rowcount
         receipt["raw_callbacks"] = raw
         return receipt
 

@@ -1,0 +1,639 @@
+"""The `/v1` API and `/healthz` over real HTTP, against a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from agent_memory.state import JOBS
+from agent_memory.tokens import count_message_tokens
+from conftest import TOKEN, agent_event, load_fixture, turns
+from fakes.openai_server import FakeOpenAI
+
+PERSONA = "You are Luna, a warm and curious companion. Keep answers short."
+FILLER = "and then we talked for a while about the weather, the city and the weekend plans"
+
+
+async def deliver(service: Any, envelope: dict[str, Any]) -> dict[str, Any]:
+    status, answer = await service.callback(envelope)
+    assert status == 200, answer
+    return answer
+
+
+async def seed(service: Any, user: str, character: str, agent_id: str, contents: list[dict[str, Any]]) -> None:
+    answer = await deliver(
+        service,
+        agent_event(103, agent_id, labels={"user_id": user, "character_id": character}, contents=contents),
+    )
+    assert answer["status"] == "done" and answer["new_messages"] == len(contents)
+
+
+def said(*lines: str, start_ms: int = 1_763_690_000_000) -> list[dict[str, Any]]:
+    """Alternating user/assistant messages with the given contents."""
+    return [
+        {
+            "role": "user" if index % 2 == 0 else "assistant",
+            "content": line,
+            "turn_id": index // 2 + 1,
+            "timestamp": start_ms + index * 1000,
+        }
+        for index, line in enumerate(lines)
+    ]
+
+
+def long_turns(count: int) -> list[dict[str, Any]]:
+    messages = turns(count)
+    for index, message in enumerate(messages):
+        message["content"] = f"{message['content']} {FILLER} (#{index})"
+    return messages
+
+
+def assert_error(status: int, body: dict[str, Any], expected_status: int, code: str) -> str:
+    assert status == expected_status, body
+    assert set(body) == {"error"} and set(body["error"]) >= {"code", "message"}, body
+    assert body["error"]["code"] == code, body
+    assert body["error"]["message"]
+    return body["error"]["message"]
+
+
+async def system_messages(service: Any, user: str, character: str, **params: Any) -> dict[str, Any]:
+    status, body = await service.api(
+        "GET", f"/v1/users/{user}/characters/{character}/system-messages", params=params
+    )
+    assert status == 200, body
+    return body
+
+
+# auth, health, routing
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer wrong-token", f"Basic {TOKEN}", TOKEN, "Bearer "],
+    ids=["none", "wrong", "basic-scheme", "no-scheme", "empty"],
+)
+async def test_v1_needs_the_bearer_token(service, authorization):
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    async with service.session.get(
+        f"{service.url}/v1/users/u/characters/c/messages", headers=headers
+    ) as resp:
+        message = assert_error(resp.status, await resp.json(), 401, "unauthorized")
+    assert "Bearer" in message
+
+
+async def test_v1_with_the_token_answers(service):
+    status, body = await service.api("GET", "/v1/users/u/characters/c/messages", token=TOKEN)
+    assert status == 200 and body["messages"] == []
+
+
+async def test_a_refused_request_writes_nothing(service):
+    status, body = await service.api(
+        "POST", "/v1/users/u/characters/c/facts", token="wrong", json={"text": "sneaky"}
+    )
+    assert_error(status, body, 401, "unauthorized")
+    assert (await service.store.read(lambda v: v.counts()))["facts"] == 0
+
+
+async def test_without_a_configured_token_v1_is_open(start_service):
+    service = await start_service(api_token=None)
+    status, body = await service.api("GET", "/v1/users/u/characters/c/summary", token=None)
+    assert status == 200 and body["messages_not_yet_covered"] == 0
+
+
+async def test_healthz_needs_no_token_and_reports_the_schema(service):
+    status, body = await service.api("GET", "/healthz", token=None)
+    assert status == 200
+    assert body["status"] == "ok"
+    assert body["schema"] and body["schema"][0] == "m001_initial"
+    assert body["database"] == str(service.settings.db_path)
+
+
+@pytest.mark.parametrize("path", ["/v1/nothing/here", "/nothing", "/v1/users/u/characters/c/nothing"])
+async def test_unknown_route_is_a_404_json_error(service, path):
+    status, body = await service.api("GET", path)
+    message = assert_error(status, body, 404, "not_found")
+    assert path in message
+
+
+async def test_wrong_method_is_a_405_json_error(service):
+    status, body = await service.api("GET", "/v1/users/u")  # only DELETE lives there
+    assert "GET" in assert_error(status, body, 405, "method_not_allowed")
+
+
+# system-messages
+
+
+async def test_system_messages_put_the_persona_first_then_memory(service):
+    await seed(service, "u-sm", "luna", "SM-1", said("I have a cat called Miso.", "What a lovely name!"))
+    status, _ = await service.api("POST", "/v1/users/u-sm/characters/luna/facts", json={"text": "Has a cat named Miso"})
+    assert status == 201
+    body = await system_messages(service, "u-sm", "luna", persona=PERSONA, max_tokens=1500)
+    contents = [m["content"] for m in body["system_messages"]]
+    assert all(m["role"] == "system" for m in body["system_messages"])
+    assert len(contents) == 3
+    assert contents[0] == PERSONA
+    assert contents[1].startswith("What you remember about this user") and "- Has a cat named Miso" in contents[1]
+    assert contents[2].startswith("The most recent turns")
+    assert "User: I have a cat called Miso." in contents[2]
+    assert "Assistant: What a lovely name!" in contents[2]
+    assert body["tokens"] == sum(count_message_tokens(c) for c in contents)
+    assert body["included"]["persona"] is True and body["included"]["facts"] == 1
+    assert (body["user_id"], body["character_id"], body["max_tokens"]) == ("u-sm", "luna", 1500)
+
+
+async def test_system_messages_of_an_unknown_pair_are_empty(service):
+    body = await system_messages(service, "nobody", "none")
+    assert body["system_messages"] == [] and body["tokens"] == 0
+    body = await system_messages(service, "nobody", "none", persona=PERSONA)
+    assert [m["content"] for m in body["system_messages"]] == [PERSONA]
+
+
+async def test_budget_keeps_the_newest_turns_and_drops_the_oldest(service):
+    messages = long_turns(80)
+    await seed(service, "u-budget", "luna", "BUDGET-1", messages)
+    kept = []
+    for budget in (100, 300, 1500):
+        body = await system_messages(service, "u-budget", "luna", max_tokens=budget, persona=PERSONA)
+        contents = [m["content"] for m in body["system_messages"]]
+        assert body["tokens"] <= budget
+        assert body["tokens"] == sum(count_message_tokens(c) for c in contents)
+        assert contents[0] == PERSONA
+        transcript = contents[-1]
+        count = body["included"]["messages"]
+        assert 0 < count < 80, budget
+        assert body["included"]["messages_available"] == 80
+        # The newest `count` messages are there, every older one is not.
+        for message in messages[-count:]:
+            assert message["content"] in transcript
+        for message in messages[: 80 - count]:  # each content ends its line: "(#7)\n"
+            assert f"{message['content']}\n" not in transcript + "\n"
+        assert transcript.rstrip().endswith(messages[-1]["content"])
+        kept.append(count)
+    assert kept[0] < kept[1] < kept[2]
+
+
+async def test_system_messages_are_deterministic(service):
+    await seed(service, "u-det", "luna", "DET-1", long_turns(30))
+    await service.api("POST", "/v1/users/u-det/characters/luna/facts", json={"text": "Works night shifts"})
+    await service.api("POST", "/v1/users/u-det/characters/luna/facts", json={"text": "Speaks French", "scope": "user"})
+    first = await system_messages(service, "u-det", "luna", max_tokens=300, persona=PERSONA)
+    second = await system_messages(service, "u-det", "luna", max_tokens=300, persona=PERSONA)
+    assert first == second
+    assert first["included"]["facts"] == 2
+
+
+@pytest.mark.parametrize("value", ["abc", "1.5", "10", "999999999"])
+async def test_bad_max_tokens_is_422(service, value):
+    status, body = await service.api(
+        "GET", "/v1/users/u/characters/c/system-messages", params={"max_tokens": value}
+    )
+    message = assert_error(status, body, 422, "invalid_field")
+    assert "max_tokens" in message and value in message
+
+
+async def test_persona_longer_than_the_budget_is_422_saying_so(service):
+    persona = "You are a very detailed persona. " * 60
+    status, body = await service.api(
+        "GET", "/v1/users/u/characters/c/system-messages",
+        params={"max_tokens": 100, "persona": persona},
+    )  # fmt: skip
+    message = assert_error(status, body, 422, "invalid_field")
+    assert "persona" in message and "max_tokens=100" in message
+
+
+async def test_interrupted_reply_is_rendered_with_the_unheard_rest(service):
+    await deliver(service, load_fixture("agora/103_short_term_memory_example.json"))
+    body = await system_messages(service, "u-1", "luna")
+    transcript = body["system_messages"][-1]["content"]
+    assert (
+        "Assistant: Why did the scarecrow… [interrupted by the user; the unheard rest: "
+        "win an award? Because he was outstanding in his field!]"
+    ) in transcript
+    assert "User: Can you tell me a joke?" in transcript
+    # second timestamps became real dates
+    assert "— 2023-03-15 —" in transcript
+
+
+async def test_several_speakers_in_one_channel_are_told_apart(service):
+    for envelope in load_fixture("conversations/multiuser_channel.json"):
+        await deliver(service, envelope)
+    transcript = (await system_messages(service, "u-team", "host"))["system_messages"][-1]["content"]
+    assert "User 2001: Hi, it's Jordan." in transcript
+    assert "User 2002: Priya here, hi!" in transcript
+    assert "\nUser: " not in transcript and "] User: " not in transcript
+
+
+# messages and summary
+
+
+async def test_messages_limit_gives_the_latest_oldest_first_with_details(service):
+    contents = turns(9)
+    contents.append(
+        {
+            "role": "assistant",
+            "content": "Let me tell you ",
+            "turn_id": 5,
+            "timestamp": 1_763_690_009_000,
+            "metadata": {
+                "source": "llm",
+                "interrupted": True,
+                "interrupt_timestamp": 1_763_690_009_500,
+                "original": "Let me tell you a story about a fox.",
+            },
+        }
+    )
+    await seed(service, "u-msg", "luna", "MSG-1", contents)
+    status, body = await service.api("GET", "/v1/users/u-msg/characters/luna/messages", params={"limit": 3})
+    assert status == 200
+    got = body["messages"]
+    assert [m["content"] for m in got] == [m["content"] for m in contents[-3:]]
+    assert [m["ts_ms"] for m in got] == sorted(m["ts_ms"] for m in got)
+    assert [m["turn_id"] for m in got] == [4, 5, 5]
+    last = got[-1]
+    assert last["ts_ms"] == 1_763_690_009_000 and last["timestamp_known"] is True
+    assert last["source"] == "llm" and last["interrupted"] is True
+    assert last["original"] == "Let me tell you a story about a fox."
+    assert last["interrupt_ms"] == 1_763_690_009_500
+    assert got[0]["interrupted"] is False and got[0]["original"] is None
+    assert got[0]["source"] == "llm" and got[1]["source"] == "asr"
+    assert all(m["agent_id"] == "MSG-1" for m in got)
+    status, body = await service.api("GET", "/v1/users/u-msg/characters/luna/messages")
+    assert len(body["messages"]) == 10
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", "abc", "1001"])
+async def test_bad_messages_limit_is_422(service, limit):
+    status, body = await service.api("GET", "/v1/users/u/characters/c/messages", params={"limit": limit})
+    assert "limit" in assert_error(status, body, 422, "invalid_field")
+
+
+async def test_summary_before_condensing_is_null_with_uncovered_count(service):
+    await seed(service, "u-sum", "luna", "SUM-1", turns(7))
+    status, body = await service.api("GET", "/v1/users/u-sum/characters/luna/summary")
+    assert status == 200
+    assert body["summary"] is None
+    assert body["messages_not_yet_covered"] == 7
+    status, body = await service.api("GET", "/v1/users/u-sum/characters/other/summary")
+    assert (body["summary"], body["messages_not_yet_covered"]) == (None, 0)
+
+
+# facts
+
+
+async def test_facts_add_list_render_and_delete(service):
+    pair = "/v1/users/u-facts/characters/luna"
+    status, body = await service.api("POST", f"{pair}/facts", json={"text": "Has an exam on the 22nd"})
+    assert status == 201 and body["created"] is True
+    fact = body["fact"]
+    assert (fact["text"], fact["scope"], fact["pinned"], fact["origin"]) == (
+        "Has an exam on the 22nd", "character", True, "manual",
+    )  # fmt: skip
+    status, body = await service.api("POST", f"{pair}/facts", json={"text": "Lives in Lisbon", "scope": "user"})
+    assert status == 201 and body["fact"]["scope"] == "user" and body["fact"]["pinned"] is True
+    user_fact = body["fact"]
+    # The same fact again (other spacing and case) is not a second fact.
+    status, body = await service.api("POST", f"{pair}/facts", json={"text": "  has an exam on the 22nd. "})
+    assert status == 200 and body["created"] is False and body["fact"]["id"] == fact["id"]
+    # Another character's fact is not listed here; the user-wide one is.
+    status, _ = await service.api("POST", "/v1/users/u-facts/characters/kai/facts", json={"text": "Plays chess with Kai"})
+    assert status == 201
+
+    status, body = await service.api("GET", f"{pair}/facts")
+    assert status == 200
+    assert [(f["text"], f["scope"]) for f in body["facts"]] == [
+        ("Has an exam on the 22nd", "character"), ("Lives in Lisbon", "user"),
+    ]  # fmt: skip
+    status, body = await service.api("GET", "/v1/users/u-facts/characters/kai/facts")
+    assert {f["text"] for f in body["facts"]} == {"Plays chess with Kai", "Lives in Lisbon"}
+    rows = await service.store.read(lambda v: v.list_facts("u-facts", "luna"))
+    assert {(r["character_id"], r["text"]) for r in rows} == {
+        ("luna", "Has an exam on the 22nd"), ("", "Lives in Lisbon"),
+    }  # fmt: skip
+
+    rendered = (await system_messages(service, "u-facts", "luna"))["system_messages"][0]["content"]
+    assert "- Has an exam on the 22nd" in rendered and "- Lives in Lisbon" in rendered
+    assert "Plays chess" not in rendered
+
+    status, body = await service.api("DELETE", f"/v1/facts/{fact['id']}")
+    assert (status, body) == (200, {"deleted": fact["id"]})
+    assert await service.store.read(lambda v: v.get_fact(fact["id"])) is None
+    status, body = await service.api("DELETE", f"/v1/facts/{fact['id']}")
+    assert str(fact["id"]) in assert_error(status, body, 404, "not_found")
+    status, body = await service.api("GET", f"{pair}/facts")
+    assert [f["id"] for f in body["facts"]] == [user_fact["id"]]
+    rendered = (await system_messages(service, "u-facts", "luna"))["system_messages"][0]["content"]
+    assert "exam" not in rendered and "- Lives in Lisbon" in rendered
+
+
+async def test_delete_fact_with_a_non_numeric_id_is_422(service):
+    status, body = await service.api("DELETE", "/v1/facts/abc")
+    assert "abc" in assert_error(status, body, 422, "invalid_field")
+
+
+# Regression: agent_memory/api.py delete_fact checks the id with str.isdigit(), which lets
+# through ids SQLite cannot bind (over 2**63-1) and Unicode digits int() cannot parse ('²'); both
+# end in a 500 internal_error instead of a 404/422
+@pytest.mark.parametrize("raw", ["99999999999999999999999", "%C2%B2"], ids=["huge", "superscript"])
+async def test_delete_fact_with_an_impossible_id_is_a_client_error(service, raw):
+    status, body = await service.api("DELETE", f"/v1/facts/{raw}")
+    assert status in (404, 422), body
+    assert body["error"]["code"] in ("not_found", "invalid_field")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "code", "mentions"),
+    [
+        ({"json": {}}, 422, "invalid_field", "text"),
+        ({"json": {"scope": "user"}}, 422, "invalid_field", "text"),
+        ({"json": {"text": ""}}, 422, "invalid_field", "text"),
+        ({"json": {"text": "   "}}, 422, "invalid_field", "text"),
+        ({"json": {"text": "x" * 501}}, 422, "invalid_field", "text"),
+        ({"json": {"text": "ok", "scope": "galaxy"}}, 422, "invalid_field", "scope"),
+        ({"data": b"text=hello"}, 400, "invalid_json", "JSON"),
+        ({"data": b'["text"]'}, 400, "invalid_json", "object"),
+        ({"data": b"\xff\xfe"}, 400, "invalid_json", "JSON"),
+    ],
+    ids=["empty", "no-text", "blank", "spaces", "too-long", "bad-scope", "form", "array", "binary"],
+)
+async def test_invalid_fact_body_is_refused(service, kwargs, status, code, mentions):
+    got, body = await service.api("POST", "/v1/users/u/characters/c/facts", **kwargs)
+    assert mentions in assert_error(got, body, status, code)
+    assert (await service.store.read(lambda v: v.counts()))["facts"] == 0
+
+
+# sessions
+
+
+async def test_unknown_session_is_404(service):
+    status, body = await service.api("GET", "/v1/sessions/NOPE")
+    assert "NOPE" in assert_error(status, body, 404, "not_found")
+
+
+async def test_known_session_reports_who_and_how(service):
+    for name in ("101_agent_joined", "102_agent_left", "103_agent_history"):
+        await deliver(service, load_fixture(f"agora/{name}.json"))
+    status, body = await service.api("GET", "/v1/sessions/1NT29X10YHxxxxxWJOXLYHNYB")
+    assert status == 200
+    s = body["session"]
+    assert (s["user_id"], s["character_id"], s["identity_source"]) == ("u-1", "luna", "labels")
+    assert (s["status"], s["stop_reason"], s["message_count"]) == ("stopped", "OK", 2)
+    assert s["labels"] == {"user_id": "u-1", "character_id": "luna"}
+    assert (s["channel"], s["name"]) == ("room-42", "my-agent")
+
+
+async def test_binding_moves_an_unlabelled_session_to_the_new_pair(service):
+    for envelope in load_fixture("conversations/nolabels.json"):
+        await deliver(service, envelope)
+    agent = "Y4DQXL6904KUVE06GXOQ2AQHB"
+    status, body = await service.api("GET", "/v1/users/rtc:3003/characters/default/messages")
+    assert len(body["messages"]) == 9
+    status, body = await service.api(
+        "POST", f"/v1/sessions/{agent}/bind", json={"user_id": "u-carol", "character_id": "luna"}
+    )
+    assert status == 200
+    assert (body["session"]["user_id"], body["session"]["character_id"]) == ("u-carol", "luna")
+    assert body["session"]["identity_source"] == "binding"
+    status, body = await service.api("GET", "/v1/users/u-carol/characters/luna/messages")
+    assert len(body["messages"]) == 9 and all(m["agent_id"] == agent for m in body["messages"])
+    status, body = await service.api("GET", "/v1/users/rtc:3003/characters/default/messages")
+    assert body["messages"] == []
+    rows = await service.store.read(lambda v: v.session_messages(agent))
+    assert {(r["user_id"], r["character_id"]) for r in rows} == {("u-carol", "luna")}
+    status, body = await service.api("GET", f"/v1/sessions/{agent}")
+    assert (body["session"]["user_id"], body["session"]["identity_source"]) == ("u-carol", "binding")
+    # A later unlabelled callback of the run does not move it back to the fallback.
+    await deliver(service, agent_event(102, agent, channel="room-77", status="STOPPED", message="OK"))
+    status, body = await service.api("GET", f"/v1/sessions/{agent}")
+    assert (body["session"]["user_id"], body["session"]["character_id"]) == ("u-carol", "luna")
+
+
+async def test_binding_before_any_callback_places_the_session(service):
+    status, body = await service.api(
+        "POST", "/v1/sessions/EARLY-1/bind", json={"user_id": "u-early", "character_id": "kai"}
+    )
+    assert status == 200 and body["session"]["user_id"] == "u-early"
+    await deliver(service, agent_event(103, "EARLY-1", contents=turns(4)))
+    status, body = await service.api("GET", "/v1/users/u-early/characters/kai/messages")
+    assert len(body["messages"]) == 4
+    session = await service.store.read(lambda v: v.get_session("EARLY-1"))
+    assert session["identity_source"] == "binding"
+
+
+@pytest.mark.parametrize("payload", [{}, {"user_id": "u"}, {"user_id": "", "character_id": "c"}])
+async def test_invalid_bind_body_is_422(service, payload):
+    status, body = await service.api("POST", "/v1/sessions/X/bind", json=payload)
+    assert_error(status, body, 422, "invalid_field")
+    assert await service.store.read(lambda v: v.get_binding("X")) is None
+
+
+# forgetting
+
+
+def db_bytes(service: Any) -> bytes:
+    """The raw bytes of the database file and its WAL, as anyone with disk access sees them."""
+    path = Path(service.settings.db_path)
+    data = path.read_bytes()
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists():
+        data += wal.read_bytes()
+    return data
+
+
+def found(data: bytes, marker: str) -> bool:
+    """Whether the marker (or its case-folded form, as fact dedup keys keep it) is in `data`."""
+    return bool(marker.encode("utf-8") in data or marker.casefold().encode("utf-8") in data)
+
+
+GONE_EN = "ZebraQuill7731"
+GONE_ZH = "紫罗兰暗号七七三一"
+GONE_FACT = "SecretFactHeron"
+GONE_USER_FACT = "UserWideFactLynx"
+KEEP_EN = "OtterKeep4410"
+KEEP_ZH = "银杏保留四四一零"
+
+
+def marked(marker_en: str, marker_zh: str, count: int, *, start_ms: int) -> list[dict[str, Any]]:
+    lines = []
+    for index in range(count):
+        if index % 3 == 0:
+            lines.append(f"my code word is {marker_en} number {index}, {FILLER}")
+        elif index % 3 == 1:
+            lines.append(f"我的暗号是{marker_zh},第{index}次。我们聊了天气和周末的计划。")
+        else:
+            lines.append(f"{FILLER} (plain {index})")
+    return said(*lines, start_ms=start_ms)
+
+
+async def seed_forget_world(service: Any) -> dict[str, dict[str, Any]]:
+    """u-gone talks to luna and kai; u-keep talks to luna. Returns the 103 envelopes."""
+    envelopes = {
+        "gone-luna": agent_event(103, "GONE-LUNA", labels={"user_id": "u-gone", "character_id": "luna"},
+                                 contents=marked(GONE_EN, GONE_ZH, 30, start_ms=1_763_690_000_000)),
+        "keep-luna": agent_event(103, "KEEP-LUNA", labels={"user_id": "u-keep", "character_id": "luna"},
+                                 contents=marked(KEEP_EN, KEEP_ZH, 30, start_ms=1_763_690_000_000)),
+        "gone-kai": agent_event(103, "GONE-KAI", labels={"user_id": "u-gone", "character_id": "kai"},
+                                contents=said("kai talk one", "kai talk two", "kai talk three")),
+    }  # fmt: skip
+    for name, envelope in envelopes.items():
+        await deliver(service, agent_event(101, envelope["payload"]["agent_id"],
+                                           labels=envelope["payload"]["labels"],
+                                           notice_id=f"{name}:101"))  # fmt: skip
+        await deliver(service, envelope)
+    for path, text, scope in (
+        ("/v1/users/u-gone/characters/luna/facts", f"Told luna about {GONE_FACT}", "character"),
+        ("/v1/users/u-gone/characters/luna/facts", f"Always {GONE_USER_FACT}", "user"),
+        ("/v1/users/u-keep/characters/luna/facts", f"Keeps {KEEP_EN} safe", "character"),
+    ):
+        status, _ = await service.api("POST", path, json={"text": text, "scope": scope})
+        assert status == 201
+    data = db_bytes(service)
+    for marker in (GONE_EN, GONE_ZH, GONE_FACT, GONE_USER_FACT, KEEP_EN, KEEP_ZH):
+        assert found(data, marker), f"{marker} is not on disk"  # the scan can see what is stored
+    return envelopes
+
+
+async def test_forget_a_pair_removes_it_and_keeps_the_rest(service):
+    envelopes = await seed_forget_world(service)
+    status, body = await service.api("DELETE", "/v1/users/u-gone/characters/luna")
+    assert status == 200
+    assert (body["user_id"], body["character_id"]) == ("u-gone", "luna")
+    receipt = body["deleted"]
+    assert receipt["messages"] == 30 and receipt["facts"] == 1 and receipt["sessions"] == 1
+    assert receipt["raw_callbacks"] == 2  # the 101 and the 103 of GONE-LUNA
+
+    status, body = await service.api("GET", "/v1/users/u-gone/characters/luna/messages")
+    assert body["messages"] == []
+    status, body = await service.api("GET", "/v1/users/u-gone/characters/kai/messages")
+    assert [m["content"] for m in body["messages"]] == ["kai talk one", "kai talk two", "kai talk three"]
+    status, body = await service.api("GET", "/v1/users/u-keep/characters/luna/messages")
+    assert len(body["messages"]) == 30
+    status, body = await service.api("GET", "/v1/users/u-gone/characters/kai/facts")
+    assert [f["text"] for f in body["facts"]] == [f"Always {GONE_USER_FACT}"]
+    status, body = await service.api("GET", "/v1/sessions/GONE-LUNA")
+    assert status == 404
+    status, body = await service.api("GET", "/v1/sessions/GONE-KAI")
+    assert status == 200
+
+    row = await service.store.read(lambda v: v.get_inbox(envelopes["gone-luna"]["noticeId"]))
+    assert row is not None and row["status"] == "forgotten" and row["body"] == ""
+    data = db_bytes(service)
+    for marker in (GONE_EN, GONE_ZH, GONE_FACT):
+        assert not found(data, marker), f"{marker} is still on disk"
+    for marker in (KEEP_EN, KEEP_ZH, GONE_USER_FACT):
+        assert found(data, marker), f"{marker} is not on disk"
+
+
+async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(service):
+    envelopes = await seed_forget_world(service)
+    status, body = await service.api("DELETE", "/v1/users/u-gone")
+    assert status == 200 and body["character_id"] is None
+    receipt = body["deleted"]
+    assert (receipt["messages"], receipt["facts"], receipt["sessions"]) == (33, 2, 2)
+    assert receipt["raw_callbacks"] == 4
+
+    for character in ("luna", "kai"):
+        status, body = await service.api("GET", f"/v1/users/u-gone/characters/{character}/messages")
+        assert body["messages"] == []
+        status, body = await service.api("GET", f"/v1/users/u-gone/characters/{character}/facts")
+        assert body["facts"] == []
+        body = await system_messages(service, "u-gone", character)
+        assert body["system_messages"] == []
+    status, body = await service.api("GET", "/v1/users/u-keep/characters/luna/messages")
+    assert len(body["messages"]) == 30
+    stored = await service.store.read(lambda v: v.counts())
+    assert (stored["messages"], stored["sessions"], stored["facts"], stored["jobs"]) == (30, 1, 1, 1)
+    with closing(sqlite3.connect(f"file:{service.settings.db_path}?mode=ro", uri=True)) as conn:
+        statuses = dict(conn.execute("SELECT agent_id, group_concat(DISTINCT status) FROM inbox GROUP BY agent_id"))
+        leftovers = conn.execute("SELECT count(*) FROM messages WHERE user_id = 'u-gone'").fetchone()[0]
+    assert statuses == {"GONE-LUNA": "forgotten", "GONE-KAI": "forgotten", "KEEP-LUNA": "done"}
+    assert leftovers == 0
+
+    data = db_bytes(service)
+    for marker in (GONE_EN, GONE_ZH, GONE_FACT, GONE_USER_FACT):
+        assert not found(data, marker), f"{marker} is still on disk"
+    for marker in (KEEP_EN, KEEP_ZH):
+        assert found(data, marker), f"{marker} is not on disk"
+
+    # NCS redelivers a forgotten callback: recognised, and the text does not come back.
+    again = json.loads(json.dumps(envelopes["gone-luna"]))
+    again["notifyMs"] += 5000
+    status, answer = await service.callback(again)
+    assert (status, answer["status"], answer["new_messages"]) == (200, "duplicate", 0)
+    status, body = await service.api("GET", "/v1/users/u-gone/characters/luna/messages")
+    assert body["messages"] == []
+    assert await service.store.read(lambda v: v.get_session("GONE-LUNA")) is None
+    await service.store.checkpoint()
+    data = db_bytes(service)
+    assert not found(data, GONE_EN), "redelivery brought the text back"
+    assert not found(data, GONE_ZH), "redelivery brought the text back"
+
+
+# Regression: SQLiteTransaction.forget (agent_memory/store/sqlite.py) wipes raw inbox bodies only
+# for agent_ids that have a session; a 103 that failed validation made no session, so its raw
+# body (the user's words, labelled with their user_id) survives forgetting
+async def test_forget_a_user_also_wipes_raw_callbacks_that_failed(service):
+    contents = said(f"remember {GONE_EN} please", "sure")
+    contents.append({"content": "a message without a role"})
+    envelope = agent_event(103, "GONE-FAILED", labels={"user_id": "u-gone", "character_id": "luna"},
+                           contents=contents)  # fmt: skip
+    answer = await deliver(service, envelope)
+    assert answer["status"] == "failed"
+    assert found(db_bytes(service), GONE_EN), "the raw body is stored"
+    status, body = await service.api("DELETE", "/v1/users/u-gone")
+    assert status == 200
+    row = await service.store.read(lambda v: v.get_inbox(envelope["noticeId"]))
+    assert row is not None and GONE_EN not in row["body"]
+    assert not found(db_bytes(service), GONE_EN), "the failed callback's text is still on disk"
+
+
+class GatedOpenAI(FakeOpenAI):
+    """The fake LLM, holding each request until the test lets it answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _chat_completions(self, request: web.Request) -> web.Response:
+        self.arrived.set()
+        await self.release.wait()
+        return await super()._chat_completions(request)
+
+
+async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back(start_service):
+    async with GatedOpenAI() as llm:
+        llm.script(
+            {"summary": f"The user's code word is {GONE_EN}.",
+             "add_facts": [{"text": f"Code word {GONE_EN}", "scope": "user"}],
+             "update_facts": [], "remove_facts": []}
+        )  # fmt: skip
+        service = await start_service(
+            openai_base_url=llm.base_url, openai_api_key="test", job_sweep_s=0.05
+        )
+        await seed(service, "u-race", "luna", "RACE-1", said(f"my code word is {GONE_EN}", "noted"))
+        status, _ = await service.api("POST", "/v1/users/u-race/characters/luna/condense")
+        assert status == 202
+        await asyncio.wait_for(llm.arrived.wait(), 10)  # the job has read the messages
+        status, body = await service.api("DELETE", "/v1/users/u-race")
+        assert status == 200 and body["deleted"]["messages"] == 2
+        llm.release.set()
+        jobs = service.server.app[JOBS]
+        for _ in range(400):  # until the job has committed or given up
+            if not jobs._running:
+                break
+            await asyncio.sleep(0.025)
+        assert not jobs._running
+        assert llm.calls == 1
+        stored = await service.store.read(
+            lambda v: (v.get_summary("u-race", "luna"), v.list_facts("u-race", "luna"))
+        )
+        assert stored == (None, [])
+        status, body = await service.api("GET", "/v1/users/u-race/characters/luna/system-messages")
+        assert body["system_messages"] == []

@@ -1,0 +1,61 @@
+"""The agent-memory command, run as a user runs it."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+from agent_memory.cli import main
+from conftest import FIXTURES
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agent_memory.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_replay_then_system_messages(tmp_path):
+    db = str(tmp_path / "m.db")
+    replay = run("replay", "--db", db, str(FIXTURES / "conversations"))
+    assert replay.returncode == 0, replay.stderr
+    assert "duplicate" in replay.stdout and "new messages" in replay.stdout
+    shown = run("system-messages", "u-alice", "luna", "--db", db, "--max-tokens", "400")
+    context = json.loads(shown.stdout)
+    assert context["tokens"] <= 400
+    assert "Good night, Alice" in context["system_messages"][-1]["content"]
+    again = run("replay", "--db", db, str(FIXTURES / "conversations"))
+    assert "0 new messages" in again.stdout  # replaying is harmless
+
+
+def test_condense_jobs_and_forget(tmp_path, capsys):
+    db = str(tmp_path / "m.db")
+    assert main(["replay", "--db", db, str(FIXTURES / "conversations" / "zh_xiaoyu_tutor.json")]) == 0
+    assert main(["jobs", "--db", db]) == 0
+    assert "u-wang/xiaoyu" in capsys.readouterr().out
+    assert main(["condense", "u-wang", "xiaoyu", "--db", db]) == 0
+    assert "(offline summary)" in capsys.readouterr().out
+    assert main(["forget", "u-wang", "--db", db]) == 0
+    receipt = json.loads(capsys.readouterr().out)
+    assert receipt["deleted"]["messages"] == 32 and receipt["deleted"]["summaries"] == 1
+
+
+def test_reprocess_applies_failed_callbacks_again(tmp_path, capsys):
+    db = tmp_path / "m.db"
+    broken = {"noticeId": "n-1", "productId": 17, "eventType": 103, "payload": {
+        "agent_id": "A1", "labels": {"user_id": "u", "character_id": "c"},
+        "contents": [{"role": "user", "content": "hello"}, {"content": "no role"}]}}  # fmt: skip
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(broken))
+    assert main(["replay", "--db", str(db), str(path)]) == 1  # it failed, and says so
+    # An operator repairs the stored body (say, after a fix to the parser) and reprocesses.
+    conn = sqlite3.connect(db)
+    repaired = json.dumps({**broken, "payload": {**broken["payload"], "contents": broken["payload"]["contents"][:1]}})
+    conn.execute("UPDATE inbox SET body = ? WHERE notice_id = 'n-1'", (repaired,))
+    conn.commit()
+    conn.close()
+    capsys.readouterr()
+    assert main(["reprocess", "--db", str(db)]) == 0
+    assert "1 done" in capsys.readouterr().out
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT content FROM messages").fetchall() == [("hello",)]
