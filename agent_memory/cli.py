@@ -31,6 +31,8 @@ def configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # Every sweep would be logged at INFO; our own logs say what the jobs did.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
