@@ -33,7 +33,6 @@ BACKOFF_BASE_S = 5.0
 BACKOFF_CAP_S = 600.0
 # More messages than this since the watermark are condensed over several calls.
 MAX_MESSAGES_PER_CALL = 400
-MAX_PARALLEL_JOBS = 4
 
 # Told of every committed condense result (live refresh listens).
 Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
@@ -119,7 +118,9 @@ class CondenseJobs:
         self.listeners: list[Listener] = []
         self.scheduler: AsyncIOScheduler | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._slots = asyncio.Semaphore(MAX_PARALLEL_JOBS)
+        self._sweeps: set[asyncio.Task[int]] = set()
+        self._backlog = False
+        self.concurrency = settings.condense_concurrency
 
     async def start(self) -> None:
         """Find again what a crash left running, then look for due jobs every `sweep_s`."""
@@ -146,20 +147,29 @@ class CondenseJobs:
 
     async def sweep(self) -> int:
         """Start every due job that is not already running; returns how many started."""
-        free = MAX_PARALLEL_JOBS - len(self._running)
+        free = self.concurrency - len(self._running)
         if free <= 0:
             return 0
         due = await self.store.read(lambda view: view.due_jobs(CONDENSE, now_ms(), free * 2))
+        # More due than slots: each finishing job sweeps again instead of waiting for the timer.
+        self._backlog = len(due) > free
         started = 0
         for job in due:
             key = (job["user_id"], job["character_id"])
-            if key in self._running or len(self._running) >= MAX_PARALLEL_JOBS:
+            if key in self._running or len(self._running) >= self.concurrency:
                 continue
             task = asyncio.get_running_loop().create_task(self.run(job["id"]))
             self._running[key] = task
-            task.add_done_callback(lambda _, key=key: self._running.pop(key, None))
+            task.add_done_callback(lambda _, key=key: self._job_done(key))
             started += 1
         return started
+
+    def _job_done(self, key: tuple[str, str]) -> None:
+        self._running.pop(key, None)
+        if self._backlog and self.scheduler is not None:
+            self._backlog = False
+            self._sweeps.add(task := asyncio.get_running_loop().create_task(self.sweep()))
+            task.add_done_callback(self._sweeps.discard)
 
     async def run_due_now(self) -> None:
         """Sweep, and wait for what it started (tests and the CLI)."""
@@ -169,14 +179,13 @@ class CondenseJobs:
 
     async def run(self, job_id: int) -> None:
         """Claim one job, condense, commit; failures are recorded on the job."""
-        async with self._slots:
-            job = await self.store.write(lambda tx: tx.claim_job(job_id))
-            if job is None:
-                return
-            try:
-                await self._condense(job)
-            except Exception as exc:
-                await self._failed(job, exc)
+        job = await self.store.write(lambda tx: tx.claim_job(job_id))
+        if job is None:
+            return
+        try:
+            await self._condense(job)
+        except Exception as exc:
+            await self._failed(job, exc)
 
     async def _condense(self, job: dict[str, Any]) -> None:
         user_id, character_id = job["user_id"], job["character_id"]

@@ -44,6 +44,7 @@ ENVIRONMENT: dict[str, str] = {
     "summary_max_messages": "AGENT_MEMORY_SUMMARY_MAX_MESSAGES",
     "job_max_attempts": "AGENT_MEMORY_JOB_MAX_ATTEMPTS",
     "job_sweep_s": "AGENT_MEMORY_JOB_SWEEP_S",
+    "condense_concurrency": "AGENT_MEMORY_CONDENSE_CONCURRENCY",
     "refresh_interval_s": "AGENT_MEMORY_REFRESH_INTERVAL_S",
     "retention_max_messages": "AGENT_MEMORY_RETENTION_MAX_MESSAGES",
     "retention_max_age_days": "AGENT_MEMORY_RETENTION_MAX_AGE_DAYS",
@@ -94,6 +95,7 @@ class Settings(BaseModel):
     summary_max_messages: int = Field(40, ge=1)
     job_max_attempts: int = Field(6, ge=1)
     job_sweep_s: float = Field(1.0, gt=0)
+    condense_concurrency: int = Field(4, ge=1, le=256)
 
     refresh_interval_s: float = Field(60.0, ge=0)
 
