@@ -129,17 +129,18 @@ async def watch_session(request: web.Request) -> web.Response:
     if (body.user_id is None) != (body.character_id is None):
         raise InvalidField("give both user_id and character_id, or neither")
 
-    def record(tx: Any) -> tuple[bool, dict[str, Any] | None]:
+    def record(tx: Any) -> tuple[str, dict[str, Any] | None]:
         if body.user_id and body.character_id:
             ingestor.bind(tx, agent_id, body.user_id, body.character_id)
-        created = tx.watch(
+        result = tx.watch(
             agent_id, "manual", first_poll_ms=now_ms(),
             base_system_messages=body.system_messages, persona=body.persona,
             max_tokens=body.max_tokens,
         )  # fmt: skip
-        return created, tx.get_watch(agent_id)
+        return result, tx.get_watch(agent_id)
 
-    created, watch = await request.app[STORE].write(record)
+    result, watch = await request.app[STORE].write(record)
+    created = result == "created"
     if watch is None:
         raise Conflict(f"agent {agent_id} has already stopped; there is nothing to follow")
     return json_response(

@@ -68,6 +68,8 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(
         middlewares=[errors_middleware, bearer_auth_middleware(settings.api_token)],
         client_max_size=settings.max_body_bytes,
+        # A persona travels in the query string; let one of MAX_PERSONA_CHARS through.
+        handler_args={"max_line_size": 256 * 1024},
     )
     store = SQLiteStore(settings.db_path, group_commit_max=settings.group_commit_max)
     ingestor = Ingestor(settings)

@@ -76,24 +76,46 @@ def fingerprint(role: str, content: str) -> str:
     return digest.hexdigest()
 
 
-def align(stored: Sequence[str], window: Sequence[str]) -> int | None:
+# A message as alignment sees it: its fingerprint, and its time and turn when known.
+Key = tuple[str, int | None, int | None]
+
+
+def key_of(row: dict[str, Any]) -> Key:
+    return (row["fp"], row["ts_ms"], row["turn_id"])
+
+
+def same_message(a: Key | str, b: Key | str) -> bool:
+    """Same role and content, and no disagreement on time or turn where both know it."""
+    a_fp, a_ts, a_turn = (a, None, None) if isinstance(a, str) else a
+    b_fp, b_ts, b_turn = (b, None, None) if isinstance(b, str) else b
+    return (
+        a_fp == b_fp
+        and (a_ts is None or b_ts is None or a_ts == b_ts)
+        and (a_turn is None or b_turn is None or a_turn == b_turn)
+    )
+
+
+def align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | None:
     """Where `window[0]` sits in `stored` (may be negative or past the end), or None.
 
     The chosen offset agrees with `stored` on every position the two share and shares
-    the most positions; among equals, the latest offset wins.
+    the most positions; among equals, the latest offset wins. A repeated content ("Are
+    you still there?") matches only where its time and turn do not say otherwise.
     """
     if not stored or not window:
         return None
     positions: dict[str, list[int]] = defaultdict(list)
-    for index, fp in enumerate(stored):
-        positions[fp].append(index)
+    for index, item in enumerate(stored):
+        positions[item if isinstance(item, str) else item[0]].append(index)
     votes: Counter[int] = Counter()
-    for j, fp in enumerate(window):
+    for j, item in enumerate(window):
+        fp = item if isinstance(item, str) else item[0]
         for p in positions.get(fp, ())[-MAX_POSITIONS_PER_FINGERPRINT:]:
-            votes[p - j] += 1
+            if same_message(stored[p], item):
+                votes[p - j] += 1
     for offset, _ in sorted(votes.items(), key=lambda item: (-item[1], -item[0])):
         start, stop = max(0, offset), min(len(stored), offset + len(window))
-        if all(stored[p] == window[p - offset] for p in range(start, stop)):
+        if all(same_message(stored[p], window[p - offset]) for p in range(start, stop)):
             return offset
     return None
 
@@ -168,10 +190,10 @@ def map_window(
     stored: Sequence[dict[str, Any]], incoming: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any] | None]:
     """The stored row each window message is, aligning against each gap-free segment."""
-    window = [row["fp"] for row in incoming]
+    window = [key_of(row) for row in incoming]
     mapping: list[dict[str, Any] | None] = [None] * len(incoming)
     for segment in segments_of(stored):
-        offset = align([row["fp"] for row in segment], window)
+        offset = align([key_of(row) for row in segment], window)
         if offset is None:
             continue
         for j in range(max(0, -offset), min(len(window), len(segment) - offset)):
@@ -179,7 +201,7 @@ def map_window(
     mapped_seqs = [row["seq"] for row in mapping if row is not None]
     if mapped_seqs != sorted(mapped_seqs):
         # Segments disagree (repeated contents): trust the single best alignment only.
-        offset = align([row["fp"] for row in stored], window)
+        offset = align([key_of(row) for row in stored], window)
         mapping = [
             stored[offset + j] if offset is not None and 0 <= offset + j < len(stored) else None
             for j in range(len(window))
@@ -452,6 +474,17 @@ class Ingestor:
 
     def move_session(self, tx: SQLiteTransaction, session: dict[str, Any], identity: Identity) -> None:
         """Give a session, and its messages, to another (user, character)."""
+        old_summary = tx.get_summary(session["user_id"], session["character_id"])
+        if old_summary is not None and tx.session_fingerprints(session["agent_id"]):
+            first_id = min(row["id"] for row in tx.session_fingerprints(session["agent_id"]))
+            if first_id <= old_summary["watermark_id"]:
+                # The old pair's summary holds this session's words: rebuild it without them.
+                reset = tx.reset_condensed(session["user_id"], session["character_id"])
+                log.info("summary of %s/%s reset: it covered moved session %s (%s)",
+                         session["user_id"], session["character_id"], session["agent_id"], reset)  # fmt: skip
+                remaining = tx.count_messages_after(session["user_id"], session["character_id"], 0)
+                if remaining:
+                    self.schedule_condense(tx, session["user_id"], session["character_id"], remaining)
         moved = tx.move_session(session["agent_id"], identity.user_id, identity.character_id)
         tx.update_session(session["agent_id"], {"identity_source": identity.source})
         log.info(

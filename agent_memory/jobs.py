@@ -35,6 +35,10 @@ BACKOFF_CAP_S = 600.0
 MAX_MESSAGES_PER_CALL = 400
 
 # Told of every committed condense result (live refresh listens).
+class Forgotten(Exception):
+    """The pair was forgotten while its job ran; the result is dropped."""
+
+
 Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
 
 
@@ -54,6 +58,9 @@ def apply_result(
 ) -> dict[str, int]:
     """Commit a condensed result: summary, fact changes and watermark together."""
     user_id, character_id = job["user_id"], job["character_id"]
+    if tx.get_job_by_id(job["id"]) is None:
+        # Forgetting the pair deletes its job: what we condensed must not come back.
+        raise Forgotten(f"{user_id}/{character_id} was forgotten while it was being condensed")
     current = tx.get_summary(user_id, character_id)
     if (current and current["watermark_id"]) != (previous and previous["watermark_id"]):
         # Someone condensed these messages meanwhile (a forget, or a manual retry): drop ours.
@@ -184,6 +191,8 @@ class CondenseJobs:
             return
         try:
             await self._condense(job)
+        except Forgotten as exc:
+            log.info("%s; result dropped", exc)
         except Exception as exc:
             await self._failed(job, exc)
 

@@ -94,7 +94,8 @@ class RenderOptions(BaseModel):
 
 def _stored_shape(message: Mapping[str, Any]) -> dict[str, Any]:
     """An Agora short-term-memory message in the shape stored rows have."""
-    if "ts_ms" in message or "at_ms" in message:
+    stored = "ts_ms" in message or "at_ms" in message
+    if stored and isinstance(message.get("role"), str) and isinstance(message.get("content"), str):
         return dict(message)
     parsed = MemoryMessage.model_validate(message)
     meta = parsed.metadata

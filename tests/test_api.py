@@ -155,7 +155,9 @@ async def test_system_messages_of_an_unknown_pair_are_empty(service):
     assert [m["content"] for m in body["system_messages"]] == [PERSONA]
 
 
-async def test_budget_keeps_the_newest_turns_and_drops_the_oldest(service):
+async def test_budget_keeps_the_newest_turns_and_drops_the_oldest(start_service):
+    # No condensing here: 80 new messages would otherwise make a summary due at once.
+    service = await start_service(summary_max_messages=10_000)
     messages = long_turns(80)
     await seed(service, "u-budget", "luna", "BUDGET-1", messages)
     kept = []
@@ -179,7 +181,8 @@ async def test_budget_keeps_the_newest_turns_and_drops_the_oldest(service):
     assert kept[0] < kept[1] < kept[2]
 
 
-async def test_system_messages_are_deterministic(service):
+async def test_system_messages_are_deterministic(start_service):
+    service = await start_service(summary_max_messages=10_000)
     await seed(service, "u-det", "luna", "DET-1", long_turns(30))
     await service.api("POST", "/v1/users/u-det/characters/luna/facts", json={"text": "Works night shifts"})
     await service.api("POST", "/v1/users/u-det/characters/luna/facts", json={"text": "Speaks French", "scope": "user"})
@@ -206,6 +209,20 @@ async def test_persona_longer_than_the_budget_is_422_saying_so(service):
     )  # fmt: skip
     message = assert_error(status, body, 422, "invalid_field")
     assert "persona" in message and "max_tokens=100" in message
+
+
+# Regression: the persona travels in the query string, and aiohttp refuses request lines over 8190 bytes
+async def test_a_long_chinese_persona_fits_through_the_api(service):
+    persona = ("你是小雨，一位温柔耐心的中文老师，" * 63)[:1000]
+    async with service.session.get(
+        f"{service.url}/v1/users/u/characters/c/system-messages",
+        params={"persona": persona, "max_tokens": 5000},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ) as resp:
+        assert resp.content_type == "application/json", await resp.text()
+        body = await resp.json()
+    assert resp.status == 200, body
+    assert body["system_messages"][0]["content"] == persona
 
 
 async def test_interrupted_reply_is_rendered_with_the_unheard_rest(service):
@@ -607,6 +624,7 @@ class GatedOpenAI(FakeOpenAI):
         return await super()._chat_completions(request)
 
 
+# Regression: agent_memory/jobs.py apply_result only drops a result when the summary's watermark changed
 async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back(start_service):
     async with GatedOpenAI() as llm:
         llm.script(
@@ -637,3 +655,56 @@ async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back
         assert stored == (None, [])
         status, body = await service.api("GET", "/v1/users/u-race/characters/luna/system-messages")
         assert body["system_messages"] == []
+
+
+async def condensed(service: Any, user: str, character: str) -> dict[str, Any]:
+    """Ask for the pair's condense now and wait until its summary is committed."""
+    status, _ = await service.api("POST", f"/v1/users/{user}/characters/{character}/condense")
+    assert status == 202
+    for _ in range(400):
+        status, body = await service.api("GET", f"/v1/users/{user}/characters/{character}/summary")
+        if body["summary"] is not None and body["messages_not_yet_covered"] == 0:
+            return body
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"{user}/{character} was not condensed")
+
+
+NOLABELS_AGENT = "Y4DQXL6904KUVE06GXOQ2AQHB"
+NOLABELS_PHRASE = "Edinburgh every Friday"
+
+
+# Regression: Ingestor.move_session (agent_memory/ingest.py) moves a session's messages but leaves the s
+async def test_binding_a_condensed_session_takes_its_memory_along(start_service):
+    service = await start_service(job_sweep_s=0.05)
+    for envelope in load_fixture("conversations/nolabels.json"):
+        await deliver(service, envelope)
+    summary = await condensed(service, "rtc:3003", "default")
+    assert NOLABELS_PHRASE in summary["summary"]["text"]  # the fallback pair was condensed
+    status, _ = await service.api(
+        "POST", f"/v1/sessions/{NOLABELS_AGENT}/bind", json={"user_id": "u-carol", "character_id": "luna"}
+    )
+    assert status == 200
+    status, body = await service.api("DELETE", "/v1/users/u-carol")
+    assert status == 200 and body["deleted"]["messages"] == 9
+    # Whoever talks next as uid 3003 must not be told what u-carol said ...
+    rendered = await system_messages(service, "rtc:3003", "default")
+    assert NOLABELS_PHRASE not in json.dumps(rendered)
+    # ... and u-carol's words are gone from disk.
+    assert not found(db_bytes(service), NOLABELS_PHRASE), f"{NOLABELS_PHRASE!r} is still on disk"
+
+
+# Regression: moved messages keep their ids, so when the new pair's summary watermark is already past th
+async def test_messages_bound_into_a_condensed_pair_are_not_counted_as_covered(start_service):
+    service = await start_service(job_sweep_s=0.05)
+    for envelope in load_fixture("conversations/nolabels.json"):  # ids 1..9, at rtc:3003
+        await deliver(service, envelope)
+    await seed(service, "u-carol", "luna", "CAROL-LATER", turns(6))  # ids 10..15
+    await condensed(service, "u-carol", "luna")
+    status, _ = await service.api(
+        "POST", f"/v1/sessions/{NOLABELS_AGENT}/bind", json={"user_id": "u-carol", "character_id": "luna"}
+    )
+    assert status == 200
+    status, body = await service.api("GET", "/v1/users/u-carol/characters/luna/messages?limit=1000")
+    assert len(body["messages"]) == 15
+    status, body = await service.api("GET", "/v1/users/u-carol/characters/luna/summary")
+    assert body["messages_not_yet_covered"] == 9

@@ -37,6 +37,9 @@ MESSAGE_COLUMNS = (
     "gap_before", "extra", "created_ms",
 )  # fmt: skip
 
+# Sequence numbers stay far below this (gaps leave 2**20 of room each).
+MOVE_SEQ_SHIFT = 1 << 52
+
 PUBLIC_MESSAGE_COLUMNS = (
     "id, agent_id, user_id, character_id, seq, role, content, turn_id, ts_ms, at_ms, source, "
     "speaker, interrupted, interrupt_ms, original, gap_before"
@@ -276,15 +279,42 @@ class SQLiteTransaction(SQLiteView):
         )
 
     def move_session(self, agent_id: str, user_id: str, character_id: str) -> int:
-        """Give a session and its messages to another (user, character); returns messages moved."""
+        """Give a session and its messages to another (user, character); returns messages moved.
+
+        The messages get new ids above every other, so that the new pair's summary
+        watermark treats them as not yet condensed.
+        """
         self.conn.execute(
             "UPDATE sessions SET user_id = ?, character_id = ? WHERE agent_id = ?",
             (user_id, character_id, agent_id),
         )
-        return self.conn.execute(
-            "UPDATE messages SET user_id = ?, character_id = ? WHERE agent_id = ?",
+        others = ", ".join(column for column in MESSAGE_COLUMNS if column not in ("user_id", "character_id", "seq"))
+        # Copies first, shifted out of the originals' seq range (seq is unique per session).
+        moved = self.conn.execute(
+            f"INSERT INTO messages (user_id, character_id, seq, {others}) "
+            f"SELECT ?, ?, seq + {MOVE_SEQ_SHIFT}, {others} FROM messages WHERE agent_id = ? ORDER BY id",
             (user_id, character_id, agent_id),
         ).rowcount
+        self.conn.execute(
+            f"DELETE FROM messages WHERE agent_id = ? AND seq < {MOVE_SEQ_SHIFT // 2}", (agent_id,)
+        )
+        self.conn.execute(
+            f"UPDATE messages SET seq = seq - {MOVE_SEQ_SHIFT} WHERE agent_id = ?", (agent_id,)
+        )
+        return moved
+
+    def reset_condensed(self, user_id: str, character_id: str) -> dict[str, int]:
+        """Drop a pair's summary and model-made facts, to be condensed again from what remains."""
+        return {
+            "summaries": self.conn.execute(
+                "DELETE FROM summaries WHERE user_id = ? AND character_id = ?",
+                (user_id, character_id),
+            ).rowcount,
+            "facts": self.conn.execute(
+                "DELETE FROM facts WHERE user_id = ? AND character_id = ? AND pinned = 0",
+                (user_id, character_id),
+            ).rowcount,
+        }
 
     def set_binding(self, agent_id: str, user_id: str, character_id: str) -> None:
         self.conn.execute(
@@ -474,21 +504,40 @@ class SQLiteTransaction(SQLiteView):
         base_system_messages: list[dict[str, Any]] | None = None,
         persona: str | None = None,
         max_tokens: int | None = None,
-    ) -> bool:
-        """Follow a running agent; False if it was already followed or has stopped."""
+    ) -> str:
+        """Follow a running agent; an explicit request (not a 101) also updates or resumes
+        an existing watch. Returns created, updated, unchanged, or stopped (not followable)."""
         session = self.get_session(agent_id)
         if session is not None and session["status"] != "running":
-            return False
+            return "stopped"
         stamp = now_ms()
-        cursor = self.conn.execute(
-            "INSERT OR IGNORE INTO watched_agents (agent_id, origin, status, next_poll_ms, "
-            "base_system_messages, persona, max_tokens, created_ms, updated_ms) "
-            "VALUES (?, ?, 'watching', ?, ?, ?, ?, ?, ?)",
-            (agent_id, origin, first_poll_ms,
-             dumps(base_system_messages) if base_system_messages is not None else None,
-             persona, max_tokens, stamp, stamp),
-        )  # fmt: skip
-        return cursor.rowcount == 1
+        base = dumps(base_system_messages) if base_system_messages is not None else None
+        existing = self.get_watch(agent_id)
+        if existing is None:
+            self.conn.execute(
+                "INSERT INTO watched_agents (agent_id, origin, status, next_poll_ms, "
+                "base_system_messages, persona, max_tokens, created_ms, updated_ms) "
+                "VALUES (?, ?, 'watching', ?, ?, ?, ?, ?, ?)",
+                (agent_id, origin, first_poll_ms, base, persona, max_tokens, stamp, stamp),
+            )
+            return "created"
+        if origin == "callback":
+            return "unchanged"
+        changes: dict[str, Any] = {}
+        if base is not None and (base, persona, max_tokens) != (
+            existing["base_system_messages"], existing["persona"], existing["max_tokens"]
+        ):
+            changes.update(base_system_messages=base, persona=persona, max_tokens=max_tokens)
+        if existing["status"] != "watching":
+            changes.update(status="watching", stop_reason=None, next_poll_ms=first_poll_ms, failures=0)
+        if not changes:
+            return "unchanged"
+        changes.update(origin=origin, updated_ms=stamp)
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        self.conn.execute(
+            f"UPDATE watched_agents SET {assignments} WHERE agent_id = ?", (*changes.values(), agent_id)
+        )
+        return "updated"
 
     def unwatch(self, agent_id: str, reason: str) -> bool:
         cursor = self.conn.execute(
