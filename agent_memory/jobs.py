@@ -14,7 +14,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -24,6 +23,7 @@ from .errors import LLMError, LLMUnavailable, NotFound
 from .facts import normalise
 from .ingest import CONDENSE
 from .render import is_renderable
+from .schedule import start_interval
 from .settings import Settings
 from .store import SQLiteStore, SQLiteTransaction, dumps, now_ms
 
@@ -134,14 +134,7 @@ class CondenseJobs:
         released = await self.store.write(lambda tx: tx.release_running_jobs())
         if released:
             log.info("%d condense jobs left running by a previous process are pending again", released)
-        self.scheduler = AsyncIOScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
-        )
-        self.scheduler.add_job(
-            self.sweep, "interval", seconds=self.sweep_s, id="condense-sweep",
-            next_run_time=datetime.now(),
-        )  # fmt: skip
-        self.scheduler.start()
+        self.scheduler = start_interval(self.sweep, self.sweep_s, "condense-sweep")
 
     async def stop(self) -> None:
         if self.scheduler is not None:

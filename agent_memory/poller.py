@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import random
-from datetime import datetime
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -26,6 +25,7 @@ from .condense import CondenseResult
 from .context import load_context
 from .errors import AgentMemoryError, AgoraNotFound, Conflict, NotFound
 from .ingest import Ingestor
+from .schedule import start_interval
 from .settings import Settings
 from .store import SQLiteStore, now_ms
 
@@ -59,14 +59,7 @@ class Poller:
         self.windows_merged = 0
 
     async def start(self) -> None:
-        self.scheduler = AsyncIOScheduler(
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
-        )
-        self.scheduler.add_job(
-            self.sweep, "interval", seconds=self.sweep_s, id="poll-sweep",
-            next_run_time=datetime.now(),
-        )  # fmt: skip
-        self.scheduler.start()
+        self.scheduler = start_interval(self.sweep, self.sweep_s, "poll-sweep")
 
     async def stop(self) -> None:
         if self.scheduler is not None:

@@ -1,0 +1,21 @@
+"""APScheduler, set up the one way the service uses it: an async function on an interval."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+# A sweep that overran is not run twice to catch up, never runs beside itself, and
+# may start up to 30 s late (a busy loop) rather than be skipped.
+JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 30}
+
+
+def start_interval(fn: Callable[[], Awaitable[Any]], seconds: float, job_id: str) -> AsyncIOScheduler:
+    """Run `fn` now and then every `seconds` on the running event loop; returns the scheduler."""
+    scheduler = AsyncIOScheduler(job_defaults=JOB_DEFAULTS)
+    scheduler.add_job(fn, "interval", seconds=seconds, id=job_id, next_run_time=datetime.now())
+    scheduler.start()
+    return scheduler
