@@ -44,9 +44,17 @@ def with_memory(
     """Agora's join body with our labels added and memory after the caller's system messages."""
     body = copy.deepcopy(join)
     properties = body.setdefault("properties", {})
+    if not isinstance(properties, dict):
+        raise InvalidField("join.properties must be an object")
+    for name in ("labels", "llm"):
+        if not isinstance(properties.get(name) or {}, dict):
+            raise InvalidField(f"join.properties.{name} must be an object")
     properties["labels"] = {**(properties.get("labels") or {}), **labels}
     llm = properties.setdefault("llm", {})
-    own = list(llm.get("system_messages") or [])
+    own = llm.get("system_messages") or []
+    if not isinstance(own, list) or not all(isinstance(m, dict) for m in own):
+        raise InvalidField("join.properties.llm.system_messages must be a list of message objects")
+    own = list(own)
     llm["system_messages"] = own + memory
     return body, own
 

@@ -374,6 +374,9 @@ class Ingestor:
             changes["stop_ms"] = event.stop_ms or session["stop_ms"] or stamp
         elif isinstance(event, AgentErrors):
             changes["error_count"] = session["error_count"] + len(event.errors)
+        elif envelope.eventType == 111:
+            # AgentMetrics: per-turn latencies, kept for the latency percentiles.
+            tx.record_agent_metrics(session["agent_id"], payload.get("turns"), stamp)
         tx.update_session(session["agent_id"], changes)
         return Outcome(
             "done",
@@ -529,8 +532,7 @@ class Ingestor:
         agent_id = session["agent_id"]
         base_ms = session["start_ms"] or stamp
         incoming = [message_row(message, base_ms) for message in messages]
-        stored = tx.session_fingerprints(agent_id) if session["message_count"] else []
-        placed = place_window(stored, incoming)
+        placed = self._place(tx, session, incoming)
         created_ms = now_ms()
         new_rows: list[dict[str, Any]] = []
         for row, (seq, existing, gap_before) in zip(incoming, placed.positions, strict=True):
@@ -576,6 +578,22 @@ class Ingestor:
             user_id=session["user_id"],
             character_id=session["character_id"],
         )
+
+    @staticmethod
+    def _place(tx: SQLiteTransaction, session: dict[str, Any], incoming: list[dict[str, Any]]) -> Placement:
+        """Place a window against the stored tail when that explains it, else the whole session."""
+        agent_id, count = session["agent_id"], session["message_count"]
+        if not count:
+            return place_window([], incoming)
+        # A poll's window overlaps the newest messages: reading a long call whole each time
+        # would make every merge cost as much as the call so far.
+        tail_size = 2 * len(incoming) + 16
+        if count > tail_size and not session["gap_count"]:
+            tail = tx.session_tail(agent_id, tail_size)
+            offset = align([key_of(row) for row in tail], [key_of(row) for row in incoming])
+            if offset is not None and offset >= 0:
+                return place_window(tail, incoming)
+        return place_window(tx.session_fingerprints(agent_id), incoming)
 
     def schedule_condense(self, tx: SQLiteTransaction, user_id: str, character_id: str, new: int) -> None:
         """Debounce the pair's condense job (the database is the queue)."""

@@ -77,7 +77,9 @@ class Poller:
     async def sweep(self) -> int:
         """Start polls and pushes that are due; returns how many polls started."""
         stamp = now_ms()
-        room = self.settings.poll_concurrency * 4
+        # Started polls queue on the semaphore; a sweep must be able to start a whole
+        # interval's worth, or many agents would be polled less often than configured.
+        room = max(self.settings.poll_concurrency * 4, 4096)
         due, pushes = await self.store.read(
             lambda view: (view.due_watches(stamp, room), view.due_pushes(stamp, room))
         )

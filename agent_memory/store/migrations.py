@@ -180,3 +180,126 @@ def m002_watched_agents(db: Database) -> None:
     )
     db["watched_agents"].create_index(["status", "next_poll_ms"])
     db["watched_agents"].create_index(["status", "push_due_ms"])
+
+
+# -- full-text search (issue 5) --------------------------------------------------------------
+#
+# Three contentless FTS5 tables (trigram tokenizer, so CJK is found by substring) are kept in
+# step with messages, facts and summaries by triggers: every insert, update and delete of a
+# row, including forget and retention, reaches the index in the same transaction.
+# Each indexed row also carries an `owner` token: three private-use characters that encode
+# the row's (user, character) pair id in `search_pairs`. Under the trigram tokenizer such a
+# token is one term that no text contains, so `owner : "<token>" AND content : (...)` reads
+# only that pair's postings instead of every match in the database.
+
+# U+F0000.. (Supplementary Private Use Area-A): 65534 values per character, 2.8e14 ids.
+SEARCH_TOKEN_SQL = (
+    "char(983040 + (id / 4294705156) % 65534, 983040 + (id / 65534) % 65534, 983040 + id % 65534)"
+)
+# What each indexed table is called and which of its columns holds the text.
+SEARCH_SOURCES = (("messages", "content", "id"), ("facts", "text", "id"), ("summaries", "text", "rowid"))
+
+
+def _owner(prefix: str) -> str:
+    """The token of the pair of the NEW or OLD row."""
+    return (
+        f"(SELECT token FROM search_pairs WHERE user_id = {prefix}.user_id "
+        f"AND character_id = {prefix}.character_id)"
+    )
+
+
+def _search_triggers(table: str, column: str, key: str) -> list[str]:
+    """Triggers that mirror `table` into `{table}_fts` (contentless: deletes name the old values)."""
+    fts = f"{table}_fts"
+    ensure_pair = (
+        "INSERT OR IGNORE INTO search_pairs (user_id, character_id) "
+        "VALUES (NEW.user_id, NEW.character_id);"
+    )
+    add = (
+        f"INSERT INTO {fts} (rowid, {column}, owner) "
+        f"VALUES (NEW.{key}, NEW.{column}, {_owner('NEW')});"
+    )
+    remove = (
+        f"INSERT INTO {fts} ({fts}, rowid, {column}, owner) "
+        f"VALUES ('delete', OLD.{key}, OLD.{column}, {_owner('OLD')});"
+    )
+    statements = [
+        f"CREATE TRIGGER {table}_search_ai AFTER INSERT ON {table} BEGIN {ensure_pair} {add} END",
+        f"CREATE TRIGGER {table}_search_ad AFTER DELETE ON {table} BEGIN {remove} END",
+        f"CREATE TRIGGER {table}_search_au AFTER UPDATE OF {column}, user_id, character_id "
+        f"ON {table} BEGIN {remove} {ensure_pair} {add} END",
+    ]
+    if table == "summaries":
+        # set_summary is INSERT OR REPLACE, and REPLACE deletes the old row without firing
+        # delete triggers (unless recursive_triggers is on). Deleting it first, here, fires
+        # them either way, so the index never keeps an old summary.
+        statements.append(
+            "CREATE TRIGGER summaries_search_bi BEFORE INSERT ON summaries BEGIN "
+            "DELETE FROM summaries WHERE user_id = NEW.user_id AND character_id = NEW.character_id; "
+            "END"
+        )
+    return statements
+
+
+@migrations()
+def m003_search_index(db: Database) -> None:
+    """FTS5 trigram indexes over messages, facts and summaries, kept in sync by triggers."""
+    db.execute(
+        "CREATE TABLE search_pairs (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "user_id TEXT NOT NULL, character_id TEXT NOT NULL, "
+        f"token TEXT GENERATED ALWAYS AS ({SEARCH_TOKEN_SQL}) VIRTUAL, "
+        "UNIQUE (user_id, character_id))"
+    )
+    # What the index owes: dead rows since the last full merge, and whether a forget
+    # still has text in old index segments.
+    db.execute("CREATE TABLE search_state (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+    db.execute("INSERT INTO search_state (name, value) VALUES ('dead_rows', 0), ('scrub_owed', 0)")
+    for table, column, key in SEARCH_SOURCES:
+        # columnsize=0: ranking is computed from the text itself, so per-row sizes are not kept.
+        db.execute(
+            f"CREATE VIRTUAL TABLE {table}_fts USING fts5({column}, owner, content='', "
+            "columnsize=0, tokenize='trigram')"
+        )
+        db.execute(
+            "INSERT OR IGNORE INTO search_pairs (user_id, character_id) "
+            f"SELECT DISTINCT user_id, character_id FROM {table}"
+        )
+        db.execute(
+            f"INSERT INTO {table}_fts (rowid, {column}, owner) "
+            f"SELECT t.{key}, t.{column}, p.token FROM {table} t JOIN search_pairs p "
+            "ON p.user_id = t.user_id AND p.character_id = t.character_id"
+        )
+        for statement in _search_triggers(table, column, key):
+            db.execute(statement)
+        db.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('optimize')")
+
+
+@migrations()
+def m004_agent_metrics(db: Database) -> None:
+    """Per-turn latencies from 111 callbacks: one row per (agent, turn, metric)."""
+    db.execute(
+        "CREATE TABLE agent_metrics (agent_id TEXT NOT NULL, turn_id INTEGER NOT NULL, "
+        "metric TEXT NOT NULL, value_ms REAL NOT NULL, at_ms INTEGER NOT NULL, "
+        "PRIMARY KEY (agent_id, turn_id, metric)) WITHOUT ROWID"
+    )
+    db.execute("CREATE INDEX agent_metrics_metric_value ON agent_metrics (metric, value_ms)")
+    db.execute("CREATE INDEX agent_metrics_at ON agent_metrics (at_ms)")
+
+
+# Above this size switching an old database to incremental auto-vacuum (a full VACUUM, which
+# needs as much free disk again and blocks everything while it runs) is left to the operator.
+AUTO_VACUUM_SWITCH_MAX_BYTES = 256 * 1024 * 1024
+
+
+@migrations(transactional=False)
+def m005_incremental_vacuum(db: Database) -> None:
+    """Let retention give space back: switch a database created without auto-vacuum."""
+    if db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+        return
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    size = db.execute("PRAGMA page_count").fetchone()[0] * page_size
+    if size > AUTO_VACUUM_SWITCH_MAX_BYTES:
+        # The retention job warns on every run while the file cannot shrink.
+        return
+    db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    db.execute("VACUUM")

@@ -25,7 +25,10 @@ from typing import Any, TypeVar
 from sqlite_utils import Database
 
 from ..errors import StoreUnavailable
+from .analytics import AnalyticsReads, AnalyticsWrites, ExportReads
 from .migrations import migrations
+from .retention import RetentionReads, RetentionWrites
+from .search import SearchReads
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
     return conn
 
 
-class SQLiteView:
+class SQLiteView(SearchReads, AnalyticsReads, ExportReads, RetentionReads):
     """Reads, on whichever connection the view was given."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -129,6 +132,16 @@ class SQLiteView:
             "FROM messages WHERE agent_id = ? ORDER BY seq",
             (agent_id,),
         )
+
+    def session_tail(self, agent_id: str, count: int) -> list[dict[str, Any]]:
+        """The last `count` of what window merging needs, in order."""
+        rows = self._all(
+            "SELECT id, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, "
+            "interrupt_ms, original FROM messages WHERE agent_id = ? ORDER BY seq DESC LIMIT ?",
+            (agent_id, count),
+        )
+        rows.reverse()
+        return rows
 
     def get_session(self, agent_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM sessions WHERE agent_id = ?", (agent_id,))
@@ -229,7 +242,7 @@ class SQLiteView:
         }
 
 
-class SQLiteTransaction(SQLiteView):
+class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites):
     """Writes, on the writer connection, inside the current transaction."""
 
     @contextmanager
@@ -619,6 +632,8 @@ class SQLiteTransaction(SQLiteView):
         labelled = "label_user = ?" if character_id is None else "label_user = ? AND label_character = ?"
         raw += self.conn.execute(blank + labelled + " AND status != 'forgotten'", params).rowcount
         receipt["raw_callbacks"] = raw
+        # Metrics of the forgotten agents, their search-index tokens, and a scrub of the index.
+        receipt.update(self.forget_extras(user_id, character_id, agent_ids, receipt))
         return receipt
 
 

@@ -73,6 +73,9 @@ class FakeAgora:
         self.updates: list[tuple[str, dict[str, Any]]] = []
         self.requests: Counter[str] = Counter()
         self.cues: list[FailureCue] = []
+        # Called with the new agent before /join answers (e.g. to deliver its 101 first,
+        # as Agora may when the agent joins the channel quickly).
+        self.on_join: Callable[[FakeAgent], Awaitable[None]] | None = None
         self.base_url = ""
         self._runner: web.AppRunner | None = None
 
@@ -173,6 +176,8 @@ class FakeAgora:
         agent_id = secrets.token_hex(13).upper()[:25]
         agent = self.add_agent(agent_id, max_history=int(llm.get("max_history", 32)))
         agent.join_body = body
+        if self.on_join is not None:
+            await self.on_join(agent)
         return web.json_response(self._state(agent, "create_ts"))
 
     async def _history(self, request: web.Request) -> web.Response:

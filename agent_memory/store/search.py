@@ -1,0 +1,375 @@
+"""Full-text search over a user's messages, facts and summaries (SQLite FTS5, trigram).
+
+The indexes are contentless FTS5 tables kept in step by triggers (migration m003), each row
+tagged with its (user, character) pair's owner token, so a user's search reads only that
+user's postings. Queries of three or more characters per word go through the index; shorter
+words (two-character Chinese words such as 考试) are below what a trigram index can match and
+are found by a bounded substring scan of the user's most recent rows instead.
+
+Ranking is BM25 (k1 = 1.2, b = 0.75, as FTS5's `bm25()`), computed here from the matched
+text with statistics taken over the user's own rows: FTS5's `bm25()` would count each
+phrase's documents across the whole database on every query, which grows with the database.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+MIN_FTS_CHARS = 3  # a trigram index cannot match less
+MAX_TERMS = 16
+# The most recent matches of each kind that are ranked; older ones beyond this are not.
+MAX_CANDIDATES = 2000
+# How many of a user's most recent rows of each kind a substring (short-word) scan reads.
+SUBSTRING_SCAN_ROWS = 20_000
+# How many of the most recent messages an operator's short-word mention query reads.
+MENTIONS_SCAN_ROWS = 500_000
+SNIPPET_CHARS = 96
+BM25_K1 = 1.2
+BM25_B = 0.75
+KINDS = ("message", "fact", "summary")
+MENTION_ROLES = ("user", "assistant", "any")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one searchable table is read."""
+
+    name: str
+    table: str
+    column: str
+    key: str
+    columns: str  # what a result needs, as id, user_id, character_id, text, at_ms, ...
+
+
+SOURCES: dict[str, Kind] = {
+    "message": Kind(
+        "message", "messages", "content", "id",
+        "t.id AS id, t.user_id, t.character_id, t.content AS text, t.at_ms, t.agent_id, t.role",
+    ),
+    "fact": Kind(
+        "fact", "facts", "text", "id",
+        "t.id AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.pinned",
+    ),
+    "summary": Kind(
+        "summary", "summaries", "text", "rowid",
+        "t.rowid AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.watermark_id",
+    ),
+}  # fmt: skip
+
+
+def query_terms(q: str) -> list[str]:
+    """The words of a query: split on whitespace, edge punctuation dropped, duplicates once."""
+    terms: list[str] = []
+    for word in q.split():
+        stripped = word.strip("".join(_edge_punctuation(word)))
+        term = stripped or word
+        if term.casefold() not in (t.casefold() for t in terms):
+            terms.append(term)
+    return terms[:MAX_TERMS]
+
+
+def _edge_punctuation(word: str) -> set[str]:
+    return {ch for ch in (word[:1], word[-1:]) if ch and unicodedata.category(ch).startswith("P")}
+
+
+def fts_phrase(term: str) -> str:
+    """A term as an FTS5 string: matched as a substring by the trigram tokenizer."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def like_pattern(term: str) -> str:
+    """`%term%` for LIKE ... ESCAPE '\\', with the term's own wildcards escaped."""
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _patterns(terms: Sequence[str]) -> list[re.Pattern[str]]:
+    return [re.compile(re.escape(term), re.IGNORECASE) for term in terms]
+
+
+def term_frequencies(text: str, patterns: Sequence[re.Pattern[str]]) -> list[int]:
+    return [len(pattern.findall(text)) for pattern in patterns]
+
+
+def bm25(tfs: Sequence[int], length: int, avg_length: float, idfs: Sequence[float]) -> float:
+    """Okapi BM25 of one text; lengths in characters (a trigram index has one term per character)."""
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / max(avg_length, 1.0))
+    return sum(idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in zip(tfs, idfs, strict=True) if tf)
+
+
+def idf(total: int, containing: int) -> float:
+    """Inverse document frequency, never negative (Lucene's form)."""
+    return math.log(1 + (total - containing + 0.5) / (containing + 0.5))
+
+
+def snippet(text: str, patterns: Sequence[re.Pattern[str]], width: int = SNIPPET_CHARS) -> str:
+    """A window of `text` around its best match, each match marked as [..], cuts marked with …."""
+    spans = sorted(
+        (m.start(), m.end(), index)
+        for index, pattern in enumerate(patterns)
+        for m in pattern.finditer(text)
+        if m.end() > m.start()
+    )
+    if not spans:
+        return text[:width] + ("…" if len(text) > width else "")
+    lead = width // 4
+    best_start, best_score = 0, -1
+    for start, _, _ in spans:
+        window_start = max(0, min(start - lead, len(text) - width))
+        window_end = window_start + width
+        score = len({index for s, e, index in spans if s >= window_start and e <= window_end})
+        if score > best_score:
+            best_start, best_score = window_start, score
+    window_start, window_end = best_start, min(len(text), best_start + width)
+    parts: list[str] = ["…"] if window_start > 0 else []
+    cursor = window_start
+    for start, end, _ in spans:
+        start, end = max(start, cursor), min(end, window_end)
+        if start >= end:
+            continue  # overlaps one already marked, or outside the window
+        parts.extend((text[cursor:start], "[", text[start:end], "]"))
+        cursor = end
+    parts.append(text[cursor:window_end])
+    if window_end < len(text):
+        parts.append("…")
+    return "".join(parts)
+
+
+class SearchReads:
+    """Search queries; mixed into `SQLiteView`."""
+
+    conn: sqlite3.Connection
+
+    if TYPE_CHECKING:
+
+        def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
+
+        def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None: ...
+
+    # pieces
+
+    def search_tokens(self, user_id: str) -> dict[str, str]:
+        """The owner token of each of the user's pairs, by character."""
+        return {
+            row["character_id"]: row["token"]
+            for row in self._all(
+                "SELECT character_id, token FROM search_pairs WHERE user_id = ?", (user_id,)
+            )
+        }
+
+    def _scope(self, kind: Kind, character_id: str | None) -> tuple[str, tuple[str, ...]]:
+        """The WHERE clause (after user_id = ?) that limits a kind to one character."""
+        if character_id is None:
+            return "", ()
+        if kind.name == "fact":
+            # A user-wide fact belongs to every character's memory.
+            return " AND t.character_id IN (?, '')", (character_id,)
+        return " AND t.character_id = ?", (character_id,)
+
+    def _scope_total(self, kind: Kind, user_id: str, character_id: str | None) -> int:
+        where, params = self._scope(kind, character_id)
+        row = self.conn.execute(
+            f"SELECT count(*) FROM {kind.table} t WHERE t.user_id = ?{where}", (user_id, *params)
+        ).fetchone()
+        return int(row[0])
+
+    def _owner_filter(self, tokens: dict[str, str], kind: Kind, character_id: str | None) -> str | None:
+        if character_id is None:
+            chosen = list(tokens.values())
+        else:
+            wanted = (character_id, "") if kind.name == "fact" else (character_id,)
+            chosen = [tokens[c] for c in wanted if c in tokens]
+        if not chosen:
+            return None
+        return "owner : (" + " OR ".join(fts_phrase(token) for token in chosen) + ")"
+
+    def _fts_candidates(
+        self, kind: Kind, owner: str, terms: Sequence[str], user_id: str
+    ) -> list[dict[str, Any]]:
+        fts = f"{kind.table}_fts"
+        match = f"{owner} AND {kind.column} : (" + " AND ".join(map(fts_phrase, terms)) + ")"
+        return self._all(
+            f"SELECT {kind.columns} FROM (SELECT rowid AS r FROM {fts} WHERE {fts} MATCH ? "
+            f"ORDER BY rowid DESC LIMIT ?) f JOIN {kind.table} t ON t.{kind.key} = f.r "
+            "WHERE t.user_id = ?",
+            (match, MAX_CANDIDATES, user_id),
+        )
+
+    def _fts_count(self, kind: Kind, owner: str, term: str) -> int:
+        fts = f"{kind.table}_fts"
+        match = f"{owner} AND {kind.column} : ({fts_phrase(term)})"
+        row = self.conn.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,)).fetchone()
+        return int(row[0])
+
+    def _substring_rows(
+        self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], list[int], int]:
+        """Rows holding every term among the user's latest rows; also per-term row counts."""
+        where, params = self._scope(kind, character_id)
+        flags = ", ".join(
+            f"(t.{kind.column} LIKE ? ESCAPE '\\') AS term_{i}" for i in range(len(terms))
+        )
+        order = "t.at_ms" if kind.name == "message" else "t.updated_ms"
+        rows = self._all(
+            f"SELECT {kind.columns}, {flags} FROM (SELECT {kind.key} AS k FROM {kind.table} t "
+            f"WHERE t.user_id = ?{where} ORDER BY {order} DESC LIMIT ?) s "
+            f"JOIN {kind.table} t ON t.{kind.key} = s.k",
+            (*map(like_pattern, terms), user_id, *params, SUBSTRING_SCAN_ROWS),
+        )
+        counts = [sum(1 for row in rows if row[f"term_{i}"]) for i in range(len(terms))]
+        matched = [row for row in rows if all(row[f"term_{i}"] for i in range(len(terms)))]
+        for row in matched:
+            for i in range(len(terms)):
+                del row[f"term_{i}"]
+        return matched, counts, len(rows)
+
+    # the answer
+
+    def search_user(
+        self,
+        user_id: str,
+        q: str,
+        *,
+        character_id: str | None = None,
+        kinds: Sequence[str] = KINDS,
+        limit: int = 20,
+    ) -> dict[str, Any]:
+        """A user's messages, facts and summaries matching every word of `q`, best first."""
+        terms = query_terms(q)
+        method = "fts" if terms and all(len(t) >= MIN_FTS_CHARS for t in terms) else "substring"
+        patterns = _patterns(terms)
+        tokens = self.search_tokens(user_id) if method == "fts" else {}
+        scored: list[tuple[float, int, dict[str, Any]]] = []
+        truncated = False
+        for name in kinds:
+            kind = SOURCES[name]
+            if method == "fts":
+                owner = self._owner_filter(tokens, kind, character_id)
+                if owner is None:
+                    continue
+                rows = self._fts_candidates(kind, owner, terms, user_id)
+                if character_id is not None:
+                    rows = [r for r in rows if r["character_id"] in (character_id, "")]
+                capped = len(rows) >= MAX_CANDIDATES
+                if not rows:
+                    continue
+                if len(terms) == 1 and not capped:
+                    containing = [len(rows)]
+                else:
+                    containing = [self._fts_count(kind, owner, term) for term in terms]
+            else:
+                rows, containing, scanned = self._substring_rows(kind, user_id, character_id, terms)
+                capped = scanned >= SUBSTRING_SCAN_ROWS
+                if not rows:
+                    continue
+            truncated = truncated or capped
+            total = max(self._scope_total(kind, user_id, character_id), max(containing))
+            idfs = [idf(total, count) for count in containing]
+            avg_length = sum(len(r["text"]) for r in rows) / len(rows)
+            for row in rows:
+                tfs = term_frequencies(row["text"], patterns)
+                score = bm25(tfs, len(row["text"]), avg_length, idfs)
+                scored.append((score, row["at_ms"] or 0, {"kind": name, **row}))
+        scored.sort(key=lambda item: (-item[0], -item[1]))
+        results = []
+        for position, (score, _, row) in enumerate(scored[:limit], 1):
+            item: dict[str, Any] = {
+                "kind": row["kind"],
+                "id": row["id"],
+                "character_id": row["character_id"],
+                "snippet": snippet(row["text"], patterns),
+                "text": row["text"],
+                "at_ms": row["at_ms"],
+                "rank": position,
+                "score": round(score, 6),
+            }
+            if row["kind"] == "message":
+                item["agent_id"] = row["agent_id"]
+                item["role"] = row["role"]
+            elif row["kind"] == "fact":
+                item["scope"] = "user" if row["character_id"] == "" else "character"
+                item["pinned"] = bool(row["pinned"])
+            results.append(item)
+        return {
+            "user_id": user_id,
+            "character_id": character_id,
+            "q": q,
+            "terms": terms,
+            "method": method,
+            "truncated": truncated,
+            "results": results,
+        }
+
+    def search_mentions(
+        self, q: str, *, role: str = "user", character_id: str | None = None, limit: int = 100
+    ) -> dict[str, Any]:
+        """Which users' messages contain `q` (one phrase), how many, and when first and last."""
+        phrase = q.strip()
+        filters, params = "", []
+        if role != "any":
+            filters += " AND m.role = ?"
+            params.append(role)
+        if character_id is not None:
+            filters += " AND m.character_id = ?"
+            params.append(character_id)
+        select = (
+            "SELECT m.user_id, count(*) AS messages, min(m.at_ms) AS first_ms, "
+            "max(m.at_ms) AS last_ms, json_group_array(DISTINCT m.character_id) AS characters"
+        )
+        if len(phrase) >= MIN_FTS_CHARS:
+            method, scanned = "fts", None
+            source = (
+                "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE f MATCH ?"
+            )
+            first: list[Any] = [f"content : ({fts_phrase(phrase)})"]
+        else:
+            method = "substring"
+            newest = self._one("SELECT max(id) AS id FROM messages")
+            floor = (newest["id"] or 0) - MENTIONS_SCAN_ROWS if newest else 0
+            scanned = int(
+                self.conn.execute("SELECT count(*) FROM messages WHERE id > ?", (floor,)).fetchone()[0]
+            )
+            source = "FROM messages m WHERE m.id > ? AND m.content LIKE ? ESCAPE '\\'"
+            first = [floor, like_pattern(phrase)]
+        rows = self._all(
+            f"{select} {source}{filters} GROUP BY m.user_id "
+            "ORDER BY messages DESC, last_ms DESC, m.user_id LIMIT ?",
+            (*first, *params, limit),
+        )
+        totals = self._one(
+            f"SELECT count(DISTINCT m.user_id) AS users, count(*) AS messages {source}{filters}",
+            (*first, *params),
+        ) or {"users": 0, "messages": 0}
+        users = [
+            {**row, "characters": sorted(json.loads(row["characters"] or "[]"))} for row in rows
+        ]
+        answer: dict[str, Any] = {
+            "q": q,
+            "role": role,
+            "character_id": character_id,
+            "method": method,
+            "total_users": totals["users"],
+            "total_messages": totals["messages"],
+            "users": users,
+        }
+        if scanned is not None:
+            answer["scanned_messages"] = scanned
+            answer["complete"] = floor <= 0
+        return answer
+
+    def search_index_size(self) -> dict[str, int]:
+        """Rows of each index's segment table (each about one page): what a full merge rewrites."""
+        return {
+            name: int(self.conn.execute(f"SELECT count(*) FROM {kind.table}_fts_data").fetchone()[0])
+            for name, kind in SOURCES.items()
+        }
+
+    def search_state(self) -> dict[str, int]:
+        return {row["name"]: row["value"] for row in self._all("SELECT name, value FROM search_state")}
