@@ -280,7 +280,9 @@ def _place_apart(
         start = low + (high - low - count) // 2
         if high - low <= count + 1:
             return _place_apart(stored, incoming, gaps_before, force_after=True)
-    positions = [(start + j, None, j == 0 and index > 0) for j in range(count)]
+    positions: list[tuple[int, dict[str, Any] | None, bool]] = [
+        (start + j, None, j == 0 and index > 0) for j in range(count)
+    ]
     gap_after_id = None
     if index < len(segments) and not segments[index][0]["gap_before"]:
         gap_after_id = segments[index][0]["id"]
@@ -302,7 +304,8 @@ class Ingestor:
         """Record the raw callback under its noticeId and apply it, in one transaction."""
         fields = envelope.fields
         agent_id = fields.get("agent_id")
-        labels = fields.get("labels") if isinstance(fields.get("labels"), dict) else {}
+        raw_labels = fields.get("labels")
+        labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
         created = tx.insert_inbox(
             {
                 "notice_id": envelope.noticeId,

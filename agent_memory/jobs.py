@@ -10,6 +10,7 @@ exponential backoff and jitter; after `job_max_attempts` a job is dead until ret
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -160,11 +161,11 @@ class CondenseJobs:
                 continue
             task = asyncio.get_running_loop().create_task(self.run(job["id"]))
             self._running[key] = task
-            task.add_done_callback(lambda _, key=key: self._job_done(key))
+            task.add_done_callback(functools.partial(self._job_done, key))
             started += 1
         return started
 
-    def _job_done(self, key: tuple[str, str]) -> None:
+    def _job_done(self, key: tuple[str, str], _: asyncio.Task[None]) -> None:
         self._running.pop(key, None)
         if self._backlog and self.scheduler is not None:
             self._backlog = False
@@ -284,7 +285,10 @@ async def retry_job(store: SQLiteStore, job_id: int) -> dict[str, Any]:
     revived = await store.write(lambda tx: tx.revive_job(job_id))
     if not revived:
         raise NotFound(f"no dead job with id {job_id}")
-    return await store.read(lambda view: view.get_job_by_id(job_id))
+    job = await store.read(lambda view: view.get_job_by_id(job_id))
+    if job is None:
+        raise NotFound(f"job {job_id} was deleted meanwhile")
+    return job
 
 
 async def condense_now(store: SQLiteStore, user_id: str, character_id: str) -> None:

@@ -11,7 +11,7 @@ migrations = Migrations("agent_memory")
 @migrations()
 def m001_initial(db: Database) -> None:
     """Inbox, sessions, bindings, messages, facts, summaries and jobs."""
-    db["inbox"].create(
+    db.table("inbox").create(
         {
             "notice_id": str,
             "event_type": int,
@@ -28,11 +28,11 @@ def m001_initial(db: Database) -> None:
         pk="notice_id",
         not_null={"event_type", "received_ms", "status"},
     )
-    db["inbox"].create_index(["agent_id"])
-    db["inbox"].create_index(["label_user", "label_character"])
-    db["inbox"].create_index(["status", "received_ms"])
+    db.table("inbox").create_index(["agent_id"])
+    db.table("inbox").create_index(["label_user", "label_character"])
+    db.table("inbox").create_index(["status", "received_ms"])
 
-    db["sessions"].create(
+    db.table("sessions").create(
         {
             "agent_id": str,
             "user_id": str,
@@ -56,14 +56,14 @@ def m001_initial(db: Database) -> None:
         not_null={"user_id", "character_id", "identity_source", "status"},
         defaults={"message_count": 0, "gap_count": 0, "error_count": 0},
     )
-    db["sessions"].create_index(["user_id", "character_id", "start_ms"])
+    db.table("sessions").create_index(["user_id", "character_id", "start_ms"])
 
-    db["bindings"].create(
+    db.table("bindings").create(
         {"agent_id": str, "user_id": str, "character_id": str, "created_ms": int},
         pk="agent_id",
     )
 
-    db["messages"].create(
+    db.table("messages").create(
         {
             "id": int,
             "agent_id": str,
@@ -89,10 +89,10 @@ def m001_initial(db: Database) -> None:
         not_null={"agent_id", "user_id", "character_id", "seq", "role", "content", "at_ms"},
         defaults={"interrupted": 0, "gap_before": 0},
     )
-    db["messages"].create_index(["agent_id", "seq"], unique=True)
-    db["messages"].create_index(["user_id", "character_id", "at_ms", "seq"])
+    db.table("messages").create_index(["agent_id", "seq"], unique=True)
+    db.table("messages").create_index(["user_id", "character_id", "at_ms", "seq"])
 
-    db["facts"].create(
+    db.table("facts").create(
         {
             "id": int,
             "user_id": str,
@@ -108,9 +108,9 @@ def m001_initial(db: Database) -> None:
         not_null={"user_id", "character_id", "text", "norm"},
         defaults={"pinned": 0},
     )
-    db["facts"].create_index(["user_id", "character_id", "norm"], unique=True)
+    db.table("facts").create_index(["user_id", "character_id", "norm"], unique=True)
 
-    db["summaries"].create(
+    db.table("summaries").create(
         {
             "user_id": str,
             "character_id": str,
@@ -128,7 +128,7 @@ def m001_initial(db: Database) -> None:
         not_null={"text", "watermark_id"},
     )
 
-    db["jobs"].create(
+    db.table("jobs").create(
         {
             "id": int,
             "kind": str,
@@ -147,14 +147,14 @@ def m001_initial(db: Database) -> None:
         not_null={"kind", "user_id", "character_id", "status", "due_ms"},
         defaults={"attempts": 0, "pending_messages": 0},
     )
-    db["jobs"].create_index(["kind", "user_id", "character_id"], unique=True)
-    db["jobs"].create_index(["status", "due_ms"])
+    db.table("jobs").create_index(["kind", "user_id", "character_id"], unique=True)
+    db.table("jobs").create_index(["status", "due_ms"])
 
 
 @migrations()
 def m002_watched_agents(db: Database) -> None:
     """Running agents the poller follows, and what a live refresh must resend."""
-    db["watched_agents"].create(
+    db.table("watched_agents").create(
         {
             "agent_id": str,
             "origin": str,  # callback, join, manual
@@ -178,8 +178,8 @@ def m002_watched_agents(db: Database) -> None:
         not_null={"origin", "status", "next_poll_ms"},
         defaults={"polls": 0, "failures": 0},
     )
-    db["watched_agents"].create_index(["status", "next_poll_ms"])
-    db["watched_agents"].create_index(["status", "push_due_ms"])
+    db.table("watched_agents").create_index(["status", "next_poll_ms"])
+    db.table("watched_agents").create_index(["status", "push_due_ms"])
 
 
 # -- full-text search (issue 5) --------------------------------------------------------------
