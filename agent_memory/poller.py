@@ -117,11 +117,11 @@ class Poller:
                 log.info("agent %s is gone (404): no longer followed", agent_id)
                 return
             except AgentMemoryError as exc:
-                failures = watch["failures"] + 1
-                log.warning("history of %s failed (%d in a row): %s", agent_id, failures, exc.message)
+                failures, error = watch["failures"] + 1, exc.message
+                log.warning("history of %s failed (%d in a row): %s", agent_id, failures, error)
                 await self.store.write(
                     lambda tx: tx.polled(
-                        agent_id, next_poll_ms=self.next_poll_ms(failures), error=exc.message
+                        agent_id, next_poll_ms=self.next_poll_ms(failures), error=error
                     )
                 )
                 return

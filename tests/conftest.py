@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -155,3 +157,14 @@ def turns(count: int, *, start_ms: int = 1_763_690_000_000, prefix: str = "") ->
             }
         )
     return messages
+
+
+async def wait_for(check: Any, timeout: float = 15.0) -> Any:
+    """Await `check()` until it is truthy: a deadline for background work, not a timing assertion."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = await check()
+        if result:
+            return result
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met before the deadline")

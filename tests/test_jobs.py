@@ -6,25 +6,13 @@ import asyncio
 import time
 from typing import Any
 
-import pytest
 
 from agent_memory.state import JOBS
-from conftest import agent_event, load_fixture, turns
+from conftest import agent_event, load_fixture, turns, wait_for
 from fakes.openai_server import FakeOpenAI, Reply
 
 ALICE = "/v1/users/u-alice/characters/luna"
 NO_SWEEP = {"job_sweep_s": 3600}  # tests drive the jobs themselves unless they test the scheduler
-
-
-async def wait_for(check: Any, timeout: float = 15.0) -> Any:
-    """Poll `check()` until it returns something truthy (not a timing assertion: a deadline)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = await check()
-        if result:
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met before the deadline")
 
 
 async def deliver(service, fixture: str) -> None:

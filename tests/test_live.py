@@ -8,16 +8,14 @@ One test (the restart) lets the real schedulers run and waits for outcomes.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from agent_memory.state import JOBS, POLLER
-from conftest import agent_event, load_fixture
+from conftest import agent_event, load_fixture, wait_for
 from fakes.agora_server import FakeAgent, FakeAgora
 
 BASE_MS = 1_795_000_000_000
@@ -118,17 +116,6 @@ async def pair_messages(service: Any, user: str, character: str) -> list[dict[st
     )
     assert status == 200
     return body["messages"]
-
-
-async def wait_for(check: Any, timeout: float = 15.0) -> Any:
-    """Await `check()` until truthy (a deadline, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = await check()
-        if result:
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met before the deadline")
 
 
 def texts(messages: list[dict[str, Any]]) -> list[str]:
