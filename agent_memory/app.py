@@ -11,16 +11,17 @@ from aiohttp import web
 
 from webhooks.agora import AgoraReceiver
 
-from . import agents, api
+from . import agents, api, insights
 from .agora import AgoraClient
 from .http import bearer_auth_middleware, errors_middleware
 from .condense import make_condenser
 from .ingest import Ingestor, Outcome
 from .jobs import CondenseJobs
 from .poller import Poller
+from .retention import Retention
 from .models import Envelope
 from .settings import Settings
-from .state import AGORA, INGESTOR, JOBS, POLLER, SETTINGS, STORE
+from .state import AGORA, INGESTOR, JOBS, POLLER, RETENTION, SETTINGS, STORE
 from .store import SQLiteStore
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,15 @@ async def agora_context(app: web.Application) -> AsyncIterator[None]:
         await poller.stop()
 
 
+async def retention_context(app: web.Application) -> AsyncIterator[None]:
+    """Purge what retention allows, and scrub the search index after forgets, while the app runs."""
+    retention = Retention(app[SETTINGS], app[STORE])
+    app[RETENTION] = retention
+    await retention.start()
+    yield
+    await retention.stop()
+
+
 def create_app(settings: Settings) -> web.Application:
     """Build the service: webhook receiver, HTTP API, and its background work."""
     app = web.Application(
@@ -86,9 +96,11 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_post("/webhooks/agora", receiver.handle)
     app.router.add_routes(api.routes)
     app.router.add_routes(agents.routes)
+    app.router.add_routes(insights.routes)
     app.cleanup_ctx.append(store_context)
     app.cleanup_ctx.append(jobs_context)
     app.cleanup_ctx.append(agora_context)
+    app.cleanup_ctx.append(retention_context)
     if not settings.webhook_secret:
         if settings.insecure_webhooks:
             log.warning(

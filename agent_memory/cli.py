@@ -264,6 +264,146 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     return 0 if not statuses["failed"] else 1
 
 
+def _when(ms: int | None) -> str:
+    """Epoch milliseconds as UTC time, for people."""
+    if ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def print_stats(stats: dict[str, Any]) -> None:
+    """A statistics answer as aligned lines and small tables."""
+    for key, value in stats.items():
+        if isinstance(value, dict) and {"count", "of", "rate"} <= set(value):
+            share = "-" if value["rate"] is None else f"{value['rate']:.1%}"
+            print(f"{key:<22} {value['count']} of {value['of']} ({share})")
+        elif key == "latency_ms":
+            print("latency (ms)" + ("" if value else "          none recorded"))
+            if value:
+                print(f"  {'metric':<14}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}")
+            for metric, row in value.items():
+                print(f"  {metric:<14}{row['count']:>8}{row['p50']:>9g}{row['p90']:>9g}"
+                      f"{row['p99']:>9g}{row['max']:>9g}")  # fmt: skip
+        elif isinstance(value, list):
+            print(key + ("" if value else "   none"))
+            for row in value:
+                name = row.get("character_id", row.get("user_id"))
+                print(f"  {name:<20} {row['sessions']:>5} sessions {row.get('messages', 0):>7} messages "
+                      f"{row['minutes_talked']:>9.1f} min")  # fmt: skip
+        elif isinstance(value, dict):
+            shown = ", ".join(f"{k or '-'}: {v}" for k, v in value.items() if v is not None)
+            print(f"{key:<22} {shown or '-'}")
+        elif key.endswith("_ms") and key != "talk_ms":
+            print(f"{key:<22} {_when(value)}")
+        else:
+            print(f"{key:<22} {value}")
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    _, store = open_store(args)
+    try:
+        if args.user:
+            stats = store.read_now(lambda view: view.user_stats(args.user))
+        elif args.character:
+            stats = store.read_now(
+                lambda view: view.character_stats(
+                    args.character, since_ms=args.since_ms, until_ms=args.until_ms
+                )
+            )
+        else:
+            stats = store.read_now(
+                lambda view: view.overall_stats(since_ms=args.since_ms, until_ms=args.until_ms)
+            )
+    finally:
+        store.close()
+    if stats is None:
+        print(f"nothing is held about {'user ' + args.user if args.user else 'character ' + args.character}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if args.json:
+        print(json.dumps(stats, ensure_ascii=False, indent=2))
+    else:
+        print_stats(stats)
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if not args.query.strip():
+        print("agent-memory: the query is empty", file=sys.stderr)
+        return 2
+    _, store = open_store(args)
+    try:
+        answer = store.read_now(
+            lambda view: view.search_user(
+                args.user_id, args.query, character_id=args.character, limit=args.limit
+            )
+        )
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(answer, ensure_ascii=False, indent=2))
+        return 0
+    if not answer["results"]:
+        print(f"nothing found for {args.query!r}")
+    for item in answer["results"]:
+        who = item.get("role") or item["kind"]
+        print(f"{item['rank']:>3}. {_when(item['at_ms'])}  {item['character_id'] or '(user)'}  {who}: "
+              f"{item['snippet']}")  # fmt: skip
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    _, store = open_store(args)
+    try:
+        document = store.read_now(lambda view: view.export_user(args.user_id))
+    finally:
+        store.close()
+    if document is None:
+        print(f"nothing is held about user {args.user_id}", file=sys.stderr)
+        return 1
+    text = json.dumps({"format": "agent-memory-export/1", "exported_ms": now_ms(), **document},
+                      ensure_ascii=False, indent=2)  # fmt: skip
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        print(f"wrote {document['counts']} to {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from .retention import Retention
+
+    settings, store = open_store(args)
+    overrides = {
+        "retention_max_messages": args.max_messages,
+        "retention_max_age_days": args.max_age_days,
+        "raw_retention_days": args.raw_days,
+    }
+    settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+    def progress(line: str) -> None:
+        print(f"\r{line:<60}", end="", file=sys.stderr)
+
+    try:
+        report = asyncio.run(Retention(settings, store).purge_once(progress))
+    finally:
+        store.close()
+    print(file=sys.stderr)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False, indent=2))
+        return 0
+    print(f"removed {report['messages']} messages, {report['metrics']} metrics, "
+          f"{report['raw_callbacks']} raw callbacks in {report['seconds']:.2f}s "
+          f"({report['write_batches']} write batches)")  # fmt: skip
+    print(f"database {report['bytes_before']:,} -> {report['bytes_after']:,} bytes; "
+          f"{report['reclaimed']['pages_freed']} pages given back; search index "
+          f"{'merged' if report['search_index']['merged'] else 'left as it was'}")  # fmt: skip
+    if "warning" in report:
+        print(f"warning: {report['warning']}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory", description="Long-term memory for Agora voice agents."
@@ -327,6 +467,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reprocess.add_argument("--limit", type=int, default=10_000)
     reprocess.set_defaults(func=cmd_reprocess)
+
+    stats = commands.add_parser(
+        "stats", parents=[common], help="statistics: overall, or of a user or a character"
+    )
+    who = stats.add_mutually_exclusive_group()
+    who.add_argument("--user", help="one user's sessions, messages, favourite characters")
+    who.add_argument("--character", help="one character's users, sessions, rates, latencies")
+    stats.add_argument("--since-ms", type=int, help="only sessions started at or after (epoch ms)")
+    stats.add_argument("--until-ms", type=int, help="only sessions started before (epoch ms)")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(func=cmd_stats)
+
+    search = commands.add_parser(
+        "search", parents=[common], help="search a user's messages, facts and summaries"
+    )
+    search.add_argument("user_id")
+    search.add_argument("query")
+    search.add_argument("--character", help="only this character (and user-wide facts)")
+    search.add_argument("--limit", type=int, default=20, choices=range(1, 101), metavar="1..100")
+    search.add_argument("--json", action="store_true", help="print the JSON answer")
+    search.set_defaults(func=cmd_search)
+
+    export = commands.add_parser(
+        "export", parents=[common], help="everything held about a user, as one JSON document"
+    )
+    export.add_argument("user_id")
+    export.add_argument("--output", "-o", help="write to this file instead of standard output")
+    export.set_defaults(func=cmd_export)
+
+    purge = commands.add_parser(
+        "purge", parents=[common], help="apply retention now: remove what may go, give space back"
+    )
+    purge.add_argument("--max-messages", type=int, help="keep this many per pair (overrides the setting)")
+    purge.add_argument("--max-age-days", type=float, help="drop covered messages older than this")
+    purge.add_argument("--raw-days", type=float, help="drop processed raw callbacks older than this")
+    purge.add_argument("--json", action="store_true", help="print the report as JSON")
+    purge.set_defaults(func=cmd_purge)
     return parser
 
 

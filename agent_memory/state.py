@@ -8,6 +8,7 @@ from .agora import AgoraClient
 from .ingest import Ingestor
 from .jobs import CondenseJobs
 from .poller import Poller
+from .retention import Retention
 from .settings import Settings
 from .store import SQLiteStore
 
@@ -17,3 +18,4 @@ INGESTOR = web.AppKey("ingestor", Ingestor)
 JOBS = web.AppKey("jobs", CondenseJobs)
 AGORA = web.AppKey("agora", AgoraClient)
 POLLER = web.AppKey("poller", Poller)
+RETENTION = web.AppKey("retention", Retention)

@@ -64,6 +64,7 @@ def metric_rows(turns: Any) -> list[tuple[int, str, float]]:
 
 
 def _number(value: Any) -> float | None:
+    """A finite number from an int, float or numeric string; None otherwise."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -77,10 +78,12 @@ def _number(value: Any) -> float | None:
 
 
 def rate(count: int, of: int) -> dict[str, Any]:
+    """A count, what it is out of, and the share (None when there is nothing to divide)."""
     return {"count": count, "of": of, "rate": round(count / of, 4) if of else None}
 
 
 def minutes(ms: int) -> float:
+    """Milliseconds as minutes, two decimals."""
     return round(ms / 60_000, 2)
 
 
@@ -97,6 +100,7 @@ def window(column: str, since_ms: int | None, until_ms: int | None) -> tuple[str
 
 
 def message_rates(row: dict[str, Any]) -> dict[str, Any]:
+    """The stored-message counts and the two rates of one aggregate row."""
     return {
         "messages_stored": row["messages_stored"],
         "user_messages": row["user_messages"],
@@ -107,6 +111,7 @@ def message_rates(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def last_active(*stamps: int | None) -> int | None:
+    """The latest of the known timestamps."""
     known = [stamp for stamp in stamps if stamp is not None]
     return max(known) if known else None
 
@@ -123,6 +128,7 @@ class AnalyticsReads:
         def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None: ...
 
     def _row(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any]:
+        """The one row an aggregate query answers."""
         row = self._one(sql, params)
         assert row is not None  # aggregates always answer one row
         return row
@@ -149,7 +155,11 @@ class AnalyticsReads:
             f"max(a.value_ms) AS max {source} WHERE 1{where} GROUP BY a.metric ORDER BY a.metric",
             params,
         ):
-            entry: dict[str, Any] = {"count": row["n"], "mean": round(row["mean"], 2), "min": row["min"]}
+            entry: dict[str, Any] = {
+                "count": row["n"],
+                "mean": round(row["mean"], 2),
+                "min": row["min"],
+            }
             for label, fraction in PERCENTILES:
                 rank = max(1, math.ceil(fraction * row["n"]))
                 value = self.conn.execute(
@@ -166,10 +176,16 @@ class AnalyticsReads:
 
     def user_stats(self, user_id: str) -> dict[str, Any] | None:
         """Sessions, messages, talk time, favourite characters and rates of one user."""
-        sessions = self._row(f"SELECT {SESSION_COUNTS} FROM sessions s WHERE s.user_id = ?", (user_id,))
-        stored = self._row(f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.user_id = ?", (user_id,))
+        sessions = self._row(
+            f"SELECT {SESSION_COUNTS} FROM sessions s WHERE s.user_id = ?", (user_id,)
+        )
+        stored = self._row(
+            f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.user_id = ?", (user_id,)
+        )
         facts = self._row("SELECT count(*) AS n FROM facts WHERE user_id = ?", (user_id,))["n"]
-        summaries = self._row("SELECT count(*) AS n FROM summaries WHERE user_id = ?", (user_id,))["n"]
+        summaries = self._row("SELECT count(*) AS n FROM summaries WHERE user_id = ?", (user_id,))[
+            "n"
+        ]
         if not (sessions["sessions"] or stored["messages_stored"] or facts or summaries):
             return None
         favourites = self._all(
@@ -243,7 +259,9 @@ class AnalyticsReads:
             ),
         }
 
-    def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> dict[str, Any]:
+    def overall_stats(
+        self, *, since_ms: int | None = None, until_ms: int | None = None
+    ) -> dict[str, Any]:
         """The whole service: users, characters, sessions, rates, latencies, stop reasons."""
         s_where, s_params = window("s.start_ms", since_ms, until_ms)
         m_where, m_params = window("m.at_ms", since_ms, until_ms)
@@ -264,6 +282,7 @@ class AnalyticsReads:
         )
         top_characters = self._all(
             "SELECT s.character_id, count(DISTINCT s.user_id) AS active_users, count(*) AS sessions, "
+            "coalesce(sum(s.message_count), 0) AS messages, "
             f"coalesce(sum({TALK_MS}), 0) AS talk_ms FROM sessions s WHERE 1{s_where} "
             "GROUP BY s.character_id ORDER BY active_users DESC, sessions DESC, s.character_id LIMIT ?",
             (*s_params, TOP),
@@ -279,6 +298,7 @@ class AnalyticsReads:
             **message_rates(stored),
             "talk_ms": sessions["talk_ms"],
             "minutes_talked": minutes(sessions["talk_ms"]),
+            "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
             "agent_errors": sessions["agent_errors"],
             "top_characters": [
                 {**row, "minutes_talked": minutes(row["talk_ms"])} for row in top_characters
@@ -288,6 +308,7 @@ class AnalyticsReads:
 
 
 def _parsed(value: str | None) -> Any:
+    """Stored JSON as a value; text that is not JSON as it is."""
     if not value:
         return None
     try:
@@ -318,6 +339,7 @@ class ExportReads:
                 self.conn.execute("COMMIT")
 
     def _export(self, user_id: str) -> dict[str, Any] | None:
+        """The export's reads, inside the caller's read transaction."""
         sessions = self._all(
             "SELECT * FROM sessions WHERE user_id = ? ORDER BY start_ms, agent_id", (user_id,)
         )
@@ -349,7 +371,9 @@ class ExportReads:
             "created_ms, updated_ms FROM jobs WHERE user_id = ? ORDER BY character_id, kind",
             (user_id,),
         )
-        watched = list(self._per_agent("SELECT * FROM watched_agents WHERE agent_id IN ({})", agent_ids))
+        watched = list(
+            self._per_agent("SELECT * FROM watched_agents WHERE agent_id IN ({})", agent_ids)
+        )
         metrics = list(
             self._per_agent(
                 "SELECT agent_id, turn_id, metric, value_ms, at_ms FROM agent_metrics "

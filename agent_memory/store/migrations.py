@@ -211,9 +211,12 @@ def _owner(prefix: str) -> str:
 def _search_triggers(table: str, column: str, key: str) -> list[str]:
     """Triggers that mirror `table` into `{table}_fts` (contentless: deletes name the old values)."""
     fts = f"{table}_fts"
+    # Not INSERT OR IGNORE: a trigger's statements take the conflict clause of the statement
+    # that fired it, so set_summary's INSERT OR REPLACE would replace the pair (and its token).
     ensure_pair = (
-        "INSERT OR IGNORE INTO search_pairs (user_id, character_id) "
-        "VALUES (NEW.user_id, NEW.character_id);"
+        "INSERT INTO search_pairs (user_id, character_id) SELECT NEW.user_id, NEW.character_id "
+        "WHERE NOT EXISTS (SELECT 1 FROM search_pairs WHERE user_id = NEW.user_id "
+        "AND character_id = NEW.character_id);"
     )
     add = (
         f"INSERT INTO {fts} (rowid, {column}, owner) "

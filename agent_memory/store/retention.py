@@ -76,7 +76,9 @@ class RetentionWrites:
         order after `after`; only pairs with a summary can have covered messages."""
         if not keep_latest and not max_age_ms:
             return PurgeStep(0, None, True)
-        where, params = ("", ()) if after is None else (" WHERE (user_id, character_id) > (?, ?)", after)
+        where, params = (
+            ("", ()) if after is None else (" WHERE (user_id, character_id) > (?, ?)", after)
+        )
         pairs = self._all(
             f"SELECT user_id, character_id, watermark_id FROM summaries{where} "
             "ORDER BY user_id, character_id LIMIT ?",
@@ -125,6 +127,7 @@ class RetentionWrites:
         return PurgeStep(deleted, resume, done)
 
     def _delete_ids(self, table: str, key: str, ids: Sequence[int]) -> None:
+        """Delete rows by key in chunks below SQLite's variable limit."""
         for start in range(0, len(ids), DELETE_CHUNK):
             chunk = ids[start : start + DELETE_CHUNK]
             self.conn.execute(
@@ -151,7 +154,8 @@ class RetentionWrites:
         statuses: list[str] = []
         while True:
             row = self.conn.execute(
-                "SELECT min(status) FROM inbox WHERE status > ?", (statuses[-1] if statuses else "",)
+                "SELECT min(status) FROM inbox WHERE status > ?",
+                (statuses[-1] if statuses else "",),
             ).fetchone()
             if row[0] is None:
                 return statuses
@@ -168,6 +172,7 @@ class RetentionWrites:
     # the search index
 
     def note_dead_search_rows(self, count: int) -> None:
+        """Count index entries deleted since the last full merge."""
         if count:
             self.conn.execute(
                 "UPDATE search_state SET value = value + ? WHERE name = 'dead_rows'", (count,)
@@ -182,6 +187,7 @@ class RetentionWrites:
         return self._structure(fts) != before
 
     def _structure(self, fts: str) -> bytes | None:
+        """The index's segment structure record, to tell whether a merge changed anything."""
         row = self.conn.execute(
             f"SELECT block FROM {fts}_data WHERE id = ?", (STRUCTURE_ROWID,)
         ).fetchone()
@@ -240,7 +246,11 @@ class RetentionWrites:
                     "UPDATE search_state SET value = value + 1 WHERE name = 'scrub_owed'"
                 )
                 pending = 1
-        return {"metrics": metrics, "search_index_rows": indexed, "search_index_scrub_pending": pending}
+        return {
+            "metrics": metrics,
+            "search_index_rows": indexed,
+            "search_index_scrub_pending": pending,
+        }
 
     # space
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 MIN_FTS_CHARS = 3  # a trigram index cannot match less
 MAX_TERMS = 16
 # The most recent matches of each kind that are ranked; older ones beyond this are not.
-MAX_CANDIDATES = 2000
+MAX_CANDIDATES = 1000
 # How many of a user's most recent rows of each kind a substring (short-word) scan reads.
 SUBSTRING_SCAN_ROWS = 20_000
 # How many of the most recent messages an operator's short-word mention query reads.
@@ -76,6 +76,7 @@ def query_terms(q: str) -> list[str]:
 
 
 def _edge_punctuation(word: str) -> set[str]:
+    """The punctuation characters at either end of a word."""
     return {ch for ch in (word[:1], word[-1:]) if ch and unicodedata.category(ch).startswith("P")}
 
 
@@ -91,17 +92,21 @@ def like_pattern(term: str) -> str:
 
 
 def _patterns(terms: Sequence[str]) -> list[re.Pattern[str]]:
+    """Case-insensitive literal patterns, one per term."""
     return [re.compile(re.escape(term), re.IGNORECASE) for term in terms]
 
 
 def term_frequencies(text: str, patterns: Sequence[re.Pattern[str]]) -> list[int]:
+    """How often each pattern occurs in `text`."""
     return [len(pattern.findall(text)) for pattern in patterns]
 
 
 def bm25(tfs: Sequence[int], length: int, avg_length: float, idfs: Sequence[float]) -> float:
     """Okapi BM25 of one text; lengths in characters (a trigram index has one term per character)."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / max(avg_length, 1.0))
-    return sum(idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in zip(tfs, idfs, strict=True) if tf)
+    return sum(
+        idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in zip(tfs, idfs, strict=True) if tf
+    )
 
 
 def idf(total: int, containing: int) -> float:
@@ -174,13 +179,17 @@ class SearchReads:
         return " AND t.character_id = ?", (character_id,)
 
     def _scope_total(self, kind: Kind, user_id: str, character_id: str | None) -> int:
+        """How many rows of a kind the user has in scope (BM25's document count)."""
         where, params = self._scope(kind, character_id)
         row = self.conn.execute(
             f"SELECT count(*) FROM {kind.table} t WHERE t.user_id = ?{where}", (user_id, *params)
         ).fetchone()
         return int(row[0])
 
-    def _owner_filter(self, tokens: dict[str, str], kind: Kind, character_id: str | None) -> str | None:
+    def _owner_filter(
+        self, tokens: dict[str, str], kind: Kind, character_id: str | None
+    ) -> str | None:
+        """`owner : (...)` over the pair tokens in scope, or None if the user has none."""
         if character_id is None:
             chosen = list(tokens.values())
         else:
@@ -193,6 +202,7 @@ class SearchReads:
     def _fts_candidates(
         self, kind: Kind, owner: str, terms: Sequence[str], user_id: str
     ) -> list[dict[str, Any]]:
+        """The most recent rows of a kind matching every term, through the index."""
         fts = f"{kind.table}_fts"
         match = f"{owner} AND {kind.column} : (" + " AND ".join(map(fts_phrase, terms)) + ")"
         return self._all(
@@ -203,24 +213,28 @@ class SearchReads:
         )
 
     def _fts_count(self, kind: Kind, owner: str, term: str) -> int:
+        """How many of the scoped rows contain `term` (its document frequency)."""
         fts = f"{kind.table}_fts"
         match = f"{owner} AND {kind.column} : ({fts_phrase(term)})"
-        row = self.conn.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,)).fetchone()
+        row = self.conn.execute(
+            f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,)
+        ).fetchone()
         return int(row[0])
 
     def _substring_rows(
         self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
-    ) -> tuple[list[dict[str, Any]], list[int], int]:
+    ) -> tuple[list[dict[str, Any]], list[int]]:
         """Rows holding every term among the user's latest rows; also per-term row counts."""
         where, params = self._scope(kind, character_id)
         flags = ", ".join(
             f"(t.{kind.column} LIKE ? ESCAPE '\\') AS term_{i}" for i in range(len(terms))
         )
+        matches_any = " OR ".join(f"term_{i}" for i in range(len(terms)))
         order = "t.at_ms" if kind.name == "message" else "t.updated_ms"
         rows = self._all(
             f"SELECT {kind.columns}, {flags} FROM (SELECT {kind.key} AS k FROM {kind.table} t "
             f"WHERE t.user_id = ?{where} ORDER BY {order} DESC LIMIT ?) s "
-            f"JOIN {kind.table} t ON t.{kind.key} = s.k",
+            f"JOIN {kind.table} t ON t.{kind.key} = s.k WHERE {matches_any}",
             (*map(like_pattern, terms), user_id, *params, SUBSTRING_SCAN_ROWS),
         )
         counts = [sum(1 for row in rows if row[f"term_{i}"]) for i in range(len(terms))]
@@ -228,7 +242,7 @@ class SearchReads:
         for row in matched:
             for i in range(len(terms)):
                 del row[f"term_{i}"]
-        return matched, counts, len(rows)
+        return matched, counts
 
     # the answer
 
@@ -255,22 +269,27 @@ class SearchReads:
                 if owner is None:
                     continue
                 rows = self._fts_candidates(kind, owner, terms, user_id)
+                capped = len(rows) >= MAX_CANDIDATES
                 if character_id is not None:
                     rows = [r for r in rows if r["character_id"] in (character_id, "")]
-                capped = len(rows) >= MAX_CANDIDATES
                 if not rows:
                     continue
                 if len(terms) == 1 and not capped:
                     containing = [len(rows)]
                 else:
                     containing = [self._fts_count(kind, owner, term) for term in terms]
+                total = self._scope_total(kind, user_id, character_id)
             else:
-                rows, containing, scanned = self._substring_rows(kind, user_id, character_id, terms)
-                capped = scanned >= SUBSTRING_SCAN_ROWS
-                if not rows:
+                total = self._scope_total(kind, user_id, character_id)
+                if not total:
                     continue
+                capped = total > SUBSTRING_SCAN_ROWS
+                total = min(total, SUBSTRING_SCAN_ROWS)  # what the scan reads
+                rows, containing = self._substring_rows(kind, user_id, character_id, terms)
             truncated = truncated or capped
-            total = max(self._scope_total(kind, user_id, character_id), max(containing))
+            if not rows:
+                continue
+            total = max(total, max(containing))
             idfs = [idf(total, count) for count in containing]
             avg_length = sum(len(r["text"]) for r in rows) / len(rows)
             for row in rows:
@@ -326,7 +345,7 @@ class SearchReads:
         if len(phrase) >= MIN_FTS_CHARS:
             method, scanned = "fts", None
             source = (
-                "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE f MATCH ?"
+                "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?"
             )
             first: list[Any] = [f"content : ({fts_phrase(phrase)})"]
         else:
@@ -334,7 +353,9 @@ class SearchReads:
             newest = self._one("SELECT max(id) AS id FROM messages")
             floor = (newest["id"] or 0) - MENTIONS_SCAN_ROWS if newest else 0
             scanned = int(
-                self.conn.execute("SELECT count(*) FROM messages WHERE id > ?", (floor,)).fetchone()[0]
+                self.conn.execute(
+                    "SELECT count(*) FROM messages WHERE id > ?", (floor,)
+                ).fetchone()[0]
             )
             source = "FROM messages m WHERE m.id > ? AND m.content LIKE ? ESCAPE '\\'"
             first = [floor, like_pattern(phrase)]
@@ -367,9 +388,14 @@ class SearchReads:
     def search_index_size(self) -> dict[str, int]:
         """Rows of each index's segment table (each about one page): what a full merge rewrites."""
         return {
-            name: int(self.conn.execute(f"SELECT count(*) FROM {kind.table}_fts_data").fetchone()[0])
+            name: int(
+                self.conn.execute(f"SELECT count(*) FROM {kind.table}_fts_data").fetchone()[0]
+            )
             for name, kind in SOURCES.items()
         }
 
     def search_state(self) -> dict[str, int]:
-        return {row["name"]: row["value"] for row in self._all("SELECT name, value FROM search_state")}
+        """What the search index owes: dead rows since the last merge, forgets to scrub."""
+        return {
+            row["name"]: row["value"] for row in self._all("SELECT name, value FROM search_state")
+        }

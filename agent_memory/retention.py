@@ -1,0 +1,271 @@
+"""Retention: the scheduled purge that keeps the store bounded, and the search-index scrub.
+
+Every `retention_sweep_s` (first run shortly after start) the purge removes, in short write
+transactions of at most `batch_rows` rows so the writer is never held for long:
+- messages beyond the latest `retention_max_messages` of their (user, character) and messages
+  older than `retention_max_age_days` (either setting 0 = off), but only messages a committed
+  summary covers (id <= the pair's watermark); the search index follows by trigger;
+- per-turn metrics older than `retention_max_age_days`;
+- processed raw callbacks (any status but `received`/`failed`) older than `raw_retention_days`;
+then it merges the search index when enough of it is dead, gives free pages back to the file
+system (incremental vacuum) and checkpoints the WAL.
+
+A forget on a large database leaves its deleted index entries in old index segments (small
+indexes are optimized by the forget itself); a scrub check every `SCRUB_CHECK_S` merges the
+index into one segment in short steps, after which none of that text is left in the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from .schedule import JOB_DEFAULTS
+from .settings import Settings
+from .store import SQLiteStore, SQLiteTransaction, now_ms
+from .store.retention import PurgeStep
+from .store.search import KINDS
+
+log = logging.getLogger(__name__)
+
+DAY_MS = 86_400_000
+BATCH_ROWS = 2000  # rows per write: ~70 ms at ~28k rows/s, so other writers wait little
+MERGE_PAGES = 250  # pages merged per write (tens of ms)
+VACUUM_PAGES = 1000  # pages handed back per write (~50 ms)
+FIRST_RUN_AFTER_S = 60.0
+SCRUB_CHECK_S = 30.0
+# Dead entries (from retention) above this share of the stored messages trigger a full merge.
+DEAD_SHARE_FOR_MERGE = 0.10
+
+Progress = Callable[[str], None]
+
+
+class Retention:
+    """Runs the purge on a schedule, or once on demand (`purge_once`)."""
+
+    def __init__(
+        self, settings: Settings, store: SQLiteStore, *, batch_rows: int = BATCH_ROWS
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.batch_rows = batch_rows
+        self.scheduler: AsyncIOScheduler | None = None
+        self.last_report: dict[str, Any] | None = None
+        # The scheduled purge and an admin's request never run at the same time.
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Purge every `retention_sweep_s` and check for an owed index scrub every `SCRUB_CHECK_S`."""
+        sweep_s = self.settings.retention_sweep_s
+        # Not schedule.start_interval: the first purge waits a little after start (not at once),
+        # so a restart does not purge while clients are still reconnecting.
+        self.scheduler = AsyncIOScheduler(job_defaults=JOB_DEFAULTS)
+        self.scheduler.add_job(
+            self._scheduled_purge, "interval", seconds=sweep_s, id="retention-purge",
+            next_run_time=datetime.now() + timedelta(seconds=min(sweep_s, FIRST_RUN_AFTER_S)),
+        )  # fmt: skip
+        self.scheduler.add_job(
+            self._scheduled_scrub, "interval", seconds=min(sweep_s, SCRUB_CHECK_S),
+            id="search-scrub",
+        )  # fmt: skip
+        self.scheduler.start()
+
+    async def stop(self) -> None:
+        """Stop scheduling; a purge in progress finishes its current write."""
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+            self.scheduler = None
+
+    async def _scheduled_purge(self) -> None:
+        """The scheduled purge: failures are logged, and it runs again next time."""
+        try:
+            await self.purge_once()
+        except Exception:
+            log.exception(
+                "retention purge failed; it runs again in %ss", self.settings.retention_sweep_s
+            )
+
+    async def _scheduled_scrub(self) -> None:
+        """The scheduled scrub check: failures are logged, and it is tried again."""
+        try:
+            await self.scrub_if_owed()
+        except Exception:
+            log.exception("search index scrub failed; it is tried again")
+
+    # the purge
+
+    async def purge_once(self, progress: Progress | None = None) -> dict[str, Any]:
+        """One full purge; returns (and logs) what it removed and what it gave back."""
+        async with self._lock:
+            return await self._purge(progress)
+
+    async def _purge(self, progress: Progress | None) -> dict[str, Any]:
+        """The purge itself, run under the lock."""
+        say = progress or (lambda _: None)
+        settings = self.settings
+        started = time.monotonic()
+        now = now_ms()
+        before = await self.store.read(lambda view: view.storage_stats())
+        report: dict[str, Any] = {
+            "settings": {
+                "retention_max_messages": settings.retention_max_messages,
+                "retention_max_age_days": settings.retention_max_age_days,
+                "raw_retention_days": settings.raw_retention_days,
+            },
+            "messages": 0,
+            "metrics": 0,
+            "raw_callbacks": 0,
+            "write_batches": 0,
+            "phase_seconds": {},
+        }
+        phases: dict[str, float] = report["phase_seconds"]
+        mark = time.monotonic()
+
+        def lap(phase: str) -> None:
+            nonlocal mark
+            phases[phase] = round(time.monotonic() - mark, 3)
+            mark = time.monotonic()
+
+        max_age_ms = round(settings.retention_max_age_days * DAY_MS)
+        if settings.retention_max_messages or max_age_ms:
+            after: tuple[str, str] | None = None
+
+            def purge_step(tx: SQLiteTransaction) -> PurgeStep:
+                return tx.purge_messages(
+                    after=after, now_ms=now, keep_latest=settings.retention_max_messages,
+                    max_age_ms=max_age_ms, budget=self.batch_rows,
+                )  # fmt: skip
+
+            while True:
+                step = await self.store.write(purge_step)
+                report["messages"] += step.deleted
+                report["write_batches"] += 1
+                if step.deleted:
+                    say(f"messages: {report['messages']} removed")
+                if step.done:
+                    break
+                after = step.resume_after
+        lap("messages")
+        if max_age_ms:
+            report["metrics"] = await self._drain(
+                lambda tx: tx.purge_metrics(older_than_ms=now - max_age_ms, budget=self.batch_rows),
+                "metrics", report, say,
+            )  # fmt: skip
+        lap("metrics")
+        if settings.raw_retention_days:
+            raw_cutoff = now - round(settings.raw_retention_days * DAY_MS)
+            report["raw_callbacks"] = await self._drain(
+                lambda tx: tx.purge_raw_callbacks(older_than_ms=raw_cutoff, budget=self.batch_rows),
+                "raw callbacks", report, say,
+            )  # fmt: skip
+        lap("raw_callbacks")
+        report["search_index"] = await self._scrub(say, dead_rows_too=True)
+        lap("search_index")
+        report["reclaimed"] = await self.reclaim(say)
+        lap("reclaim")
+        after_stats = await self.store.read(lambda view: view.storage_stats())
+        report["bytes_before"] = before["bytes"]
+        report["bytes_after"] = after_stats["bytes"]
+        report["seconds"] = round(time.monotonic() - started, 3)
+        if after_stats["auto_vacuum"] != 2:
+            report["warning"] = (
+                "the database was created without auto_vacuum: freed pages are reused but the "
+                "file does not shrink; run `PRAGMA auto_vacuum=INCREMENTAL; VACUUM;` once while "
+                "the service is stopped"
+            )
+            log.warning("retention: %s", report["warning"])
+        log.info(
+            "retention: removed %d messages, %d metrics, %d raw callbacks in %.2fs; "
+            "%d -> %d bytes",
+            report["messages"], report["metrics"], report["raw_callbacks"], report["seconds"],
+            report["bytes_before"], report["bytes_after"],
+        )  # fmt: skip
+        self.last_report = report
+        return report
+
+    async def _drain(
+        self,
+        fn: Callable[[SQLiteTransaction], int],
+        what: str,
+        report: dict[str, Any],
+        say: Progress,
+    ) -> int:
+        """Run a bounded delete until it deletes less than a batch."""
+        total = 0
+        while True:
+            deleted = await self.store.write(fn)
+            report["write_batches"] += 1
+            total += deleted
+            if deleted:
+                say(f"{what}: {total} removed")
+            if deleted < self.batch_rows:
+                return total
+
+    # the search index
+
+    async def scrub_if_owed(self, progress: Progress | None = None) -> dict[str, Any]:
+        """Merge the search index into one segment if a forget left deleted entries in it."""
+        async with self._lock:
+            return await self._scrub(progress, dead_rows_too=False)
+
+    async def _scrub(self, progress: Progress | None, *, dead_rows_too: bool) -> dict[str, Any]:
+        """The scrub; with `dead_rows_too` also when retention left more than
+        `DEAD_SHARE_FOR_MERGE` of the index dead."""
+        state = await self.store.read(lambda view: view.search_state())
+        owed, dead = state.get("scrub_owed", 0), state.get("dead_rows", 0)
+        due = owed > 0
+        if not due and dead_rows_too and dead:
+            messages = await self.store.read(lambda view: view.counts()["messages"])
+            due = dead > DEAD_SHARE_FOR_MERGE * max(messages, 1)
+        if not due:
+            return {"merged": False, "merge_steps": 0, "owed_forgets": owed, "dead_rows": dead}
+        steps = await self.merge_index(progress)
+        await self.store.write(lambda tx: tx.search_scrubbed(owed, dead))
+        # The WAL may still hold copies of pages from before the merge.
+        await self.store.checkpoint()
+        log.info(
+            "search index merged in %d steps (%d forgets owed a scrub, %d dead rows)",
+            steps,
+            owed,
+            dead,
+        )
+        return {"merged": True, "merge_steps": steps, "owed_forgets": owed, "dead_rows": dead}
+
+    async def merge_index(self, progress: Progress | None = None) -> int:
+        """Merge each search index into a single segment, `MERGE_PAGES` pages per write."""
+        steps = 0
+        for kind in KINDS:
+            while await self.store.write(partial(_merge_step, kind=kind)):
+                steps += 1
+                if progress and steps % 10 == 0:
+                    progress(f"search index: {steps} merge steps")
+        return steps
+
+    # space
+
+    async def reclaim(self, progress: Progress | None = None) -> dict[str, int]:
+        """Hand free pages back to the file system, then checkpoint the WAL into the file."""
+        freed = 0
+        incremental = (await self.store.read(lambda view: view.storage_stats()))["auto_vacuum"] == 2
+        while incremental:
+            step = await self.store.write(lambda tx: tx.incremental_vacuum(VACUUM_PAGES))
+            freed += step
+            if step and progress:
+                progress(f"space: {freed} pages given back")
+            if step < VACUUM_PAGES:
+                break
+        busy, wal_pages, checkpointed = await self.store.checkpoint()
+        return {"pages_freed": freed, "checkpoint_busy": busy, "wal_pages": wal_pages,
+                "wal_pages_checkpointed": checkpointed}  # fmt: skip
+
+
+def _merge_step(tx: SQLiteTransaction, *, kind: str) -> bool:
+    """One merge step of one index (a module function so the write is typed)."""
+    return tx.search_merge_step(kind, MERGE_PAGES)

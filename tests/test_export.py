@@ -1,0 +1,144 @@
+"""The export: everything held about one user, as one JSON document, and nothing of anyone else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from conftest import agent_event, load_fixture
+
+from agent_memory.cli import main
+
+CONVERSATIONS = (
+    "en_luna_companion",
+    "zh_xiaoyu_tutor",
+    "ko_minjun_mixed",
+    "multiuser_channel",
+    "nolabels",
+)
+
+
+async def load_all(service: Any) -> None:
+    for name in CONVERSATIONS:
+        for envelope in load_fixture(f"conversations/{name}.json"):
+            status, body = await service.callback(envelope)
+            assert status == 200, body
+
+
+def alice_fixture() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Alice's messages in conversation order, and her distinct envelopes by noticeId."""
+    envelopes: dict[str, dict[str, Any]] = {}
+    for envelope in load_fixture("conversations/en_luna_companion.json"):
+        envelopes.setdefault(envelope["noticeId"], envelope)
+    runs = sorted(
+        (e for e in envelopes.values() if e["eventType"] == 103),
+        key=lambda e: e["payload"]["start_ts"],
+    )
+    return [m for run in runs for m in run["payload"]["contents"]], envelopes
+
+
+async def test_export_holds_everything_about_the_user(service) -> None:
+    await load_all(service)
+    labels = {"user_id": "u-alice", "character_id": "luna"}
+    agent = "366YCNGT3TP2WA6A62BUEAWSB"
+    status, _ = await service.callback(
+        agent_event(
+            111,
+            agent,
+            notice_id="metrics-1",
+            labels=labels,
+            turns=[{"turn_id": 1, "llm_ttfb": 420}],
+        )
+    )
+    status, _ = await service.api(
+        "POST",
+        "/v1/users/u-alice/characters/luna/facts",
+        json={"text": "Has a cat named Miso", "scope": "user"},
+    )
+    await service.store.write(
+        lambda tx: tx.set_summary({"user_id": "u-alice", "character_id": "luna", "text": "Alice is a nurse.",
+                                   "watermark_id": 3, "covered_until_ms": 5, "message_count": 3,
+                                   "method": "offline", "model": "t", "meta": '{"tokens_sent": 0}',
+                                   "created_ms": 1, "updated_ms": 2})
+    )  # fmt: skip
+    status, doc = await service.api("GET", "/v1/users/u-alice/export")
+    assert status == 200, doc
+    messages, envelopes = alice_fixture()
+    assert doc["format"] == "agent-memory-export/1" and doc["user_id"] == "u-alice"
+    assert doc["characters"] == ["luna"] and doc["exported_ms"] > 0
+    assert [m["content"] for m in doc["messages"]] == [m["content"] for m in messages]
+    assert [m["role"] for m in doc["messages"]] == [m["role"] for m in messages]
+    assert sum(m["interrupted"] for m in doc["messages"]) == 4
+    assert {s["agent_id"] for s in doc["sessions"]} == {
+        e["payload"]["agent_id"] for e in envelopes.values()
+    }
+    assert all(s["labels"] == labels for s in doc["sessions"])
+    assert [(f["text"], f["scope"]) for f in doc["facts"]] == [("Has a cat named Miso", "user")]
+    assert doc["summaries"][0]["text"] == "Alice is a nurse." and doc["summaries"][0]["meta"] == {
+        "tokens_sent": 0
+    }
+    assert doc["metrics"] == [
+        {
+            "agent_id": agent,
+            "turn_id": 1,
+            "metric": "llm_ttfb",
+            "value_ms": 420.0,
+            "at_ms": 1_763_700_000_000,
+        }
+    ]
+    raw = {r["notice_id"]: r for r in doc["raw_callbacks"]}
+    assert set(raw) == set(envelopes) | {"metrics-1"}
+    for notice_id, envelope in envelopes.items():
+        assert raw[notice_id]["body"] == envelope  # the callback as Agora sent it
+    assert doc["counts"] == {
+        "sessions": 3, "messages": len(messages), "facts": 1, "summaries": 1, "bindings": 0,
+        "jobs": len(doc["jobs"]), "followed_agents": 0, "metrics": 1, "raw_callbacks": len(envelopes) + 1,
+    }  # fmt: skip
+    # Nothing of anyone else.
+    text = json.dumps(doc, ensure_ascii=False)
+    for other in ("u-wang", "u-kim", "u-team", "rtc:3003", "杭州", "Lisbon", "떡볶이"):
+        assert other not in text, other
+
+
+async def test_export_of_unknown_or_forgotten_users_is_404(service) -> None:
+    status, body = await service.api("GET", "/v1/users/nobody/export")
+    assert status == 404 and body["error"]["code"] == "not_found"
+    await load_all(service)
+    assert (await service.api("GET", "/v1/users/u-kim/export"))[0] == 200
+    assert (await service.api("DELETE", "/v1/users/u-kim"))[0] == 200
+    status, body = await service.api("GET", "/v1/users/u-kim/export")
+    assert status == 404 and "u-kim" in body["error"]["message"]
+    status, _ = await service.api("GET", "/v1/users/u-kim/export", token=None)
+    assert status == 401
+
+
+async def test_a_binding_alone_is_exported(service) -> None:
+    status, _ = await service.api(
+        "POST", "/v1/sessions/AGENT-LATER/bind", json={"user_id": "u-bound", "character_id": "mira"}
+    )
+    assert status == 200
+    status, doc = await service.api("GET", "/v1/users/u-bound/export")
+    assert status == 200 and [b["agent_id"] for b in doc["bindings"]] == ["AGENT-LATER"]
+    assert doc["messages"] == [] and doc["characters"] == []
+
+
+async def test_cli_export_writes_the_same_document(service, tmp_path, capsys) -> None:
+    await load_all(service)
+    _status, api_doc = await service.api("GET", "/v1/users/u-wang/export")
+    out = tmp_path / "wang.json"
+    db = str(service.settings.db_path)
+    assert (
+        await asyncio.to_thread(main, ["export", "--db", db, "u-wang", "--output", str(out)]) == 0
+    )
+    cli_doc = json.loads(out.read_text(encoding="utf-8"))
+    assert {k: v for k, v in cli_doc.items() if k != "exported_ms"} == {
+        k: v for k, v in api_doc.items() if k != "exported_ms"
+    }
+    assert "记住我22号有考试" in out.read_text(encoding="utf-8")  # UTF-8, not escaped
+    assert await asyncio.to_thread(main, ["export", "--db", db, "nobody"]) == 1
+    assert "nothing is held about user nobody" in capsys.readouterr().err
+    assert await asyncio.to_thread(main, ["search", "--db", db, "u-wang", "考试"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("[考试]") == 4 and "xiaoyu" in printed
+    assert await asyncio.to_thread(main, ["search", "--db", db, "u-wang", "   "]) == 2

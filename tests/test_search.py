@@ -1,0 +1,356 @@
+"""Full-text search over HTTP: English, Chinese (including two-character words), Korean,
+per character, facts and summaries, ranking, the operator's mention query, and the index
+following every change (moves, deletes, migration of an existing database)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import agent_event, load_fixture
+from sqlite_utils import Database
+
+from agent_memory.store import SQLiteStore
+from agent_memory.store.migrations import migrations
+
+CONVERSATIONS = ("en_luna_companion", "zh_xiaoyu_tutor", "ko_minjun_mixed", "multiuser_channel")
+
+
+async def load(service: Any, *names: str) -> None:
+    for name in names:
+        for envelope in load_fixture(f"conversations/{name}.json"):
+            status, body = await service.callback(envelope)
+            assert status == 200, body
+
+
+def fixture_messages(name: str) -> list[dict[str, Any]]:
+    """The distinct messages of a conversation fixture (redeliveries once)."""
+    seen: set[str] = set()
+    messages: list[dict[str, Any]] = []
+    for envelope in load_fixture(f"conversations/{name}.json"):
+        if envelope["eventType"] != 103 or envelope["noticeId"] in seen:
+            continue
+        seen.add(envelope["noticeId"])
+        messages.extend(envelope["payload"]["contents"])
+    return messages
+
+
+async def search(service: Any, user: str, q: str, **params: Any) -> dict[str, Any]:
+    status, body = await service.api("GET", f"/v1/users/{user}/search", params={"q": q, **params})
+    assert status == 200, body
+    return body
+
+
+def said(*lines: str, start_ms: int = 1_763_690_000_000) -> list[dict[str, Any]]:
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": line, "turn_id": i // 2 + 1,
+         "timestamp": start_ms + i * 1000}
+        for i, line in enumerate(lines)
+    ]  # fmt: skip
+
+
+async def seed(service: Any, user: str, character: str, agent_id: str, *lines: str) -> None:
+    labels = {"user_id": user, "character_id": character}
+    status, body = await service.callback(
+        agent_event(103, agent_id, labels=labels, contents=said(*lines))
+    )
+    assert status == 200 and body["new_messages"] == len(lines), body
+
+
+async def test_english_search_finds_what_was_said_with_marked_snippets(service) -> None:
+    await load(service, *CONVERSATIONS)
+    body = await search(service, "u-alice", "Miso")
+    expected = [m for m in fixture_messages("en_luna_companion") if "miso" in m["content"].lower()]
+    messages = [r for r in body["results"] if r["kind"] == "message"]
+    assert body["method"] == "fts" and len(messages) == len(expected) == 11
+    assert {r["text"] for r in messages} == {m["content"] for m in expected}
+    first = messages[0]
+    assert set(first) >= {
+        "kind",
+        "id",
+        "character_id",
+        "snippet",
+        "text",
+        "at_ms",
+        "agent_id",
+        "role",
+        "rank",
+        "score",
+    }
+    assert first["character_id"] == "luna" and first["rank"] == 1
+    assert all("[Miso]" in r["snippet"] for r in messages)
+    assert [r["rank"] for r in body["results"]] == list(range(1, len(body["results"]) + 1))
+    scores = [r["score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+    # Several words: every one must be in the text, in any order.
+    body = await search(service, "u-alice", "wedding sister's")
+    assert {r["text"] for r in body["results"]} == {
+        m["content"] for m in fixture_messages("en_luna_companion")
+        if "wedding" in m["content"] and "sister's" in m["content"]
+    }  # fmt: skip
+    assert all(
+        "[wedding]" in r["snippet"] and "[sister's]" in r["snippet"] for r in body["results"]
+    )
+    # Case does not matter; other users' words are not found.
+    assert (await search(service, "u-alice", "MISO"))["results"]
+    assert (await search(service, "u-alice", "Lisbon"))["results"] == []
+    assert (await search(service, "u-team", "Lisbon"))["results"]
+
+
+async def test_chinese_is_found_by_substring_including_two_character_words(service) -> None:
+    await load(service, *CONVERSATIONS)
+    zh = [m["content"] for m in fixture_messages("zh_xiaoyu_tutor")]
+    for q, method in (
+        ("西湖边", "fts"),
+        ("HSK五级", "fts"),
+        ("考试", "substring"),
+        ("杭州", "substring"),
+        ("豆", "substring"),
+    ):
+        body = await search(service, "u-wang", q, limit=100)
+        assert body["method"] == method, q
+        texts = sorted(r["text"] for r in body["results"] if r["kind"] == "message")
+        assert texts == sorted(text for text in zh if q.lower() in text.lower()), q
+        assert texts, q
+        assert all(f"[{q}]" in r["snippet"] for r in body["results"] if r["kind"] == "message"), q
+    # Two words, one of them short: both must be in the message.
+    body = await search(service, "u-wang", "22号 考试")
+    assert {r["text"] for r in body["results"]} == {t for t in zh if "22号" in t and "考试" in t}
+    assert (await search(service, "u-alice", "考试"))["results"] == []
+
+
+async def test_korean_and_mixed_words_are_found(service) -> None:
+    await load(service, *CONVERSATIONS)
+    ko = [m["content"] for m in fixture_messages("ko_minjun_mixed")]
+    for q in ("떡볶이", "presentation", "민준", "great job"):
+        body = await search(service, "u-kim", q)
+        words = q.split()
+        assert sorted(r["text"] for r in body["results"]) == sorted(
+            t for t in ko if all(w in t for w in words)
+        ), q
+        assert body["results"], q
+
+
+async def test_search_per_character_and_user_wide_facts(service) -> None:
+    await seed(
+        service, "u-1", "luna", "AGENT-L", "I love hiking in the Alps", "The Alps are lovely"
+    )
+    await seed(service, "u-1", "atlas", "AGENT-A", "Hiking tomorrow with Bob", "Have fun hiking")
+    for scope, text in (
+        ("user", "Hiking boots are size 42"),
+        ("character", "Prefers hiking at dawn"),
+    ):
+        status, body = await service.api(
+            "POST", "/v1/users/u-1/characters/atlas/facts", json={"text": text, "scope": scope}
+        )
+        assert status == 201, body
+    everything = await search(service, "u-1", "hiking")
+    assert {(r["kind"], r["character_id"]) for r in everything["results"]} == {
+        ("message", "luna"), ("message", "atlas"), ("fact", ""), ("fact", "atlas")
+    }  # fmt: skip
+    luna = await search(service, "u-1", "hiking", character_id="luna")
+    # The user-wide fact belongs to every character's memory; atlas's fact does not.
+    assert {(r["kind"], r["character_id"]) for r in luna["results"]} == {
+        ("message", "luna"),
+        ("fact", ""),
+    }
+    facts = await search(service, "u-1", "hiking", kinds="fact")
+    assert {r["kind"] for r in facts["results"]} == {"fact"}
+    assert {r["scope"] for r in facts["results"]} == {"user", "character"}
+    other = await search(service, "u-1", "hiking", character_id="nobody")
+    assert [(r["kind"], r["character_id"]) for r in other["results"]] == [("fact", "")]
+
+
+async def test_summaries_are_searched_and_a_replaced_summary_leaves_the_index(service) -> None:
+    await seed(service, "u-2", "luna", "AGENT-S", "hello there", "hi there")
+    pairs = await service.store.read(lambda view: view.search_tokens("u-2"))
+
+    def summary(text: str) -> dict[str, Any]:
+        return {"user_id": "u-2", "character_id": "luna", "text": text, "watermark_id": 1,
+                "covered_until_ms": 0, "message_count": 1, "method": "offline", "model": "test",
+                "meta": "{}", "created_ms": 1, "updated_ms": 2}  # fmt: skip
+
+    await service.store.write(
+        lambda tx: tx.set_summary(summary("Alice plans a trip to Kyoto in spring."))
+    )
+    body = await search(service, "u-2", "Kyoto")
+    assert [(r["kind"], r["snippet"]) for r in body["results"]] == [
+        ("summary", "Alice plans a trip to [Kyoto] in spring.")
+    ]
+    await service.store.write(
+        lambda tx: tx.set_summary(summary("Alice now plans a trip to Osaka."))
+    )
+    assert (await search(service, "u-2", "Kyoto"))["results"] == []
+    assert [r["kind"] for r in (await search(service, "u-2", "Osaka"))["results"]] == ["summary"]
+    # Replacing the summary (INSERT OR REPLACE) leaves the pair's token, so its messages stay found.
+    assert await service.store.read(lambda view: view.search_tokens("u-2")) == pairs
+    assert len((await search(service, "u-2", "there"))["results"]) == 2
+    await integrity_check(service)
+    _status, _ = await service.api("DELETE", "/v1/users/u-2")
+    assert (await search(service, "u-2", "there"))["results"] == []
+    await integrity_check(service)
+
+
+async def test_ranking_prefers_more_and_denser_matches(service) -> None:
+    await seed(
+        service, "u-3", "luna", "AGENT-R",
+        "coffee",
+        "I had a long day at work and then, much later in the evening, some coffee with a friend",
+        "coffee coffee, more coffee please",
+        "nothing to see here",
+    )  # fmt: skip
+    body = await search(service, "u-3", "coffee")
+    assert [r["text"] for r in body["results"]] == [
+        "coffee coffee, more coffee please",
+        "coffee",
+        "I had a long day at work and then, much later in the evening, some coffee with a friend",
+    ]
+    assert (
+        body["results"][2]["snippet"].startswith("…") or "[coffee]" in body["results"][2]["snippet"]
+    )
+    assert len((await search(service, "u-3", "coffee", limit=1))["results"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({}, "q is required"),
+        ({"q": ""}, "q is required"),
+        ({"q": "   \t "}, "q is required"),
+        ({"q": "x" * 501}, "at most 500"),
+        ({"q": "hello", "limit": "0"}, "limit"),
+        ({"q": "hello", "limit": "101"}, "limit"),
+        ({"q": "hello", "limit": "many"}, "limit"),
+        ({"q": "hello", "kinds": "message,diary"}, "kinds"),
+    ],
+)
+async def test_bad_search_requests_are_422(service, params, needle) -> None:
+    status, body = await service.api("GET", "/v1/users/u-1/search", params=params)
+    assert status == 422, body
+    assert body["error"]["code"] == "invalid_field" and needle in body["error"]["message"]
+
+
+async def test_unknown_user_gets_an_empty_answer_and_the_token_is_required(service) -> None:
+    body = await search(service, "nobody-at-all", "anything")
+    assert body["results"] == [] and body["truncated"] is False
+    assert (await search(service, "nobody-at-all", "ab"))["results"] == []
+    status, _ = await service.api("GET", "/v1/users/u-1/search", params={"q": "x"}, token=None)
+    assert status == 401
+
+
+async def test_fts_syntax_in_a_query_is_just_text(service) -> None:
+    await seed(service, "u-4", "luna", "AGENT-Q", 'she said "NEAR(a b)" OR maybe *stars*', "ok")
+    for q in ('"NEAR(a', "OR maybe", "*stars*", 'said "NEAR'):
+        body = await search(service, "u-4", q)
+        assert [r["text"] for r in body["results"]] == ['she said "NEAR(a b)" OR maybe *stars*'], q
+    assert (await search(service, "u-4", "%"))["results"] == []
+    assert (await search(service, "u-4", "_"))["results"] == []
+
+
+async def test_operators_see_who_mentioned_a_keyword(service) -> None:
+    await load(service, *CONVERSATIONS)
+    await seed(
+        service, "u-bob", "atlas", "AGENT-B1", "My cat Miso? No, my cat is called Pixel.", "Nice"
+    )
+    status, body = await service.api("GET", "/v1/search/mentions", params={"q": "miso"})
+    assert status == 200, body
+    alice_user_lines = [
+        m for m in fixture_messages("en_luna_companion")
+        if m["role"] == "user" and "miso" in m["content"].lower()
+    ]  # fmt: skip
+    by_user = {row["user_id"]: row for row in body["users"]}
+    assert set(by_user) == {"u-alice", "u-bob"}
+    assert by_user["u-alice"]["messages"] == len(alice_user_lines) == 4
+    assert by_user["u-alice"]["characters"] == ["luna"]
+    assert by_user["u-alice"]["last_ms"] == max(m["timestamp"] for m in alice_user_lines)
+    assert by_user["u-bob"]["messages"] == 1 and body["users"][0]["user_id"] == "u-alice"
+    assert body["total_users"] == 2 and body["total_messages"] == 5
+    status, body = await service.api(
+        "GET", "/v1/search/mentions", params={"q": "Miso", "role": "any"}
+    )
+    everyone = [m for m in fixture_messages("en_luna_companion") if "miso" in m["content"].lower()]
+    assert {r["user_id"]: r["messages"] for r in body["users"]} == {
+        "u-alice": len(everyone),
+        "u-bob": 1,
+    }
+    # A short word: substring scan, with how much it read.
+    status, body = await service.api("GET", "/v1/search/mentions", params={"q": "考试"})
+    zh_user = [
+        m
+        for m in fixture_messages("zh_xiaoyu_tutor")
+        if m["role"] == "user" and "考试" in m["content"]
+    ]
+    assert body["method"] == "substring" and body["complete"] is True
+    assert [(r["user_id"], r["messages"]) for r in body["users"]] == [("u-wang", len(zh_user))]
+    status, body = await service.api("GET", "/v1/search/mentions", params={"q": " "})
+    assert status == 422
+    status, body = await service.api(
+        "GET", "/v1/search/mentions", params={"q": "miso", "role": "bot"}
+    )
+    assert status == 422 and "role" in body["error"]["message"]
+
+
+async def test_the_index_follows_moves_and_deletes(service) -> None:
+    await seed(service, "u-5", "luna", "AGENT-M", "the password is swordfish", "noted")
+    assert (await search(service, "u-5", "swordfish"))["results"]
+    status, _ = await service.api(
+        "POST", "/v1/sessions/AGENT-M/bind", json={"user_id": "u-6", "character_id": "atlas"}
+    )
+    assert status == 200
+    assert (await search(service, "u-5", "swordfish"))["results"] == []
+    moved = (await search(service, "u-6", "swordfish"))["results"]
+    assert [(r["character_id"], r["agent_id"]) for r in moved] == [("atlas", "AGENT-M")]
+    status, body = await service.api(
+        "POST", "/v1/users/u-6/characters/atlas/facts", json={"text": "Likes swordfish steaks"}
+    )
+    fact_id = body["fact"]["id"]
+    assert {r["kind"] for r in (await search(service, "u-6", "swordfish"))["results"]} == {
+        "message",
+        "fact",
+    }
+    status, _ = await service.api("DELETE", f"/v1/facts/{fact_id}")
+    assert status == 200
+    assert {r["kind"] for r in (await search(service, "u-6", "swordfish"))["results"]} == {
+        "message"
+    }
+    await integrity_check(service)
+
+
+async def integrity_check(service: Any) -> None:
+    def check(tx: Any) -> None:
+        for table in ("messages", "facts", "summaries"):
+            tx.conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('integrity-check')")
+
+    await service.store.write(check)
+
+
+def test_migration_indexes_an_existing_database(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    migrations.apply(Database(conn), stop_before="m003_search_index")
+    conn.execute(
+        "INSERT INTO messages (agent_id, user_id, character_id, seq, role, content, at_ms) "
+        "VALUES ('A', 'u-old', 'luna', 0, 'user', '我下个月去东京旅行', 1), "
+        "('A', 'u-old', 'luna', 1, 'assistant', 'Tokyo in spring is wonderful', 2)"
+    )
+    conn.execute(
+        "INSERT INTO facts (user_id, character_id, text, norm) VALUES ('u-old', '', 'Flies to Tokyo', 'flies to tokyo')"
+    )
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    store.open()
+    try:
+        found = store.read_now(lambda view: view.search_user("u-old", "tokyo"))
+        assert sorted(r["kind"] for r in found["results"]) == ["fact", "message"]
+        found = store.read_now(lambda view: view.search_user("u-old", "东京"))
+        assert [r["text"] for r in found["results"]] == ["我下个月去东京旅行"]
+        assert store.read_now(lambda view: view.storage_stats())["auto_vacuum"] == 2
+    finally:
+        store.close()
+    names = [row[0] for row in sqlite3.connect(path).execute("SELECT name FROM _sqlite_migrations")]
+    assert names[-3:] == ["m003_search_index", "m004_agent_metrics", "m005_incremental_vacuum"]
+    assert json.dumps(names)  # recorded once each
