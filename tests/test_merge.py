@@ -206,3 +206,14 @@ async def test_random_windows_in_random_order_give_the_union_in_order(store, ing
     assert [bool(r["gap_before"]) for r in rows[1:]] == breaks
     session = await store.read(lambda view: view.get_session("R"))
     assert session["gap_count"] == sum(breaks)
+
+
+async def test_message_ids_are_never_reused_after_the_newest_are_forgotten(store, ingestor):
+    await merge(store, ingestor, "B", turns(4), labels={"user_id": "b", "character_id": "c"})
+    await merge(store, ingestor, "A", turns(4, prefix="a "), labels={"user_id": "a", "character_id": "c"})
+    highest = max(r["id"] for r in await store.read(lambda view: view.session_messages("A")))
+    await store.write(lambda tx: tx.forget("a", None))
+    await merge(store, ingestor, "B2", turns(2, prefix="new "), labels={"user_id": "b", "character_id": "c"})
+    fresh = await store.read(lambda view: view.session_messages("B2"))
+    # A reused id would sit under a watermark that covered the forgotten messages.
+    assert min(r["id"] for r in fresh) > highest

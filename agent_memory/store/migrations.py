@@ -63,31 +63,32 @@ def m001_initial(db: Database) -> None:
         pk="agent_id",
     )
 
-    db.table("messages").create(
-        {
-            "id": int,
-            "agent_id": str,
-            "user_id": str,
-            "character_id": str,
-            "seq": int,  # position within the session; negative when an older window came late
-            "role": str,
-            "content": str,
-            "turn_id": int,
-            "ts_ms": int,
-            "at_ms": int,  # ts_ms, else the session's start: orders a pair's messages
-            "source": str,
-            "speaker": str,
-            "interrupted": int,
-            "interrupt_ms": int,
-            "original": str,
-            "fp": str,
-            "gap_before": int,
-            "extra": str,
-            "created_ms": int,
-        },
-        pk="id",
-        not_null={"agent_id", "user_id", "character_id", "seq", "role", "content", "at_ms"},
-        defaults={"interrupted": 0, "gap_before": 0},
+    # AUTOINCREMENT: ids are never reused, so a summary's watermark ("every id up to here is
+    # condensed") cannot swallow a new message after the newest ones were deleted.
+    db.execute(
+        """
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            agent_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            character_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,  -- place in the session; negative when an older window came late
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            turn_id INTEGER,
+            ts_ms INTEGER,
+            at_ms INTEGER NOT NULL,  -- ts_ms, else the session's start: orders a pair's messages
+            source TEXT,
+            speaker TEXT,
+            interrupted INTEGER DEFAULT 0,
+            interrupt_ms INTEGER,
+            original TEXT,
+            fp TEXT,
+            gap_before INTEGER DEFAULT 0,
+            extra TEXT,
+            created_ms INTEGER
+        )
+        """
     )
     db.table("messages").create_index(["agent_id", "seq"], unique=True)
     db.table("messages").create_index(["user_id", "character_id", "at_ms", "seq"])

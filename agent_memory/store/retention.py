@@ -84,14 +84,11 @@ class RetentionWrites:
             "ORDER BY user_id, character_id LIMIT ?",
             (*params, pairs_per_call),
         )
-        # The highest id is never deleted: SQLite reuses ids above the highest row, and a new
-        # message given an old id would look covered by an old watermark.
-        highest = self.conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
         deleted, resume, done = 0, after, len(pairs) < pairs_per_call
         for pair in pairs:
             key = (pair["user_id"], pair["character_id"])
             room = budget - deleted
-            limit_id = min(pair["watermark_id"] or 0, highest - 1)
+            limit_id = pair["watermark_id"] or 0  # ids are never reused (AUTOINCREMENT)
             ids: set[int] = set()
             if max_age_ms:
                 ids.update(
