@@ -88,8 +88,10 @@ def create_app(settings: Settings) -> web.Application:
     app[INGESTOR] = ingestor
 
     async def accept(envelope: Envelope, body: str, received_ms: int) -> Outcome:
+        # Validating the payload here keeps that work off the single writer thread.
+        parsed = ingestor.classify(envelope)
         return await store.write(
-            lambda tx: ingestor.accept_callback(tx, envelope, body, received_ms)
+            lambda tx: ingestor.accept_callback(tx, envelope, body, received_ms, parsed)
         )
 
     receiver = AgoraReceiver(settings, accept)

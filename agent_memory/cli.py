@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import sys
@@ -45,6 +46,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+def tune_garbage_collector() -> None:
+    """Collect young objects less often: fewer pauses under load.
+
+    Each callback allocates thousands of short-lived objects (32 messages, their models and
+    rows); with the default threshold of 700 the collector runs several times per callback,
+    and its full collections stall every request in flight. Measured with bench/ingest.py:
+    p99 61 ms -> 28 ms at 16 concurrent callbacks. Objects alive at start are frozen so that
+    full collections do not walk them again and again.
+    """
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
@@ -52,6 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     configure_logging(settings.log_level)
+    tune_garbage_collector()
     log.info(
         "agent-memory on http://%s:%d, database %s, condensing with %s",
         settings.host, settings.port, settings.db_path,
@@ -333,6 +348,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 2
     _, store = open_store(args)
     try:
+        asyncio.run(store.catch_up_search())
         answer = store.read_now(
             lambda view: view.search_user(
                 args.user_id, args.query, character_id=args.character, limit=args.limit

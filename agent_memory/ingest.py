@@ -45,7 +45,6 @@ TEST_CHANNEL = "test_webhook"
 # Repeated contents ("ok", "") may stand in many places; a window is placed by the
 # most recent ones only.
 MAX_POSITIONS_PER_FINGERPRINT = 64
-KNOWN_METADATA = {"source", "user", "interrupted", "interrupt_timestamp", "original"}
 
 
 @dataclass(frozen=True)
@@ -123,19 +122,22 @@ def align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | Non
 def message_row(message: MemoryMessage, at_ms: int) -> dict[str, Any]:
     """Storage columns of one short-term-memory message (without placement)."""
     meta = message.metadata
-    extra: dict[str, Any] = dict(message.model_extra or {})
-    for name in ("speech_start_ms", "speech_end_ms", "speech_algorithmic_delay"):
-        if getattr(message, name) is not None:
-            extra[name] = getattr(message, name)
-    meta_extra = {k: v for k, v in (meta.model_extra or {}).items() if k not in KNOWN_METADATA}
-    if meta_extra:
-        extra["metadata"] = meta_extra
+    extra: dict[str, Any] = dict(message.model_extra) if message.model_extra else {}
+    if message.speech_start_ms is not None or message.speech_end_ms is not None or (
+        message.speech_algorithmic_delay is not None
+    ):
+        for name in ("speech_start_ms", "speech_end_ms", "speech_algorithmic_delay"):
+            if getattr(message, name) is not None:
+                extra[name] = getattr(message, name)
+    if meta.model_extra:
+        extra["metadata"] = meta.model_extra
+    timestamp = message.timestamp
     return {
         "role": message.role,
         "content": message.content,
         "turn_id": message.turn_id,
-        "ts_ms": message.timestamp,
-        "at_ms": message.timestamp or at_ms,
+        "ts_ms": timestamp,
+        "at_ms": timestamp or at_ms,
         "source": meta.source,
         "speaker": meta.user,
         "interrupted": int(meta.interrupted),
@@ -299,14 +301,26 @@ class Ingestor:
     # callbacks
 
     def accept_callback(
-        self, tx: SQLiteTransaction, envelope: Envelope, body: str, received_ms: int
+        self,
+        tx: SQLiteTransaction,
+        envelope: Envelope,
+        body: str,
+        received_ms: int,
+        parsed: AgentPayload | Outcome | None = None,
     ) -> Outcome:
-        """Record the raw callback under its noticeId and apply it, in one transaction."""
+        """Record the raw callback under its noticeId and apply it, in one transaction.
+
+        `parsed` is `classify(envelope)` when the caller already did it off the writer thread.
+        """
+        if tx.inbox_has(envelope.noticeId):
+            return Outcome("duplicate", agent_id=envelope.fields.get("agent_id"))
+        outcome = self._apply(tx, envelope, parsed)
         fields = envelope.fields
         agent_id = fields.get("agent_id")
         raw_labels = fields.get("labels")
         labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
-        created = tx.insert_inbox(
+        # Written once, with its final status: an update would rewrite (and zero) the raw body.
+        tx.insert_inbox(
             {
                 "notice_id": envelope.noticeId,
                 "event_type": storable(envelope.eventType) or 0,
@@ -318,25 +332,38 @@ class Ingestor:
                 "label_user": _text(labels.get(self.settings.label_user_key)),
                 "label_character": _text(labels.get(self.settings.label_character_key)),
                 "body": body,
-                "status": "received",
+                "status": outcome.status,
+                "error": outcome.detail,
             }
         )
-        if not created:
-            return Outcome("duplicate", agent_id=agent_id)
-        return self.apply_recorded(tx, envelope)
+        return outcome
 
     def apply_recorded(self, tx: SQLiteTransaction, envelope: Envelope) -> Outcome:
-        """Apply a callback already in the inbox; a failure is recorded, never raised."""
-        try:
-            with tx.savepoint():
-                outcome = self.apply_event(tx, envelope)
-        except Exception as exc:  # the raw event stays; `agent-memory reprocess` retries it
-            log.exception("callback %s (type %s) failed", envelope.noticeId, envelope.eventType)
-            outcome = Outcome("failed", detail=f"{type(exc).__name__}: {exc}")
+        """Apply again a callback already in the inbox (reprocessing), recording the outcome."""
+        outcome = self._apply(tx, envelope, None)
         tx.set_inbox_status(envelope.noticeId, outcome.status, outcome.detail)
         return outcome
 
-    def apply_event(self, tx: SQLiteTransaction, envelope: Envelope) -> Outcome:
+    def _apply(
+        self, tx: SQLiteTransaction, envelope: Envelope, parsed: AgentPayload | Outcome | None
+    ) -> Outcome:
+        """Apply a callback; a failure is rolled back and returned, never raised."""
+        try:
+            with tx.savepoint():
+                event = self.classify(envelope) if parsed is None else parsed
+                if isinstance(event, Outcome):
+                    return event
+                return self.apply_event(tx, envelope, event)
+        except Exception as exc:  # the raw event stays; `agent-memory reprocess` retries it
+            log.exception("callback %s (type %s) failed", envelope.noticeId, envelope.eventType)
+            return Outcome("failed", detail=f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def classify(envelope: Envelope) -> AgentPayload | Outcome:
+        """The validated payload of an agent event, or the outcome of one that is not used.
+
+        Pure and free of the database, so the webhook handler runs it off the writer thread.
+        """
         payload = envelope.fields
         if TEST_CHANNEL in (payload.get("channelName"), payload.get("channel")):
             return Outcome("test", detail="console test callback")
@@ -353,6 +380,11 @@ class Ingestor:
             return Outcome("failed", detail=f"payload of event {envelope.eventType}: {exc}")
         if not event.agent_id:
             return Outcome("ignored", detail="payload has no agent_id")
+        return event
+
+    def apply_event(self, tx: SQLiteTransaction, envelope: Envelope, event: AgentPayload) -> Outcome:
+        """Apply a classified agent event to sessions, messages, watches and metrics."""
+        payload = envelope.fields
         stamp = envelope.notifyMs or now_ms()
         if isinstance(event, AgentHistory):
             session = self.ensure_session(tx, event, event.contents, stamp)

@@ -83,6 +83,7 @@ async def search(request: web.Request) -> web.Response:
     character_id = optional_text(request, "character_id")
     kinds = kinds_query(request)
     limit = int_query(request, "limit", 20, low=1, high=100)
+    await request.app[STORE].catch_up_search()
     answer = await request.app[STORE].read(
         lambda view: view.search_user(
             user_id, q, character_id=character_id, kinds=kinds, limit=limit
@@ -100,6 +101,7 @@ async def mentions(request: web.Request) -> web.Response:
         raise InvalidField(f"role must be one of {', '.join(MENTION_ROLES)}, got {role!r}")
     character_id = optional_text(request, "character_id")
     limit = int_query(request, "limit", 100, low=1, high=1000)
+    await request.app[STORE].catch_up_search()
     answer = await request.app[STORE].read(
         lambda view: view.search_mentions(q, role=role, character_id=character_id, limit=limit)
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 # Below 10^11 a timestamp is seconds (10^11 ms is 1973, 10^11 s is the year 5138);
 # above 10^14 it is microseconds.
@@ -56,23 +56,53 @@ LooseStr = Annotated[str | None, BeforeValidator(_to_str)]
 LooseInt = Annotated[int | None, BeforeValidator(_to_int)]
 
 
+def _loose_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"true", "1", "yes"}
+    return bool(value)
+
+
+def _text(value: Any) -> str:
+    # The engine sends text only, but an OpenAI-style parts list or a null must not be lost.
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in value)
+    return str(value)
+
+
+# Messages come 32 (up to 1024) to a callback: each model normalises its raw dict in one
+# Python call and leaves the rest to pydantic's native (compiled) validation.
+
+
 class MessageMetadata(BaseModel):
     """`metadata` of a short-term-memory message; unknown keys are kept."""
 
     model_config = ConfigDict(extra="allow")
 
-    source: LooseStr = None
-    user: LooseStr = None
+    source: str | None = None
+    user: str | None = None
     interrupted: bool = False
-    interrupt_timestamp: Millis = None
-    original: LooseStr = None
+    interrupt_timestamp: int | None = None
+    original: str | None = None
 
-    @field_validator("interrupted", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _loose_bool(cls, value: Any) -> bool:
-        if isinstance(value, str):
-            return value.strip().lower() in {"true", "1", "yes"}
-        return bool(value)
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return {}
+        data = dict(data)
+        for name in ("source", "user", "original"):
+            value = data.get(name)
+            if value is not None and not isinstance(value, str):
+                data[name] = _to_str(value)
+        if "interrupted" in data:
+            data["interrupted"] = _loose_bool(data["interrupted"])
+        if "interrupt_timestamp" in data:
+            data["interrupt_timestamp"] = to_ms(data["interrupt_timestamp"])
+        return data
 
 
 class MemoryMessage(BaseModel):
@@ -82,29 +112,28 @@ class MemoryMessage(BaseModel):
 
     role: str
     content: str
-    turn_id: LooseInt = None
-    timestamp: Millis = None
+    turn_id: int | None = None
+    timestamp: int | None = None
     metadata: MessageMetadata = Field(default_factory=MessageMetadata)
     speech_start_ms: int | float | None = None
     speech_end_ms: int | float | None = None
     speech_algorithmic_delay: int | float | None = None
 
-    @field_validator("content", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _text_content(cls, value: Any) -> str:
-        # The engine sends text only, but an OpenAI-style parts list or a null must not be lost.
-        if value is None:
-            return ""
-        if isinstance(value, list):
-            return "".join(
-                part.get("text", "") if isinstance(part, dict) else str(part) for part in value
-            )
-        return value if isinstance(value, str) else str(value)
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _metadata_or_empty(cls, value: Any) -> Any:
-        return value if isinstance(value, dict) else {}
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "content" in data:
+            data["content"] = _text(data["content"])
+        if "timestamp" in data:
+            data["timestamp"] = to_ms(data["timestamp"])
+        if "turn_id" in data:
+            data["turn_id"] = _to_int(data["turn_id"])
+        if data.get("metadata") is None:
+            data["metadata"] = {}
+        return data
 
 
 class Envelope(BaseModel):

@@ -166,7 +166,9 @@ async def test_search_per_character_and_user_wide_facts(service) -> None:
 
 async def test_summaries_are_searched_and_a_replaced_summary_leaves_the_index(service) -> None:
     await seed(service, "u-2", "luna", "AGENT-S", "hello there", "hi there")
+    await service.store.catch_up_search()  # messages are indexed after they commit
     pairs = await service.store.read(lambda view: view.search_tokens("u-2"))
+    assert pairs
 
     def summary(text: str) -> dict[str, Any]:
         return {"user_id": "u-2", "character_id": "luna", "text": text, "watermark_id": 1,

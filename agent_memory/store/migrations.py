@@ -201,6 +201,9 @@ SEARCH_TOKEN_SQL = (
 SEARCH_SOURCES = (("messages", "content", "id"), ("facts", "text", "id"), ("summaries", "text", "rowid"))
 
 
+MESSAGES_INDEXED_UPTO = "(SELECT value FROM search_state WHERE name = 'messages_indexed_upto')"
+
+
 def _owner(prefix: str) -> str:
     """The token of the pair of the NEW or OLD row."""
     return (
@@ -227,6 +230,17 @@ def _search_triggers(table: str, column: str, key: str) -> list[str]:
         f"INSERT INTO {fts} ({fts}, rowid, {column}, owner) "
         f"VALUES ('delete', OLD.{key}, OLD.{column}, {_owner('OLD')});"
     )
+    if table == "messages":
+        # Messages are indexed after they commit, in batches (see index_messages): a callback
+        # must not wait for trigram indexing. Only rows already indexed may be removed from a
+        # contentless index, so deletes and updates look at the watermark.
+        indexed = f"OLD.id <= {MESSAGES_INDEXED_UPTO}"
+        return [
+            f"CREATE TRIGGER messages_search_ad AFTER DELETE ON messages WHEN {indexed} "
+            f"BEGIN {remove} END",
+            f"CREATE TRIGGER messages_search_au AFTER UPDATE OF content, user_id, character_id "
+            f"ON messages WHEN {indexed} BEGIN {remove} {ensure_pair} {add} END",
+        ]
     statements = [
         f"CREATE TRIGGER {table}_search_ai AFTER INSERT ON {table} BEGIN {ensure_pair} {add} END",
         f"CREATE TRIGGER {table}_search_ad AFTER DELETE ON {table} BEGIN {remove} END",
@@ -257,7 +271,10 @@ def m003_search_index(db: Database) -> None:
     # What the index owes: dead rows since the last full merge, and whether a forget
     # still has text in old index segments.
     db.execute("CREATE TABLE search_state (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-    db.execute("INSERT INTO search_state (name, value) VALUES ('dead_rows', 0), ('scrub_owed', 0)")
+    db.execute(
+        "INSERT INTO search_state (name, value) VALUES ('dead_rows', 0), ('scrub_owed', 0), "
+        "('messages_indexed_upto', (SELECT coalesce(max(id), 0) FROM messages))"
+    )
     for table, column, key in SEARCH_SOURCES:
         # columnsize=0: ranking is computed from the text itself, so per-row sizes are not kept.
         db.execute(

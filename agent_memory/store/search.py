@@ -399,3 +399,40 @@ class SearchReads:
         return {
             row["name"]: row["value"] for row in self._all("SELECT name, value FROM search_state")
         }
+
+
+class SearchWrites:
+    """Bringing the message index up to date (it trails the messages table by design)."""
+
+    if TYPE_CHECKING:
+        conn: sqlite3.Connection
+
+    def index_messages(self, limit: int) -> int:
+        """Index up to `limit` messages stored since the last call; returns how many."""
+        upto = self.conn.execute(
+            "SELECT value FROM search_state WHERE name = 'messages_indexed_upto'"
+        ).fetchone()[0]
+        last = self.conn.execute(
+            "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
+            (upto, limit),
+        ).fetchone()[0]
+        if last is None:
+            return 0
+        self.conn.execute(
+            "INSERT INTO search_pairs (user_id, character_id) "
+            "SELECT DISTINCT user_id, character_id FROM messages m WHERE id > ? AND id <= ? "
+            "AND NOT EXISTS (SELECT 1 FROM search_pairs p WHERE p.user_id = m.user_id "
+            "AND p.character_id = m.character_id)",
+            (upto, last),
+        )
+        indexed = self.conn.execute(
+            "INSERT INTO messages_fts (rowid, content, owner) "
+            "SELECT m.id, m.content, p.token FROM messages m JOIN search_pairs p "
+            "ON p.user_id = m.user_id AND p.character_id = m.character_id "
+            "WHERE m.id > ? AND m.id <= ? ORDER BY m.id",
+            (upto, last),
+        ).rowcount
+        self.conn.execute(
+            "UPDATE search_state SET value = ? WHERE name = 'messages_indexed_upto'", (last,)
+        )
+        return indexed

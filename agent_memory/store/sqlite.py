@@ -15,6 +15,7 @@ import sqlite3
 import threading
 import time
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,7 @@ from ..errors import StoreUnavailable
 from .analytics import AnalyticsReads, AnalyticsWrites, ExportReads
 from .migrations import migrations
 from .retention import RetentionReads, RetentionWrites
-from .search import SearchReads
+from .search import SearchReads, SearchWrites
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,14 @@ MESSAGE_COLUMNS = (
 # Sequence numbers stay far below this (gaps leave 2**20 of room each).
 MOVE_SEQ_SHIFT = 1 << 52
 
+INSERT_MESSAGE = (
+    f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in MESSAGE_COLUMNS)})"
+)
+# Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
+_message_values = operator.itemgetter(*MESSAGE_COLUMNS)
+_NO_MESSAGE_VALUES: dict[str, Any] = {column: None for column in MESSAGE_COLUMNS}
+
 PUBLIC_MESSAGE_COLUMNS = (
     "id, agent_id, user_id, character_id, seq, role, content, turn_id, ts_ms, at_ms, source, "
     "speaker, interrupted, interrupt_ms, original, gap_before"
@@ -50,6 +59,13 @@ PUBLIC_MESSAGE_COLUMNS = (
 
 
 _savepoints = itertools.count()
+# The search index is brought up to date only after the writer has had nothing to do for
+# this long (so bursts of callbacks are not slowed), in transactions of this many messages
+# (so a callback arriving meanwhile waits little).
+IDLE_AFTER_S = 0.05
+IDLE_INDEX_CHUNK = 200
+# Messages a search indexes before it reads, so that it sees what was just stored.
+SEARCH_CATCH_UP = 20_000
 
 
 def now_ms() -> int:
@@ -242,7 +258,7 @@ class SQLiteView(SearchReads, AnalyticsReads, ExportReads, RetentionReads):
         }
 
 
-class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites):
+class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites, SearchWrites):
     """Writes, on the writer connection, inside the current transaction."""
 
     @contextmanager
@@ -258,6 +274,12 @@ class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites):
                 self.conn.execute(f"RELEASE SAVEPOINT {name}")
             raise
         self.conn.execute(f"RELEASE SAVEPOINT {name}")
+
+    def inbox_has(self, notice_id: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM inbox WHERE notice_id = ?", (notice_id,)).fetchone()
+            is not None
+        )
 
     def insert_inbox(self, row: dict[str, Any]) -> bool:
         """Record a raw callback; False if its noticeId was already recorded."""
@@ -337,10 +359,9 @@ class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites):
         )
 
     def insert_messages(self, rows: Iterable[dict[str, Any]]) -> None:
-        marks = ", ".join("?" for _ in MESSAGE_COLUMNS)
+        """Insert message rows (dicts of MESSAGE_COLUMNS; a missing column is NULL)."""
         self.conn.executemany(
-            f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({marks})",
-            [tuple(row.get(column) for column in MESSAGE_COLUMNS) for row in rows],
+            INSERT_MESSAGE, [_message_values({**_NO_MESSAGE_VALUES, **row}) for row in rows]
         )
 
     def update_message(self, message_id: int, changes: dict[str, Any]) -> None:
@@ -725,6 +746,10 @@ class SQLiteStore:
         self._queue.put(_Work(fn, loop, future))
         return await future
 
+    async def catch_up_search(self) -> int:
+        """Index what the idle writer has not yet indexed (bounded); returns how many."""
+        return await self.write(lambda tx: tx.index_messages(SEARCH_CATCH_UP))
+
     async def checkpoint(self) -> tuple[int, int, int]:
         """Copy the WAL into the database file and truncate it."""
         loop = asyncio.get_running_loop()
@@ -751,7 +776,11 @@ class SQLiteStore:
         log.info("store ready: %s", self.path)
         stopping = False
         while not stopping:
-            first = self._queue.get()
+            try:
+                first = self._queue.get(timeout=IDLE_AFTER_S)
+            except queue.Empty:
+                self._idle_step(db, tx)
+                first = self._queue.get()
             if first is _STOP:
                 break
             batch: list[_Work] = [first]
@@ -766,6 +795,17 @@ class SQLiteStore:
                 batch.append(item)
             self._run_batch(db, tx, batch)
         conn.close()
+
+    def _idle_step(self, db: Database, tx: SQLiteTransaction) -> None:
+        """While no write waits, bring the search index up to date in short transactions."""
+        try:
+            while self._queue.empty():
+                with db.atomic():
+                    indexed = tx.index_messages(IDLE_INDEX_CHUNK)
+                if indexed < IDLE_INDEX_CHUNK:
+                    return
+        except Exception:
+            log.exception("indexing messages for search failed; it is retried when idle")
 
     def _run_batch(self, db: Database, tx: SQLiteTransaction, batch: list[_Work]) -> None:
         transactional = [work for work in batch if work.transactional]
