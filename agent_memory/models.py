@@ -7,6 +7,8 @@ to integer milliseconds by magnitude (Agora documents milliseconds and shows sec
 
 from __future__ import annotations
 
+import math
+
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -17,16 +19,24 @@ SECONDS_BELOW = 10**11
 MICROSECONDS_ABOVE = 10**14
 
 
-def to_ms(value: Any) -> int | None:
-    """Normalise an epoch timestamp in s, ms or µs (int, float or digit string) to ms."""
-    if value is None or value == "" or isinstance(value, bool):
+def as_number(value: Any) -> float | int | None:
+    """A finite number from an int, float or numeric string; None otherwise."""
+    if isinstance(value, bool):
         return None
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
             return None
-    if not isinstance(value, int | float) or value != value or value < 0:
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return None
+
+
+def to_ms(value: Any) -> int | None:
+    """Normalise an epoch timestamp in s, ms or µs (int, float or digit string) to ms."""
+    value = as_number(value)
+    if value is None or value < 0:
         return None
     if value < SECONDS_BELOW:
         return round(value * 1000)

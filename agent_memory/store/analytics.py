@@ -20,6 +20,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..models import as_number
+
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 LLM_FAILURE_SOURCES = ("llm_failure", "llm failure")
 FAVOURITES = 5
@@ -53,28 +55,19 @@ def metric_rows(turns: Any) -> list[tuple[int, str, float]]:
     for turn in turns:
         if not isinstance(turn, dict):
             continue
-        turn_id = _number(turn.get("turn_id"))
+        turn_id = _as_float(turn.get("turn_id"))
         if turn_id is None or not float(turn_id).is_integer():
             continue
         for name, value in turn.items():
-            ms = _number(value)
+            ms = _as_float(value)
             if name != "turn_id" and ms is not None and ms >= 0:
                 rows.append((int(turn_id), str(name), ms))
     return rows
 
 
-def _number(value: Any) -> float | None:
-    """A finite number from an int, float or numeric string; None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
-    return None
+def _as_float(value: Any) -> float | None:
+    number = as_number(value)
+    return None if number is None else float(number)
 
 
 def rate(count: int, of: int) -> dict[str, Any]:
