@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidField
 from .store import Store
-from .render import format_datetime, transcript_lines
+from .render import day_header, format_datetime, join_entries, transcript_entries
 from .tokens import count_message_tokens, count_tokens
 
 FACTS_HEADING = "What you remember about this user (long-term memory):"
@@ -88,27 +88,32 @@ def _fit_facts(facts: Sequence[Mapping[str, Any]], budget: int) -> list[Mapping[
 
 
 def _fit_recent(messages: Sequence[Mapping[str, Any]], budget: int) -> tuple[str | None, int]:
-    """The transcript of the newest messages that fits; returns (text, messages used)."""
-    if budget <= count_message_tokens(RECENT_HEADING):
+    """The transcript of the newest messages that fits; returns (text, messages used).
+
+    Each line is rendered and counted once, and the transcript grows from the newest line
+    back. Estimates of separate lines add up to at least the estimate of the joined text,
+    so what fits line by line fits as a whole.
+    """
+    room = budget - count_message_tokens(RECENT_HEADING) - 1
+    entries = transcript_entries(messages)
+    if room <= 0 or not entries:
         return None, 0
-    low, high = 0, len(messages)
-    best: tuple[str | None, int] = (None, 0)
-
-    def render(count: int) -> str | None:
-        lines = list(transcript_lines(messages[len(messages) - count :]))
-        return "\n".join([RECENT_HEADING, *lines]) if lines else None
-
-    # More messages never cost fewer tokens, so the largest fitting count is found by bisection.
-    while low <= high:
-        middle = (low + high) // 2
-        text = render(middle)
-        if text is None or count_message_tokens(text) <= budget:
-            if text is not None:
-                best = (text, middle)
-            low = middle + 1
-        else:
-            high = middle - 1
-    return best
+    header_cost = count_tokens(day_header(entries[-1].day)) + 1
+    used, first_day, start = 0, None, len(entries)
+    for position in range(len(entries) - 1, -1, -1):
+        entry = entries[position]
+        cost = count_tokens(entry.text) + 1 + header_cost
+        if entry.day == first_day:
+            cost -= header_cost  # the newer line's day header is no longer needed
+        if used + cost > room:
+            break
+        used, first_day, start = used + cost, entry.day, position
+    while start < len(entries):
+        text = "\n".join([RECENT_HEADING, *join_entries(entries[start:])])
+        if count_message_tokens(text) <= budget:
+            return text, len(messages) - entries[start].index
+        start += 1
+    return None, 0
 
 
 def build_context(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -63,20 +63,49 @@ def is_renderable(message: Mapping[str, Any]) -> bool:
     )
 
 
-def transcript_lines(messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
-    """One line per renderable message, with a date header whenever the day changes."""
+GAP_LINE = "(… part of the conversation was not recorded …)"
+
+
+class Entry(NamedTuple):
+    """One renderable message of a transcript: where it is, its day, and its line(s)."""
+
+    index: int
+    day: str
+    text: str
+
+
+def day_header(day: str) -> str:
+    return f"— {day} —"
+
+
+def transcript_entries(messages: Sequence[Mapping[str, Any]]) -> list[Entry]:
+    """The renderable messages as transcript lines, without day headers."""
     several = has_several_speakers(messages)
-    day = None
-    for message in messages:
+    entries = []
+    for index, message in enumerate(messages):
         if not is_renderable(message):
             continue
-        at = message.get("ts_ms") or message["at_ms"]
+        at = datetime.fromtimestamp((message.get("ts_ms") or message["at_ms"]) / 1000, UTC)
+        line = f"[{at:%H:%M}] {speaker_label(message, several)}: {message_text(message)}"
         if message.get("gap_before"):
-            yield "(… part of the conversation was not recorded …)"
-        if format_day(at) != day:
-            day = format_day(at)
-            yield f"— {day} —"
-        yield f"[{format_minute(at)}] {speaker_label(message, several)}: {message_text(message)}"
+            line = f"{GAP_LINE}\n{line}"
+        entries.append(Entry(index, f"{at:%Y-%m-%d}", line))
+    return entries
+
+
+def join_entries(entries: Sequence[Entry]) -> Iterator[str]:
+    """The entries' lines with a date header whenever the day changes."""
+    day = None
+    for entry in entries:
+        if entry.day != day:
+            day = entry.day
+            yield day_header(day)
+        yield entry.text
+
+
+def transcript_lines(messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+    """One line per renderable message, with a date header whenever the day changes."""
+    return join_entries(transcript_entries(messages))
 
 
 def render_transcript(messages: Sequence[Mapping[str, Any]]) -> str:
