@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import signal
 import socket
 import sqlite3
@@ -69,6 +70,39 @@ def self_cpu_seconds() -> float:
     return times.user + times.system
 
 
+def machine_busy_seconds() -> float:
+    """CPU-seconds all processes have used since boot (user+nice+system+irq+softirq+steal)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = stat.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+
+
+class Noise:
+    """How much CPU other processes took while a measurement ran (the machine is shared)."""
+
+    def __init__(self, *pids: int) -> None:
+        self.pids = pids
+        self.start = time.monotonic()
+        self.busy = machine_busy_seconds()
+        self.own = self._own()
+
+    def _own(self) -> float:
+        total = self_cpu_seconds()
+        for pid in self.pids:
+            try:
+                total += process_cpu_seconds(pid)
+            except OSError:
+                pass
+        return total
+
+    def other_cores(self) -> float:
+        """Average number of cores used by processes other than ours and `pids`."""
+        wall = max(time.monotonic() - self.start, 1e-9)
+        other = (machine_busy_seconds() - self.busy) - (self._own() - self.own)
+        return max(other, 0.0) / wall
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
@@ -88,14 +122,17 @@ def machine_info() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "aiohttp": aiohttp.__version__,
         "platform": platform.platform(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
 
 def print_machine(info: Mapping[str, Any]) -> None:
     print(
         f"machine: {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}, "
-        f"SQLite {info['sqlite']}, aiohttp {info['aiohttp']}, {info['platform']}"
+        f"SQLite {info['sqlite']}, aiohttp {info['aiohttp']}, {info['platform']}; "
+        f"load average {info['loadavg_1m']:.2f} at start"
     )
+
 
 
 def db_size_bytes(path: Path) -> int:
@@ -174,3 +211,74 @@ class Server:
 def print_summary(summary: Mapping[str, Any]) -> None:
     """The one-line JSON the README table is made from; always the last line printed."""
     print(json.dumps(summary, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+# Conversation lines for generated short-term memory (English, with a little Chinese).
+USER_LINES = [
+    "Hi, it's me again.",
+    "Can you remind me what we talked about last time?",
+    "I had a really long day at work today, my manager moved the deadline again.",
+    "What should I cook tonight? I have eggs, spinach and some leftover rice.",
+    "My sister is visiting next weekend and I want to take her somewhere nice.",
+    "I started running again, three kilometres this morning.",
+    "Tell me a short story about a lighthouse keeper.",
+    "Do you remember the name of my dog?",
+    "I'm thinking about learning Spanish before the trip to Valencia in June.",
+    "Ugh, the train was late again.",
+    "Okay.",
+    "Yes, exactly.",
+    "No, I meant the other one, the blue notebook.",
+    "Can you help me write a message to my landlord about the heating?",
+    "我今天有点累，想早点睡。",
+    "What's a good book for a long flight?",
+    "Haha, that's funny.",
+    "I've been feeling a bit anxious about the interview on Thursday.",
+]
+ASSISTANT_LINES = [
+    "Hello again! It's good to hear from you.",
+    "Last time you told me about your new job and the project with the tight deadline.",
+    "That sounds exhausting. Do you want to talk about it, or would you rather unwind?",
+    "You could make a spinach and egg fried rice: quick, warm, and it uses everything you have.",
+    "How about the old town and the botanical garden? If the weather is good, a picnic by the river.",
+    "Three kilometres is a great restart. How did your knee feel afterwards?",
+    "Once upon a time, on a rocky island far to the north, an old keeper lit the lamp every evening.",
+    "Of course, his name is Biscuit. How is he doing?",
+    "That's a lovely plan. Fifteen minutes a day with a podcast and flashcards goes a long way.",
+    "I'm sorry, that's frustrating. Did you get there in time?",
+    "Sure, here's a draft: Dear Mr. Olsen, the heating in my flat has not worked since Monday.",
+    "A long novel works well on a plane; maybe something like a family saga you can sink into.",
+    "别担心，早点休息吧，明天再聊。",
+    "Interviews are stressful. Shall we practise a few questions together tonight?",
+    "Mm-hm.",
+    "Got it.",
+]
+
+
+def make_contents(rng: random.Random, count: int, start_ms: int, uid: str) -> list[dict[str, Any]]:
+    """`count` short-term-memory messages as the engine keeps them: turn_id, ms times, metadata."""
+    contents: list[dict[str, Any]] = []
+    at = start_ms
+    for index in range(count):
+        turn = index // 2 + 1
+        at += rng.randint(800, 9000)
+        if index % 2 == 0:
+            message = {
+                "role": "user",
+                "content": rng.choice(USER_LINES),
+                "turn_id": turn,
+                "timestamp": at,
+                "metadata": {"source": "asr", "user": uid},
+            }
+        else:
+            text = rng.choice(ASSISTANT_LINES)
+            metadata: dict[str, Any] = {"source": "greeting" if index == 1 else "llm"}
+            content = text
+            if rng.random() < 0.1 and len(text) > 20:
+                content = text[: len(text) // 2]
+                metadata.update(
+                    {"interrupted": True, "interrupt_timestamp": at + 1500, "original": text}
+                )
+            message = {"role": "assistant", "content": content, "turn_id": turn, "timestamp": at,
+                       "metadata": metadata}  # fmt: skip
+        contents.append(message)
+    return contents

@@ -28,7 +28,9 @@ from typing import Any
 import aiohttp
 
 from _common import (
+    Noise,
     Server,
+    make_contents,
     db_size_bytes,
     fmt_ms,
     latency_summary,
@@ -45,76 +47,6 @@ SECRET = "bench-notification-secret"
 USERS = 1000
 CHARACTERS = ("luna", "atlas", "mira")
 BASE_MS = 1_763_000_000_000  # Nov 2025
-
-USER_LINES = [
-    "Hi, it's me again.",
-    "Can you remind me what we talked about last time?",
-    "I had a really long day at work today, my manager moved the deadline again.",
-    "What should I cook tonight? I have eggs, spinach and some leftover rice.",
-    "My sister is visiting next weekend and I want to take her somewhere nice.",
-    "I started running again, three kilometres this morning.",
-    "Tell me a short story about a lighthouse keeper.",
-    "Do you remember the name of my dog?",
-    "I'm thinking about learning Spanish before the trip to Valencia in June.",
-    "Ugh, the train was late again.",
-    "Okay.",
-    "Yes, exactly.",
-    "No, I meant the other one, the blue notebook.",
-    "Can you help me write a message to my landlord about the heating?",
-    "我今天有点累，想早点睡。",
-    "What's a good book for a long flight?",
-    "Haha, that's funny.",
-    "I've been feeling a bit anxious about the interview on Thursday.",
-]
-ASSISTANT_LINES = [
-    "Hello again! It's good to hear from you.",
-    "Last time you told me about your new job and the project with the tight deadline.",
-    "That sounds exhausting. Do you want to talk about it, or would you rather unwind?",
-    "You could make a spinach and egg fried rice: quick, warm, and it uses everything you have.",
-    "How about the old town and the botanical garden? If the weather is good, a picnic by the river.",
-    "Three kilometres is a great restart. How did your knee feel afterwards?",
-    "Once upon a time, on a rocky island far to the north, an old keeper lit the lamp every evening.",
-    "Of course, his name is Biscuit. How is he doing?",
-    "That's a lovely plan. Fifteen minutes a day with a podcast and flashcards goes a long way.",
-    "I'm sorry, that's frustrating. Did you get there in time?",
-    "Sure, here's a draft: Dear Mr. Olsen, the heating in my flat has not worked since Monday.",
-    "A long novel works well on a plane; maybe something like a family saga you can sink into.",
-    "别担心，早点休息吧，明天再聊。",
-    "Interviews are stressful. Shall we practise a few questions together tonight?",
-    "Mm-hm.",
-    "Got it.",
-]
-
-
-def make_contents(rng: random.Random, count: int, start_ms: int, uid: str) -> list[dict[str, Any]]:
-    """`count` short-term-memory messages as the engine keeps them: turn_id, ms times, metadata."""
-    contents: list[dict[str, Any]] = []
-    at = start_ms
-    for index in range(count):
-        turn = index // 2 + 1
-        at += rng.randint(800, 9000)
-        if index % 2 == 0:
-            message = {
-                "role": "user",
-                "content": rng.choice(USER_LINES),
-                "turn_id": turn,
-                "timestamp": at,
-                "metadata": {"source": "asr", "user": uid},
-            }
-        else:
-            text = rng.choice(ASSISTANT_LINES)
-            metadata: dict[str, Any] = {"source": "greeting" if index == 1 else "llm"}
-            content = text
-            if rng.random() < 0.1 and len(text) > 20:
-                content = text[: len(text) // 2]
-                metadata.update(
-                    {"interrupted": True, "interrupt_timestamp": at + 1500, "original": text}
-                )
-            message = {"role": "assistant", "content": content, "turn_id": turn, "timestamp": at,
-                       "metadata": metadata}  # fmt: skip
-        contents.append(message)
-    return contents
-
 
 def make_callbacks(count: int, messages: int, *, prefix: str, seed: int) -> list[tuple[str, bytes, dict[str, str]]]:
     """(noticeId, body, headers) of `count` signed 103 callbacks, each a different agent run."""
@@ -188,6 +120,41 @@ async def post_all(
     return latencies, accepted, errors, wall
 
 
+def index_lag(db: Path) -> int | None:
+    """Messages not yet in the search index, if the schema defers indexing (else None)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        row = conn.execute(
+            "SELECT value FROM search_state WHERE name = 'messages_indexed_upto'"
+        ).fetchone()
+        if row is None:
+            return None
+        newest = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
+        return max(newest - row[0], 0)
+    except sqlite3.OperationalError:  # no search_state table: nothing is deferred
+        return None
+    finally:
+        conn.close()
+
+
+async def wait_for_index(db: Path, server: Server, timeout: float) -> dict[str, Any] | None:
+    """After the burst: how long, and how much server CPU, the deferred search indexing takes."""
+    behind = index_lag(db)
+    if behind is None:
+        return None
+    started, cpu_0 = time.perf_counter(), server.cpu_seconds()
+    lag = behind
+    while lag and time.perf_counter() - started < timeout:
+        await asyncio.sleep(0.05)
+        lag = index_lag(db) or 0
+    return {
+        "behind": behind,
+        "left": lag,
+        "seconds": time.perf_counter() - started,
+        "cpu_s": server.cpu_seconds() - cpu_0,
+    }
+
+
 def verify(db: Path, accepted: list[str], expected_messages: int, prefix: str) -> dict[str, Any]:
     """Check, with sqlite3 on the closed database, that what was answered 200 is stored."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -248,9 +215,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             _, _, warm_errors, warm_wall = await post_all(url, warm, args.concurrency)
             print(f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors")
         cpu_server_0, cpu_self_0 = server.cpu_seconds(), self_cpu_seconds()
+        noise = Noise(server.pid)
         latencies, accepted, errors, wall = await post_all(url, callbacks, args.concurrency)
+        other_cores = noise.other_cores()
         cpu_server = server.cpu_seconds() - cpu_server_0
         cpu_client = self_cpu_seconds() - cpu_self_0
+        indexing = await wait_for_index(db, server, args.index_timeout)
     finally:
         exit_code = server.stop()
     log_tail = server.log_tail(10)
@@ -269,6 +239,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print(f"  server CPU      {cpu_server:.2f} s ({cpu_server / wall * 100:.0f}% of one core, "
           f"{cpu_server / max(len(accepted), 1) * 1e3:.2f} ms per callback)")  # fmt: skip
     print(f"  client CPU      {cpu_client:.2f} s (this process, same machine)")
+    print(f"  other processes {other_cores:.2f} cores busy on average while timing"
+          f"{' (figures are skewed)' if other_cores > 0.2 else ''}")  # fmt: skip
+    if indexing is not None:
+        per = indexing["cpu_s"] / max(indexing["behind"], 1) * 1e6
+        left = f", {indexing['left']:,} still left" if indexing["left"] else ""
+        print(f"  search index    {indexing['behind']:,} messages behind at the end of the burst; "
+              f"caught up in {indexing['seconds']:.2f} s using {indexing['cpu_s']:.2f} CPU-s "
+              f"({per:.1f} us/message){left}")  # fmt: skip
     print(f"  server exit     {exit_code} after SIGTERM")
     if exit_code not in (0, -15) and log_tail:
         print("  server log tail:\n" + log_tail)
@@ -294,7 +272,11 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "verified": check["ok"],
         "server_cpu_s": round(cpu_server, 2),
         "client_cpu_s": round(cpu_client, 2),
+        "other_cores": round(other_cores, 2),
         "wall_s": round(wall, 2),
+        "index_behind": indexing["behind"] if indexing else None,
+        "index_catch_up_s": round(indexing["seconds"], 2) if indexing else None,
+        "index_catch_up_cpu_s": round(indexing["cpu_s"], 2) if indexing else None,
         "server_exit": exit_code,
         "machine": info,
     }
@@ -307,6 +289,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=32, help="messages per callback")
     parser.add_argument("--warmup", type=int, default=200, help="callbacks posted before timing")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--index-timeout", type=float, default=120.0,
+                        help="seconds to wait for deferred search indexing after the burst")
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
     args = parser.parse_args()
     if args.keep:

@@ -1,0 +1,461 @@
+"""System-messages benchmark: building a call's long-term memory from a large database.
+
+    python bench/system_messages.py [--total 1000000] [--pair-messages 10000] [--requests 2000]
+
+Builds (once; cached in bench/.cache/, keyed by the parameters and the schema) a database
+of `--total` messages with the store's own API: many (user, character) pairs in sessions
+of about 32 messages, one heavy pair u-bench/luna with `--pair-messages` messages, a summary
+and facts, and one light pair u-small/luna with a single session. Then times:
+
+  (a) in-process: `load_context(...)` as the HTTP handler calls it (reader thread + build);
+  (b) over HTTP: sequential GET /v1/users/{u}/characters/luna/system-messages on one
+      keep-alive connection to the real server (`python -m agent_memory.cli serve`).
+
+The last line printed is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from _common import (
+    Noise,
+    Server,
+    db_size_bytes,
+    fmt_ms,
+    latency_summary,
+    machine_info,
+    make_contents,
+    print_machine,
+    print_summary,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from agent_memory.context import build_context, load_context  # noqa: E402
+from agent_memory.facts import normalise  # noqa: E402
+from agent_memory.ingest import message_row  # noqa: E402
+from agent_memory.models import AgentHistory  # noqa: E402
+from agent_memory.settings import Settings  # noqa: E402
+from agent_memory.store import SQLiteStore, dumps  # noqa: E402
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+BUILD_VERSION = 1  # bump when the generated data changes
+CHARACTERS = ("luna", "atlas", "mira")
+BIG = ("u-bench", "luna")
+SMALL = ("u-small", "luna")
+SESSION_MESSAGES = 32
+SESSIONS_PER_WRITE = 1000
+NOW_MS = 1_763_700_000_000  # the end of the generated history (Nov 2025)
+SPAN_MS = 180 * 86_400_000  # half a year of conversations
+TOKEN = "bench-api-token"
+
+FACTS = [
+    ("The user's name is Sam.", True),
+    ("Sam has a dog called Biscuit.", True),
+    ("Sam works as a software engineer at a logistics company.", False),
+    ("Sam's sister Ana is visiting next month.", False),
+    ("Sam is learning Spanish for a trip to Valencia in June.", False),
+    ("Sam started running again and aims for a 10 km race in autumn.", False),
+    ("Sam is vegetarian.", True),
+    ("Sam gets anxious before job interviews.", False),
+    ("Sam likes long family-saga novels on flights.", False),
+    ("Sam's landlord is slow to fix the heating.", False),
+    ("Sam prefers short answers in the morning.", False),
+    ("Sam's favourite tea is genmaicha.", False),
+]
+USER_WIDE_FACTS = ["Sam lives in Rotterdam.", "Sam speaks English and some Dutch."]
+SUMMARY = (
+    "Sam talks to Luna most evenings after work. Over the last months the conversations "
+    "moved from the stress of a new job (a logistics platform with tight deadlines and a "
+    "manager who keeps moving them) to plans for the future: a trip to Valencia in June, for "
+    "which Sam is learning Spanish with a podcast and flashcards, and a 10 km race in the "
+    "autumn after starting to run again. Sam's dog Biscuit comes up often, as does the "
+    "heating in the flat, which the landlord has not fixed. Sam asked Luna for help writing "
+    "messages, for vegetarian recipes with what is left in the fridge, and for short stories "
+    "before sleep; Luna's lighthouse-keeper story became a running joke. Sam gets anxious "
+    "before interviews and liked practising questions together. Sam's sister Ana visits "
+    "next month and Sam wants to show her the old town and the botanical garden. Recent "
+    "calls were shorter and lighter; Sam seemed more settled at work and asked Luna to keep "
+    "morning answers brief."
+)
+
+
+def cache_path(args: argparse.Namespace) -> Path:
+    """The cached database for these parameters and this schema."""
+    schema = (REPO / "agent_memory" / "store" / "migrations.py").read_bytes()
+    key = hashlib.sha1(
+        f"{BUILD_VERSION}|{args.total}|{args.pair_messages}|{args.users}|{args.seed}|".encode() + schema
+    ).hexdigest()[:10]
+    return CACHE / f"system-messages-{args.total}-{args.pair_messages}-{args.users}u-{key}.db"
+
+
+def session_rows(
+    rng: random.Random, agent_id: str, user_id: str, character_id: str, count: int, start_ms: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A stored session and its messages, made by the service's own conversion of a window."""
+    uid = str(1000 + rng.randrange(9000))
+    history = AgentHistory.model_validate(
+        {"agent_id": agent_id, "contents": make_contents(rng, count, start_ms, uid)}
+    )
+    stamp = start_ms + count * 10_000
+    messages = [
+        {
+            **message_row(message, start_ms),
+            "agent_id": agent_id,
+            "user_id": user_id,
+            "character_id": character_id,
+            "seq": seq,
+            "gap_before": 0,
+            "created_ms": stamp,
+        }
+        for seq, message in enumerate(history.contents)
+    ]
+    stop_ms = messages[-1]["at_ms"] + 2000 if messages else start_ms
+    session = {
+        "agent_id": agent_id,
+        "user_id": user_id,
+        "character_id": character_id,
+        "identity_source": "labels",
+        "channel": f"room-{agent_id}",
+        "name": f"agent-{user_id}-{character_id}",
+        "status": "stopped",
+        "start_ms": start_ms,
+        "stop_ms": stop_ms,
+        "labels": dumps({"user_id": user_id, "character_id": character_id}),
+        "rtc_uid": uid,
+        "message_count": len(messages),
+        "gap_count": 0,
+        "error_count": 0,
+        "first_seen_ms": start_ms,
+        "updated_ms": stop_ms,
+    }
+    return session, messages
+
+
+def plan_sessions(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """(user, character, messages) of every session, in insertion order: the heavy pair's
+    sessions are spread evenly among the others, as they would arrive over months."""
+    rng = random.Random(args.seed)
+    small = SESSION_MESSAGES
+    bulk = args.total - args.pair_messages - small
+    if bulk < 0:
+        raise SystemExit("--total must be at least --pair-messages + 32")
+    plan: list[tuple[str, str, int]] = []
+    pairs = args.users * len(CHARACTERS)
+    for start in range(0, bulk, SESSION_MESSAGES):
+        pair = rng.randrange(pairs)
+        plan.append((f"u-{pair // len(CHARACTERS):05d}", CHARACTERS[pair % len(CHARACTERS)],
+                     min(SESSION_MESSAGES, bulk - start)))  # fmt: skip
+    big_sessions = [
+        min(SESSION_MESSAGES, args.pair_messages - start)
+        for start in range(0, args.pair_messages, SESSION_MESSAGES)
+    ]
+    step = max(1, len(plan) // max(len(big_sessions), 1))
+    for index, count in reversed(list(enumerate(big_sessions))):
+        plan.insert(min(index * step, len(plan)), (*BIG, count))
+    plan.insert(len(plan) // 2, (*SMALL, small))
+    return plan
+
+
+async def build(path: Path, args: argparse.Namespace) -> None:
+    """Write the database through SQLiteStore.write in large batches, showing progress."""
+    plan = plan_sessions(args)
+    building = path.with_suffix(".building.db")
+    for leftover in CACHE.glob(building.name + "*"):
+        leftover.unlink()
+    store = SQLiteStore(building)
+    store.open()
+    rng = random.Random(args.seed + 1)
+    # Session start times are spread over SPAN_MS; the heavy pair's come in time order.
+    big_times = iter(sorted(NOW_MS - SPAN_MS + rng.randrange(SPAN_MS)
+                            for _ in range(sum(1 for p in plan if p[:2] == BIG))))  # fmt: skip
+    started = time.perf_counter()
+    written = 0
+    pending: asyncio.Future[Any] | None = None
+    print(f"building {path.name}: {args.total:,} messages in {len(plan):,} sessions "
+          f"({args.users:,} users x {len(CHARACTERS)} characters, {BIG[0]}/{BIG[1]} "
+          f"with {args.pair_messages:,}) ...", flush=True)  # fmt: skip
+    try:
+        for first in range(0, len(plan), SESSIONS_PER_WRITE):
+            sessions: list[dict[str, Any]] = []
+            messages: list[dict[str, Any]] = []
+            for number, (user, character, count) in enumerate(
+                plan[first : first + SESSIONS_PER_WRITE], first
+            ):
+                start_ms = next(big_times) if (user, character) == BIG else NOW_MS - SPAN_MS + rng.randrange(SPAN_MS)
+                session, rows = session_rows(
+                    rng, f"agent-{number:07d}-{rng.getrandbits(32):08x}", user, character, count, start_ms
+                )
+                sessions.append(session)
+                messages.extend(rows)
+
+            def insert(tx: Any, sessions: list[dict[str, Any]] = sessions,
+                       messages: list[dict[str, Any]] = messages) -> None:  # fmt: skip
+                for session in sessions:
+                    tx.insert_session(session)
+                tx.insert_messages(messages)
+
+            # The writer thread inserts this batch while the next one is generated.
+            if pending is not None:
+                await pending
+                batch_number = first // SESSIONS_PER_WRITE
+                if sys.stdout.isatty() or batch_number % 8 == 0:
+                    print(f"{chr(13) if sys.stdout.isatty() else ''}  {written:,}/{args.total:,} messages "
+                          f"({written / (time.perf_counter() - started):,.0f}/s)",
+                          end="" if sys.stdout.isatty() else "\n", flush=True)  # fmt: skip
+            pending = asyncio.ensure_future(store.write(insert))
+            written += len(messages)
+        if pending is not None:
+            await pending
+
+        def memory(tx: Any) -> None:
+            user, character = BIG
+            for index, (text, pinned) in enumerate(FACTS):
+                tx.add_fact(user, character, text, normalise(text), pinned=pinned,
+                            origin="manual" if pinned else "llm")  # fmt: skip
+            for text in USER_WIDE_FACTS:
+                tx.add_fact(user, "", text, normalise(text), pinned=False, origin="llm")
+            tx.set_summary(
+                {
+                    "user_id": user,
+                    "character_id": character,
+                    "text": SUMMARY,
+                    "watermark_id": 0,
+                    "covered_until_ms": NOW_MS - 86_400_000,
+                    "message_count": max(args.pair_messages - 100, 0),
+                    "method": "llm",
+                    "model": "bench",
+                    "meta": None,
+                    "created_ms": NOW_MS - SPAN_MS,
+                    "updated_ms": NOW_MS - 86_400_000,
+                }
+            )
+
+        await store.write(memory)
+        await store.checkpoint()
+    finally:
+        store.close()
+    elapsed = time.perf_counter() - started
+    print(f"{chr(13) if sys.stdout.isatty() else ''}  {written:,}/{args.total:,} messages in "
+          f"{elapsed:.1f} s ({written / elapsed:,.0f}/s)            ")  # fmt: skip
+    for suffix in ("-wal", "-shm"):
+        Path(f"{building}{suffix}").unlink(missing_ok=True)
+    building.rename(path)
+
+
+def count_check(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        total = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        big, small = (
+            conn.execute(
+                "SELECT count(*) FROM messages WHERE user_id = ? AND character_id = ?", pair
+            ).fetchone()[0]
+            for pair in (BIG, SMALL)
+        )
+        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        pairs = conn.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT user_id, character_id FROM sessions)"
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    return {"messages": total, "big_pair": big, "small_pair": small, "sessions": sessions, "pairs": pairs}
+
+
+async def time_in_process(path: Path, requests: int, warmup: int) -> dict[str, Any]:
+    """load_context as the handler calls it, plus its two halves: the reads and the build."""
+    settings = Settings(db_path=path)
+    store = SQLiteStore(path)
+    store.open()
+    results: dict[str, Any] = {}
+    try:
+        for label, (user, character) in (("big", BIG), ("small", SMALL)):
+            kwargs = {"user_id": user, "character_id": character,
+                      "max_tokens": settings.context_max_tokens,
+                      "recent_messages": settings.context_recent_messages}  # fmt: skip
+            for _ in range(warmup):
+                await load_context(store, **kwargs)
+            total: list[float] = []
+            for _ in range(requests):
+                started = time.perf_counter()
+                context = await load_context(store, **kwargs)
+                total.append(time.perf_counter() - started)
+
+            def read(view: Any) -> tuple[Any, Any, Any]:
+                return (
+                    view.list_facts(user, character),
+                    view.get_summary(user, character),
+                    view.latest_messages(user, character, settings.context_recent_messages),
+                )
+
+            reads: list[float] = []
+            builds: list[float] = []
+            for _ in range(requests):
+                started = time.perf_counter()
+                facts, summary, messages = await store.read(read)
+                middle = time.perf_counter()
+                build_context(facts=facts, summary=summary, messages=messages,
+                              max_tokens=settings.context_max_tokens)  # fmt: skip
+                builds.append(time.perf_counter() - middle)
+                reads.append(middle - started)
+            results[label] = {
+                "load_context": latency_summary(total),
+                "read": latency_summary(reads),
+                "build": latency_summary(builds),
+                "tokens": context.tokens,
+                "included": context.included,
+            }
+    finally:
+        store.close()
+    return results
+
+
+async def time_http(path: Path, requests: int, warmup: int, workdir: Path) -> dict[str, Any]:
+    server = Server(
+        path,
+        env={"AGENT_MEMORY_API_TOKEN": TOKEN, "AGORA_WEBHOOK_SECRET": "bench-notification-secret",
+             "AGENT_MEMORY_SUMMARY_DELAY_S": "3600", "AGENT_MEMORY_LOG_LEVEL": "WARNING"},
+        log_path=workdir / "server.log",
+    )  # fmt: skip
+    results: dict[str, Any] = {}
+    try:
+        await server.wait_healthy()
+        print(f"server pid {server.pid} on {server.url}")
+        noise = Noise(server.pid)
+        connector = aiohttp.TCPConnector(limit=1)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+            for label, (user, character) in (("big", BIG), ("small", SMALL)):
+                url = f"{server.url}/v1/users/{user}/characters/{character}/system-messages"
+                body: dict[str, Any] = {}
+                for _ in range(warmup):
+                    async with session.get(url) as resp:
+                        if resp.status != 200:
+                            raise RuntimeError(f"GET {url}: HTTP {resp.status}: {await resp.text()}")
+                        body = await resp.json()
+                cpu_0 = server.cpu_seconds()
+                latencies: list[float] = []
+                errors = 0
+                size = 0
+                for _ in range(requests):
+                    started = time.perf_counter()
+                    async with session.get(url) as resp:
+                        raw = await resp.read()
+                        errors += resp.status != 200
+                    latencies.append(time.perf_counter() - started)
+                    size = len(raw)
+                results[label] = {
+                    "http": latency_summary(latencies),
+                    "errors": errors,
+                    "response_bytes": size,
+                    "server_cpu_ms_per_request": (server.cpu_seconds() - cpu_0) / requests * 1000,
+                    "included": body.get("included"),
+                    "tokens": body.get("tokens"),
+                }
+        results["other_cores"] = noise.other_cores()
+    finally:
+        results["server_exit"] = server.stop()
+        if results["server_exit"] not in (0, -15):
+            print(server.log_tail())
+    return results
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    info = machine_info()
+    print_machine(info)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = cache_path(args)
+    if args.rebuild and path.exists():
+        path.unlink()
+    if path.exists():
+        print(f"reusing {path.relative_to(REPO)} (--rebuild to make it again)")
+    else:
+        # Same parameters, older schema or generator: stale, and hundreds of MiB each.
+        for stale in CACHE.glob(path.name.rsplit("-", 1)[0] + "-*.db"):
+            print(f"removing stale {stale.relative_to(REPO)}")
+            stale.unlink()
+        await build(path, args)
+    counts = count_check(path)
+    size = db_size_bytes(path)
+    print(f"database: {counts['messages']:,} messages, {counts['sessions']:,} sessions, "
+          f"{counts['pairs']:,} pairs; {BIG[0]}/{BIG[1]} has {counts['big_pair']:,}, "
+          f"{SMALL[0]}/{SMALL[1]} has {counts['small_pair']:,}; {size / 2**20:,.0f} MiB on disk")  # fmt: skip
+    if counts["messages"] != args.total or counts["big_pair"] != args.pair_messages:
+        raise SystemExit("count check failed: the cached database does not hold what was asked")
+
+    print(f"\n(a) in-process load_context, {args.requests} sequential calls per pair")
+    noise = Noise()
+    local = await time_in_process(path, args.requests, args.warmup)
+    local_other = noise.other_cores()
+    for label, pair in (("big", BIG), ("small", SMALL)):
+        r = local[label]
+        inc = r["included"]
+        print(f"  {pair[0]}/{pair[1]} ({counts[label + '_pair']:,} messages): "
+              f"{inc['messages']}/{inc['messages_available']} messages, {inc['facts']} facts, "
+              f"summary {inc['summary']}, {r['tokens']} tokens")  # fmt: skip
+        print(f"    load_context  {fmt_ms(r['load_context'])}")
+        print(f"      reads       {fmt_ms(r['read'])}")
+        print(f"      build       {fmt_ms(r['build'])}")
+    print(f"  other processes: {local_other:.2f} cores busy on average while timing"
+          f"{' (figures are skewed)' if local_other > 0.2 else ''}")  # fmt: skip
+
+    print(f"\n(b) HTTP GET .../system-messages, {args.requests} sequential requests on one keep-alive connection")
+    with tempfile.TemporaryDirectory(prefix="agent-memory-bench-") as tmp:
+        remote = await time_http(path, args.requests, args.warmup, Path(tmp))
+    for label, pair in (("big", BIG), ("small", SMALL)):
+        r = remote[label]
+        print(f"  {pair[0]}/{pair[1]}: {fmt_ms(r['http'])}  errors {r['errors']}, "
+              f"{r['response_bytes']:,} bytes, server CPU {r['server_cpu_ms_per_request']:.2f} ms/request")  # fmt: skip
+    print(f"  server exit {remote['server_exit']} after SIGTERM")
+    print(f"  other processes: {remote['other_cores']:.2f} cores busy on average while timing"
+          f"{' (figures are skewed)' if remote['other_cores'] > 0.2 else ''}")  # fmt: skip
+
+    def rounded(summary: dict[str, float]) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in summary.items() if k in ("p50", "p99", "max")}
+
+    return {
+        "bench": "system_messages",
+        "total_messages": counts["messages"],
+        "pair_messages": counts["big_pair"],
+        "requests": args.requests,
+        "db_mib": round(size / 2**20, 1),
+        "in_process_big_ms": rounded(local["big"]["load_context"]),
+        "in_process_small_ms": rounded(local["small"]["load_context"]),
+        "http_big_ms": rounded(remote["big"]["http"]),
+        "http_small_ms": rounded(remote["small"]["http"]),
+        "http_errors": remote["big"]["errors"] + remote["small"]["errors"],
+        "big_included": local["big"]["included"],
+        "other_cores": round(max(local_other, remote["other_cores"]), 2),
+        "machine": info,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--total", type=int, default=1_000_000, help="messages in the database")
+    parser.add_argument("--pair-messages", type=int, default=10_000, help="messages of u-bench/luna")
+    parser.add_argument("--requests", type=int, default=2000, help="timed calls per pair and mode")
+    parser.add_argument("--users", type=int, default=20_000, help="users (x 3 characters)")
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
+    args = parser.parse_args()
+    summary = asyncio.run(run(args))
+    print_summary(summary)
+    return 0 if not summary["http_errors"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
