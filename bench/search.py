@@ -283,6 +283,13 @@ async def build(path: Path, args: argparse.Namespace) -> None:
             flush=True,
         )
         await write_memory(store, people, last_session)
+        # Messages are indexed after they commit (the idle writer, or a search catching up).
+        indexing = time.perf_counter()
+        indexed = 0
+        while count := await store.catch_up_search():
+            indexed += count
+            print(f"\r  indexed {indexed:,} messages for search", end="", flush=True)
+        print(f" in {time.perf_counter() - indexing:.1f} s", flush=True)
         await store.checkpoint()
     finally:
         store.close()
