@@ -37,7 +37,13 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
     """p50/p90/p99/max (and mean) in milliseconds."""
     values = sorted(s * 1000 for s in seconds)
     if not values:
-        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan"), "mean": float("nan")}
+        return {
+            "p50": float("nan"),
+            "p90": float("nan"),
+            "p99": float("nan"),
+            "max": float("nan"),
+            "mean": float("nan"),
+        }
     return {
         "p50": percentile(values, 0.50),
         "p90": percentile(values, 0.90),
@@ -48,7 +54,9 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 
 
 def fmt_ms(summary: Mapping[str, float]) -> str:
-    return "  ".join(f"{k} {summary[k]:.2f} ms" for k in ("p50", "p90", "p99", "max") if k in summary)
+    return "  ".join(
+        f"{k} {summary[k]:.2f} ms" for k in ("p50", "p90", "p99", "max") if k in summary
+    )
 
 
 def free_port() -> int:
@@ -74,7 +82,9 @@ def machine_busy_seconds() -> float:
     """CPU-seconds all processes have used since boot (user+nice+system+irq+softirq+steal)."""
     with open("/proc/stat", encoding="ascii") as stat:
         fields = stat.readline().split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(f) for f in fields[:8]
+    )
     return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
 
 
@@ -134,10 +144,11 @@ def print_machine(info: Mapping[str, Any]) -> None:
     )
 
 
-
 def db_size_bytes(path: Path) -> int:
     return sum(
-        os.path.getsize(p) for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if os.path.exists(p)
+        os.path.getsize(p)
+        for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"))
+        if os.path.exists(p)
     )
 
 
@@ -149,16 +160,24 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
+        environ = {
+            k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)
+        }
         environ.update(env)
-        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
+        environ["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(REPO), environ.get("PYTHONPATH")])
+        )
         self.command = [
             sys.executable, "-m", "agent_memory.cli", "serve",
             "--db", str(db), "--port", str(self.port), "--log-level", "WARNING",
         ]  # fmt: skip
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            self.command, cwd=REPO, env=environ, stdout=self._log, stderr=subprocess.STDOUT
+            self.command,
+            cwd=REPO,
+            env=environ,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
         self.exit_code: int | None = None
 
@@ -174,7 +193,9 @@ class Server:
         async with aiohttp.ClientSession() as session:
             while True:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
+                    raise RuntimeError(
+                        f"the server exited with {self.proc.returncode}:\n{self.log_tail()}"
+                    )
                 try:
                     async with session.get(f"{self.url}/healthz") as resp:
                         if resp.status == 200:
@@ -182,7 +203,9 @@ class Server:
                 except aiohttp.ClientError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"/healthz did not answer within {timeout:.0f} s:\n{self.log_tail()}")
+                    raise RuntimeError(
+                        f"/healthz did not answer within {timeout:.0f} s:\n{self.log_tail()}"
+                    )
                 await asyncio.sleep(0.05)
 
     def stop(self, timeout: float = 20.0) -> int:
@@ -254,7 +277,9 @@ ASSISTANT_LINES = [
 ]
 
 
-def make_contents(rng: random.Random, count: int, start_ms: int, uid: str) -> list[dict[str, Any]]:
+def make_contents(
+    rng: random.Random, count: int, start_ms: int, uid: str
+) -> list[dict[str, Any]]:
     """`count` short-term-memory messages as the engine keeps them: turn_id, ms times, metadata."""
     contents: list[dict[str, Any]] = []
     at = start_ms
@@ -276,7 +301,11 @@ def make_contents(rng: random.Random, count: int, start_ms: int, uid: str) -> li
             if rng.random() < 0.1 and len(text) > 20:
                 content = text[: len(text) // 2]
                 metadata.update(
-                    {"interrupted": True, "interrupt_timestamp": at + 1500, "original": text}
+                    {
+                        "interrupted": True,
+                        "interrupt_timestamp": at + 1500,
+                        "original": text,
+                    }
                 )
             message = {"role": "assistant", "content": content, "turn_id": turn, "timestamp": at,
                        "metadata": metadata}  # fmt: skip

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import random
 import sqlite3
@@ -26,29 +25,31 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
 from _common import (
     Noise,
     Server,
-    make_contents,
     db_size_bytes,
     fmt_ms,
     latency_summary,
     machine_info,
+    make_contents,
     print_machine,
     print_summary,
     self_cpu_seconds,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from webhooks.signatures import agora_headers  # noqa: E402
+from webhooks.signatures import agora_headers
 
 SECRET = "bench-notification-secret"
 USERS = 1000
 CHARACTERS = ("luna", "atlas", "mira")
 BASE_MS = 1_763_000_000_000  # Nov 2025
 
-def make_callbacks(count: int, messages: int, *, prefix: str, seed: int) -> list[tuple[str, bytes, dict[str, str]]]:
+
+def make_callbacks(
+    count: int, messages: int, *, prefix: str, seed: int
+) -> list[tuple[str, bytes, dict[str, str]]]:
     """(noticeId, body, headers) of `count` signed 103 callbacks, each a different agent run."""
     rng = random.Random(seed)
     callbacks = []
@@ -61,7 +62,7 @@ def make_callbacks(count: int, messages: int, *, prefix: str, seed: int) -> list
         contents = make_contents(rng, messages, start_ms, uid)
         stop_ms = contents[-1]["timestamp"] + 2000 if contents else start_ms
         notify_ms = stop_ms + rng.randint(100, 900)
-        envelope = {
+        envelope: dict[str, Any] = {
             "noticeId": f"{rng.getrandbits(32)}:{index}:{prefix}:103",
             "productId": 17,
             "eventType": 103,
@@ -102,7 +103,7 @@ async def post_all(
                     async with session.post(url, data=body, headers=headers) as resp:
                         answer = await resp.read()
                         status = resp.status
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError) as exc:
                     errors.append(f"{notice_id}: {type(exc).__name__}: {exc}")
                     continue
                 latencies.append(time.perf_counter() - started)
@@ -137,7 +138,9 @@ def index_lag(db: Path) -> int | None:
         conn.close()
 
 
-async def wait_for_index(db: Path, server: Server, timeout: float) -> dict[str, Any] | None:
+async def wait_for_index(
+    db: Path, server: Server, timeout: float
+) -> dict[str, Any] | None:
     """After the burst: how long, and how much server CPU, the deferred search indexing takes."""
     behind = index_lag(db)
     if behind is None:
@@ -155,7 +158,9 @@ async def wait_for_index(db: Path, server: Server, timeout: float) -> dict[str, 
     }
 
 
-def verify(db: Path, accepted: list[str], expected_messages: int, prefix: str) -> dict[str, Any]:
+def verify(
+    db: Path, accepted: list[str], expected_messages: int, prefix: str
+) -> dict[str, Any]:
     """Check, with sqlite3 on the closed database, that what was answered 200 is stored."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
@@ -164,10 +169,12 @@ def verify(db: Path, accepted: list[str], expected_messages: int, prefix: str) -
         not_done = [n for n in accepted if n in inbox and inbox[n] != "done"]
         lo, hi = f"{prefix}-", f"{prefix}."  # '.' sorts right after '-'
         messages = conn.execute(
-            "SELECT count(*) FROM messages WHERE agent_id >= ? AND agent_id < ?", (lo, hi)
+            "SELECT count(*) FROM messages WHERE agent_id >= ? AND agent_id < ?",
+            (lo, hi),
         ).fetchone()[0]
         sessions = conn.execute(
-            "SELECT count(*) FROM sessions WHERE agent_id >= ? AND agent_id < ?", (lo, hi)
+            "SELECT count(*) FROM sessions WHERE agent_id >= ? AND agent_id < ?",
+            (lo, hi),
         ).fetchone()[0]
         integrity = conn.execute("PRAGMA quick_check").fetchone()[0]
     finally:
@@ -180,7 +187,10 @@ def verify(db: Path, accepted: list[str], expected_messages: int, prefix: str) -
         "expected_messages": expected_messages,
         "sessions": sessions,
         "quick_check": integrity,
-        "ok": not missing and not not_done and messages == expected_messages and integrity == "ok",
+        "ok": not missing
+        and not not_done
+        and messages == expected_messages
+        and integrity == "ok",
     }
 
 
@@ -191,10 +201,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print(f"building {args.callbacks} signed 103 callbacks of {args.messages} messages "
           f"({USERS} users x {len(CHARACTERS)} characters) ...", flush=True)  # fmt: skip
     built = time.perf_counter()
-    callbacks = make_callbacks(args.callbacks, args.messages, prefix="bench", seed=args.seed)
+    callbacks = make_callbacks(
+        args.callbacks, args.messages, prefix="bench", seed=args.seed
+    )
     warm = make_callbacks(args.warmup, args.messages, prefix="warm", seed=args.seed + 1)
     body_bytes = sum(len(body) for _, body, _ in callbacks) / max(len(callbacks), 1)
-    print(f"  built in {time.perf_counter() - built:.1f} s, mean body {body_bytes / 1024:.1f} KiB")
+    print(
+        f"  built in {time.perf_counter() - built:.1f} s, mean body {body_bytes / 1024:.1f} KiB"
+    )
 
     server = Server(
         db,
@@ -213,10 +227,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         url = f"{server.url}/webhooks/agora"
         if warm:
             _, _, warm_errors, warm_wall = await post_all(url, warm, args.concurrency)
-            print(f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors")
+            print(
+                f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors"
+            )
         cpu_server_0, cpu_self_0 = server.cpu_seconds(), self_cpu_seconds()
         noise = Noise(server.pid)
-        latencies, accepted, errors, wall = await post_all(url, callbacks, args.concurrency)
+        latencies, accepted, errors, wall = await post_all(
+            url, callbacks, args.concurrency
+        )
         other_cores = noise.other_cores()
         cpu_server = server.cpu_seconds() - cpu_server_0
         cpu_client = self_cpu_seconds() - cpu_self_0
@@ -228,7 +246,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     rate = len(accepted) / wall
     lat = latency_summary(latencies)
     print()
-    print(f"ingest: {len(callbacks)} callbacks x {args.messages} messages, concurrency {args.concurrency}")
+    print(
+        f"ingest: {len(callbacks)} callbacks x {args.messages} messages, concurrency {args.concurrency}"
+    )
     print(f"  wall            {wall:.2f} s")
     print(f"  callbacks/s     {rate:,.0f}")
     print(f"  messages/s      {rate * args.messages:,.0f}")
@@ -240,7 +260,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
           f"{cpu_server / max(len(accepted), 1) * 1e3:.2f} ms per callback)")  # fmt: skip
     print(f"  client CPU      {cpu_client:.2f} s (this process, same machine)")
     print(f"  other processes {other_cores:.2f} cores busy on average while timing"
-          f"{' (figures are skewed)' if other_cores > 0.2 else ''}")  # fmt: skip
+          f"{' (figures are skewed)' if other_cores > 0.1 else ''}")  # fmt: skip
     if indexing is not None:
         per = indexing["cpu_s"] / max(indexing["behind"], 1) * 1e6
         left = f", {indexing['left']:,} still left" if indexing["left"] else ""
@@ -286,12 +306,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--callbacks", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--messages", type=int, default=32, help="messages per callback")
-    parser.add_argument("--warmup", type=int, default=200, help="callbacks posted before timing")
+    parser.add_argument(
+        "--messages", type=int, default=32, help="messages per callback"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=200, help="callbacks posted before timing"
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--index-timeout", type=float, default=120.0,
-                        help="seconds to wait for deferred search indexing after the burst")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary database")
+    parser.add_argument(
+        "--index-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for deferred search indexing after the burst",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary database"
+    )
     args = parser.parse_args()
     if args.keep:
         workdir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
