@@ -187,14 +187,14 @@ async def load_context(
 ) -> Context:
     """Read a pair's memory in one go and build its system_messages."""
 
-    def read(view: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[dict[str, Any]]]:
-        return (
-            view.list_facts(user_id, character_id),
-            view.get_summary(user_id, character_id),
-            view.latest_messages(user_id, character_id, recent_messages),
+    def read_and_build(view: Any) -> Context:
+        # Built on the reader thread too: a millisecond of rendering stays off the event loop.
+        return build_context(
+            facts=view.list_facts(user_id, character_id),
+            summary=view.get_summary(user_id, character_id),
+            messages=view.latest_messages(user_id, character_id, recent_messages),
+            max_tokens=max_tokens,
+            persona=persona,
         )
 
-    facts, summary, messages = await store.read(read)
-    return build_context(
-        facts=facts, summary=summary, messages=messages, max_tokens=max_tokens, persona=persona
-    )
+    return await store.read(read_and_build)

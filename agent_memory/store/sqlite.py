@@ -8,17 +8,17 @@ resolves only after that commit. A failing function rolls back its own savepoint
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import operator
 import queue
 import sqlite3
 import threading
 import time
-import itertools
-import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,7 +63,11 @@ _savepoints = itertools.count()
 # this long (so bursts of callbacks are not slowed), in transactions of this many messages
 # (so a callback arriving meanwhile waits little).
 IDLE_AFTER_S = 0.05
-IDLE_INDEX_CHUNK = 200
+IDLE_INDEX_CHUNK = 1000
+# Under sustained load the writer is never idle: it still indexes this many messages
+# at least once a second, so search falls behind slowly instead of not at all.
+BUSY_INDEX_CHUNK = 500
+BUSY_INDEX_EVERY_S = 1.0
 # Messages a search indexes before it reads, so that it sees what was just stored.
 SEARCH_CATCH_UP = 20_000
 
@@ -694,6 +698,7 @@ class SQLiteStore:
         self._reader_conns: list[sqlite3.Connection] = []
         self._reader_lock = threading.Lock()
         self.commits = 0
+        self._last_indexed = 0.0
 
     # lifecycle
 
@@ -794,18 +799,24 @@ class SQLiteStore:
                     break
                 batch.append(item)
             self._run_batch(db, tx, batch)
+            if time.monotonic() - self._last_indexed >= BUSY_INDEX_EVERY_S:
+                self._index_step(db, tx, BUSY_INDEX_CHUNK)
         conn.close()
 
     def _idle_step(self, db: Database, tx: SQLiteTransaction) -> None:
         """While no write waits, bring the search index up to date in short transactions."""
+        while self._queue.empty() and self._index_step(db, tx, IDLE_INDEX_CHUNK) == IDLE_INDEX_CHUNK:
+            pass
+
+    def _index_step(self, db: Database, tx: SQLiteTransaction, limit: int) -> int:
+        """Index up to `limit` messages in a transaction of their own; returns how many."""
+        self._last_indexed = time.monotonic()
         try:
-            while self._queue.empty():
-                with db.atomic():
-                    indexed = tx.index_messages(IDLE_INDEX_CHUNK)
-                if indexed < IDLE_INDEX_CHUNK:
-                    return
+            with db.atomic():
+                return tx.index_messages(limit)
         except Exception:
-            log.exception("indexing messages for search failed; it is retried when idle")
+            log.exception("indexing messages for search failed; it is tried again later")
+            return 0
 
     def _run_batch(self, db: Database, tx: SQLiteTransaction, batch: list[_Work]) -> None:
         transactional = [work for work in batch if work.transactional]
