@@ -21,6 +21,14 @@ from webhooks.signatures import agora_headers
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SECRET = "test-notification-secret"
+# Every file of fixtures/conversations, by name.
+CONVERSATIONS = (
+    "en_luna_companion",
+    "zh_xiaoyu_tutor",
+    "ko_minjun_mixed",
+    "multiuser_channel",
+    "nolabels",
+)
 TOKEN = "test-api-token"
 
 

@@ -10,18 +10,11 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from conftest import agent_event, load_fixture
+from conftest import CONVERSATIONS, agent_event, load_fixture
 
 from agent_memory.cli import main
 from agent_memory.models import to_ms
 
-CONVERSATIONS = (
-    "en_luna_companion",
-    "zh_xiaoyu_tutor",
-    "ko_minjun_mixed",
-    "multiuser_channel",
-    "nolabels",
-)
 METRICS = ("asr_ttlw", "llm_ttfb", "llm_ttfs", "tts_ttfb")
 
 

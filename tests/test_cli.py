@@ -5,8 +5,9 @@ import sqlite3
 import subprocess
 import sys
 
-from agent_memory.cli import main
 from conftest import FIXTURES
+
+from agent_memory.cli import main
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

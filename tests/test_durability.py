@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
 from conftest import SECRET, TOKEN, agent_event, encode, turns
+
 from webhooks.signatures import agora_headers
 
 ROOT = Path(__file__).resolve().parent.parent

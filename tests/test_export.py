@@ -6,17 +6,9 @@ import asyncio
 import json
 from typing import Any
 
-from conftest import agent_event, load_fixture
+from conftest import CONVERSATIONS, agent_event, load_fixture
 
 from agent_memory.cli import main
-
-CONVERSATIONS = (
-    "en_luna_companion",
-    "zh_xiaoyu_tutor",
-    "ko_minjun_mixed",
-    "multiuser_channel",
-    "nolabels",
-)
 
 
 async def load_all(service: Any) -> None:

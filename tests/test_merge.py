@@ -4,12 +4,12 @@ import itertools
 import random
 
 import pytest
+from conftest import agent_event, load_fixture, turns
 
 from agent_memory.ingest import Ingestor, align
 from agent_memory.models import AgentHistory, Envelope
 from agent_memory.settings import Settings
 from agent_memory.store import SQLiteStore
-from conftest import agent_event, load_fixture, turns
 
 LABELS = {"user_id": "u1", "character_id": "c1"}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent_memory.render import RenderOptions, to_openai_messages
 from conftest import load_fixture
+
+from agent_memory.render import RenderOptions, to_openai_messages
 
 SCARECROW = "Why did the scarecrow win an award? Because he was outstanding in his field!"
 

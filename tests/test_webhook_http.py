@@ -11,8 +11,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from conftest import FIXTURES, SECRET, agent_event, encode, load_fixture, turns
+
 from webhooks.signatures import V1_HEADER, V2_HEADER, sign
 
 LABELS = {"user_id": "u-hook", "character_id": "c-hook"}
