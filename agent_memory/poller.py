@@ -31,7 +31,9 @@ from .store import SQLiteStore, now_ms
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF_S = 120.0
+# Backing off longer risks losing turns: a brisk call moves 32 messages through the
+# window in well under a minute.
+MAX_BACKOFF_S = 30.0
 
 
 class Poller:
