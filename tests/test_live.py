@@ -823,3 +823,44 @@ async def test_manual_watch_can_resume_after_delete(start_service, fake):
     assert (await watch_of(service, agent))["status"] == "watching"
     await poll(service)
     assert await contents_of(service, agent) == texts(conversation(3, tag="resumed"))
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["full-fields", "role-and-content-only"])
+async def test_a_long_call_through_a_small_window_with_outages_and_a_restart(start_service, fake, bare):
+    """400 messages through a 32-message window, interruptions, 429s and 503s, a restart
+    halfway, then the late 102 and a 103 carrying only the last window: one exact transcript."""
+    agent = "LONGCALL0000000000000000" + ("B" if bare else "F")
+    fake.add_agent(agent, max_history=32)
+    full = conversation(400, tag="long")
+    for index, message in enumerate(full):
+        if message["role"] == "assistant" and index % 14 == 1:
+            message["metadata"] = {"source": "llm", "interrupted": True,
+                                   "original": message["content"] + " and then more",
+                                   "interrupt_timestamp": message["timestamp"] + 400}  # fmt: skip
+    said = [{"role": m["role"], "content": m["content"]} for m in full] if bare else full
+    service = await live(start_service, fake)
+    await service.callback(agent_event(101, agent, labels=LABELS))
+    step, position = 12, 0
+    for round_number in range(400 // step + 1):
+        if position == 200:  # a restart in the middle of the call
+            await service.server.close()
+            service = await live(start_service, fake)
+        fake.say(agent, said[position : position + step])
+        position = min(400, position + step)
+        if round_number % 5 == 3:
+            # An outage: this poll fails, the next one reads two steps at once (24 <= 32).
+            fake.fail_next("/history", 503 if round_number % 2 else 429, times=1)
+            await poll(service)
+            continue
+        await poll(service)
+    await service.callback(agent_event(102, agent, labels=LABELS, status="STOPPED", message="OK"))
+    await service.callback(agent_event(103, agent, labels=LABELS, contents=said[-32:]))
+    rows = await stored(service, agent)
+    assert [r["content"] for r in rows] == [m["content"] for m in full]
+    session = await session_of(service, agent)
+    assert (session["message_count"], session["gap_count"], session["status"]) == (400, 0, "stopped")
+    interrupted = [r for r in rows if r["interrupted"]]
+    if not bare:
+        assert len(interrupted) == len([m for m in full if m["metadata"].get("interrupted")])
+        assert all(r["original"].endswith(" and then more") for r in interrupted)
+    assert (await watch_of(service, agent))["status"] == "stopped"
