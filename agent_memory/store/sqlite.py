@@ -674,13 +674,15 @@ class _Work:
 _STOP = object()
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+def _settle_all(works: list[_Work]) -> None:
+    for work in works:
+        if work.future.done():
+            continue  # the caller gave up waiting
+        ok, value = work.outcome
+        if ok:
+            work.future.set_result(value)
+        else:
+            work.future.set_exception(value)
 
 
 class SQLiteStore:
@@ -841,12 +843,15 @@ class SQLiteStore:
                     work.outcome = (True, work.fn(tx))
                 except Exception as exc:
                     work.outcome = (False, exc)
+        # One wake-up per event loop for the whole batch, not one per write.
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Work]] = {}
         for work in batch:
-            ok, value = work.outcome
+            by_loop.setdefault(work.loop, []).append(work)
+        for loop, works in by_loop.items():
             try:
-                work.loop.call_soon_threadsafe(_settle, work.future, ok, value)
+                loop.call_soon_threadsafe(_settle_all, works)
             except RuntimeError:
-                pass  # the caller's loop is gone; the write is committed all the same
+                pass  # the caller's loop is gone; the writes are committed all the same
 
 
 def dumps(value: Any) -> str:
