@@ -492,7 +492,7 @@ class Ingestor:
                 "session %s for %s/%s (%s)", agent_id, identity.user_id, identity.character_id,
                 identity.source,
             )  # fmt: skip
-            return tx.get_session(agent_id) or row
+            return {**row, "stop_reason": None, "message_count": 0, "gap_count": 0, "error_count": 0}
         changes: dict[str, Any] = {}
         for column, value in (("channel", event.channel), ("name", event.name), ("rtc_uid", uid)):
             if value and not session[column]:
@@ -508,14 +508,16 @@ class Ingestor:
         )
         if moved and IDENTITY_RANK[identity.source] >= IDENTITY_RANK[session["identity_source"]]:
             self.move_session(tx, session, identity)
+        elif not changes:
+            return session
         return tx.get_session(agent_id) or session
 
     def move_session(self, tx: SQLiteTransaction, session: dict[str, Any], identity: Identity) -> None:
         """Give a session, and its messages, to another (user, character)."""
         old_summary = tx.get_summary(session["user_id"], session["character_id"])
-        if old_summary is not None and tx.session_fingerprints(session["agent_id"]):
-            first_id = min(row["id"] for row in tx.session_fingerprints(session["agent_id"]))
-            if first_id <= old_summary["watermark_id"]:
+        stored = tx.session_fingerprints(session["agent_id"]) if old_summary is not None else []
+        if old_summary is not None and stored:
+            if min(row["id"] for row in stored) <= old_summary["watermark_id"]:
                 # The old pair's summary holds this session's words: rebuild it without them.
                 reset = tx.reset_condensed(session["user_id"], session["character_id"])
                 log.info("summary of %s/%s reset: it covered moved session %s (%s)",
