@@ -262,24 +262,3 @@ class Identity(BaseModel):
     user_id: str
     character_id: str
     source: str  # labels, binding, rtc, channel
-
-
-class StoredMessage(BaseModel):
-    """A message as kept in long-term memory."""
-
-    id: int
-    agent_id: str
-    user_id: str
-    character_id: str
-    seq: int
-    role: str
-    content: str
-    turn_id: int | None = None
-    ts_ms: int | None = None
-    at_ms: int
-    source: str | None = None
-    speaker: str | None = None
-    interrupted: bool = False
-    interrupt_ms: int | None = None
-    original: str | None = None
-    gap_before: bool = False

@@ -166,13 +166,6 @@ class SQLiteView(SearchReads, AnalyticsReads, ExportReads, RetentionReads):
     def get_session(self, agent_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM sessions WHERE agent_id = ?", (agent_id,))
 
-    def pair_sessions(self, user_id: str, character_id: str, limit: int) -> list[dict[str, Any]]:
-        return self._all(
-            "SELECT * FROM sessions WHERE user_id = ? AND character_id = ? "
-            "ORDER BY start_ms DESC LIMIT ?",
-            (user_id, character_id, limit),
-        )
-
     def get_binding(self, agent_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM bindings WHERE agent_id = ?", (agent_id,))
 
@@ -223,12 +216,6 @@ class SQLiteView(SearchReads, AnalyticsReads, ExportReads, RetentionReads):
             "ORDER BY due_ms LIMIT ?",
             (kind, now, limit),
         )
-
-    def next_due_ms(self, kind: str) -> int | None:
-        row = self.conn.execute(
-            "SELECT min(due_ms) FROM jobs WHERE status = 'pending' AND kind = ?", (kind,)
-        ).fetchone()
-        return row[0]
 
     def get_watch(self, agent_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM watched_agents WHERE agent_id = ?", (agent_id,))
