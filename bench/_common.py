@@ -12,8 +12,10 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +313,15 @@ def make_contents(
                        "metadata": metadata}  # fmt: skip
         contents.append(message)
     return contents
+
+
+@contextmanager
+def work_directory(prefix: str, *, keep: bool) -> Iterator[Path]:
+    """A temporary directory for a run; kept (and named) when `keep` is set."""
+    if keep:
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        yield path
+        print(f"kept {path}")
+    else:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            yield Path(tmp)

@@ -19,7 +19,6 @@ import json
 import random
 import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from _common import (
     print_machine,
     print_summary,
     self_cpu_seconds,
+    work_directory,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -323,13 +323,8 @@ def main() -> int:
         "--keep", action="store_true", help="keep the temporary database"
     )
     args = parser.parse_args()
-    if args.keep:
-        workdir = Path(tempfile.mkdtemp(prefix="agent-memory-bench-"))
+    with work_directory("agent-memory-bench-", keep=args.keep) as workdir:
         summary = asyncio.run(run(args, workdir))
-        print(f"kept {workdir}")
-    else:
-        with tempfile.TemporaryDirectory(prefix="agent-memory-bench-") as tmp:
-            summary = asyncio.run(run(args, Path(tmp)))
     print_summary(summary)
     return 0 if summary["verified"] and not summary["errors"] else 1
 

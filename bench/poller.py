@@ -33,19 +33,18 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-
 from _common import (
     machine_info,
     print_machine,
     print_summary,
     process_cpu_seconds,
     self_cpu_seconds,
+    work_directory,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -397,13 +396,8 @@ def main() -> int:
         parser.error("--per-round must be between 1 and max-history - 1, or windows stop overlapping")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
-    if args.keep:
-        workdir = Path(tempfile.mkdtemp(prefix="bench-poller-"))
+    with work_directory("bench-poller-", keep=args.keep) as workdir:
         summary = asyncio.run(run(args, workdir))
-        print(f"kept {workdir}")
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench-poller-") as tmp:
-            summary = asyncio.run(run(args, Path(tmp)))
     summary["total_wall_s"] = round(time.perf_counter() - started, 1)
     print(f"total {summary['total_wall_s']} s")
     print_summary(summary)
