@@ -22,6 +22,9 @@ from typing import Any
 import aiohttp
 
 REPO = Path(__file__).resolve().parent.parent
+# The checkout whose server is started: this one, or another (bench/compare.py sets it to
+# a worktree of an earlier commit, to measure before and after side by side).
+SERVER_REPO = Path(os.environ.get("BENCH_SERVER_REPO") or REPO)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Variables that would change what the service does; the bench sets its own.
 SCRUBBED_PREFIXES = ("AGENT_MEMORY_", "AGORA_", "OPENAI_")
@@ -167,7 +170,7 @@ class Server:
         }
         environ.update(env)
         environ["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(REPO), environ.get("PYTHONPATH")])
+            filter(None, [str(SERVER_REPO), environ.get("PYTHONPATH")])
         )
         self.command = [
             sys.executable, "-m", "agent_memory.cli", "serve",
@@ -176,7 +179,7 @@ class Server:
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             self.command,
-            cwd=REPO,
+            cwd=SERVER_REPO,
             env=environ,
             stdout=self._log,
             stderr=subprocess.STDOUT,
