@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+import logging
+from typing import Any, Literal, NamedTuple
 
 from aiohttp import web
 from pydantic import BaseModel, Field
 
 from .api import session_json
 from .context import load_context
-from .errors import Conflict, InvalidField
+from .errors import AgoraError, Conflict, InvalidField
 from .http import json_response, read_model
 from .models import AgentPayload
 from .state import AGORA, INGESTOR, POLLER, SETTINGS, STORE
 from .store import now_ms
+from .styles import style_of_llm
 
+log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
 
 SystemMessages = list[dict[str, Any]]
@@ -36,25 +39,67 @@ class WatchBody(BaseModel):
     system_messages: SystemMessages | None = None
     persona: str | None = Field(None, max_length=20_000)
     max_tokens: int | None = Field(None, ge=50, le=200_000)
+    # The agent's llm.style: the shape refreshed memory is sent in.
+    style: Literal["openai", "gemini", "anthropic"] | None = None
+
+
+# A Studio pipeline join (top-level `pipeline_id`) takes its LLM settings from the saved
+# pipeline, and `properties` fields override them (Agora's agent SDKs, "AI Studio pipeline IDs").
+PIPELINE_KEEPS_ITS_PROMPT = (
+    "the join names a pipeline_id and carries no properties.llm.system_messages: the Studio "
+    "pipeline's own system messages are unknown here and an llm.system_messages list would "
+    "replace them, so memory was not injected and refreshes are off for this agent. To inject "
+    "memory, give properties.llm.system_messages (the pipeline's prompt and anything else); "
+    "memory is added after them."
+)
+
+
+class MemoryPlan(NamedTuple):
+    """Whether memory goes into a join body, in which style, and if not, why not."""
+
+    inject: bool
+    style: str
+    reason: str | None
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    """`value` if it is an object (absent counts as empty), else a 422 naming `where`."""
+    if not isinstance(value if value is not None else {}, dict):
+        raise InvalidField(f"{where} must be an object")
+    return value or {}
+
+
+def plan_memory(join: dict[str, Any]) -> MemoryPlan:
+    """Check the join body's shape and decide whether and how memory goes into it."""
+    properties = _object(join.get("properties"), "join.properties")
+    _object(properties.get("labels"), "join.properties.labels")
+    llm = _object(properties.get("llm"), "join.properties.llm")
+    own = llm.get("system_messages")
+    if own is not None and (
+        not isinstance(own, list) or not all(isinstance(m, dict) for m in own)
+    ):
+        raise InvalidField("join.properties.llm.system_messages must be a list of message objects")
+    style = style_of_llm(llm)
+    if join.get("pipeline_id") and own is None:
+        return MemoryPlan(False, style, PIPELINE_KEEPS_ITS_PROMPT)
+    return MemoryPlan(True, style, None)
 
 
 def with_memory(
-    join: dict[str, Any], labels: dict[str, str], memory: SystemMessages
-) -> tuple[dict[str, Any], SystemMessages]:
-    """Agora's join body with our labels added and memory after the caller's system messages."""
+    join: dict[str, Any], labels: dict[str, str], memory: SystemMessages | None
+) -> tuple[dict[str, Any], SystemMessages | None]:
+    """Agora's join body with our labels added and memory after the caller's system messages.
+
+    With `memory` None the llm block is left exactly as given (absent stays absent); the
+    second value, the caller's own system messages, is then None: refreshes are impossible.
+    """
     body = copy.deepcopy(join)
     properties = body.setdefault("properties", {})
-    if not isinstance(properties, dict):
-        raise InvalidField("join.properties must be an object")
-    for name in ("labels", "llm"):
-        if not isinstance(properties.get(name) or {}, dict):
-            raise InvalidField(f"join.properties.{name} must be an object")
     properties["labels"] = {**(properties.get("labels") or {}), **labels}
+    if memory is None:
+        return body, None
     llm = properties.setdefault("llm", {})
-    own = llm.get("system_messages") or []
-    if not isinstance(own, list) or not all(isinstance(m, dict) for m in own):
-        raise InvalidField("join.properties.llm.system_messages must be a list of message objects")
-    own = list(own)
+    own = list(llm.get("system_messages") or [])
     llm["system_messages"] = own + memory
     return body, own
 
@@ -64,21 +109,31 @@ async def start_agent(request: web.Request) -> web.Response:
     app = request.app
     settings, store, ingestor = app[SETTINGS], app[STORE], app[INGESTOR]
     body = await read_model(request, StartBody)
+    plan = plan_memory(body.join)
     max_tokens = body.max_tokens or settings.context_max_tokens
-    context = await load_context(
-        store,
-        user_id=body.user_id,
-        character_id=body.character_id,
-        max_tokens=max_tokens,
-        recent_messages=settings.context_recent_messages,
-        persona=body.persona,
-    )
+    context = None
+    if plan.inject:
+        context = await load_context(
+            store,
+            user_id=body.user_id,
+            character_id=body.character_id,
+            max_tokens=max_tokens,
+            recent_messages=settings.context_recent_messages,
+            persona=body.persona,
+            style=plan.style,
+        )
     labels = {
         settings.label_user_key: body.user_id,
         settings.label_character_key: body.character_id,
     }
-    join, own = with_memory(body.join, labels, context.system_messages)
+    join, own = with_memory(body.join, labels, context.system_messages if context else None)
     answer = await app[AGORA].join(join)
+    if not answer.get("agent_id"):
+        raise AgoraError(
+            "Agora join answered 200 without an agent_id; the agent may be running unfollowed",
+            http_status=200,
+            detail=str(answer)[:200],
+        )
     agent_id = str(answer["agent_id"])
     properties = join["properties"]
     event = AgentPayload.model_validate(
@@ -96,19 +151,22 @@ async def start_agent(request: web.Request) -> web.Response:
         session = ingestor.ensure_session(tx, event, (), now_ms())
         tx.watch(
             agent_id, "join", first_poll_ms=now_ms(), base_system_messages=own,
-            persona=body.persona, max_tokens=max_tokens,
+            persona=body.persona, max_tokens=max_tokens, style=plan.style,
         )  # fmt: skip
         return session
 
     session = await store.write(record)
+    if not plan.inject:
+        log.info("agent %s started from a pipeline without memory: %s", agent_id, plan.reason)
     return json_response(
         {
             "agent_id": agent_id,
             "agora": answer,
             "session": session_json(session),
-            "system_messages": properties["llm"]["system_messages"],
-            "memory_tokens": context.tokens,
-            "included": context.included,
+            "system_messages": (properties.get("llm") or {}).get("system_messages"),
+            "memory": {"injected": plan.inject, "style": plan.style, "reason": plan.reason},
+            "memory_tokens": context.tokens if context else 0,
+            "included": context.included if context else {},
         },
         status=201,
     )
@@ -143,7 +201,7 @@ async def watch_session(request: web.Request) -> web.Response:
         result = tx.watch(
             agent_id, "manual", first_poll_ms=now_ms(),
             base_system_messages=body.system_messages, persona=body.persona,
-            max_tokens=body.max_tokens,
+            max_tokens=body.max_tokens, style=body.style,
         )  # fmt: skip
         return result, tx.get_watch(agent_id)
 

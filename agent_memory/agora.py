@@ -107,18 +107,31 @@ class AgoraClient:
         return await self.update(agent_id, {"llm": {"system_messages": list(system_messages)}})
 
     async def leave(self, agent_id: str) -> dict[str, Any]:
-        """POST /agents/{agent_id}/leave; the agent stops asynchronously (102/103 follow)."""
+        """POST /agents/{agent_id}/leave; the agent stops asynchronously (102/103 follow).
+
+        Agora documents the 200 answer's body as empty; whatever a 2xx carries, the agent is
+        stopping, so a body that is not a JSON object (``, `""`, `null`) answers {}.
+        """
         path = f"{_agent_path(agent_id)}/leave"
-        return await self._call("POST", path, f"leave for agent {agent_id}")
+        return await self._call("POST", path, f"leave for agent {agent_id}", body_optional=True)
 
     async def query(self, agent_id: str) -> dict[str, Any]:
         """GET /agents/{agent_id}: the agent's status."""
         return await self._call("GET", _agent_path(agent_id), f"query for agent {agent_id}")
 
     async def _call(
-        self, method: str, path: str, what: str, body: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        what: str,
+        body: dict[str, Any] | None = None,
+        *,
+        body_optional: bool = False,
     ) -> dict[str, Any]:
-        """Send one logical request, retrying 429, 5xx, timeouts and connection errors."""
+        """Send one logical request, retrying 429, 5xx, timeouts and connection errors.
+
+        With `body_optional` a 2xx answer whose body is not a JSON object counts as {}.
+        """
         headers = {"Authorization": self._authorization(), "Accept": "application/json"}
         url = self.base_url + path
         attempt = 0
@@ -136,7 +149,7 @@ class AgoraClient:
                 ) as resp:
                     text = await resp.text(errors="replace")
                     if resp.status < 400:
-                        return _parse_ok(text, prefix, resp.status)
+                        return _parse_ok(text, prefix, resp.status, body_optional=body_optional)
                     error = _error_from_response(
                         resp.status, resp.reason, resp.headers, text, prefix
                     )
@@ -179,14 +192,16 @@ def _agent_path(agent_id: str) -> str:
     return f"/agents/{quote(agent_id, safe='')}"
 
 
-def _parse_ok(text: str, prefix: str, status: int) -> dict[str, Any]:
-    """A 2xx body as a JSON object; an empty body (leave) is {}."""
+def _parse_ok(text: str, prefix: str, status: int, *, body_optional: bool = False) -> dict[str, Any]:
+    """A 2xx body as a JSON object; an empty body is {}, and so is any non-object when optional."""
     if not text.strip():
         return {}
     try:
         data = json.loads(text)
     except ValueError:
         data = None
+    if not isinstance(data, dict) and body_optional:
+        return {}
     if not isinstance(data, dict):
         raise AgoraError(
             f"{prefix}: {status} answer is not a JSON object",

@@ -14,9 +14,11 @@ from .context import load_context
 from .errors import InvalidField, NotFound, StoreUnavailable
 from .facts import add_pinned_fact
 from .http import int_query, json_response, path_id, read_model, validation_message
+from .ingest import TEST_CHANNEL
 from .jobs import condense_now, retry_job
 from .render import RenderOptions, to_openai_messages
 from .state import INGESTOR, SETTINGS, STORE
+from .styles import style_from_query
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()
@@ -44,11 +46,17 @@ def pair(request: web.Request) -> tuple[str, str]:
     return request.match_info["user_id"], request.match_info["character_id"]
 
 
+TOOL_FIELDS = ("tool_calls", "tool_call_id", "name", "content")
+
+
 def message_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {
+    """A stored message; a tool call or result (`kind`) also carries its tool data as sent."""
+    kind = row.get("kind") or "turn"
+    body = {
         "id": row["id"],
         "agent_id": row["agent_id"],
         "role": row["role"],
+        "kind": kind,
         "content": row["content"],
         "turn_id": row["turn_id"],
         "ts_ms": row["at_ms"] if row["ts_ms"] is None else row["ts_ms"],
@@ -60,6 +68,10 @@ def message_json(row: dict[str, Any]) -> dict[str, Any]:
         "original": row["original"],
         "gap_before": bool(row["gap_before"]),
     }
+    if kind != "turn":
+        extra = json.loads(row["extra"]) if row.get("extra") else {}
+        body["tool"] = {name: extra[name] for name in TOOL_FIELDS if name in extra}
+    return body
 
 
 def fact_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -79,8 +91,12 @@ def session_json(row: dict[str, Any]) -> dict[str, Any]:
         **{k: row.get(k) for k in (
             "agent_id", "user_id", "character_id", "identity_source", "channel", "name",
             "status", "stop_reason", "start_ms", "stop_ms", "rtc_uid", "message_count",
-            "gap_count", "error_count",
+            "gap_count", "error_count", "token_warning_ms", "turn_count",
         )},
+        # 104: when Agora last warned that the agent's RTC token is about to expire.
+        "token_expiring": row.get("token_warning_ms") is not None,
+        # 112: Agora reported only part of the session's turns.
+        "turns_truncated": bool(row.get("turns_truncated")),
         "labels": json.loads(row["labels"]) if row.get("labels") else {},
     }  # fmt: skip
 
@@ -105,6 +121,9 @@ async def system_messages(request: web.Request) -> web.Response:
     persona = request.query.get("persona") or None
     if persona and len(persona) > MAX_PERSONA_CHARS:
         raise InvalidField(f"persona is at most {MAX_PERSONA_CHARS} characters")
+    # The shape the agent's llm.style wants; `exclude_agent_id` leaves out a running call's
+    # own turns, which that agent already holds (what a live refresh sends).
+    style = style_from_query(request.query.get("style"))
     context = await load_context(
         request.app[STORE],
         user_id=user_id,
@@ -112,6 +131,8 @@ async def system_messages(request: web.Request) -> web.Response:
         max_tokens=max_tokens,
         recent_messages=settings.context_recent_messages,
         persona=persona,
+        style=style,
+        exclude_agent_id=request.query.get("exclude_agent_id") or None,
     )
     return json_response({"user_id": user_id, "character_id": character_id, **context.as_json()})
 
@@ -120,8 +141,9 @@ async def system_messages(request: web.Request) -> web.Response:
 async def messages(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
+    # Tool calls and results too: each says its kind.
     rows = await request.app[STORE].read(
-        lambda view: view.latest_messages(user_id, character_id, limit)
+        lambda view: view.latest_messages(user_id, character_id, limit, spoken_only=False)
     )
     return json_response(
         {"user_id": user_id, "character_id": character_id, "messages": [message_json(r) for r in rows]}
@@ -224,6 +246,67 @@ async def bind_session(request: web.Request) -> web.Response:
     return json_response({"session": session_json(row)})
 
 
+# Channel bindings: for apps that give each user a channel of their own.
+
+MAX_CHANNEL_BYTES = 64  # Agora's limit for a channel name
+
+
+def check_channel(channel: str) -> str:
+    """A channel name that can be bound, or a 422 that says what is wrong with it."""
+    if not channel:
+        raise InvalidField("channel must not be empty")
+    if len(channel.encode()) > MAX_CHANNEL_BYTES:
+        raise InvalidField(
+            f"channel must be at most {MAX_CHANNEL_BYTES} bytes (Agora's limit for channel names), "
+            f"got {len(channel.encode())}"
+        )
+    if channel == TEST_CHANNEL:
+        raise InvalidField(f"{TEST_CHANNEL} is the console's test channel: its callbacks never become sessions")
+    return channel
+
+
+def channel_of(request: web.Request) -> str:
+    """The checked channel name of the path."""
+    return check_channel(request.match_info["channel"])
+
+
+def channel_binding_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A channel binding as the API answers it."""
+    return {k: row[k] for k in ("channel", "user_id", "character_id", "created_ms", "updated_ms")}
+
+
+@routes.post("/v1/channels/{channel}/bind")
+async def bind_channel(request: web.Request) -> web.Response:
+    """Tie a channel to a pair: later calls there, and the channel's unidentified ones, go to it."""
+    channel = channel_of(request)
+    body = await read_model(request, BindBody)
+    ingestor = request.app[INGESTOR]
+    binding, moved = await request.app[STORE].write(
+        lambda tx: ingestor.bind_channel(tx, channel, body.user_id, body.character_id)
+    )
+    return json_response({"binding": channel_binding_json(binding), "moved_sessions": moved})
+
+
+@routes.get("/v1/channels/{channel}/bind")
+async def get_channel_binding(request: web.Request) -> web.Response:
+    """Which pair a channel is bound to."""
+    channel = channel_of(request)
+    row = await request.app[STORE].read(lambda view: view.get_channel_binding(channel))
+    if row is None:
+        raise NotFound(f"channel {channel} is not bound; POST /v1/channels/{channel}/bind binds it")
+    return json_response({"binding": channel_binding_json(row)})
+
+
+@routes.delete("/v1/channels/{channel}/bind")
+async def unbind_channel(request: web.Request) -> web.Response:
+    """Remove a channel's binding; sessions it already tied stay where they are."""
+    channel = channel_of(request)
+    row = await request.app[STORE].write(lambda tx: tx.delete_channel_binding(channel))
+    if row is None:
+        raise NotFound(f"channel {channel} is not bound")
+    return json_response({"deleted": channel_binding_json(row)})
+
+
 JOB_STATUSES = ("pending", "running", "dead")
 
 
@@ -261,7 +344,7 @@ async def condense(request: web.Request) -> web.Response:
 
 @routes.post("/v1/render/openai-messages")
 async def render_messages(request: web.Request) -> web.Response:
-    """Agora's extended short-term-memory messages as plain OpenAI messages (custom LLMs)."""
+    """A custom-LLM request's messages as OpenAI messages: system, tool and image parts kept."""
     body = await read_model(request, RenderBody)
     try:
         messages = to_openai_messages(body.messages, body.options)

@@ -131,7 +131,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
     print(f"replayed {len(envelopes)} callbacks into {settings.db_path}: {summary}; "
           f"{new_messages} new messages")  # fmt: skip
-    return 0 if not statuses["failed"] and not statuses["invalid"] else 1
+    # A partial callback had parts set aside: worth a look, like a failed one.
+    return 0 if not (statuses["failed"] or statuses["invalid"] or statuses["partial"]) else 1
 
 
 def cmd_system_messages(args: argparse.Namespace) -> int:
@@ -188,6 +189,44 @@ def open_store(args: argparse.Namespace) -> tuple[Settings, SQLiteStore]:
     store = SQLiteStore(settings.db_path)
     store.open()
     return settings, store
+
+
+def cmd_bind_channel(args: argparse.Namespace) -> int:
+    from .api import channel_binding_json, check_channel
+
+    channel = check_channel(args.channel)
+    if (args.user_id is None) != (args.character_id is None) or (args.delete and args.user_id):
+        print("agent-memory: give USER and CHARACTER to bind, --delete to unbind, or neither to show",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    settings, store = open_store(args)
+    ingestor = Ingestor(settings)
+
+    async def bind() -> tuple[dict[str, Any], list[str]]:
+        return await store.write(
+            lambda tx: ingestor.bind_channel(tx, channel, args.user_id, args.character_id)
+        )
+
+    async def unbind() -> dict[str, Any] | None:
+        return await store.write(lambda tx: tx.delete_channel_binding(channel))
+
+    try:
+        if args.user_id is not None:
+            binding, moved = asyncio.run(bind())
+            print(json.dumps({"binding": channel_binding_json(binding), "moved_sessions": moved},
+                             ensure_ascii=False))  # fmt: skip
+            return 0
+        row = asyncio.run(unbind()) if args.delete else store.read_now(
+            lambda view: view.get_channel_binding(channel)
+        )
+    finally:
+        store.close()
+    if row is None:
+        print(f"agent-memory: channel {channel} is not bound", file=sys.stderr)
+        return 1
+    print(json.dumps({"deleted" if args.delete else "binding": channel_binding_json(row)},
+                     ensure_ascii=False))  # fmt: skip
+    return 0
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -250,23 +289,40 @@ def cmd_condense(args: argparse.Namespace) -> int:
     return 0
 
 
+REPROCESSED = ("failed", "partial")
+LATENCY_TABLES = {"latency_ms": "latency (ms)", "latency_stages_ms": "latency by stage (ms)"}
+
+
 def cmd_reprocess(args: argparse.Namespace) -> int:
     settings, store = open_store(args)
     ingestor = Ingestor(settings)
-    rows = store.read_now(lambda view: view.inbox_by_status("failed", args.limit))
+    wanted = args.status or list(REPROCESSED)
+
+    def pending(view: Any) -> list[dict[str, Any]]:
+        return [row for status in wanted for row in view.inbox_by_status(status, args.limit)]
+
+    rows = sorted(store.read_now(pending), key=lambda row: (row["received_ms"], row["notice_id"]))
+    rows = rows[: args.limit]
     statuses: Counter[str] = Counter()
+    new_messages = 0
 
     async def run() -> None:
+        nonlocal new_messages
         for index, row in enumerate(rows, 1):
             try:
                 envelope = Envelope.model_validate_json(row["body"])
             except ValidationError as exc:
                 statuses["unreadable"] += 1
-                print(f"{row['notice_id']}: still not an envelope: {exc.errors()[0]['msg']}",
+                print(f"\n{row['notice_id']}: still not an envelope: {exc.errors()[0]['msg']}",
                       file=sys.stderr)  # fmt: skip
                 continue
             outcome = await store.write(lambda tx: ingestor.apply_recorded(tx, envelope))
             statuses[outcome.status] += 1
+            new_messages += outcome.new_messages
+            if outcome.status in REPROCESSED:
+                # What is left is what this version cannot apply: say what, for each callback.
+                print(f"\n{row['notice_id']}: still {outcome.status}: {outcome.detail}",
+                      file=sys.stderr)  # fmt: skip
             print(f"\r{index}/{len(rows)} reprocessed", end="", file=sys.stderr)
         print(file=sys.stderr)
 
@@ -275,8 +331,9 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     finally:
         store.close()
     summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "nothing to do"
-    print(f"reprocessed {len(rows)} failed callbacks: {summary}")
-    return 0 if not statuses["failed"] else 1
+    print(f"reprocessed {len(rows)} {' or '.join(wanted)} callbacks: {summary}; "
+          f"{new_messages} new messages")  # fmt: skip
+    return 0 if not statuses["failed"] and not statuses["unreadable"] else 1
 
 
 def _when(ms: int | None) -> str:
@@ -292,8 +349,11 @@ def print_stats(stats: dict[str, Any]) -> None:
         if isinstance(value, dict) and {"count", "of", "rate"} <= set(value):
             share = "-" if value["rate"] is None else f"{value['rate']:.1%}"
             print(f"{key:<22} {value['count']} of {value['of']} ({share})")
-        elif key == "latency_ms":
-            print("latency (ms)" + ("" if value else "          none recorded"))
+            if key == "unidentified_sessions" and value["count"]:
+                print(f"{'':<22} no user label: kept under rtc:<uid> or channel:<name>; "
+                      "see the README's Identity section")  # fmt: skip
+        elif key in LATENCY_TABLES:
+            print(LATENCY_TABLES[key] + ("" if value else "          none recorded"))
             if value:
                 print(f"  {'metric':<14}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}")
             for metric, row in value.items():
@@ -462,6 +522,17 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("character_id", nargs="?")
     forget.set_defaults(func=cmd_forget)
 
+    bind_channel = commands.add_parser(
+        "bind-channel", parents=[common],
+        help="tie a channel to a user and character (apps with one channel per user); "
+        "without USER CHARACTER: show its binding",
+    )  # fmt: skip
+    bind_channel.add_argument("channel")
+    bind_channel.add_argument("user_id", nargs="?")
+    bind_channel.add_argument("character_id", nargs="?")
+    bind_channel.add_argument("--delete", action="store_true", help="remove the channel's binding")
+    bind_channel.set_defaults(func=cmd_bind_channel)
+
     jobs = commands.add_parser("jobs", parents=[common], help="list condense jobs")
     jobs.add_argument("--status", choices=["pending", "running", "dead"])
     jobs.add_argument("--limit", type=int, default=100)
@@ -479,9 +550,14 @@ def build_parser() -> argparse.ArgumentParser:
     condense.set_defaults(func=cmd_condense)
 
     reprocess = commands.add_parser(
-        "reprocess", parents=[common], help="apply again the raw callbacks whose processing failed"
-    )
+        "reprocess", parents=[common],
+        help="apply again the raw callbacks that failed or were applied only in part",
+    )  # fmt: skip
     reprocess.add_argument("--limit", type=int, default=10_000)
+    reprocess.add_argument(
+        "--status", action="append", choices=REPROCESSED,
+        help="only callbacks of this outcome (repeatable; default: failed and partial)",
+    )  # fmt: skip
     reprocess.set_defaults(func=cmd_reprocess)
 
     stats = commands.add_parser(

@@ -3,7 +3,9 @@
 Order and importance, most important first: the caller's persona, remembered facts,
 the rolling summary, then the most recent turns. When the budget is short the oldest
 turns go first, then the summary is shortened, then the least important facts go.
-The same stored memory and arguments always give the same messages.
+The same stored memory and arguments always give the same messages, shaped for the
+agent's `llm.style`. A live refresh leaves out the running call's own turns: the agent
+already holds them in its short-term memory.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidField
-from .store import Store
 from .render import day_header, format_datetime, join_entries, transcript_entries
+from .store import Store
+from .styles import DEFAULT_STYLE, shape_system_messages
 from .tokens import count_message_tokens, count_tokens
 
 FACTS_HEADING = "What you remember about this user (long-term memory):"
@@ -27,14 +30,16 @@ MIN_SUMMARY_TOKENS = 40
 class Context:
     """Built system_messages and what went into them."""
 
-    system_messages: list[dict[str, str]]
+    system_messages: list[dict[str, Any]]
     tokens: int
     max_tokens: int
     included: dict[str, Any] = field(default_factory=dict)
+    style: str = DEFAULT_STYLE
 
     def as_json(self) -> dict[str, Any]:
         return {
             "system_messages": self.system_messages,
+            "style": self.style,
             "tokens": self.tokens,
             "max_tokens": self.max_tokens,
             "included": self.included,
@@ -123,6 +128,7 @@ def build_context(
     messages: Sequence[Mapping[str, Any]],
     max_tokens: int,
     persona: str | None = None,
+    style: str = DEFAULT_STYLE,
 ) -> Context:
     """Assemble system_messages from memory; `messages` are the latest turns, oldest first."""
     system: list[str] = []
@@ -161,9 +167,10 @@ def build_context(
     system.extend(text for text in (facts_text, summary_text, recent_text) if text)
     tokens = sum(count_message_tokens(text) for text in system)
     return Context(
-        system_messages=[{"role": "system", "content": text} for text in system],
+        system_messages=shape_system_messages(system, style),
         tokens=tokens,
         max_tokens=max_tokens,
+        style=style,
         included={
             "persona": bool(persona),
             "facts": len(kept_facts),
@@ -184,17 +191,45 @@ async def load_context(
     max_tokens: int,
     recent_messages: int,
     persona: str | None = None,
+    style: str = DEFAULT_STYLE,
+    exclude_agent_id: str | None = None,
 ) -> Context:
-    """Read a pair's memory in one go and build its system_messages."""
+    """Read a pair's memory in one go and build its system_messages.
+
+    With `exclude_agent_id` the recent transcript leaves out that agent run's messages.
+    """
 
     def read_and_build(view: Any) -> Context:
         # Built on the reader thread too: a millisecond of rendering stays off the event loop.
-        return build_context(
+        messages = recent_without(view, user_id, character_id, recent_messages, exclude_agent_id)
+        context = build_context(
             facts=view.list_facts(user_id, character_id),
             summary=view.get_summary(user_id, character_id),
-            messages=view.latest_messages(user_id, character_id, recent_messages),
+            messages=messages,
             max_tokens=max_tokens,
             persona=persona,
+            style=style,
         )
+        if exclude_agent_id is not None:
+            context.included["excluded_agent_id"] = exclude_agent_id
+        return context
 
     return await store.read(read_and_build)
+
+
+def recent_without(
+    view: Any, user_id: str, character_id: str, limit: int, exclude_agent_id: str | None
+) -> list[dict[str, Any]]:
+    """The pair's `limit` latest messages, oldest first, none of them from `exclude_agent_id`."""
+    if exclude_agent_id is None:
+        return view.latest_messages(user_id, character_id, limit)
+    session = view.get_session(exclude_agent_id)
+    # The run's own count is a good first guess of how many extra rows to read; keep
+    # doubling if it fell short (counts may lag what a window just brought).
+    want = limit + (session["message_count"] if session else 0)
+    while True:
+        rows = view.latest_messages(user_id, character_id, want)
+        kept = [row for row in rows if row["agent_id"] != exclude_agent_id]
+        if len(kept) >= limit or len(rows) < want:
+            return kept[-limit:] if limit else []
+        want *= 2

@@ -14,33 +14,43 @@ placed by time and recorded as a gap.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from .models import (
     CONVERSATIONAL_AI_PRODUCT,
+    DOCS_PORTAL_PRODUCT,
+    MICROSECONDS_ABOVE,
     PAYLOAD_MODELS,
+    TURN,
     AgentErrors,
     AgentHistory,
     AgentLeft,
+    AgentMetrics,
     AgentPayload,
+    AgentTokenExpiring,
     Envelope,
     HistoryWindow,
     Identity,
     MemoryMessage,
+    TurnsFinished,
 )
 from .settings import Settings
 from .store import SQLiteTransaction, dumps, now_ms
+from .store.analytics import metric_rows, turn_rows
 
 log = logging.getLogger(__name__)
 
 CONDENSE = "condense"
-IDENTITY_RANK = {"channel": 0, "rtc": 1, "binding": 2, "labels": 3}
+IDENTITY_RANK = {"channel": 0, "rtc": 1, "channel_binding": 2, "binding": 3, "labels": 4}
+# Sessions whose identity is only a guess: kept under `rtc:<uid>` or `channel:<name>`.
+FALLBACK_SOURCES = ("rtc", "channel")
 TEST_CHANNEL = "test_webhook"
 # Repeated contents ("ok", "") may stand in many places; a window is placed by the
 # most recent ones only.
@@ -51,7 +61,7 @@ MAX_POSITIONS_PER_FINGERPRINT = 64
 class Outcome:
     """What became of one callback or window."""
 
-    status: str  # done, duplicate, ignored, test, failed
+    status: str  # done, partial (some parts set aside), duplicate, ignored, test, failed
     agent_id: str | None = None
     new_messages: int = 0
     gap: bool = False
@@ -69,10 +79,37 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def fingerprint(role: str, content: str) -> str:
-    """What identifies a message across windows from any source."""
-    digest = hashlib.blake2b(f"{role}\x00{content.strip()}".encode(), digest_size=8)
-    return digest.hexdigest()
+def fingerprint(role: str, content: str, tool: str = "") -> str:
+    """What identifies a message across windows from any source.
+
+    A spoken turn is its role and content; a tool call or result adds its tool data
+    (`tool`, canonical JSON), which every copy of it carries.
+    """
+    text = f"{role}\x00{content.strip()}" + (f"\x00{tool}" if tool else "")
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def canonical(value: Any) -> str:
+    """JSON that is the same for equal values, whatever the key order."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+
+
+# A speech time below this is milliseconds since the agent started, not since the epoch
+# (10^11 ms after 1970 is 1973; 10^11 ms of one call is three years).
+RELATIVE_SPEECH_BELOW = 10**11
+
+
+def speech_time(value: float | None, start_ms: int) -> int | None:
+    """Epoch ms of a custom-LLM `speech_start_ms`, read by magnitude.
+
+    Agora documents it as a Unix timestamp in milliseconds; a small value is read as
+    milliseconds since the agent started, and a huge one as microseconds.
+    """
+    if value is None or isinstance(value, bool) or value < 0:
+        return None
+    if value < RELATIVE_SPEECH_BELOW:
+        return start_ms + round(value)
+    return storable(round(value / 1000) if value > MICROSECONDS_ABOVE else round(value))
 
 
 # A message as alignment sees it: its fingerprint, and its time and turn when known.
@@ -120,7 +157,12 @@ def align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | Non
 
 
 def message_row(message: MemoryMessage, at_ms: int) -> dict[str, Any]:
-    """Storage columns of one short-term-memory message (without placement)."""
+    """Storage columns of one short-term-memory message (without placement).
+
+    `at_ms` is the session's start: it dates a message that carries no time of its own.
+    Tool calls and results keep their text and tool data in `extra`, not in `content`:
+    they were never said, so transcripts, search and summaries do not see them.
+    """
     meta = message.metadata
     extra: dict[str, Any] = dict(message.model_extra) if message.model_extra else {}
     if message.speech_start_ms is not None or message.speech_end_ms is not None or (
@@ -131,10 +173,22 @@ def message_row(message: MemoryMessage, at_ms: int) -> dict[str, Any]:
                 extra[name] = getattr(message, name)
     if meta.model_extra:
         extra["metadata"] = meta.model_extra
+    kind = message.kind
+    content, tool = message.content, ""
+    if kind != TURN:
+        tool_data = message.tool_data()
+        tool = canonical(tool_data)
+        extra.update(tool_data)
+        extra["content"] = message.content if message.content_is_text else message.raw_content
+        content = ""
+    # With llm.vendor "custom" the speech start is the only time a message has.
     timestamp = message.timestamp
+    if timestamp is None:
+        timestamp = speech_time(message.speech_start_ms, at_ms)
     return {
         "role": message.role,
-        "content": message.content,
+        "content": content,
+        "kind": kind,
         "turn_id": message.turn_id,
         "ts_ms": timestamp,
         "at_ms": timestamp or at_ms,
@@ -143,7 +197,7 @@ def message_row(message: MemoryMessage, at_ms: int) -> dict[str, Any]:
         "interrupted": int(meta.interrupted),
         "interrupt_ms": meta.interrupt_timestamp,
         "original": meta.original,
-        "fp": fingerprint(message.role, message.content),
+        "fp": fingerprint(message.role, message.content, tool),
         "extra": dumps(extra) if extra else None,
     }
 
@@ -151,12 +205,18 @@ def message_row(message: MemoryMessage, at_ms: int) -> dict[str, Any]:
 ENRICHABLE = ("turn_id", "ts_ms", "source", "speaker", "interrupted", "interrupt_ms", "original")
 
 
+def has_value(key: str, value: Any) -> bool:
+    """Whether a later copy's field says something: turn 0 is a turn, time 0 and "not
+    interrupted" are not (a copy without the flag must not clear it)."""
+    return value is not None and (value != 0 or key == "turn_id")
+
+
 def enrichment(stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
     """The fields a later copy of a stored message adds or corrects."""
     changes = {
         key: incoming[key]
         for key in ENRICHABLE
-        if incoming[key] not in (None, 0) and incoming[key] != stored[key]
+        if has_value(key, incoming[key]) and incoming[key] != stored[key]
     }
     if "ts_ms" in changes:
         changes["at_ms"] = changes["ts_ms"]
@@ -292,6 +352,57 @@ def _place_apart(
     return Placement(positions, gap_after_id, gap_count, True)
 
 
+MAX_DETAIL_NOTES = 20
+
+
+def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
+    """The outcome of an event applied without some of its parts: partial, saying which."""
+    notes = list(skipped[:MAX_DETAIL_NOTES])
+    if len(skipped) > MAX_DETAIL_NOTES:
+        notes.append(f"and {len(skipped) - MAX_DETAIL_NOTES} more")
+    detail = f"{len(skipped)} part(s) could not be applied and were left out: " + "; ".join(notes)
+    log.warning(
+        "%s, agent %s: %s; the rest was applied and the raw payload is kept "
+        "(`agent-memory reprocess` applies it again)",
+        what, outcome.agent_id or "-", detail,
+    )  # fmt: skip
+    status = "partial" if outcome.status == "done" else outcome.status
+    return replace(outcome, status=status, detail=detail)
+
+
+def product_outcome(envelope: Envelope) -> Outcome | None:
+    """None for a ConvoAI envelope; else the outcome of one another product sent.
+
+    productId 17 is the Conversational AI Engine. Payloads copied from Agora's docs portal
+    carry productId 1, which is also the RTC product, whose channel events reuse our
+    eventType numbers: productId 1 counts as ConvoAI only for one of our event types whose
+    payload names an agent.
+    """
+    product = envelope.productId
+    if product in (None, CONVERSATIONAL_AI_PRODUCT):
+        return None
+    agent_event = envelope.eventType in PAYLOAD_MODELS and bool(envelope.fields.get("agent_id"))
+    if product == DOCS_PORTAL_PRODUCT and agent_event:
+        log.info(
+            "callback %s has productId 1 (as Agora's docs portal shows) but is an agent event "
+            "(type %s, agent %s): read as ConvoAI", envelope.noticeId, envelope.eventType,
+            envelope.fields.get("agent_id"),
+        )  # fmt: skip
+        return None
+    if product == DOCS_PORTAL_PRODUCT:
+        log.info(
+            "callback %s (productId 1, type %s) names no agent: an RTC channel event, kept, "
+            "not used", envelope.noticeId, envelope.eventType,
+        )  # fmt: skip
+        return Outcome("ignored", detail="productId 1 without agent_id: an RTC channel event")
+    log.warning(
+        "callback %s is from productId %s, not the Conversational AI Engine (17): kept, not "
+        "used; check which products notify this URL in Agora's console", envelope.noticeId,
+        product,
+    )  # fmt: skip
+    return Outcome("ignored", detail=f"productId {product} is not ConvoAI")
+
+
 class Ingestor:
     """Applies events to the store; one instance per service, used on the writer thread."""
 
@@ -353,10 +464,14 @@ class Ingestor:
                 event = self.classify(envelope) if parsed is None else parsed
                 if isinstance(event, Outcome):
                     return event
-                return self.apply_event(tx, envelope, event)
+                outcome = self.apply_event(tx, envelope, event)
         except Exception as exc:  # the raw event stays; `agent-memory reprocess` retries it
             log.exception("callback %s (type %s) failed", envelope.noticeId, envelope.eventType)
             return Outcome("failed", detail=f"{type(exc).__name__}: {exc}")
+        if not event.skipped:
+            return outcome
+        what = f"callback {envelope.noticeId} (type {envelope.eventType})"
+        return set_aside(outcome, event.skipped, what)
 
     @staticmethod
     def classify(envelope: Envelope) -> AgentPayload | Outcome:
@@ -369,8 +484,9 @@ class Ingestor:
             return Outcome("test", detail="console test callback")
         if not isinstance(envelope.payload, dict):
             return Outcome("failed", detail="payload is not a JSON object; kept raw")
-        if envelope.productId not in (None, CONVERSATIONAL_AI_PRODUCT):
-            return Outcome("ignored", detail=f"productId {envelope.productId} is not ConvoAI")
+        other_product = product_outcome(envelope)
+        if other_product is not None:
+            return other_product
         model = PAYLOAD_MODELS.get(envelope.eventType)
         if model is None:
             return Outcome("ignored", detail=f"event type {envelope.eventType} is kept, not used")
@@ -384,7 +500,6 @@ class Ingestor:
 
     def apply_event(self, tx: SQLiteTransaction, envelope: Envelope, event: AgentPayload) -> Outcome:
         """Apply a classified agent event to sessions, messages, watches and metrics."""
-        payload = envelope.fields
         stamp = envelope.notifyMs or now_ms()
         if isinstance(event, AgentHistory):
             session = self.ensure_session(tx, event, event.contents, stamp)
@@ -409,9 +524,13 @@ class Ingestor:
             changes["stop_ms"] = event.stop_ms or session["stop_ms"] or stamp
         elif isinstance(event, AgentErrors):
             changes["error_count"] = session["error_count"] + len(event.errors)
-        elif envelope.eventType == 111:
-            # AgentMetrics: per-turn latencies, kept for the latency percentiles.
-            tx.record_agent_metrics(session["agent_id"], payload.get("turns"), stamp)
+        elif isinstance(event, AgentMetrics):
+            tx.record_agent_metrics(session["agent_id"], metric_rows(event.metrics), stamp)
+        elif isinstance(event, TurnsFinished):
+            changes.update(self.turns_finished(tx, session, event, stamp))
+        elif isinstance(event, AgentTokenExpiring):
+            changes["token_warning_ms"] = stamp
+            self.warn_token_expiring(tx, session, event)
         tx.update_session(session["agent_id"], changes)
         return Outcome(
             "done",
@@ -420,13 +539,52 @@ class Ingestor:
             character_id=session["character_id"],
         )
 
+    @staticmethod
+    def turns_finished(
+        tx: SQLiteTransaction, session: dict[str, Any], event: TurnsFinished, stamp: int
+    ) -> dict[str, Any]:
+        """Keep a 112's per-turn latencies and durations; the session changes it implies."""
+        tx.record_agent_metrics(session["agent_id"], turn_rows(event.turns), stamp)
+        changes: dict[str, Any] = {}
+        if event.total_turn_count is not None:
+            changes["turn_count"] = storable(event.total_turn_count)
+        if event.is_truncated:
+            changes["turns_truncated"] = 1
+            log.info(
+                "agent %s: Agora cut its turn list (112 is_truncated): %d of %s turns reported; "
+                "GET …/agents/%s/turns pages through all of them for 7 days",
+                session["agent_id"], len(event.turns), event.total_turn_count or "more",
+                session["agent_id"],
+            )  # fmt: skip
+        return changes
+
+    @staticmethod
+    def warn_token_expiring(
+        tx: SQLiteTransaction, session: dict[str, Any], event: AgentTokenExpiring
+    ) -> None:
+        """Say that an agent's RTC token is about to expire, and how to renew it."""
+        watch = tx.get_watch(session["agent_id"])
+        started_here = watch is not None and watch["origin"] == "join"
+        log.warning(
+            "agent %s in channel %s%s: its RTC token is about to expire (104%s). Renew it now: "
+            "POST /v2/projects/{appid}/agents/%s/update with {\"properties\": {\"token\": "
+            "\"<a new RTC token for this channel and the agent's uid>\"}} (Agora's update "
+            "endpoint); otherwise the agent loses the channel when the token expires",
+            session["agent_id"], session["channel"] or event.channel or "-",
+            " (started by this service)" if started_here else "",
+            f": {event.message}" if event.message else "", session["agent_id"],
+        )  # fmt: skip
+
     def apply_window(
         self, tx: SQLiteTransaction, agent_id: str, window: HistoryWindow, stamp: int
     ) -> Outcome:
         """Merge a history window read from Agora while the agent runs."""
         event = AgentPayload.model_validate({"agent_id": agent_id, "start_ts": window.start_ms})
         session = self.ensure_session(tx, event, window.contents, stamp)
-        return self.merge_window(tx, session, window.contents, stamp)
+        outcome = self.merge_window(tx, session, window.contents, stamp)
+        if window.skipped:
+            return set_aside(outcome, window.skipped, "history window")
+        return outcome
 
     # sessions and identity
 
@@ -436,8 +594,13 @@ class Ingestor:
         event: AgentPayload,
         messages: Sequence[MemoryMessage],
         known_uid: str | None = None,
+        known_channel: str | None = None,
     ) -> tuple[Identity, str | None]:
-        """DESIGN's rule: labels, then a binding, then the speaker's uid, then the channel."""
+        """Labels, then the run's binding, then its channel's binding, then the speaker's uid, then the channel.
+
+        `known_uid` and `known_channel` are what the stored session already knows: a polled
+        history window carries neither.
+        """
         labels = event.labels
         user = labels.get(self.settings.label_user_key)
         if user:
@@ -449,14 +612,37 @@ class Ingestor:
                 user_id=binding["user_id"], character_id=binding["character_id"], source="binding"
             )
             return identity, known_uid
+        channel = event.channel or known_channel
+        bound = tx.get_channel_binding(channel) if channel else None
+        if bound is not None:
+            identity = Identity(
+                user_id=bound["user_id"], character_id=bound["character_id"], source="channel_binding"
+            )
+            return identity, known_uid
         uid = known_uid or next(
             (m.metadata.user for m in messages if m.role == "user" and m.metadata.user), None
         )
         character = self.settings.default_character
         if uid:
             return Identity(user_id=f"rtc:{uid}", character_id=character, source="rtc"), uid
-        place = f"channel:{event.channel}" if event.channel else f"agent:{event.agent_id}"
+        place = f"channel:{channel}" if channel else f"agent:{event.agent_id}"
         return Identity(user_id=place, character_id=character, source="channel"), None
+
+    def warn_unidentified(self, event: AgentPayload, identity: Identity) -> None:
+        """Say that a new session has no user, which labels it had (keys only), and how to fix it."""
+        settings = self.settings
+        keys = ", ".join(sorted(event.labels)) or "none"
+        channel = event.channel or "<unknown>"
+        log.warning(
+            "agent %s (name %s, channel %s) names no user: its labels (keys: %s) have no %r, so its "
+            "memory is kept under %s/%s, where the next call will not find it. Start agents with "
+            "properties.labels.%s (and .%s), or set AGENT_MEMORY_LABEL_USER / "
+            "AGENT_MEMORY_LABEL_CHARACTER to the label keys you use, or bind it: "
+            "POST /v1/sessions/%s/bind, or POST /v1/channels/%s/bind when each user has a channel of their own",
+            event.agent_id, event.name or "-", channel, keys, settings.label_user_key,
+            identity.user_id, identity.character_id, settings.label_user_key,
+            settings.label_character_key, event.agent_id, channel,
+        )  # fmt: skip
 
     def ensure_session(
         self,
@@ -469,8 +655,9 @@ class Ingestor:
         agent_id = event.agent_id or ""
         session = tx.get_session(agent_id)
         identity, uid = self.resolve_identity(
-            tx, event, messages, session["rtc_uid"] if session else None
-        )
+            tx, event, messages, session["rtc_uid"] if session else None,
+            session["channel"] if session else None,
+        )  # fmt: skip
         if session is None:
             row = {
                 "agent_id": agent_id,
@@ -492,6 +679,9 @@ class Ingestor:
                 "session %s for %s/%s (%s)", agent_id, identity.user_id, identity.character_id,
                 identity.source,
             )  # fmt: skip
+            if identity.source in FALLBACK_SOURCES:
+                # Here, where the session is created: once per session, not once per callback.
+                self.warn_unidentified(event, identity)
             return {**row, "stop_reason": None, "message_count": 0, "gap_count": 0, "error_count": 0}
         changes: dict[str, Any] = {}
         for column, value in (("channel", event.channel), ("name", event.name), ("rtc_uid", uid)):
@@ -556,6 +746,27 @@ class Ingestor:
             "status": "unknown",
         }
 
+    def bind_channel(
+        self, tx: SQLiteTransaction, channel: str, user_id: str, character_id: str
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Tie a channel to a user and character; returns the binding and the sessions moved.
+
+        The channel's sessions that only it identified (under `channel:<name>` or `rtc:<uid>`,
+        or tied by an earlier binding of this channel) move at once; labelled and bound runs stay.
+        """
+        binding = tx.set_channel_binding(channel, user_id, character_id)
+        identity = Identity(user_id=user_id, character_id=character_id, source="channel_binding")
+        moved: list[str] = []
+        for session in tx.channel_sessions(channel, (*FALLBACK_SOURCES, "channel_binding")):
+            if (session["user_id"], session["character_id"]) != (user_id, character_id):
+                self.move_session(tx, session, identity)
+                moved.append(session["agent_id"])
+            elif session["identity_source"] != "channel_binding":
+                tx.update_session(session["agent_id"], {"identity_source": "channel_binding"})
+        if moved:
+            log.info("channel %s bound to %s/%s: %d sessions moved", channel, user_id, character_id, len(moved))
+        return binding, moved
+
     # windows
 
     def merge_window(
@@ -605,8 +816,9 @@ class Ingestor:
                 "session %s: a window of %d messages overlaps nothing stored; gap recorded",
                 agent_id, len(incoming),
             )  # fmt: skip
-        if new_rows:
-            self.schedule_condense(tx, session["user_id"], session["character_id"], len(new_rows))
+        spoken = sum(1 for row in new_rows if row["kind"] == TURN)
+        if spoken:
+            self.schedule_condense(tx, session["user_id"], session["character_id"], spoken)
         return Outcome(
             "done",
             agent_id=agent_id,

@@ -5,8 +5,8 @@
 | `GET /v1/users/{user_id}/search?q=&character_id=&kinds=&limit=` | a user's messages, facts and summaries containing every word of `q`, best first |
 | `GET /v1/search/mentions?q=&role=&character_id=&limit=` | operators: which users said `q`, how often, first and last |
 | `GET /v1/users/{user_id}/stats` | sessions, messages, minutes talked, favourite characters, rates, last active |
-| `GET /v1/characters/{character_id}/stats?since_ms=&until_ms=` | active users, sessions, rates, latencies |
-| `GET /v1/stats?since_ms=&until_ms=` | the whole service, with latency percentiles from 111 callbacks |
+| `GET /v1/characters/{character_id}/stats?since_ms=&until_ms=` | active users, sessions, rates, latencies per metric and per stage |
+| `GET /v1/stats?since_ms=&until_ms=` | the whole service: latency percentiles per metric and per stage (111/112 callbacks), failed and partial callbacks |
 | `GET /v1/users/{user_id}/export` | everything held about a user, one JSON document |
 | `POST /v1/admin/purge` | run retention now; answers what it removed |
 
@@ -133,7 +133,7 @@ async def character_stats(request: web.Request) -> web.Response:
 
 @routes.get("/v1/stats")
 async def overall_stats(request: web.Request) -> web.Response:
-    """The whole service, with latency percentiles from 111 callbacks."""
+    """The whole service: latencies per metric and stage, failed and partial callbacks."""
     since_ms, until_ms = window(request)
     stats = await request.app[STORE].read(
         lambda view: view.overall_stats(since_ms=since_ms, until_ms=until_ms)

@@ -8,10 +8,19 @@ to integer milliseconds by magnitude (Agora documents milliseconds and shows sec
 from __future__ import annotations
 
 import math
+from typing import Annotated, Any, ClassVar
 
-from typing import Annotated, Any
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 # Below 10^11 a timestamp is seconds (10^11 ms is 1973, 10^11 s is the year 5138);
 # above 10^14 it is microseconds.
@@ -115,19 +124,34 @@ class MessageMetadata(BaseModel):
         return data
 
 
+# What a short-term-memory item is: a spoken (or typed) turn, or tool traffic of the LLM.
+TURN, TOOL_CALL, TOOL_RESULT = "turn", "tool_call", "tool_result"
+MESSAGE_KINDS = (TURN, TOOL_CALL, TOOL_RESULT)
+
+
 class MemoryMessage(BaseModel):
-    """One message of an agent's short-term memory, as the engine keeps it."""
+    """One message of an agent's short-term memory, as the engine keeps it.
+
+    `content` is optional (Agora's SDK marks it so): an assistant turn that only calls
+    tools carries `tool_calls` instead, and a `tool` result answers a `tool_call_id`.
+    """
 
     model_config = ConfigDict(extra="allow")
 
     role: str
-    content: str
+    content: str = ""
     turn_id: int | None = None
     timestamp: int | None = None
     metadata: MessageMetadata = Field(default_factory=MessageMetadata)
     speech_start_ms: int | float | None = None
     speech_end_ms: int | float | None = None
     speech_algorithmic_delay: int | float | None = None
+    tool_calls: list[Any] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    # The content as sent when it was not text: absent or null (None), or a list of parts.
+    content_is_text: bool = Field(True, exclude=True)
+    raw_content: Any = Field(None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -135,15 +159,142 @@ class MemoryMessage(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if "content" in data:
-            data["content"] = _text(data["content"])
+        if not isinstance(data.get("content"), str):
+            data["content_is_text"] = False
+            data["raw_content"] = data.get("content")
+            data["content"] = _text(data.get("content"))
         if "timestamp" in data:
             data["timestamp"] = to_ms(data["timestamp"])
-        if "turn_id" in data:
-            data["turn_id"] = _to_int(data["turn_id"])
+        turn_id = data.get("turn_id")
+        if turn_id is not None and type(turn_id) is not int:
+            data["turn_id"] = _turn_number(turn_id)
+            if data["turn_id"] is None:  # an unreadable turn id must not cost the message
+                data["turn_id_as_sent"] = turn_id
         if data.get("metadata") is None:
             data["metadata"] = {}
+        role = data.get("role")
+        if role is not None and not isinstance(role, str):
+            data["role"] = role = _to_str(role)
+        if isinstance(role, str) and not role.strip():
+            raise ValueError("role is empty")
+        if "tool_calls" in data or "tool_call_id" in data or "name" in data:
+            for name in ("tool_call_id", "name"):
+                if data.get(name) is not None and not isinstance(data[name], str):
+                    data[name] = _to_str(data[name])
+            if data.get("tool_calls") is not None and not isinstance(data["tool_calls"], list):
+                data["tool_calls"] = [data["tool_calls"]]
         return data
+
+    @property
+    def kind(self) -> str:
+        """turn, tool_call (the LLM asked for tools and said nothing) or tool_result."""
+        if self.role == "tool" or self.tool_call_id is not None:
+            return TOOL_RESULT
+        if self.tool_calls and not self.content.strip():
+            return TOOL_CALL
+        return TURN
+
+    def tool_data(self) -> dict[str, Any]:
+        """The OpenAI tool fields this message carries, as sent."""
+        data: dict[str, Any] = {}
+        if self.tool_calls is not None:
+            data["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            data["name"] = self.name
+        return data
+
+
+def _problem(exc: ValidationError) -> str:
+    """The first thing wrong with an item, in a few words."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else error["msg"]
+
+
+def valid_messages(raw: Any, field: str = "contents") -> tuple[list[Any], list[str]]:
+    """The items of a message list that can be applied, and what is wrong with the others."""
+    if raw is None:
+        return [], []
+    if not isinstance(raw, list):
+        return [], [f"{field} is not a list (got {type(raw).__name__}); no message could be read"]
+    kept: list[Any] = []
+    skipped: list[str] = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict):
+            skipped.append(f"{field}[{index}]: not an object (got {type(item).__name__})")
+            continue
+        try:
+            kept.append(MemoryMessage.model_validate(item))
+        except ValidationError as exc:
+            skipped.append(f"{field}[{index}]: {_problem(exc)}")
+    return kept, skipped
+
+
+def _turn_number(value: Any) -> int | None:
+    """A turn id as an integer (Agora sends numbers, sometimes as strings); None if not one."""
+    number = as_number(value)
+    if number is None or not float(number).is_integer() or not -(2**63) <= number < 2**63:
+        return None
+    return int(number)
+
+
+def valid_objects(
+    raw: Any, field: str, *, need_turn: bool = False
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The objects of a list (naming a turn, if `need_turn`), and a note for each other item."""
+    if raw is None:
+        return [], []
+    if not isinstance(raw, list):
+        return [], [f"{field} is not a list (got {type(raw).__name__})"]
+    kept: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict):
+            skipped.append(f"{field}[{index}]: not an object (got {type(item).__name__})")
+        elif need_turn and _turn_number(item.get("turn_id")) is None:
+            skipped.append(f"{field}[{index}]: no usable turn_id ({item.get('turn_id')!r})")
+        else:
+            kept.append(item)
+    return kept, skipped
+
+
+class Lenient(BaseModel):
+    """A payload whose unusable parts are set aside (and listed) instead of failing it whole."""
+
+    # False: validate as a whole first (the common, fast case) and look at the parts only
+    # when that fails; True: always (when set_aside also reshapes what is valid).
+    set_aside_first: ClassVar[bool] = True
+    _skipped: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _set_aside_what_cannot_be_applied(
+        cls, data: Any, handler: ValidatorFunctionWrapHandler
+    ) -> Any:
+        if not isinstance(data, dict):
+            return handler(data)
+        if not cls.set_aside_first:
+            try:
+                return handler(data)
+            except ValidationError:
+                pass  # one bad part must not cost the others: look at them one by one
+        data, skipped = cls.set_aside(dict(data))
+        model = handler(data)
+        if skipped and isinstance(model, Lenient):
+            model._skipped = skipped
+        return model
+
+    @classmethod
+    def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """The payload without its unusable parts, and a note for each part left out."""
+        return data, []
+
+    @property
+    def skipped(self) -> list[str]:
+        """What of the payload could not be applied."""
+        return self._skipped
 
 
 class Envelope(BaseModel):
@@ -175,8 +326,8 @@ class Envelope(BaseModel):
         return self.payload if isinstance(self.payload, dict) else {}
 
 
-class AgentPayload(BaseModel):
-    """Fields every agent event (101/102/103/110/111/112) may carry; times in ms."""
+class AgentPayload(Lenient):
+    """Fields every agent event (101/102/103/104/110/111/112) may carry; times in ms."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -209,6 +360,7 @@ class AgentLeft(AgentPayload):
 class AgentHistory(AgentPayload):
     """103: the agent's short-term memory, sent after it stops."""
 
+    set_aside_first: ClassVar[bool] = False
     contents: list[MemoryMessage] = Field(default_factory=list)
 
     @field_validator("contents", mode="before")
@@ -216,44 +368,108 @@ class AgentHistory(AgentPayload):
     def _list_or_empty(cls, value: Any) -> Any:
         return [] if value is None else value
 
+    @classmethod
+    def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        data["contents"], skipped = valid_messages(data.get("contents"))
+        return data, skipped
+
+
+class AgentTokenExpiring(AgentPayload):
+    """104: the agent's RTC token is about to expire; renew it with Agora's update endpoint."""
+
+    message: LooseStr = None
+
 
 class AgentErrors(AgentPayload):
     """110: errors of the agent's modules."""
 
     errors: list[dict[str, Any]] = Field(default_factory=list)
 
+    @classmethod
+    def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        data["errors"], skipped = valid_objects(data.get("errors"), "errors")
+        return data, skipped
+
 
 class AgentMetrics(AgentPayload):
-    """111: per-turn latency metrics; kept as sent."""
+    """111: per-turn latencies (`metrics[]` of `turn_id`, `asr_ttlw`, `llm_ttfb`, …), in ms.
+
+    Agora documents `payload.metrics`; a `payload.turns` list of the same items is read
+    too (tolerance: the shape an early fixture of ours had).
+    """
+
+    metrics: list[dict[str, Any]] = Field(default_factory=list)
+
+    @classmethod
+    def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        source = "metrics" if data.get("metrics") is not None else "turns"
+        data["metrics"], skipped = valid_objects(data.get(source), source, need_turn=True)
+        return data, skipped
 
 
 class TurnsFinished(AgentPayload):
-    """112: per-turn timing of a finished agent."""
+    """112: the finished session's turns (`start`, `end`, `metrics` each), in a batch.
+
+    Agora cuts the list when a session had too many turns (`is_truncated`).
+    """
 
     turns: list[dict[str, Any]] = Field(default_factory=list)
+    total_turn_count: LooseInt = None
+    is_truncated: bool = False
+
+    @field_validator("is_truncated", mode="before")
+    @classmethod
+    def _truncated(cls, value: Any) -> bool:
+        return False if value is None else _loose_bool(value)
+
+    @field_validator("total_turn_count", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        return value if _turn_number(value) is not None else None
+
+    @classmethod
+    def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        data["turns"], skipped = valid_objects(data.get("turns"), "turns", need_turn=True)
+        return data, skipped
 
 
 PAYLOAD_MODELS: dict[int, type[AgentPayload]] = {
     101: AgentJoined,
     102: AgentLeft,
     103: AgentHistory,
+    104: AgentTokenExpiring,
     110: AgentErrors,
     111: AgentMetrics,
     112: TurnsFinished,
 }
 
 CONVERSATIONAL_AI_PRODUCT = 17
+# Agora's docs portal shows event payloads under productId 1 (the RTC product id), and
+# RTC channel events reuse the same eventType numbers: such an envelope is read as an
+# agent event only when its payload names an agent.
+DOCS_PORTAL_PRODUCT = 1
 
 
-class HistoryWindow(BaseModel):
+class HistoryWindow(Lenient):
     """`GET …/agents/{agent_id}/history`: the running agent's short-term memory."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
+    set_aside_first: ClassVar[bool] = False
     agent_id: LooseStr = None
     start_ms: Millis = Field(None, alias="start_ts")
     status: LooseStr = None
     contents: list[MemoryMessage] = Field(default_factory=list)
+
+    @field_validator("contents", mode="before")
+    @classmethod
+    def _list_or_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    @classmethod
+    def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        data["contents"], skipped = valid_messages(data.get("contents"))
+        return data, skipped
 
 
 class Identity(BaseModel):

@@ -7,7 +7,9 @@ bounded concurrency and jittered intervals, and merges each window exactly as th
 
 Refreshes: when a pair's summary or facts change while one of its agents runs, the
 whole system_messages list (the caller's own, then fresh memory) is pushed through
-Agora's update endpoint, at most once per `refresh_interval_s` per agent.
+Agora's update endpoint, at most once per `refresh_interval_s` per agent. The memory is
+shaped for the `llm.style` the agent was started with, and its recent transcript leaves
+out the agent's own turns: they are in its short-term memory already.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .ingest import Ingestor
 from .schedule import start_interval
 from .settings import Settings
 from .store import SQLiteStore, now_ms
+from .styles import DEFAULT_STYLE
 
 log = logging.getLogger(__name__)
 
@@ -181,10 +184,10 @@ class Poller:
             raise NotFound(f"agent {agent_id} is not followed by this service")
         if watch["base_system_messages"] is None:
             raise Conflict(
-                f"agent {agent_id} was not started through this service, so its own system "
-                "messages are unknown and an update would erase them; start it with "
-                "POST /v1/agents or register it with POST /v1/sessions/{agent_id}/watch "
-                "giving its system_messages"
+                f"agent {agent_id} was not started through this service with its system "
+                "messages (or it was started from a Studio pipeline without them), so they are "
+                "unknown and an update would erase them; start it with POST /v1/agents or "
+                "register it with POST /v1/sessions/{agent_id}/watch giving its system_messages"
             )
         if watch["status"] != "watching":
             raise Conflict(f"agent {agent_id} is not running ({watch['stop_reason']})")
@@ -198,6 +201,8 @@ class Poller:
             max_tokens=watch["max_tokens"] or self.settings.context_max_tokens,
             recent_messages=self.settings.context_recent_messages,
             persona=watch["persona"],
+            style=watch["style"] or DEFAULT_STYLE,
+            exclude_agent_id=agent_id,
         )
         messages = json.loads(watch["base_system_messages"]) + context.system_messages
         if not force and watch["last_pushed"] and json.loads(watch["last_pushed"]) == messages:

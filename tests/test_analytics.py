@@ -88,7 +88,7 @@ def metrics_envelopes(
                 values[(run["character"], name)].append(turn[name])
         labels = run["labels"]
         envelopes.append(
-            agent_event(111, agent_id, labels=labels, turns=turns, start_ts=run["start_ms"] // 1000)
+            agent_event(111, agent_id, labels=labels, metrics=turns, start_ts=run["start_ms"] // 1000)
         )
     return envelopes, values
 
@@ -227,26 +227,21 @@ async def test_a_time_window_counts_only_the_sessions_started_in_it(service) -> 
 
 
 async def test_111_metrics_are_kept_per_turn_and_a_resent_turn_replaces(service) -> None:
-    await deliver(service, [load_fixture("agora/111_agent_metrics.json")])
-    turns = [
+    # The early `payload.turns` shape is still read (tolerance fixture).
+    await deliver(service, [load_fixture("agora/tolerance_111_turns_shape.json")])
+    metrics = [
         {"turn_id": 3, "asr_ttlw": 500, "llm_ttfb": "600", "llm_ttfs": None, "tts_ttfb": True},
         {"turn_id": "4", "asr_ttlw": 100, "custom_ms": 7},
-        {"asr_ttlw": 1},  # no turn id: skipped
+        {"asr_ttlw": 1},  # no turn id: set aside
         "garbage",
     ]
-    agent = load_fixture("agora/111_agent_metrics.json")["payload"]["agent_id"]
-    await deliver(
-        service,
-        [
-            agent_event(
-                111,
-                agent,
-                notice_id="later-111",
-                labels={"user_id": "u-1", "character_id": "luna"},
-                turns=turns,
-            )
-        ],
-    )
+    agent = load_fixture("agora/tolerance_111_turns_shape.json")["payload"]["agent_id"]
+    later = agent_event(
+        111, agent, notice_id="later-111", labels={"user_id": "u-1", "character_id": "luna"},
+        metrics=metrics,
+    )  # fmt: skip
+    status, answer = await service.callback(later)
+    assert (status, answer["status"]) == (200, "partial"), answer
     status, stats = await service.api("GET", "/v1/characters/luna/stats")
     assert status == 200, stats
     latency = stats["latency_ms"]

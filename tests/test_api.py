@@ -595,13 +595,13 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
 # Regression: SQLiteTransaction.forget (agent_memory/store/sqlite.py) wipes raw inbox bodies only
 # for agent_ids that have a session; a 103 that failed validation made no session, so its raw
 # body (the user's words, labelled with their user_id) survives forgetting
-async def test_forget_a_user_also_wipes_raw_callbacks_that_failed(service):
+async def test_forget_a_user_also_wipes_raw_callbacks_applied_in_part(service):
     contents = said(f"remember {GONE_EN} please", "sure")
     contents.append({"content": "a message without a role"})
     envelope = agent_event(103, "GONE-FAILED", labels={"user_id": "u-gone", "character_id": "luna"},
                            contents=contents)  # fmt: skip
     answer = await deliver(service, envelope)
-    assert answer["status"] == "failed"
+    assert answer["status"] == "partial"
     assert found(db_bytes(service), GONE_EN), "the raw body is stored"
     status, body = await service.api("DELETE", "/v1/users/u-gone")
     assert status == 200

@@ -40,7 +40,7 @@ async def test_export_holds_everything_about_the_user(service) -> None:
             agent,
             notice_id="metrics-1",
             labels=labels,
-            turns=[{"turn_id": 1, "llm_ttfb": 420}],
+            metrics=[{"turn_id": 1, "llm_ttfb": 420}],
         )
     )
     status, _ = await service.api(

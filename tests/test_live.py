@@ -584,9 +584,14 @@ async def start_agent(service: Any, user: str, name: str, persona: str | None = 
     return answer["agent_id"]
 
 
-async def memory_now(service: Any, user: str, persona: str) -> list[dict[str, Any]]:
+async def memory_now(
+    service: Any, user: str, persona: str, exclude_agent_id: str | None = None
+) -> list[dict[str, Any]]:
+    params = {"persona": persona}
+    if exclude_agent_id:
+        params["exclude_agent_id"] = exclude_agent_id
     status, body = await service.api(
-        "GET", f"/v1/users/{user}/characters/luna/system-messages", params={"persona": persona}
+        "GET", f"/v1/users/{user}/characters/luna/system-messages", params=params
     )
     assert status == 200
     return body["system_messages"]
@@ -617,7 +622,9 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
 
     assert len(fake.updates) == 1 and fake.updates[0][0] == agent
     first = pushed_list(fake.updates[0])
-    assert first == own + await memory_now(service, "u-f", persona)
+    # The running call's own turns are left out: the agent holds them already.
+    assert first == own + await memory_now(service, "u-f", persona, exclude_agent_id=agent)
+    assert "The most recent turns" not in json.dumps(first)
     assert first[1]["content"] == persona
     assert any(m["content"].startswith("Summary of your earlier") for m in first)
     watch = await watch_of(service, agent)
@@ -645,8 +652,10 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
     await sweep(service)
     assert len(fake.updates) == 2
     second = pushed_list(fake.updates[1])
-    assert second == own + await memory_now(service, "u-f", persona)
-    assert second != first and "refresh assistant message 17" in json.dumps(second)
+    assert second == own + await memory_now(service, "u-f", persona, exclude_agent_id=agent)
+    # Newer memory (the summary now covers the call's later turns), still without the turns.
+    assert second != first and "refresh user message 16" in json.dumps(second)
+    assert "The most recent turns" not in json.dumps(second)
 
     # On demand: at once, inside the interval, the same full list.
     status, answer = await service.api("POST", f"/v1/agents/{agent}/refresh")
@@ -781,7 +790,8 @@ async def test_manual_watch_with_system_messages_enables_refresh(start_service, 
     assert status == 200
     assert pushed_list(fake.updates[-1]) == refreshed["system_messages"]
     assert refreshed["system_messages"][0] == own[0]
-    assert "trail user message 2" in json.dumps(refreshed["system_messages"])
+    # The call's own turns stay out of the refresh: the agent holds them already.
+    assert "trail user message 2" not in json.dumps(refreshed["system_messages"])
 
 
 async def test_manual_watch_of_a_finished_call_is_409(start_service, fake):

@@ -171,12 +171,12 @@ async def test_binding_moves_a_fallback_session_and_labels_win_later(store, inge
     assert await store.read(lambda view: view.latest_messages("rtc:42", "default", 10)) == []
 
 
-async def test_failed_apply_keeps_the_raw_callback(store, ingestor):
+async def test_unreadable_contents_keep_the_raw_callback_and_say_so(store, ingestor):
     envelope = Envelope.model_validate(agent_event(103, "BAD", contents=5))
     outcome = await store.write(lambda tx: ingestor.accept_callback(tx, envelope, "{raw}", 1))
-    assert outcome.status == "failed"
+    assert outcome.status == "partial"
     row = await store.read(lambda view: view.get_inbox("BAD:103"))
-    assert row["body"] == "{raw}" and row["status"] == "failed" and "contents" in row["error"]
+    assert row["body"] == "{raw}" and row["status"] == "partial" and "contents" in row["error"]
 
 
 @pytest.mark.parametrize("seed", range(25))

@@ -266,7 +266,7 @@ async def remember_secrets(service: Any, user: str) -> None:
         )
         assert status == 200
     status, _ = await service.callback(
-        agent_event(111, "AGENT-SECRET", labels=labels, turns=[{"turn_id": 1, "llm_ttfb": 300}])
+        agent_event(111, "AGENT-SECRET", labels=labels, metrics=[{"turn_id": 1, "llm_ttfb": 300}])
     )
     status, _ = await service.api(
         "POST", f"/v1/users/{user}/characters/luna/facts",

@@ -8,8 +8,21 @@ Definitions (the HTTP answers and `agent-memory stats` repeat them):
 - interruption rate: stored assistant messages marked interrupted / stored assistant messages.
 - llm_failure rate: stored assistant messages whose source is `llm_failure` (or the older
   spelling `llm failure`) / stored assistant messages.
-- latency percentiles: nearest rank (the value at rank ceil(p * n) of the sorted values).
+- latency percentiles: nearest rank (the value at rank ceil(p * n) of the sorted values),
+  per metric as Agora names it (111 `metrics[]`: asr_ttlw, llm_ttfb, llm_ttfs, tts_ttfb;
+  112 `turns[].metrics`: e2e_latency_ms and each segment of segmented_latency_ms; 112 turn
+  timing: turn_duration_ms, speech_duration_ms, playback_duration_ms), and per stage, one
+  value per turn: asr = asr_ttlw; llm = llm_ttfb, else llm_ttft, else llm_ttfa; tts =
+  tts_ttfb; end_to_end = e2e_latency_ms (measured by Agora, 112), else total_delay (111),
+  else asr + llm + tts of that turn (Agora's own sum, without its optional AIVAD/BHVS
+  delays: a lower bound). Each stage says how many of its values were derived.
+- message counts and rates count spoken turns; tool calls and tool results the LLM made
+  are `tool_items`.
+- callbacks: raw callbacks received in the window that failed (nothing applied) or were
+  partial (some parts set aside); `agent-memory reprocess` applies them again.
 - last active: the latest session stop (or start, while running) or stored message time.
+- unidentified sessions: sessions no label or binding tied to a user, kept under `rtc:<uid>`
+  or `channel:<name>` (identity_source rtc or channel) / sessions.
 """
 
 from __future__ import annotations
@@ -20,10 +33,12 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..models import as_number
+from ..models import as_number, to_ms
 
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 LLM_FAILURE_SOURCES = ("llm_failure", "llm failure")
+# Identity sources that are only a fallback (see ingest.resolve_identity).
+UNIDENTIFIED_SOURCES = "'rtc', 'channel'"
 FAVOURITES = 5
 TOP = 10
 # Duration of a session when both ends are known and in order.
@@ -33,11 +48,12 @@ TALK_MS = (
 )
 MESSAGE_COUNTS = (
     "count(*) AS messages_stored, "
-    "coalesce(sum(m.role = 'user'), 0) AS user_messages, "
-    "coalesce(sum(m.role = 'assistant'), 0) AS assistant_messages, "
-    "coalesce(sum(m.role = 'assistant' AND m.interrupted), 0) AS interrupted, "
-    "coalesce(sum(m.role = 'assistant' AND m.source IN ('llm_failure', 'llm failure')), 0) "
-    "AS llm_failures, max(m.at_ms) AS last_message_ms"
+    "coalesce(sum(m.kind = 'turn' AND m.role = 'user'), 0) AS user_messages, "
+    "coalesce(sum(m.kind = 'turn' AND m.role = 'assistant'), 0) AS assistant_messages, "
+    "coalesce(sum(m.kind = 'turn' AND m.role = 'assistant' AND m.interrupted), 0) AS interrupted, "
+    "coalesce(sum(m.kind = 'turn' AND m.role = 'assistant' "
+    "AND m.source IN ('llm_failure', 'llm failure')), 0) AS llm_failures, "
+    "coalesce(sum(m.kind != 'turn'), 0) AS tool_items, max(m.at_ms) AS last_message_ms"
 )
 SESSION_COUNTS = (
     "count(*) AS sessions, coalesce(sum(s.message_count), 0) AS messages, "
@@ -47,27 +63,99 @@ SESSION_COUNTS = (
 )
 
 
-def metric_rows(turns: Any) -> list[tuple[int, str, float]]:
-    """(turn_id, metric, ms) of each numeric per-turn value in a 111 payload's `turns`."""
-    rows: list[tuple[int, str, float]] = []
-    if not isinstance(turns, list):
-        return rows
-    for turn in turns:
-        if not isinstance(turn, dict):
+# One value per turn and stage, in order of preference (see the module's definitions).
+STAGES: dict[str, tuple[str, ...]] = {
+    "asr": ("asr_ttlw",),
+    "llm": ("llm_ttfb", "llm_ttft", "llm_ttfa"),
+    "tts": ("tts_ttfb",),
+    "end_to_end": ("e2e_latency_ms", "total_delay"),
+}
+STAGE_METRICS = tuple(dict.fromkeys(name for names in STAGES.values() for name in names))
+
+# (turn_id, metric, ms, at_ms or None: when the turn happened, if the payload says)
+MetricRow = tuple[int, str, float, int | None]
+
+
+def metric_rows(items: Any) -> list[MetricRow]:
+    """Each numeric per-turn value of a 111 payload's `metrics` (or tolerated `turns`)."""
+    rows: list[MetricRow] = []
+    for item in items if isinstance(items, list) else ():
+        turn_id = _turn(item)
+        if turn_id is None:
             continue
-        turn_id = _as_float(turn.get("turn_id"))
-        if turn_id is None or not float(turn_id).is_integer():
-            continue
-        for name, value in turn.items():
+        for name, value in item.items():
             ms = _as_float(value)
             if name != "turn_id" and ms is not None and ms >= 0:
-                rows.append((int(turn_id), str(name), ms))
+                rows.append((turn_id, str(name), ms, None))
     return rows
+
+
+def turn_rows(turns: Any) -> list[MetricRow]:
+    """The latencies and durations of a 112 payload's `turns`, dated by each turn's start.
+
+    Agora documents a turn as `start` {start_at, type, metadata}, `end` {end_at, type,
+    metadata} and `metrics` {e2e_latency_ms, segmented_latency_ms: [{name, latency}]}.
+    A turn with `start_ts`/`stop_ts` instead (an early shape of ours) gives its duration.
+    """
+    rows: list[MetricRow] = []
+    for turn in turns if isinstance(turns, list) else ():
+        turn_id = _turn(turn)
+        if turn_id is None:
+            continue
+        start, end = _object(turn.get("start")), _object(turn.get("end"))
+        start_ms = to_ms(start.get("start_at", turn.get("start_ts")))
+        end_ms = to_ms(end.get("end_at", turn.get("stop_ts")))
+        found: dict[str, float | None] = {}
+        metrics = _object(turn.get("metrics"))
+        found["e2e_latency_ms"] = _as_float(metrics.get("e2e_latency_ms"))
+        segments = metrics.get("segmented_latency_ms")
+        for segment in segments if isinstance(segments, list) else ():
+            if isinstance(segment, dict) and isinstance(segment.get("name"), str):
+                found[segment["name"]] = _as_float(segment.get("latency"))
+        if start_ms is not None and end_ms is not None and end_ms >= start_ms:
+            found["turn_duration_ms"] = float(end_ms - start_ms)
+        found["speech_duration_ms"] = _as_float(_object(start.get("metadata")).get("speech_duration_ms"))
+        playback = _object(end.get("metadata")).get("playback_duration_ms")
+        found["playback_duration_ms"] = _as_float(playback)
+        rows.extend(
+            (turn_id, name, ms, start_ms)
+            for name, ms in found.items()
+            if ms is not None and ms >= 0
+        )
+    return rows
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _turn(item: Any) -> int | None:
+    """The integer turn id of a per-turn object, or None."""
+    if not isinstance(item, dict):
+        return None
+    turn_id = _as_float(item.get("turn_id"))
+    if turn_id is None or not turn_id.is_integer() or not -(2**63) <= turn_id < 2**63:
+        return None
+    return int(turn_id)
 
 
 def _as_float(value: Any) -> float | None:
     number = as_number(value)
     return None if number is None else float(number)
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    """count, mean, min, nearest-rank percentiles and max of some values, in ms."""
+    ordered = sorted(values)
+    entry: dict[str, Any] = {
+        "count": len(ordered),
+        "mean": round(sum(ordered) / len(ordered), 2),
+        "min": ordered[0],
+    }
+    for label, fraction in PERCENTILES:
+        entry[label] = ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
+    entry["max"] = ordered[-1]
+    return entry
 
 
 def rate(count: int, of: int) -> dict[str, Any]:
@@ -98,6 +186,7 @@ def message_rates(row: dict[str, Any]) -> dict[str, Any]:
         "messages_stored": row["messages_stored"],
         "user_messages": row["user_messages"],
         "assistant_messages": row["assistant_messages"],
+        "tool_items": row["tool_items"],
         "interruptions": rate(row["interrupted"], row["assistant_messages"]),
         "llm_failures": rate(row["llm_failures"], row["assistant_messages"]),
     }
@@ -164,6 +253,62 @@ class AnalyticsReads:
             entry["max"] = row["max"]
             stats[row["metric"]] = entry
         return stats
+
+    def stage_percentiles(
+        self,
+        *,
+        character_id: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """count, mean, min, p50, p90, p99 and max of each stage (asr, llm, tts, end_to_end)."""
+        source = "FROM agent_metrics a"
+        where, params = window("a.at_ms", since_ms, until_ms)
+        if character_id is not None:
+            source += " JOIN sessions s ON s.agent_id = a.agent_id"
+            where += " AND s.character_id = ?"
+            params.append(character_id)
+        pick = {name: f"max(a.value_ms) FILTER (WHERE a.metric = '{name}')" for name in STAGE_METRICS}
+        columns = [
+            (f"coalesce({', '.join(pick[name] for name in names)})" if len(names) > 1
+             else pick[names[0]]) + f" AS {stage}"
+            for stage, names in STAGES.items()
+        ]  # fmt: skip
+        marks = ", ".join("?" for _ in STAGE_METRICS)
+        values: dict[str, list[float]] = {stage: [] for stage in STAGES}
+        derived = 0
+        # `+a.metric`: read the table in its (agent, turn) order, which is the grouping,
+        # instead of through the metric index and a sort.
+        for asr, llm, tts, end_to_end in self.conn.execute(
+            f"SELECT {', '.join(columns)} {source} WHERE +a.metric IN ({marks}){where} "
+            "GROUP BY a.agent_id, a.turn_id",
+            (*STAGE_METRICS, *params),
+        ):
+            for stage, value in (("asr", asr), ("llm", llm), ("tts", tts)):
+                if value is not None:
+                    values[stage].append(value)
+            if end_to_end is None and None not in (asr, llm, tts):
+                end_to_end, derived = asr + llm + tts, derived + 1
+            if end_to_end is not None:
+                values["end_to_end"].append(end_to_end)
+        stats = {stage: summary(found) for stage, found in values.items() if found}
+        if "end_to_end" in stats:
+            stats["end_to_end"]["derived"] = derived
+        return stats
+
+    def callback_problems(
+        self, *, since_ms: int | None = None, until_ms: int | None = None
+    ) -> dict[str, int]:
+        """Raw callbacks received in the window that failed or were applied only in part."""
+        where, params = window("received_ms", since_ms, until_ms)
+        rows = self._all(
+            f"SELECT status, count(*) AS n FROM inbox WHERE status IN ('failed', 'partial'){where} "
+            "GROUP BY status",
+            params,
+        )
+        counts = {"failed": 0, "partial": 0}
+        counts.update({row["status"]: row["n"] for row in rows})
+        return counts
 
     # per user, per character, overall
 
@@ -250,6 +395,9 @@ class AnalyticsReads:
             "latency_ms": self.latency_percentiles(
                 character_id=character_id, since_ms=since_ms, until_ms=until_ms
             ),
+            "latency_stages_ms": self.stage_percentiles(
+                character_id=character_id, since_ms=since_ms, until_ms=until_ms
+            ),
         }
 
     def overall_stats(
@@ -268,6 +416,11 @@ class AnalyticsReads:
             f"SELECT s.status, count(*) AS n FROM sessions s WHERE 1{s_where} GROUP BY s.status",
             s_params,
         )
+        unidentified = self._row(
+            "SELECT count(*) AS n FROM sessions s "
+            f"WHERE s.identity_source IN ({UNIDENTIFIED_SOURCES}){s_where}",
+            s_params,
+        )["n"]
         reasons = self._all(
             f"SELECT coalesce(s.stop_reason, '') AS reason, count(*) AS n FROM sessions s "
             f"WHERE s.stop_reason IS NOT NULL{s_where} GROUP BY reason ORDER BY n DESC, reason",
@@ -286,6 +439,7 @@ class AnalyticsReads:
             "characters": sessions["characters"],
             "sessions": sessions["sessions"],
             "sessions_by_status": {row["status"]: row["n"] for row in by_status},
+            "unidentified_sessions": rate(unidentified, sessions["sessions"]),
             "stop_reasons": {row["reason"]: row["n"] for row in reasons},
             "messages": sessions["messages"],
             **message_rates(stored),
@@ -297,6 +451,8 @@ class AnalyticsReads:
                 {**row, "minutes_talked": minutes(row["talk_ms"])} for row in top_characters
             ],
             "latency_ms": self.latency_percentiles(since_ms=since_ms, until_ms=until_ms),
+            "latency_stages_ms": self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
+            "callbacks": self.callback_problems(since_ms=since_ms, until_ms=until_ms),
         }
 
 
@@ -337,8 +493,8 @@ class ExportReads:
             "SELECT * FROM sessions WHERE user_id = ? ORDER BY start_ms, agent_id", (user_id,)
         )
         messages = self._all(
-            "SELECT id, agent_id, character_id, seq, role, content, turn_id, ts_ms, at_ms, source, "
-            "speaker, interrupted, interrupt_ms, original, gap_before, extra, created_ms "
+            "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
+            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, created_ms "
             "FROM messages WHERE user_id = ? ORDER BY character_id, at_ms, seq, id",
             (user_id,),
         )
@@ -429,16 +585,19 @@ class ExportReads:
 
 
 class AnalyticsWrites:
-    """Recording 111 metrics; mixed into `SQLiteTransaction`."""
+    """Recording 111/112 metrics; mixed into `SQLiteTransaction`."""
 
     conn: sqlite3.Connection
 
-    def record_agent_metrics(self, agent_id: str, turns: Any, at_ms: int) -> int:
-        """Keep each turn's latencies of a 111 callback; a resent turn replaces its values."""
-        rows = metric_rows(turns)
+    def record_agent_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
+        """Keep per-turn values (`metric_rows`, `turn_rows`), dated by their turn or `at_ms`;
+        a resent turn replaces its values, so a 111 and a 112 naming one metric count once."""
         self.conn.executemany(
             "INSERT OR REPLACE INTO agent_metrics (agent_id, turn_id, metric, value_ms, at_ms) "
             "VALUES (?, ?, ?, ?, ?)",
-            [(agent_id, turn_id, metric, value, at_ms) for turn_id, metric, value in rows],
+            [
+                (agent_id, turn_id, metric, value, when or at_ms)
+                for turn_id, metric, value, when in rows
+            ],
         )
         return len(rows)

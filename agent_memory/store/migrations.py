@@ -324,3 +324,36 @@ def m005_incremental_vacuum(db: Database) -> None:
         return
     db.execute("PRAGMA auto_vacuum = INCREMENTAL")
     db.execute("VACUUM")
+
+
+@migrations()
+def m006_message_kinds(db: Database) -> None:
+    """What each stored message is: a spoken `turn`, or the LLM's `tool_call` / `tool_result`."""
+    # Every message stored before this was a turn: the default says so for them.
+    db.execute("ALTER TABLE messages ADD COLUMN kind TEXT NOT NULL DEFAULT 'turn'")
+
+
+@migrations()
+def m007_session_notices(db: Database) -> None:
+    """What 104 (token about to expire) and 112 (turns finished) say about a session."""
+    db.execute("ALTER TABLE sessions ADD COLUMN token_warning_ms INTEGER")
+    db.execute("ALTER TABLE sessions ADD COLUMN turn_count INTEGER")
+    db.execute("ALTER TABLE sessions ADD COLUMN turns_truncated INTEGER NOT NULL DEFAULT 0")
+
+
+@migrations()
+def m008_channel_bindings(db: Database) -> None:
+    """Channels tied to a user and character, for apps that give each user a channel of their own."""
+    db.execute(
+        "CREATE TABLE channel_bindings (channel TEXT PRIMARY KEY, user_id TEXT NOT NULL, "
+        "character_id TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL)"
+    )
+    # forget deletes a user's bindings; binding a channel finds the sessions already held there.
+    db.execute("CREATE INDEX channel_bindings_pair ON channel_bindings (user_id, character_id)")
+    db.execute("CREATE INDEX sessions_channel ON sessions (channel)")
+
+
+@migrations()
+def m009_watch_style(db: Database) -> None:
+    """The `llm.style` an agent was started with, so live refreshes send memory in its shape."""
+    db.execute("ALTER TABLE watched_agents ADD COLUMN style TEXT")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .search import SOURCES
 
-KEEP_INBOX_STATUSES = ("received", "failed")  # not yet applied, or to be reprocessed
+KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or to be reprocessed
 DELETE_CHUNK = 500  # ids per DELETE ... IN (...), below SQLite's variable limit
 # A forget optimizes the search index on the spot while the index is this small (rows of
 # its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above

@@ -38,7 +38,7 @@ T = TypeVar("T")
 MESSAGE_COLUMNS = (
     "agent_id", "user_id", "character_id", "seq", "role", "content", "turn_id", "ts_ms",
     "at_ms", "source", "speaker", "interrupted", "interrupt_ms", "original", "fp",
-    "gap_before", "extra", "created_ms",
+    "gap_before", "extra", "created_ms", "kind",
 )  # fmt: skip
 
 # Sequence numbers stay far below this (gaps leave 2**20 of room each).
@@ -50,12 +50,15 @@ INSERT_MESSAGE = (
 )
 # Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
 _message_values = operator.itemgetter(*MESSAGE_COLUMNS)
-_NO_MESSAGE_VALUES: dict[str, Any] = {column: None for column in MESSAGE_COLUMNS}
+_NO_MESSAGE_VALUES: dict[str, Any] = {column: None for column in MESSAGE_COLUMNS} | {"kind": "turn"}
 
 PUBLIC_MESSAGE_COLUMNS = (
-    "id, agent_id, user_id, character_id, seq, role, content, turn_id, ts_ms, at_ms, source, "
-    "speaker, interrupted, interrupt_ms, original, gap_before"
+    "id, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
+    "source, speaker, interrupted, interrupt_ms, original, gap_before, extra"
 )
+# Memory, summaries and transcripts read what was said; tool calls and results are kept
+# (export, GET …/messages) but were never said.
+SPOKEN = "kind = 'turn'"
 
 
 _savepoints = itertools.count()
@@ -111,11 +114,14 @@ class SQLiteView(SearchReads, AnalyticsReads, ExportReads, RetentionReads):
     def schema_migrations(self) -> list[str]:
         return [row["name"] for row in self._all("SELECT name FROM _sqlite_migrations ORDER BY id")]
 
-    def latest_messages(self, user_id: str, character_id: str, limit: int) -> list[dict[str, Any]]:
-        """The pair's `limit` latest messages, oldest first."""
+    def latest_messages(
+        self, user_id: str, character_id: str, limit: int, *, spoken_only: bool = True
+    ) -> list[dict[str, Any]]:
+        """The pair's `limit` latest spoken turns (or all items), oldest first."""
+        spoken = f" AND {SPOKEN}" if spoken_only else ""
         rows = self._all(
-            f"SELECT {PUBLIC_MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND character_id = ? "
-            "ORDER BY at_ms DESC, seq DESC LIMIT ?",
+            f"SELECT {PUBLIC_MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND character_id = ?"
+            f"{spoken} ORDER BY at_ms DESC, seq DESC LIMIT ?",
             (user_id, character_id, limit),
         )
         rows.reverse()
@@ -124,17 +130,19 @@ class SQLiteView(SearchReads, AnalyticsReads, ExportReads, RetentionReads):
     def messages_after(
         self, user_id: str, character_id: str, watermark_id: int, limit: int
     ) -> list[dict[str, Any]]:
-        """Messages stored after the watermark (by id), in conversation order."""
+        """Spoken turns stored after the watermark (by id), in conversation order."""
         return self._all(
             f"SELECT {PUBLIC_MESSAGE_COLUMNS} FROM messages "
-            "WHERE user_id = ? AND character_id = ? AND id > ? "
+            f"WHERE user_id = ? AND character_id = ? AND id > ? AND {SPOKEN} "
             "ORDER BY at_ms, seq LIMIT ?",
             (user_id, character_id, watermark_id, limit),
         )
 
     def count_messages_after(self, user_id: str, character_id: str, watermark_id: int) -> int:
+        """How many spoken turns were stored after the watermark."""
         row = self.conn.execute(
-            "SELECT count(*) FROM messages WHERE user_id = ? AND character_id = ? AND id > ?",
+            f"SELECT count(*) FROM messages WHERE user_id = ? AND character_id = ? AND id > ? "
+            f"AND {SPOKEN}",
             (user_id, character_id, watermark_id),
         ).fetchone()
         return int(row[0])
@@ -168,6 +176,18 @@ class SQLiteView(SearchReads, AnalyticsReads, ExportReads, RetentionReads):
 
     def get_binding(self, agent_id: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM bindings WHERE agent_id = ?", (agent_id,))
+
+    def get_channel_binding(self, channel: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM channel_bindings WHERE channel = ?", (channel,))
+
+    def channel_sessions(self, channel: str, sources: Sequence[str]) -> list[dict[str, Any]]:
+        """The sessions held for `channel` whose identity came from one of `sources`."""
+        marks = ", ".join("?" for _ in sources)
+        return self._all(
+            f"SELECT * FROM sessions WHERE channel = ? AND identity_source IN ({marks}) "
+            "ORDER BY start_ms, agent_id",
+            (channel, *sources),
+        )
 
     def list_facts(self, user_id: str, character_id: str) -> list[dict[str, Any]]:
         """The pair's facts and the user's user-wide facts, oldest first."""
@@ -349,6 +369,26 @@ class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites, SearchWrit
             (agent_id, user_id, character_id, now_ms()),
         )
 
+    def set_channel_binding(self, channel: str, user_id: str, character_id: str) -> dict[str, Any]:
+        """Tie a channel to a pair (a rebinding keeps its created_ms); returns the binding."""
+        stamp = now_ms()
+        self.conn.execute(
+            "INSERT INTO channel_bindings (channel, user_id, character_id, created_ms, updated_ms) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (channel) DO UPDATE SET user_id = excluded.user_id, "
+            "character_id = excluded.character_id, updated_ms = excluded.updated_ms",
+            (channel, user_id, character_id, stamp, stamp),
+        )
+        binding = self.get_channel_binding(channel)
+        assert binding is not None
+        return binding
+
+    def delete_channel_binding(self, channel: str) -> dict[str, Any] | None:
+        """Remove a channel's binding; returns what it was, or None if there was none."""
+        binding = self.get_channel_binding(channel)
+        if binding is not None:
+            self.conn.execute("DELETE FROM channel_bindings WHERE channel = ?", (channel,))
+        return binding
+
     def insert_messages(self, rows: Iterable[dict[str, Any]]) -> None:
         """Insert message rows (dicts of MESSAGE_COLUMNS; a missing column is NULL)."""
         self.conn.executemany(
@@ -529,9 +569,11 @@ class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites, SearchWrit
         base_system_messages: list[dict[str, Any]] | None = None,
         persona: str | None = None,
         max_tokens: int | None = None,
+        style: str | None = None,
     ) -> str:
         """Follow a running agent; an explicit request (not a 101) also updates or resumes
-        an existing watch. Returns created, updated, unchanged, or stopped (not followable)."""
+        an existing watch. Returns created, updated, unchanged, or stopped (not followable).
+        `style` is the agent's `llm.style`, the shape its refreshes take (None: openai)."""
         session = self.get_session(agent_id)
         if session is not None and session["status"] != "running":
             return "stopped"
@@ -541,18 +583,21 @@ class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites, SearchWrit
         if existing is None:
             self.conn.execute(
                 "INSERT INTO watched_agents (agent_id, origin, status, next_poll_ms, "
-                "base_system_messages, persona, max_tokens, created_ms, updated_ms) "
-                "VALUES (?, ?, 'watching', ?, ?, ?, ?, ?, ?)",
-                (agent_id, origin, first_poll_ms, base, persona, max_tokens, stamp, stamp),
+                "base_system_messages, persona, max_tokens, style, created_ms, updated_ms) "
+                "VALUES (?, ?, 'watching', ?, ?, ?, ?, ?, ?, ?)",
+                (agent_id, origin, first_poll_ms, base, persona, max_tokens, style, stamp, stamp),
             )
             return "created"
         if origin == "callback":
             return "unchanged"
         changes: dict[str, Any] = {}
-        if base is not None and (base, persona, max_tokens) != (
-            existing["base_system_messages"], existing["persona"], existing["max_tokens"]
+        if base is not None and (base, persona, max_tokens, style) != (
+            existing["base_system_messages"], existing["persona"], existing["max_tokens"],
+            existing["style"],
         ):
-            changes.update(base_system_messages=base, persona=persona, max_tokens=max_tokens)
+            changes.update(
+                base_system_messages=base, persona=persona, max_tokens=max_tokens, style=style
+            )
         if existing["status"] != "watching":
             changes.update(status="watching", stop_reason=None, next_poll_ms=first_poll_ms, failures=0)
         if not changes:
@@ -635,6 +680,9 @@ class SQLiteTransaction(SQLiteView, RetentionWrites, AnalyticsWrites, SearchWrit
         )
         receipt["sessions"] = self.conn.execute(f"DELETE FROM sessions WHERE {where}", params).rowcount
         receipt["bindings"] = self.conn.execute(f"DELETE FROM bindings WHERE {where}", params).rowcount
+        receipt["channel_bindings"] = self.conn.execute(
+            f"DELETE FROM channel_bindings WHERE {where}", params
+        ).rowcount
         # The noticeId stays so that a redelivery is still recognised, but its text goes.
         blank = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE "
         raw = sum(

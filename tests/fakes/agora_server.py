@@ -76,6 +76,10 @@ class FakeAgora:
         # Called with the new agent before /join answers (e.g. to deliver its 101 first,
         # as Agora may when the agent joins the channel quickly).
         self.on_join: Callable[[FakeAgent], Awaitable[None]] | None = None
+        # The raw body a successful leave answers with; Agora documents it as empty.
+        self.leave_body = ""
+        # When set, /join answers 200 with this raw body (after recording the join).
+        self.join_answer: str | None = None
         self.base_url = ""
         self._runner: web.AppRunner | None = None
 
@@ -168,6 +172,8 @@ class FakeAgora:
         if body is None:
             return error(400, "body is not a JSON object", "InvalidRequest")
         self.joins.append(body)
+        if self.join_answer is not None:
+            return web.Response(text=self.join_answer, content_type="application/json")
         name = body.get("name")
         for other in self.agents.values():
             if name and other.status != STOPPED and (other.join_body or {}).get("name") == name:
@@ -202,7 +208,7 @@ class FakeAgora:
         if agent is None:
             return error(404, "task not found", "TaskNotFound")
         agent.status = STOPPED
-        return web.json_response({})
+        return web.Response(text=self.leave_body, content_type="application/json")
 
     async def _query(self, request: web.Request) -> web.Response:
         agent = self.agents.get(request.match_info["agent_id"])
