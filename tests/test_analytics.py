@@ -300,3 +300,14 @@ async def test_cli_stats_print_the_same_numbers(service, capsys) -> None:
     assert "active_users           1" in out and "asr_ttlw" in out
     assert await asyncio.to_thread(main, ["stats", "--db", db, "--user", "nobody"]) == 1
     assert "nothing is held about user nobody" in capsys.readouterr().err
+
+
+async def test_talk_time_leaves_out_runs_with_placeholder_times(service) -> None:
+    """A run longer than a day (Agora's docs examples carry start_ts 1000) adds no talk time."""
+    real = agent_event(102, "REAL", labels={"user_id": "u-t", "character_id": "luna"},
+                       start_ts=1_763_690_000, stop_ts=1_763_690_300, status="STOPPED")  # fmt: skip
+    placeholder = agent_event(102, "DOCS", labels={"user_id": "u-t", "character_id": "luna"},
+                              start_ts=1000, stop_ts=1_672_531_200, status="STOPPED")  # fmt: skip
+    await deliver(service, [real, placeholder])
+    _status, stats = await service.api("GET", "/v1/users/u-t/stats")
+    assert stats["sessions"] == 2 and stats["talk_ms"] == 300_000

@@ -4,7 +4,8 @@ Definitions (the HTTP answers and `agent-memory stats` repeat them):
 - sessions: agent runs (rows of `sessions`), whatever their status.
 - messages: messages ever taken in (the sessions' `message_count`, which retention does not
   lower); `messages_stored`: those still held.
-- talk time: the sum over sessions of `stop_ms - start_ms`, where both are known.
+- talk time: the sum over sessions of `stop_ms - start_ms`, where both are known and the run
+  lasted at most a day (longer ones carry placeholder times).
 - interruption rate: stored assistant messages marked interrupted / stored assistant messages.
 - llm_failure rate: stored assistant messages whose source is `llm_failure` (or the older
   spelling `llm failure`) / stored assistant messages.
@@ -41,10 +42,13 @@ LLM_FAILURE_SOURCES = ("llm_failure", "llm failure")
 UNIDENTIFIED_SOURCES = "'rtc', 'channel'"
 FAVOURITES = 5
 TOP = 10
-# Duration of a session when both ends are known and in order.
+# Duration of a session when both ends are known, in order and plausible: an agent run
+# longer than a day says its times are placeholders (Agora's own examples carry start_ts
+# 1000), and one such run must not swamp everyone's talk time.
+MAX_SESSION_MS = 24 * 3600 * 1000
 TALK_MS = (
     "CASE WHEN s.start_ms IS NOT NULL AND s.stop_ms IS NOT NULL AND s.stop_ms > s.start_ms "
-    "THEN s.stop_ms - s.start_ms ELSE 0 END"
+    f"AND s.stop_ms - s.start_ms <= {MAX_SESSION_MS} THEN s.stop_ms - s.start_ms ELSE 0 END"
 )
 MESSAGE_COUNTS = (
     "count(*) AS messages_stored, "
