@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .context import load_context
-from .errors import AgentMemoryError
-from .ingest import Ingestor
-from .models import Envelope
-from .settings import Settings
-from .store import SQLiteStore, dumps, now_ms
+from agent_memory.core.context import load_context
+from agent_memory.errors import AgentMemoryError
+from agent_memory.memory.ingest import Ingestor
+from agent_memory.platforms.agora.payloads import Envelope
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore, dumps, now_ms
 
 log = logging.getLogger("agent_memory")
 
@@ -62,7 +62,7 @@ def tune_garbage_collector() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from .app import create_app
+    from agent_memory.web.app import create_app
 
     settings = settings_from(args)
     configure_logging(settings.log_level)
@@ -192,7 +192,7 @@ def open_store(args: argparse.Namespace) -> tuple[Settings, SQLiteStore]:
 
 
 def cmd_bind_channel(args: argparse.Namespace) -> int:
-    from .api import channel_binding_json, check_channel
+    from agent_memory.web.routes.memory import channel_binding_json, check_channel
 
     channel = check_channel(args.channel)
     if (args.user_id is None) != (args.character_id is None) or (args.delete and args.user_id):
@@ -246,7 +246,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_job(args: argparse.Namespace) -> int:
-    from .jobs import retry_job
+    from agent_memory.memory.jobs import retry_job
 
     _, store = open_store(args)
     try:
@@ -258,8 +258,8 @@ def cmd_retry_job(args: argparse.Namespace) -> int:
 
 
 def cmd_condense(args: argparse.Namespace) -> int:
-    from .condense import make_condenser
-    from .jobs import CondenseJobs, condense_now
+    from agent_memory.condense.openai_compatible import make_condenser
+    from agent_memory.memory.jobs import CondenseJobs, condense_now
 
     settings, store = open_store(args)
 
@@ -448,7 +448,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from .retention import Retention
+    from agent_memory.memory.retention import Retention
 
     settings, store = open_store(args)
     overrides = {

@@ -19,7 +19,7 @@
         ├── AgoraRateLimited        429  slow down; `retry_after` says how long
         └── AgoraServerError        502  Agora's 5xx, or no answer at all
 
-`agent_memory.http` is the one place these become HTTP responses.
+`agent_memory.web.http` is the one place these become HTTP responses.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import InvalidField
+from agent_memory.errors import InvalidField
 
 # field name -> environment variable; the table in README.md mirrors this.
 ENVIRONMENT: dict[str, str] = {

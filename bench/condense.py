@@ -24,10 +24,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from _common import machine_info, print_machine, self_cpu_seconds  # noqa: E402
 
-from agent_memory.condense import LLMCondenser  # noqa: E402
-from agent_memory.ingest import Ingestor  # noqa: E402
-from agent_memory.jobs import CondenseJobs  # noqa: E402
-from agent_memory.models import Envelope  # noqa: E402
+from agent_memory.condense.openai_compatible import LLMCondenser  # noqa: E402
+from agent_memory.memory.ingest import Ingestor  # noqa: E402
+from agent_memory.memory.jobs import CondenseJobs  # noqa: E402
+from agent_memory.platforms.agora.payloads import Envelope  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.store import SQLiteStore, dumps, now_ms  # noqa: E402
 

@@ -39,7 +39,7 @@ from _common import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from webhooks.signatures import agora_headers
+from agent_memory.platforms.agora.signatures import agora_headers
 
 SECRET = "bench-notification-secret"
 USERS = 1000

@@ -50,9 +50,9 @@ from _common import (
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent_memory.agora import AgoraClient  # noqa: E402
-from agent_memory.ingest import Ingestor  # noqa: E402
-from agent_memory.poller import Poller  # noqa: E402
+from agent_memory.platforms.agora.client import AgoraClient  # noqa: E402
+from agent_memory.memory.ingest import Ingestor  # noqa: E402
+from agent_memory.platforms.agora.poller import Poller  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.store import SQLiteStore, now_ms  # noqa: E402
 

@@ -38,7 +38,7 @@ from _common import (
 from search import REPO, ensure_database
 
 sys.path.insert(0, str(REPO))
-from agent_memory.retention import BATCH_ROWS, Retention
+from agent_memory.memory.retention import BATCH_ROWS, Retention
 from agent_memory.settings import Settings
 from agent_memory.store import SQLiteStore
 

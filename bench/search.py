@@ -46,7 +46,7 @@ from _common import (
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from agent_memory.facts import normalise
+from agent_memory.core.facts import normalise
 from agent_memory.store import SQLiteStore, dumps
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -142,7 +142,7 @@ PET_KINDS = ["dog", "cat", "rabbit", "parrot"]
 
 def cache_path(args: argparse.Namespace) -> Path:
     """The cached database for these parameters and this schema."""
-    schema = (REPO / "agent_memory" / "store" / "migrations.py").read_bytes()
+    schema = (REPO / "agent_memory" / "store" / "sqlite" / "migrations.py").read_bytes()
     key = hashlib.sha1(
         f"{BUILD_VERSION}|{args.total}|{args.users}|{args.seed}|".encode() + schema
     ).hexdigest()[:10]

@@ -42,10 +42,10 @@ from _common import (
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from agent_memory.context import build_context, load_context
-from agent_memory.facts import normalise
-from agent_memory.ingest import message_row
-from agent_memory.models import AgentHistory
+from agent_memory.core.context import build_context, load_context
+from agent_memory.core.facts import normalise
+from agent_memory.memory.ingest import message_row
+from agent_memory.platforms.agora.payloads import AgentHistory
 from agent_memory.settings import Settings
 from agent_memory.store import SQLiteStore, dumps
 
@@ -93,7 +93,7 @@ SUMMARY = (
 
 def cache_path(args: argparse.Namespace) -> Path:
     """The cached database for these parameters and this schema."""
-    schema = (REPO / "agent_memory" / "store" / "migrations.py").read_bytes()
+    schema = (REPO / "agent_memory" / "store" / "sqlite" / "migrations.py").read_bytes()
     key = hashlib.sha1(
         f"{BUILD_VERSION}|{args.total}|{args.pair_messages}|{args.users}|{args.seed}|".encode()
         + schema

@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from agent_memory.app import create_app
+from agent_memory.web.app import create_app
 from agent_memory.settings import Settings
-from agent_memory.state import STORE
+from agent_memory.web.keys import STORE
 from agent_memory.store import SQLiteStore
-from webhooks.signatures import agora_headers
+from agent_memory.platforms.agora.signatures import agora_headers
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SECRET = "test-notification-secret"

@@ -14,7 +14,7 @@ import pytest
 from aioresponses import aioresponses
 from yarl import URL
 
-from agent_memory.agora import RETRY_AFTER_CAP_S, AgoraClient
+from agent_memory.platforms.agora.client import RETRY_AFTER_CAP_S, AgoraClient
 from agent_memory.errors import (
     AgoraError,
     AgoraNotFound,
@@ -381,9 +381,9 @@ async def test_each_retry_is_logged_with_agent_status_and_delay(
 ) -> None:
     mocked.get(HISTORY, status=429, headers={"Retry-After": "2"})
     mocked.get(HISTORY, payload=WINDOW)
-    with caplog.at_level(logging.INFO, logger="agent_memory.agora"):
+    with caplog.at_level(logging.INFO, logger="agent_memory.platforms.agora.client"):
         await make_client().history(AGENT)
-    (record,) = [r for r in caplog.records if r.name == "agent_memory.agora"]
+    (record,) = [r for r in caplog.records if r.name == "agent_memory.platforms.agora.client"]
     assert record.levelno == logging.WARNING
     text = record.getMessage()
     assert AGENT in text and "429" in text and "2.00s" in text

@@ -18,10 +18,10 @@ import pytest
 from conftest import agent_event, load_fixture
 from sqlite_utils import Database
 
-from agent_memory.ingest import Ingestor
-from agent_memory.models import HistoryWindow, to_ms
+from agent_memory.memory.ingest import Ingestor
+from agent_memory.platforms.agora.payloads import HistoryWindow, to_ms
 from agent_memory.store import SQLiteStore
-from agent_memory.store.migrations import migrations
+from agent_memory.store.sqlite.migrations import migrations
 
 TOOLS = "agora/103_tool_calls.json"
 STAGE_OF = {"asr": "asr_ttlw", "llm": "llm_ttfb", "tts": "tts_ttfb"}
@@ -159,7 +159,7 @@ async def test_tool_items_align_when_windows_overlap(service) -> None:
 
 
 async def test_unusable_items_are_set_aside_and_the_rest_is_applied(service, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="agent_memory.ingest")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     contents = [
         {"role": "user", "content": "first"},
         "not an object",
@@ -259,7 +259,7 @@ async def test_documented_111_yields_latency_percentiles_per_stage(service) -> N
 
 
 async def test_documented_112_records_turn_timing_and_truncation(service, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="agent_memory.ingest")
+    caplog.set_level(logging.INFO, logger="agent_memory.memory.ingest")
     envelope = load_fixture("agora/112_turns_finished.json")
     payload = envelope["payload"]
     turn = payload["turns"][0]
@@ -304,7 +304,7 @@ async def test_early_shapes_of_111_and_112_are_still_read(service) -> None:
 
 
 async def test_104_is_recorded_on_the_session_with_a_warning(service, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="agent_memory.ingest")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     await send(service, load_fixture("agora/101_agent_joined.json"))
     warning = load_fixture("agora/104_token_expiring.json")
     agent = warning["payload"]["agent_id"]
@@ -362,7 +362,7 @@ async def test_turn_id_zero_fills_a_missing_turn_id(service) -> None:
 
 
 async def test_a_docs_portal_envelope_with_product_1_is_read(service, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="agent_memory.ingest")
+    caplog.set_level(logging.INFO, logger="agent_memory.memory.ingest")
     envelope = load_fixture("agora/docs_portal_103_product_1.json")
     payload = envelope["payload"]
     answer = await send(service, envelope)
@@ -376,7 +376,7 @@ async def test_a_docs_portal_envelope_with_product_1_is_read(service, caplog) ->
 
 
 async def test_rtc_and_other_products_are_kept_not_used_and_logged(service, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="agent_memory.ingest")
+    caplog.set_level(logging.INFO, logger="agent_memory.memory.ingest")
     rtc = load_fixture("agora/tolerance_rtc_111_product_1.json")
     await send(service, rtc, "ignored")
     recording = agent_event(103, "REC-1", contents=[{"role": "user", "content": "x"}])

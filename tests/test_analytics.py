@@ -13,7 +13,7 @@ import pytest
 from conftest import CONVERSATIONS, agent_event, load_fixture
 
 from agent_memory.cli import main
-from agent_memory.models import to_ms
+from agent_memory.platforms.agora.payloads import to_ms
 
 METRICS = ("asr_ttlw", "llm_ttfb", "llm_ttfs", "tts_ttfb")
 

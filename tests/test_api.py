@@ -14,8 +14,8 @@ from aiohttp import web
 from conftest import TOKEN, agent_event, load_fixture, turns
 from fakes.openai_server import FakeOpenAI
 
-from agent_memory.state import JOBS
-from agent_memory.tokens import count_message_tokens
+from agent_memory.web.keys import JOBS
+from agent_memory.core.tokens import count_message_tokens
 
 PERSONA = "You are Luna, a warm and curious companion. Keep answers short."
 FILLER = "and then we talked for a while about the weather, the city and the weekend plans"

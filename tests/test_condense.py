@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent_memory.condense import (
+from agent_memory.condense.openai_compatible import (
     CondenseInput,
     CondenseOutput,
     FactAdd,
@@ -24,8 +24,8 @@ from agent_memory.condense import (
     sanitize,
 )
 from agent_memory.errors import LLMBadOutput, LLMError, LLMUnavailable
-from agent_memory.offline import OfflineCondenser
-from agent_memory.render import render_transcript
+from agent_memory.condense.offline import OfflineCondenser
+from agent_memory.core.render import render_transcript
 from agent_memory.settings import Settings
 from tests.fakes.openai_server import FakeOpenAI, Reply, estimate_prompt_tokens
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from agent_memory.context import build_context
+from agent_memory.core.context import build_context
 from agent_memory.errors import InvalidField
-from agent_memory.tokens import count_message_tokens
+from agent_memory.core.tokens import count_message_tokens
 
 DAY = 1_763_690_000_000
 

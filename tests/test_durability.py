@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 from conftest import SECRET, TOKEN, agent_event, encode, turns
 
-from webhooks.signatures import agora_headers
+from agent_memory.platforms.agora.signatures import agora_headers
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES_PER_CALLBACK = 8

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agent_memory.agora import AgoraClient
+from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.errors import AgoraNotFound
 from agent_memory.settings import Settings
 from tests.fakes.agora_server import FakeAgora

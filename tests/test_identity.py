@@ -19,7 +19,7 @@ from conftest import agent_event, load_fixture
 from fakes.agora_server import FakeAgora
 
 from agent_memory.cli import main
-from agent_memory.state import POLLER
+from agent_memory.web.keys import POLLER
 
 DOCS_101 = load_fixture("identity/101_docs_campaign_labels.json")
 DOCS_103 = load_fixture("identity/103_docs_campaign_labels.json")
@@ -79,7 +79,7 @@ def unidentified_warnings(caplog: pytest.LogCaptureFixture, agent_id: str) -> li
         record.getMessage()
         for record in caplog.records
         if record.levelno == logging.WARNING
-        and record.name == "agent_memory.ingest"
+        and record.name == "agent_memory.memory.ingest"
         and "names no user" in record.getMessage()
         and agent_id in record.getMessage()
     ]
@@ -89,7 +89,7 @@ def unidentified_warnings(caplog: pytest.LogCaptureFixture, agent_id: str) -> li
 
 
 async def test_a_call_without_a_user_label_warns_once_naming_the_fix(service, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="agent_memory.ingest")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     await send(service, DOCS_101)
     await send(service, DOCS_101)  # a redelivery
     later = {"labels": DOCS_LABELS, "channel": "xxxxx", "name": "my-agent", "start_ts": 1737111452}
@@ -116,7 +116,7 @@ async def test_a_call_without_a_user_label_warns_once_naming_the_fix(service, ca
 
 
 async def test_a_call_identified_by_its_speaker_uid_also_warns_once(service, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="agent_memory.ingest")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     await send(service, history_in("room-uid", "UID-CALL", said("uid", "3003"), labels=DOCS_LABELS))
     await send(service, history_in("room-uid", "UID-CALL", said("uid", "3003"), notice_id="again"))
     (warning,) = unidentified_warnings(caplog, "UID-CALL")
@@ -125,7 +125,7 @@ async def test_a_call_identified_by_its_speaker_uid_also_warns_once(service, cap
 
 
 async def test_label_keys_set_to_the_integrators_own_identify_the_call(start_service, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="agent_memory.ingest")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     service = await start_service(label_user_key="campaign_id", label_character_key="customer_group")
     await send(service, DOCS_101)
     await send(service, DOCS_103)
@@ -174,7 +174,7 @@ async def test_an_empty_service_counts_no_unidentified_sessions(service) -> None
 
 
 async def test_binding_a_channel_moves_its_earlier_calls_and_ties_later_ones(service, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="agent_memory.ingest")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     await send(service, DOCS_103)  # channel:xxxx
     await send(service, history_in("xxxx", "UID-IN-XXXX", said("uid", "3003")))  # rtc:3003
     await send(service, history_in("xxxx", "LABELLED-IN-XXXX", said("labelled"),
@@ -218,7 +218,7 @@ async def test_binding_a_channel_moves_its_earlier_calls_and_ties_later_ones(ser
 
 
 async def test_rebinding_moves_what_the_channel_tied_and_unbinding_leaves_it(service, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="agent_memory.ingest")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     await send(service, DOCS_103)
     assert (await bind(service, "xxxx", {"user_id": "u-a", "character_id": "luna"}))["moved_sessions"] == [AGENT_103]
     assert (await bind(service, "xxxx", {"user_id": "u-b", "character_id": "luna"}))["moved_sessions"] == [AGENT_103]

@@ -9,7 +9,7 @@ from typing import Any
 from conftest import agent_event, load_fixture, turns, wait_for
 from fakes.openai_server import FakeOpenAI, Reply
 
-from agent_memory.state import JOBS
+from agent_memory.web.keys import JOBS
 
 ALICE = "/v1/users/u-alice/characters/luna"
 NO_SWEEP = {"job_sweep_s": 3600}  # tests drive the jobs themselves unless they test the scheduler

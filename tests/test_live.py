@@ -16,7 +16,7 @@ import pytest
 from conftest import agent_event, load_fixture, wait_for
 from fakes.agora_server import FakeAgent, FakeAgora
 
-from agent_memory.state import JOBS, POLLER
+from agent_memory.web.keys import JOBS, POLLER
 
 BASE_MS = 1_795_000_000_000
 HOUR_MS = 3_600_000

@@ -6,8 +6,8 @@ import random
 import pytest
 from conftest import agent_event, load_fixture, turns
 
-from agent_memory.ingest import Ingestor, align
-from agent_memory.models import AgentHistory, Envelope
+from agent_memory.memory.ingest import Ingestor, align
+from agent_memory.platforms.agora.payloads import AgentHistory, Envelope
 from agent_memory.settings import Settings
 from agent_memory.store import SQLiteStore
 

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from agent_memory.models import AgentHistory, Envelope, MemoryMessage, to_ms
+from agent_memory.platforms.agora.payloads import AgentHistory, Envelope, MemoryMessage, to_ms
 
 
 @pytest.mark.parametrize(

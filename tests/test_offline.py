@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agent_memory.condense import CondenseInput, CondenseResult, FactAdd, FactIn
-from agent_memory.models import to_ms
-from agent_memory.offline import (
+from agent_memory.condense.openai_compatible import CondenseInput, CondenseResult, FactAdd, FactIn
+from agent_memory.platforms.agora.payloads import to_ms
+from agent_memory.condense.offline import (
     LABEL,
     SUMMARY_MAX_CHARS,
     OfflineCondenser,

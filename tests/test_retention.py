@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from conftest import agent_event
 
-import agent_memory.store.retention as store_retention
+import agent_memory.store.sqlite.retention as store_retention
 from agent_memory.cli import main
-from agent_memory.retention import DAY_MS, Retention
+from agent_memory.memory.retention import DAY_MS, Retention
 from agent_memory.settings import Settings
-from agent_memory.state import JOBS, RETENTION
+from agent_memory.web.keys import JOBS, RETENTION
 from agent_memory.store import SQLiteStore, now_ms
 
 NO_SWEEP = {"job_sweep_s": 3600}

@@ -14,7 +14,7 @@ from conftest import agent_event, load_fixture
 from sqlite_utils import Database
 
 from agent_memory.store import SQLiteStore
-from agent_memory.store.migrations import migrations
+from agent_memory.store.sqlite.migrations import migrations
 
 CONVERSATIONS = ("en_luna_companion", "zh_xiaoyu_tutor", "ko_minjun_mixed", "multiuser_channel")
 

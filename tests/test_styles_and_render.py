@@ -17,12 +17,12 @@ from conftest import agent_event, load_fixture
 from fakes.agora_server import FakeAgora
 from test_live import conversation, live, poll, pushed_list, stored, watch_of
 
-from agent_memory.agora import AgoraClient
-from agent_memory.context import load_context
+from agent_memory.platforms.agora.client import AgoraClient
+from agent_memory.core.context import load_context
 from agent_memory.errors import AgoraError, BadRequest, InvalidField
-from agent_memory.render import RenderOptions, to_openai_messages
+from agent_memory.core.render import RenderOptions, to_openai_messages
 from agent_memory.settings import Settings
-from agent_memory.styles import shape_system_messages, style_from_query, style_of_llm
+from agent_memory.core.styles import shape_system_messages, style_from_query, style_of_llm
 
 SCARECROW = "Why did the scarecrow win an award? Because he was outstanding in his field!"
 EXTENDED = {"turn_id", "timestamp", "metadata", "speech_start_ms", "speech_end_ms",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, SECRET, agent_event, encode, load_fixture, turns
 
-from webhooks.signatures import V1_HEADER, V2_HEADER, sign
+from agent_memory.platforms.agora.signatures import V1_HEADER, V2_HEADER, sign
 
 LABELS = {"user_id": "u-hook", "character_id": "c-hook"}
 # Every NCS envelope of fixtures/agora (other files there are REST bodies).

@@ -1,6 +1,6 @@
 """Storage: the only package that runs SQL."""
 
-from .base import Store
-from .sqlite import SQLiteStore, SQLiteTransaction, SQLiteView, dumps, now_ms
+from agent_memory.store.protocols import Store
+from agent_memory.store.sqlite.engine import SQLiteStore, SQLiteTransaction, SQLiteView, dumps, now_ms
 
 __all__ = ["SQLiteStore", "SQLiteTransaction", "SQLiteView", "Store", "dumps", "now_ms"]

@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from . import condense as condense_module
-from .condense import (
+from agent_memory.condense import openai_compatible as condense_module
+from agent_memory.condense.openai_compatible import (
     FACT_MAX_CHARS,
     CondenseInput,
     CondenseOutput,
@@ -24,8 +24,8 @@ from .condense import (
     Scope,
     fact_key,
 )
-from .render import format_day, format_minute
-from .tokens import count_tokens
+from agent_memory.core.render import format_day, format_minute
+from agent_memory.core.tokens import count_tokens
 
 Language = Literal["en", "zh", "ja", "ko"]
 

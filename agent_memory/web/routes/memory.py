@@ -9,16 +9,16 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
-from . import __version__
-from .context import load_context
-from .errors import InvalidField, NotFound, StoreUnavailable
-from .facts import add_pinned_fact
-from .http import int_query, json_response, path_id, read_model, validation_message
-from .ingest import TEST_CHANNEL
-from .jobs import condense_now, retry_job
-from .render import RenderOptions, to_openai_messages
-from .state import INGESTOR, SETTINGS, STORE
-from .styles import style_from_query
+from agent_memory import __version__
+from agent_memory.core.context import load_context
+from agent_memory.errors import InvalidField, NotFound, StoreUnavailable
+from agent_memory.core.facts import add_pinned_fact
+from agent_memory.web.http import int_query, json_response, path_id, read_model, validation_message
+from agent_memory.memory.ingest import TEST_CHANNEL
+from agent_memory.memory.jobs import condense_now, retry_job
+from agent_memory.core.render import RenderOptions, to_openai_messages
+from agent_memory.web.keys import INGESTOR, SETTINGS, STORE
+from agent_memory.core.styles import style_from_query
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()

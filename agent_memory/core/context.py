@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidField
-from .render import day_header, format_datetime, join_entries, transcript_entries
-from .store import Store
-from .styles import DEFAULT_STYLE, shape_system_messages
-from .tokens import count_message_tokens, count_tokens
+from agent_memory.errors import InvalidField
+from agent_memory.core.render import day_header, format_datetime, join_entries, transcript_entries
+from agent_memory.store import Store
+from agent_memory.core.styles import DEFAULT_STYLE, shape_system_messages
+from agent_memory.core.tokens import count_message_tokens, count_tokens
 
 FACTS_HEADING = "What you remember about this user (long-term memory):"
 SUMMARY_HEADING = "Summary of your earlier conversations with this user"

@@ -34,7 +34,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..models import as_number, to_ms
+from agent_memory.platforms.agora.payloads import as_number, to_ms
 
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 LLM_FAILURE_SOURCES = ("llm_failure", "llm failure")

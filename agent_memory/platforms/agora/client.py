@@ -18,9 +18,9 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import ValidationError
 
-from .errors import AgoraError, AgoraNotFound, AgoraRateLimited, AgoraServerError, NotConfigured
-from .models import HistoryWindow
-from .settings import Settings
+from agent_memory.errors import AgoraError, AgoraNotFound, AgoraRateLimited, AgoraServerError, NotConfigured
+from agent_memory.platforms.agora.payloads import HistoryWindow
+from agent_memory.settings import Settings
 
 log = logging.getLogger(__name__)
 

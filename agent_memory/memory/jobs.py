@@ -19,14 +19,14 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from .condense import CondenseInput, CondenseOutput, CondenseResult, Condenser, FactIn
-from .errors import LLMError, LLMUnavailable, NotFound
-from .facts import normalise
-from .ingest import CONDENSE
-from .render import is_renderable
-from .schedule import start_interval
-from .settings import Settings
-from .store import SQLiteStore, SQLiteTransaction, dumps, now_ms
+from agent_memory.condense.openai_compatible import CondenseInput, CondenseOutput, CondenseResult, Condenser, FactIn
+from agent_memory.errors import LLMError, LLMUnavailable, NotFound
+from agent_memory.core.facts import normalise
+from agent_memory.memory.ingest import CONDENSE
+from agent_memory.core.render import is_renderable
+from agent_memory.memory.schedule import start_interval
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore, SQLiteTransaction, dumps, now_ms
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from .errors import AgentMemoryError, InvalidField, InvalidJSON, Unauthorized
+from agent_memory.errors import AgentMemoryError, InvalidField, InvalidJSON, Unauthorized
 
 log = logging.getLogger(__name__)
 

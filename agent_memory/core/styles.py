@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import BadRequest, InvalidField
+from agent_memory.errors import BadRequest, InvalidField
 
 STYLES = ("openai", "gemini", "anthropic")
 DEFAULT_STYLE = "openai"

@@ -27,11 +27,11 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from .schedule import JOB_DEFAULTS
-from .settings import Settings
-from .store import SQLiteStore, SQLiteTransaction, now_ms
-from .store.retention import PurgeStep
-from .store.search import KINDS
+from agent_memory.memory.schedule import JOB_DEFAULTS
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore, SQLiteTransaction, now_ms
+from agent_memory.store.sqlite.retention import PurgeStep
+from agent_memory.store.sqlite.search import KINDS
 
 log = logging.getLogger(__name__)
 

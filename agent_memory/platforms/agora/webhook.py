@@ -11,11 +11,11 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from agent_memory.errors import InvalidJSON, NotConfigured, PayloadTooLarge
-from agent_memory.ingest import Outcome
-from agent_memory.models import Envelope
+from agent_memory.memory.ingest import Outcome
+from agent_memory.platforms.agora.payloads import Envelope
 from agent_memory.settings import Settings
 
-from .signatures import verify_agora
+from agent_memory.platforms.agora.signatures import verify_agora
 
 log = logging.getLogger(__name__)
 

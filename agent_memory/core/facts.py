@@ -6,8 +6,8 @@ import re
 import unicodedata
 from typing import Any
 
-from .errors import InvalidField
-from .store import SQLiteTransaction
+from agent_memory.errors import InvalidField
+from agent_memory.store import SQLiteTransaction
 
 MAX_FACT_CHARS = 500
 _SPACE = re.compile(r"\s+")

@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 from sqlite_utils import Database
 
-from ..errors import StoreUnavailable
-from .analytics import AnalyticsReads, AnalyticsWrites, ExportReads
-from .migrations import migrations
-from .retention import RetentionReads, RetentionWrites
-from .search import SearchReads, SearchWrites
+from agent_memory.errors import StoreUnavailable
+from agent_memory.store.sqlite.analytics import AnalyticsReads, AnalyticsWrites, ExportReads
+from agent_memory.store.sqlite.migrations import migrations
+from agent_memory.store.sqlite.retention import RetentionReads, RetentionWrites
+from agent_memory.store.sqlite.search import SearchReads, SearchWrites
 
 log = logging.getLogger(__name__)
 

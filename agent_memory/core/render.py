@@ -13,8 +13,8 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from .errors import InvalidField
-from .models import MessageMetadata, to_ms
+from agent_memory.errors import InvalidField
+from agent_memory.platforms.agora.payloads import MessageMetadata, to_ms
 
 ROLE_NAMES = {"user": "User", "assistant": "Assistant"}
 

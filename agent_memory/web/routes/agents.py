@@ -9,14 +9,14 @@ from typing import Any, Literal, NamedTuple
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from .api import session_json
-from .context import load_context
-from .errors import AgoraError, Conflict, InvalidField
-from .http import json_response, read_model
-from .models import AgentPayload
-from .state import AGORA, INGESTOR, POLLER, SETTINGS, STORE
-from .store import now_ms
-from .styles import style_of_llm
+from agent_memory.web.routes.memory import session_json
+from agent_memory.core.context import load_context
+from agent_memory.errors import AgoraError, Conflict, InvalidField
+from agent_memory.web.http import json_response, read_model
+from agent_memory.platforms.agora.payloads import AgentPayload
+from agent_memory.web.keys import AGORA, INGESTOR, POLLER, SETTINGS, STORE
+from agent_memory.store import now_ms
+from agent_memory.core.styles import style_of_llm
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()

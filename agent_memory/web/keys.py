@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .agora import AgoraClient
-from .ingest import Ingestor
-from .jobs import CondenseJobs
-from .poller import Poller
-from .retention import Retention
-from .settings import Settings
-from .store import SQLiteStore
+from agent_memory.platforms.agora.client import AgoraClient
+from agent_memory.memory.ingest import Ingestor
+from agent_memory.memory.jobs import CondenseJobs
+from agent_memory.platforms.agora.poller import Poller
+from agent_memory.memory.retention import Retention
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", SQLiteStore)

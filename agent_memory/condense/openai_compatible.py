@@ -20,10 +20,10 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionUserMess
 from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from .errors import LLMBadOutput, LLMError, LLMUnavailable
-from .render import render_transcript
-from .settings import Settings
-from .tokens import count_message_tokens
+from agent_memory.errors import LLMBadOutput, LLMError, LLMUnavailable
+from agent_memory.core.render import render_transcript
+from agent_memory.settings import Settings
+from agent_memory.core.tokens import count_message_tokens
 
 log = logging.getLogger(__name__)
 
@@ -446,6 +446,6 @@ def make_condenser(settings: Settings) -> Condenser:
     """The LLM condenser when an endpoint or key is configured, else the offline one."""
     if settings.llm_configured:
         return LLMCondenser(settings)
-    from .offline import OfflineCondenser  # here: offline.py imports this module's models
+    from agent_memory.condense.offline import OfflineCondenser  # here: offline.py imports this module's models
 
     return OfflineCondenser()

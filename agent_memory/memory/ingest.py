@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .models import (
+from agent_memory.platforms.agora.payloads import (
     CONVERSATIONAL_AI_PRODUCT,
     DOCS_PORTAL_PRODUCT,
     MICROSECONDS_ABOVE,
@@ -41,9 +41,9 @@ from .models import (
     MemoryMessage,
     TurnsFinished,
 )
-from .settings import Settings
-from .store import SQLiteTransaction, dumps, now_ms
-from .store.analytics import metric_rows, turn_rows
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteTransaction, dumps, now_ms
+from agent_memory.store.sqlite.analytics import metric_rows, turn_rows
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ class Store(Protocol):
     """A store runs read functions on a view and write functions in a durable transaction.
 
     The view and transaction objects are backend-specific; they expose the methods of
-    `agent_memory.store.sqlite.SQLiteView` and `SQLiteTransaction`.
+    `agent_memory.store.sqlite.engine.SQLiteView` and `SQLiteTransaction`.
     """
 
     def open(self) -> None: ...

@@ -20,11 +20,11 @@ from typing import Any
 
 from aiohttp import web
 
-from .errors import InvalidField, NotFound
-from .http import int_query, json_response
-from .state import RETENTION, STORE
-from .store import now_ms
-from .store.search import KINDS, MENTION_ROLES
+from agent_memory.errors import InvalidField, NotFound
+from agent_memory.web.http import int_query, json_response
+from agent_memory.web.keys import RETENTION, STORE
+from agent_memory.store import now_ms
+from agent_memory.store.sqlite.search import KINDS, MENTION_ROLES
 
 routes = web.RouteTableDef()
 

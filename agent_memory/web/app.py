@@ -9,20 +9,21 @@ from collections.abc import AsyncIterator
 import aiohttp
 from aiohttp import web
 
-from webhooks.agora import AgoraReceiver
+from agent_memory.platforms.agora.webhook import AgoraReceiver
 
-from . import agents, api, insights
-from .agora import AgoraClient
-from .http import bearer_auth_middleware, errors_middleware
-from .condense import make_condenser
-from .ingest import Ingestor, Outcome
-from .jobs import CondenseJobs
-from .poller import Poller
-from .retention import Retention
-from .models import Envelope
-from .settings import Settings
-from .state import AGORA, INGESTOR, JOBS, POLLER, RETENTION, SETTINGS, STORE
-from .store import SQLiteStore
+from agent_memory.web.routes import agents, insights
+from agent_memory.web.routes import memory as api
+from agent_memory.platforms.agora.client import AgoraClient
+from agent_memory.web.http import bearer_auth_middleware, errors_middleware
+from agent_memory.condense.openai_compatible import make_condenser
+from agent_memory.memory.ingest import Ingestor, Outcome
+from agent_memory.memory.jobs import CondenseJobs
+from agent_memory.platforms.agora.poller import Poller
+from agent_memory.memory.retention import Retention
+from agent_memory.platforms.agora.payloads import Envelope
+from agent_memory.settings import Settings
+from agent_memory.web.keys import AGORA, INGESTOR, JOBS, POLLER, RETENTION, SETTINGS, STORE
+from agent_memory.store import SQLiteStore
 
 log = logging.getLogger(__name__)
 

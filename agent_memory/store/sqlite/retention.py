@@ -1,6 +1,6 @@
 """Retention and physical deletion: bounded purges, search-index scrubbing, space reclaiming.
 
-Every method here does a bounded amount of work so that `agent_memory.retention` can run
+Every method here does a bounded amount of work so that `agent_memory.memory.retention` can run
 each in its own short write transaction and the writer is never held for long.
 
 The rule that protects memory: a message is removed only when its id is at or below its
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .search import SOURCES
+from agent_memory.store.sqlite.search import SOURCES
 
 KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or to be reprocessed
 DELETE_CHUNK = 500  # ids per DELETE ... IN (...), below SQLite's variable limit

@@ -22,15 +22,15 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from .agora import AgoraClient
-from .condense import CondenseResult
-from .context import load_context
-from .errors import AgentMemoryError, AgoraNotFound, Conflict, NotFound
-from .ingest import Ingestor
-from .schedule import start_interval
-from .settings import Settings
-from .store import SQLiteStore, now_ms
-from .styles import DEFAULT_STYLE
+from agent_memory.platforms.agora.client import AgoraClient
+from agent_memory.condense.openai_compatible import CondenseResult
+from agent_memory.core.context import load_context
+from agent_memory.errors import AgentMemoryError, AgoraNotFound, Conflict, NotFound
+from agent_memory.memory.ingest import Ingestor
+from agent_memory.memory.schedule import start_interval
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore, now_ms
+from agent_memory.core.styles import DEFAULT_STYLE
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The LLM seam: one condenser protocol, the OpenAI-compatible condenser and the offline one."""

@@ -1,0 +1,1 @@
+"""Voice platforms: one folder each. Nothing in core/ or memory/ imports from here."""

@@ -1,0 +1,1 @@
+"""Agora's Conversational AI Engine: payloads, signatures, webhook, REST client, poller."""

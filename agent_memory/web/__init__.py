@@ -1,0 +1,1 @@
+"""The aiohttp skin: app factory, error mapping and auth, routes that call the Memory service."""

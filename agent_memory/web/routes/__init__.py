@@ -1,0 +1,1 @@
+"""HTTP routes, one module per area; each parses, calls the service, and shapes JSON."""

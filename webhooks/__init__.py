@@ -1,1 +1,0 @@
-"""Inbound callbacks: signature checks and envelope parsing, one module per platform."""
