@@ -1,4 +1,8 @@
-"""The `agent-memory` command: serve, replay fixture callbacks, print memory, forget."""
+"""The `agent-memory` command: serve, replay fixture callbacks, print memory, forget.
+
+Each command parses its arguments, opens the store, calls `Memory` (the same use-cases
+the HTTP API calls) and prints what it answers.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +14,17 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
-from agent_memory.core.context import load_context
-from agent_memory.errors import AgentMemoryError
-from agent_memory.memory.ingest import Ingestor
-from agent_memory.platforms.agora.payloads import Envelope
+from agent_memory.errors import AgentMemoryError, InvalidJSON, NotFound
+from agent_memory.memory.service import Memory
+from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
 from agent_memory.store import SQLiteStore, dumps, now_ms
+
+T = TypeVar("T")
 
 log = logging.getLogger("agent_memory")
 
@@ -72,10 +75,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.host, settings.port, settings.db_path,
         settings.llm_model if settings.llm_configured else "the offline condenser",
     )  # fmt: skip
-    web.run_app(
-        create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None
-    )
+    web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None)
     return 0
+
+
+def with_memory(
+    args: argparse.Namespace,
+    use: Callable[[Memory], Awaitable[T]],
+    *,
+    settings: Settings | None = None,
+    build: Callable[[Settings, SQLiteStore], Memory] = Memory,
+) -> T:
+    """Open the store, run `use` on a `Memory` over it, and close the store."""
+    settings = settings or settings_from(args)
+    configure_logging(args.log_level or "WARNING")
+    store = SQLiteStore(settings.db_path)
+    store.open()
+
+    async def run() -> T:
+        return await use(build(settings, store))
+
+    try:
+        return asyncio.run(run())
+    finally:
+        store.close()
+
+
+def print_json(value: Any, *, indent: int | None = None) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=indent))
 
 
 def iter_callback_files(paths: Sequence[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -92,31 +119,25 @@ def iter_callback_files(paths: Sequence[str]) -> Iterator[tuple[Path, dict[str, 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    configure_logging(args.log_level or "WARNING")
     envelopes = list(iter_callback_files(args.files))
     if not envelopes:
+        configure_logging(args.log_level or "WARNING")
         print("no callbacks found in the given files", file=sys.stderr)
         return 1
-    store = SQLiteStore(settings.db_path)
-    store.open()
-    ingestor = Ingestor(settings)
     statuses: Counter[str] = Counter()
     new_messages = 0
 
-    async def replay() -> None:
+    async def replay(memory: Memory) -> None:
         nonlocal new_messages
         started = time.monotonic()
         for index, (file, data) in enumerate(envelopes, 1):
             try:
-                envelope = Envelope.model_validate(data)
-            except ValidationError as exc:
+                raw, event = parse_callback(dumps(data), now_ms(), follow=settings.agora_configured)
+            except InvalidJSON as exc:
                 statuses["invalid"] += 1
-                print(f"{file}: not an NCS envelope: {exc.errors()[0]['msg']}", file=sys.stderr)
+                print(f"{file}: {exc.message}", file=sys.stderr)
                 continue
-            body = dumps(data)
-            outcome = await store.write(
-                lambda tx: ingestor.accept_callback(tx, envelope, body, now_ms())
-            )
+            outcome = await memory.accept_event(raw, event)
             statuses[outcome.status] += 1
             new_messages += outcome.new_messages
             if index % 100 == 0 or index == len(envelopes):
@@ -124,10 +145,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print(f"\r{index}/{len(envelopes)} callbacks ({rate:.0f}/s)", end="", file=sys.stderr)
         print(file=sys.stderr)
 
-    try:
-        asyncio.run(replay())
-    finally:
-        store.close()
+    with_memory(args, replay, settings=settings)
     summary = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
     print(f"replayed {len(envelopes)} callbacks into {settings.db_path}: {summary}; "
           f"{new_messages} new messages")  # fmt: skip
@@ -136,105 +154,54 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_system_messages(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    configure_logging(args.log_level or "WARNING")
-    store = SQLiteStore(settings.db_path)
-    store.open()
-
-    async def build() -> dict[str, Any]:
-        context = await load_context(
-            store,
-            user_id=args.user_id,
-            character_id=args.character_id,
-            max_tokens=args.max_tokens or settings.context_max_tokens,
-            recent_messages=settings.context_recent_messages,
-            persona=args.persona,
+    async def build(memory: Memory) -> dict[str, Any]:
+        context = await memory.system_messages(
+            args.user_id, args.character_id, max_tokens=args.max_tokens, persona=args.persona
         )
         return context.as_json()
 
-    try:
-        result = asyncio.run(build())
-    finally:
-        store.close()
+    result = with_memory(args, build)
     if args.text:
         print("\n\n".join(m["content"] for m in result["system_messages"]))
     else:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
+        print_json(result, indent=2)
     return 0
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    configure_logging(args.log_level or "WARNING")
-    store = SQLiteStore(settings.db_path)
-    store.open()
-
-    async def forget() -> dict[str, int]:
-        receipt = await store.write(lambda tx: tx.forget(args.user_id, args.character_id))
-        await store.checkpoint()
-        return receipt
-
-    try:
-        receipt = asyncio.run(forget())
-    finally:
-        store.close()
-    print(json.dumps({"user_id": args.user_id, "character_id": args.character_id,
-                      "deleted": receipt}, ensure_ascii=False))  # fmt: skip
+    receipt = with_memory(args, lambda memory: memory.forget(args.user_id, args.character_id))
+    print_json({"user_id": args.user_id, "character_id": args.character_id, "deleted": receipt})
     return 0
 
 
-def open_store(args: argparse.Namespace) -> tuple[Settings, SQLiteStore]:
-    settings = settings_from(args)
-    configure_logging(args.log_level or "WARNING")
-    store = SQLiteStore(settings.db_path)
-    store.open()
-    return settings, store
-
-
 def cmd_bind_channel(args: argparse.Namespace) -> int:
-    from agent_memory.web.routes.memory import channel_binding_json, check_channel
+    from agent_memory.web.schemas import check_channel
+    from agent_memory.web.shapes import channel_binding_json
 
     channel = check_channel(args.channel)
     if (args.user_id is None) != (args.character_id is None) or (args.delete and args.user_id):
         print("agent-memory: give USER and CHARACTER to bind, --delete to unbind, or neither to show",
               file=sys.stderr)  # fmt: skip
         return 2
-    settings, store = open_store(args)
-    ingestor = Ingestor(settings)
-
-    async def bind() -> tuple[dict[str, Any], list[str]]:
-        return await store.write(
-            lambda tx: ingestor.bind_channel(tx, channel, args.user_id, args.character_id)
+    if args.user_id is not None:
+        bound = with_memory(
+            args, lambda memory: memory.bind_channel(channel, args.user_id, args.character_id)
         )
-
-    async def unbind() -> dict[str, Any] | None:
-        return await store.write(lambda tx: tx.delete_channel_binding(channel))
-
-    try:
-        if args.user_id is not None:
-            binding, moved = asyncio.run(bind())
-            print(json.dumps({"binding": channel_binding_json(binding), "moved_sessions": moved},
-                             ensure_ascii=False))  # fmt: skip
-            return 0
-        row = asyncio.run(unbind()) if args.delete else store.read_now(
-            lambda view: view.get_channel_binding(channel)
-        )
-    finally:
-        store.close()
+        print_json({"binding": channel_binding_json(bound.binding), "moved_sessions": bound.moved})
+        return 0
+    if args.delete:
+        row = with_memory(args, lambda memory: memory.unbind_channel(channel))
+    else:
+        row = with_memory(args, lambda memory: memory.channel_binding(channel))
     if row is None:
         print(f"agent-memory: channel {channel} is not bound", file=sys.stderr)
         return 1
-    print(json.dumps({"deleted" if args.delete else "binding": channel_binding_json(row)},
-                     ensure_ascii=False))  # fmt: skip
+    print_json({"deleted" if args.delete else "binding": channel_binding_json(row)})
     return 0
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    _, store = open_store(args)
-    try:
-        rows = store.read_now(lambda view: view.jobs(args.status, args.limit))
-    finally:
-        store.close()
+    rows = with_memory(args, lambda memory: memory.list_jobs(args.status, args.limit))
     if not rows:
         print("no jobs" + (f" with status {args.status}" if args.status else ""))
     for row in rows:
@@ -246,41 +213,27 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_job(args: argparse.Namespace) -> int:
-    from agent_memory.memory.jobs import retry_job
-
-    _, store = open_store(args)
-    try:
-        row = asyncio.run(retry_job(store, args.job_id))
-    finally:
-        store.close()
+    row = with_memory(args, lambda memory: memory.retry_job(args.job_id))
     print(f"job {row['id']} for {row['user_id']}/{row['character_id']} is pending again")
     return 0
 
 
 def cmd_condense(args: argparse.Namespace) -> int:
-    from agent_memory.condense.openai_compatible import make_condenser
-    from agent_memory.memory.jobs import CondenseJobs, condense_now
+    from agent_memory.condense import make_condenser
+    from agent_memory.memory.jobs import CondenseJobs
 
-    settings, store = open_store(args)
+    def build(settings: Settings, store: SQLiteStore) -> Memory:
+        return Memory(settings, store, jobs=CondenseJobs(settings, store, make_condenser(settings)))
 
-    async def run() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        jobs = CondenseJobs(settings, store, make_condenser(settings))
+    async def condense(memory: Memory) -> Any:
         try:
-            await condense_now(store, args.user_id, args.character_id)
-            job = await store.read(lambda v: v.get_job("condense", args.user_id, args.character_id))
-            if job is not None:
-                await jobs.run(job["id"])
+            return await memory.condense(args.user_id, args.character_id)
         finally:
-            await jobs.condenser.close()
-        return (
-            await store.read(lambda v: v.get_summary(args.user_id, args.character_id)),
-            await store.read(lambda v: v.get_job("condense", args.user_id, args.character_id)),
-        )
+            if memory.jobs is not None:
+                await memory.jobs.stop()  # closes the condenser
 
-    try:
-        summary, job = asyncio.run(run())
-    finally:
-        store.close()
+    condensed = with_memory(args, condense, build=build)
+    job, summary = condensed.job, condensed.summary
     if job is not None and job["last_error"]:
         print(f"condensing failed: {job['last_error']} (job {job['id']} is {job['status']})",
               file=sys.stderr)  # fmt: skip
@@ -294,29 +247,24 @@ LATENCY_TABLES = {"latency_ms": "latency (ms)", "latency_stages_ms": "latency by
 
 
 def cmd_reprocess(args: argparse.Namespace) -> int:
-    settings, store = open_store(args)
-    ingestor = Ingestor(settings)
+    settings = settings_from(args)
     wanted = args.status or list(REPROCESSED)
-
-    def pending(view: Any) -> list[dict[str, Any]]:
-        return [row for status in wanted for row in view.inbox_by_status(status, args.limit)]
-
-    rows = sorted(store.read_now(pending), key=lambda row: (row["received_ms"], row["notice_id"]))
-    rows = rows[: args.limit]
     statuses: Counter[str] = Counter()
     new_messages = 0
+    count = 0
 
-    async def run() -> None:
-        nonlocal new_messages
+    async def run(memory: Memory) -> None:
+        nonlocal new_messages, count
+        rows = await memory.recorded_events(wanted, args.limit)
+        count = len(rows)
         for index, row in enumerate(rows, 1):
             try:
-                envelope = Envelope.model_validate_json(row["body"])
-            except ValidationError as exc:
+                raw, event = parse_callback(row["body"], row["received_ms"], follow=settings.agora_configured)
+            except InvalidJSON as exc:
                 statuses["unreadable"] += 1
-                print(f"\n{row['notice_id']}: still not an envelope: {exc.errors()[0]['msg']}",
-                      file=sys.stderr)  # fmt: skip
+                print(f"\n{row['notice_id']}: still not an envelope: {exc.message}", file=sys.stderr)
                 continue
-            outcome = await store.write(lambda tx: ingestor.apply_recorded(tx, envelope))
+            outcome = await memory.reapply_event(raw, event)
             statuses[outcome.status] += 1
             new_messages += outcome.new_messages
             if outcome.status in REPROCESSED:
@@ -326,12 +274,9 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
             print(f"\r{index}/{len(rows)} reprocessed", end="", file=sys.stderr)
         print(file=sys.stderr)
 
-    try:
-        asyncio.run(run())
-    finally:
-        store.close()
+    with_memory(args, run, settings=settings)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "nothing to do"
-    print(f"reprocessed {len(rows)} {' or '.join(wanted)} callbacks: {summary}; "
+    print(f"reprocessed {count} {' or '.join(wanted)} callbacks: {summary}; "
           f"{new_messages} new messages")  # fmt: skip
     return 0 if not statuses["failed"] and not statuses["unreadable"] else 1
 
@@ -375,30 +320,22 @@ def print_stats(stats: dict[str, Any]) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    _, store = open_store(args)
-    try:
+    def stats(memory: Memory) -> Awaitable[dict[str, Any]]:
         if args.user:
-            stats = store.read_now(lambda view: view.user_stats(args.user))
-        elif args.character:
-            stats = store.read_now(
-                lambda view: view.character_stats(
-                    args.character, since_ms=args.since_ms, until_ms=args.until_ms
-                )
-            )
-        else:
-            stats = store.read_now(
-                lambda view: view.overall_stats(since_ms=args.since_ms, until_ms=args.until_ms)
-            )
-    finally:
-        store.close()
-    if stats is None:
-        print(f"nothing is held about {'user ' + args.user if args.user else 'character ' + args.character}",
-              file=sys.stderr)  # fmt: skip
+            return memory.user_stats(args.user)
+        if args.character:
+            return memory.character_stats(args.character, since_ms=args.since_ms, until_ms=args.until_ms)
+        return memory.overall_stats(since_ms=args.since_ms, until_ms=args.until_ms)
+
+    try:
+        answer = with_memory(args, stats)
+    except NotFound as exc:
+        print(exc.message, file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(stats, ensure_ascii=False, indent=2))
+        print_json(answer, indent=2)
     else:
-        print_stats(stats)
+        print_stats(answer)
     return 0
 
 
@@ -406,18 +343,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not args.query.strip():
         print("agent-memory: the query is empty", file=sys.stderr)
         return 2
-    _, store = open_store(args)
-    try:
-        asyncio.run(store.catch_up_search())
-        answer = store.read_now(
-            lambda view: view.search_user(
-                args.user_id, args.query, character_id=args.character, limit=args.limit
-            )
-        )
-    finally:
-        store.close()
+    answer = with_memory(
+        args,
+        lambda memory: memory.search(args.user_id, args.query, character_id=args.character, limit=args.limit),
+    )
     if args.json:
-        print(json.dumps(answer, ensure_ascii=False, indent=2))
+        print_json(answer, indent=2)
         return 0
     if not answer["results"]:
         print(f"nothing found for {args.query!r}")
@@ -429,16 +360,12 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    _, store = open_store(args)
     try:
-        document = store.read_now(lambda view: view.export_user(args.user_id))
-    finally:
-        store.close()
-    if document is None:
-        print(f"nothing is held about user {args.user_id}", file=sys.stderr)
+        document = with_memory(args, lambda memory: memory.export(args.user_id))
+    except NotFound as exc:
+        print(exc.message, file=sys.stderr)
         return 1
-    text = json.dumps({"format": "agent-memory-export/1", "exported_ms": now_ms(), **document},
-                      ensure_ascii=False, indent=2)  # fmt: skip
+    text = json.dumps(document, ensure_ascii=False, indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
         print(f"wrote {document['counts']} to {args.output}", file=sys.stderr)
@@ -450,24 +377,23 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_purge(args: argparse.Namespace) -> int:
     from agent_memory.memory.retention import Retention
 
-    settings, store = open_store(args)
     overrides = {
         "retention_max_messages": args.max_messages,
         "retention_max_age_days": args.max_age_days,
         "raw_retention_days": args.raw_days,
     }
-    settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    settings = settings_from(args).model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+    def build(settings: Settings, store: SQLiteStore) -> Memory:
+        return Memory(settings, store, retention=Retention(settings, store))
 
     def progress(line: str) -> None:
         print(f"\r{line:<60}", end="", file=sys.stderr)
 
-    try:
-        report = asyncio.run(Retention(settings, store).purge_once(progress))
-    finally:
-        store.close()
+    report = with_memory(args, lambda memory: memory.purge(progress), settings=settings, build=build)
     print(file=sys.stderr)
     if args.json:
-        print(json.dumps(report, ensure_ascii=False, indent=2))
+        print_json(report, indent=2)
         return 0
     print(f"removed {report['messages']} messages, {report['metrics']} metrics, "
           f"{report['raw_callbacks']} raw callbacks in {report['seconds']:.2f}s "

@@ -59,9 +59,7 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 
 
 def fmt_ms(summary: Mapping[str, float]) -> str:
-    return "  ".join(
-        f"{k} {summary[k]:.2f} ms" for k in ("p50", "p90", "p99", "max") if k in summary
-    )
+    return "  ".join(f"{k} {summary[k]:.2f} ms" for k in ("p50", "p90", "p99", "max") if k in summary)
 
 
 def free_port() -> int:
@@ -87,9 +85,7 @@ def machine_busy_seconds() -> float:
     """CPU-seconds all processes have used since boot (user+nice+system+irq+softirq+steal)."""
     with open("/proc/stat", encoding="ascii") as stat:
         fields = stat.readline().split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (
-        int(f) for f in fields[:8]
-    )
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
     return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
 
 
@@ -151,9 +147,7 @@ def print_machine(info: Mapping[str, Any]) -> None:
 
 def db_size_bytes(path: Path) -> int:
     return sum(
-        os.path.getsize(p)
-        for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"))
-        if os.path.exists(p)
+        os.path.getsize(p) for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if os.path.exists(p)
     )
 
 
@@ -165,13 +159,9 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        environ = {
-            k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)
-        }
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
         environ.update(env)
-        environ["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(SERVER_REPO), environ.get("PYTHONPATH")])
-        )
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SERVER_REPO), environ.get("PYTHONPATH")]))
         self.command = [
             sys.executable, "-m", "agent_memory.cli", "serve",
             "--db", str(db), "--port", str(self.port), "--log-level", "WARNING",
@@ -198,9 +188,7 @@ class Server:
         async with aiohttp.ClientSession() as session:
             while True:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"the server exited with {self.proc.returncode}:\n{self.log_tail()}"
-                    )
+                    raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
                 try:
                     async with session.get(f"{self.url}/healthz") as resp:
                         if resp.status == 200:
@@ -208,9 +196,7 @@ class Server:
                 except aiohttp.ClientError:
                     pass
                 if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"/healthz did not answer within {timeout:.0f} s:\n{self.log_tail()}"
-                    )
+                    raise RuntimeError(f"/healthz did not answer within {timeout:.0f} s:\n{self.log_tail()}")
                 await asyncio.sleep(0.05)
 
     def stop(self, timeout: float = 20.0) -> int:
@@ -282,9 +268,7 @@ ASSISTANT_LINES = [
 ]
 
 
-def make_contents(
-    rng: random.Random, count: int, start_ms: int, uid: str
-) -> list[dict[str, Any]]:
+def make_contents(rng: random.Random, count: int, start_ms: int, uid: str) -> list[dict[str, Any]]:
     """`count` short-term-memory messages as the engine keeps them: turn_id, ms times, metadata."""
     contents: list[dict[str, Any]] = []
     at = start_ms

@@ -89,9 +89,7 @@ def main() -> int:
                     print(f"round {round_} {label}: {json.dumps(summary)}", flush=True)
                     runs[label].append(numeric(summary))
         finally:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=False
-            )
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=False)
     keys = sorted(set(runs["before"][0]) & set(runs["after"][0]))
     result: dict[str, Any] = {"benchmark": " ".join(args.script), "ref": args.ref,
                               "rounds": args.rounds}  # fmt: skip

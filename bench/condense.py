@@ -20,16 +20,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "tests")]
+sys.path[:0] = [
+    str(Path(__file__).resolve().parent.parent),
+    str(Path(__file__).resolve().parent.parent / "tests"),
+]
 
 from _common import machine_info, print_machine, self_cpu_seconds  # noqa: E402
 
 from agent_memory.condense.openai_compatible import LLMCondenser  # noqa: E402
+from agent_memory.core.clock import now_ms  # noqa: E402
+from agent_memory.core.jsonutil import dumps  # noqa: E402
 from agent_memory.memory.ingest import Ingestor  # noqa: E402
 from agent_memory.memory.jobs import CondenseJobs  # noqa: E402
-from agent_memory.platforms.agora.payloads import Envelope  # noqa: E402
+from agent_memory.platforms.agora.events import parse_callback  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
-from agent_memory.store import SQLiteStore, dumps, now_ms  # noqa: E402
+from agent_memory.store import Store, open_store  # noqa: E402
 
 MESSAGES_PER_SESSION = 32
 
@@ -55,7 +60,7 @@ def serve_fake_llm(port_queue: multiprocessing.Queue, latency_s: float) -> None:
     asyncio.run(main())
 
 
-def session_envelope(user: str, agent: str, round_index: int) -> Envelope:
+def session_envelope(user: str, agent: str, round_index: int) -> dict[str, Any]:
     start = 1_763_000_000_000 + round_index * 86_400_000
     contents = []
     for i in range(MESSAGES_PER_SESSION):
@@ -65,19 +70,27 @@ def session_envelope(user: str, agent: str, round_index: int) -> Envelope:
             if role == "user"
             else f"That sounds lovely. Tell me more about tomato {i} and how the weeding went on day {round_index}."
         )
-        contents.append({"role": role, "content": text, "turn_id": i // 2 + 1,
-                         "timestamp": start + i * 4000, "metadata": {"source": "asr" if role == "user" else "llm"}})
-    return Envelope.model_validate({
+        contents.append(
+            {
+                "role": role,
+                "content": text,
+                "turn_id": i // 2 + 1,
+                "timestamp": start + i * 4000,
+                "metadata": {"source": "asr" if role == "user" else "llm"},
+            }
+        )
+    return {
         "noticeId": f"{agent}:103", "productId": 17, "eventType": 103, "notifyMs": start,
         "payload": {"agent_id": agent, "start_ts": start, "labels": {"user_id": user, "character_id": "luna"},
                     "contents": contents},
-    })  # fmt: skip
+    }  # fmt: skip
 
 
-async def ingest(store: SQLiteStore, ingestor: Ingestor, envelopes: list[Envelope]) -> None:
+async def ingest(store: Store, ingestor: Ingestor, envelopes: list[dict[str, Any]]) -> None:
+    parsed = [parse_callback(dumps(e), now_ms(), follow=False) for e in envelopes]
     await asyncio.gather(*(
-        store.write(lambda tx, e=e: ingestor.accept_callback(tx, e, dumps(e.payload), now_ms()))
-        for e in envelopes
+        store.write(lambda tx, raw=raw, event=event: ingestor.accept(tx, raw, event))
+        for raw, event in parsed
     ))  # fmt: skip
 
 
@@ -88,8 +101,7 @@ async def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
         llm_max_retries=0, llm_timeout_s=30, summary_delay_s=0, summary_max_messages=1,
         condense_concurrency=args.concurrency,
     )  # fmt: skip
-    store = SQLiteStore(settings.db_path)
-    store.open()
+    store = open_store(settings)
     ingestor = Ingestor(settings)
     jobs = CondenseJobs(settings, store, LLMCondenser(settings))
     try:
@@ -97,15 +109,17 @@ async def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
         await ingest(store, ingestor, [session_envelope(f"u{p}", f"A{p}", 0) for p in range(args.pairs)])
         cpu0, wall0 = self_cpu_seconds(), time.perf_counter()
         await jobs.start()  # as the service runs it: the scheduler's sweep, jobs chaining
-        while await store.read(lambda v: v.counts()["jobs"]):
+        while await store.read(lambda v: v.maintenance.counts()["jobs"]):
             await asyncio.sleep(0.01)
         wall, cpu = time.perf_counter() - wall0, self_cpu_seconds() - cpu0
         jobs.scheduler.shutdown(wait=False)
         jobs.scheduler = None
-        done = await store.read(lambda v: v.counts()["summaries"])
-        print(f"part 1: {done} jobs of {MESSAGES_PER_SESSION} messages in {wall:.2f} s "
-              f"= {done / wall:.1f} jobs/s (concurrency {args.concurrency}, LLM latency "
-              f"{args.latency_ms} ms); our CPU {cpu:.2f} s = {1000 * cpu / done:.2f} ms per job")
+        done = await store.read(lambda v: v.maintenance.counts()["summaries"])
+        print(
+            f"part 1: {done} jobs of {MESSAGES_PER_SESSION} messages in {wall:.2f} s "
+            f"= {done / wall:.1f} jobs/s (concurrency {args.concurrency}, LLM latency "
+            f"{args.latency_ms} ms); our CPU {cpu:.2f} s = {1000 * cpu / done:.2f} ms per job"
+        )
 
         # Part 2: tokens per job as one pair's history grows.
         print("\npart 2: one pair, a new session of 32 messages before each condense")
@@ -114,14 +128,17 @@ async def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
         for round_index in range(1, args.rounds + 1):
             await ingest(store, ingestor, [session_envelope("u-grow", f"G{round_index}", round_index)])
             await jobs.run_due_now()
-            summary = await store.read(lambda v: v.get_summary("u-grow", "luna"))
-            stored = await store.read(lambda v: len(v.latest_messages("u-grow", "luna", 100_000)))
-            sent = json.loads(summary["meta"])["tokens_sent"]
+            summary = await store.read(lambda v: v.summaries.get("u-grow", "luna"))
+            stored = await store.read(lambda v: len(v.messages.latest("u-grow", "luna", 100_000)))
+            assert summary is not None
+            sent = summary.meta["tokens_sent"]
             tokens.append(sent)
             print(f"{round_index:>5} {stored:>16} {sent:>12}")
         growth = tokens[-1] / tokens[1] if len(tokens) > 1 else 1.0
-        print(f"tokens sent in the last round / the second: {growth:.2f} "
-              f"(history grew {args.rounds}x; flat means only new messages are sent)")
+        print(
+            f"tokens sent in the last round / the second: {growth:.2f} "
+            f"(history grew {args.rounds}x; flat means only new messages are sent)"
+        )
         return {
             "jobs_per_s": round(done / wall, 1),
             "cpu_ms_per_job": round(1000 * cpu / done, 2),

@@ -125,9 +125,7 @@ def index_lag(db: Path) -> int | None:
     """Messages not yet in the search index, if the schema defers indexing (else None)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
-        row = conn.execute(
-            "SELECT value FROM search_state WHERE name = 'messages_indexed_upto'"
-        ).fetchone()
+        row = conn.execute("SELECT value FROM search_state WHERE name = 'messages_indexed_upto'").fetchone()
         if row is None:
             return None
         newest = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
@@ -138,9 +136,7 @@ def index_lag(db: Path) -> int | None:
         conn.close()
 
 
-async def wait_for_index(
-    db: Path, server: Server, timeout: float
-) -> dict[str, Any] | None:
+async def wait_for_index(db: Path, server: Server, timeout: float) -> dict[str, Any] | None:
     """After the burst: how long, and how much server CPU, the deferred search indexing takes."""
     behind = index_lag(db)
     if behind is None:
@@ -158,9 +154,7 @@ async def wait_for_index(
     }
 
 
-def verify(
-    db: Path, accepted: list[str], expected_messages: int, prefix: str
-) -> dict[str, Any]:
+def verify(db: Path, accepted: list[str], expected_messages: int, prefix: str) -> dict[str, Any]:
     """Check, with sqlite3 on the closed database, that what was answered 200 is stored."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
@@ -187,10 +181,7 @@ def verify(
         "expected_messages": expected_messages,
         "sessions": sessions,
         "quick_check": integrity,
-        "ok": not missing
-        and not not_done
-        and messages == expected_messages
-        and integrity == "ok",
+        "ok": not missing and not not_done and messages == expected_messages and integrity == "ok",
     }
 
 
@@ -201,14 +192,10 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print(f"building {args.callbacks} signed 103 callbacks of {args.messages} messages "
           f"({USERS} users x {len(CHARACTERS)} characters) ...", flush=True)  # fmt: skip
     built = time.perf_counter()
-    callbacks = make_callbacks(
-        args.callbacks, args.messages, prefix="bench", seed=args.seed
-    )
+    callbacks = make_callbacks(args.callbacks, args.messages, prefix="bench", seed=args.seed)
     warm = make_callbacks(args.warmup, args.messages, prefix="warm", seed=args.seed + 1)
     body_bytes = sum(len(body) for _, body, _ in callbacks) / max(len(callbacks), 1)
-    print(
-        f"  built in {time.perf_counter() - built:.1f} s, mean body {body_bytes / 1024:.1f} KiB"
-    )
+    print(f"  built in {time.perf_counter() - built:.1f} s, mean body {body_bytes / 1024:.1f} KiB")
 
     server = Server(
         db,
@@ -227,14 +214,10 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         url = f"{server.url}/webhooks/agora"
         if warm:
             _, _, warm_errors, warm_wall = await post_all(url, warm, args.concurrency)
-            print(
-                f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors"
-            )
+            print(f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors")
         cpu_server_0, cpu_self_0 = server.cpu_seconds(), self_cpu_seconds()
         noise = Noise(server.pid)
-        latencies, accepted, errors, wall = await post_all(
-            url, callbacks, args.concurrency
-        )
+        latencies, accepted, errors, wall = await post_all(url, callbacks, args.concurrency)
         other_cores = noise.other_cores()
         cpu_server = server.cpu_seconds() - cpu_server_0
         cpu_client = self_cpu_seconds() - cpu_self_0
@@ -246,9 +229,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     rate = len(accepted) / wall
     lat = latency_summary(latencies)
     print()
-    print(
-        f"ingest: {len(callbacks)} callbacks x {args.messages} messages, concurrency {args.concurrency}"
-    )
+    print(f"ingest: {len(callbacks)} callbacks x {args.messages} messages, concurrency {args.concurrency}")
     print(f"  wall            {wall:.2f} s")
     print(f"  callbacks/s     {rate:,.0f}")
     print(f"  messages/s      {rate * args.messages:,.0f}")
@@ -306,12 +287,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--callbacks", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument(
-        "--messages", type=int, default=32, help="messages per callback"
-    )
-    parser.add_argument(
-        "--warmup", type=int, default=200, help="callbacks posted before timing"
-    )
+    parser.add_argument("--messages", type=int, default=32, help="messages per callback")
+    parser.add_argument("--warmup", type=int, default=200, help="callbacks posted before timing")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--index-timeout",
@@ -319,9 +296,7 @@ def main() -> int:
         default=120.0,
         help="seconds to wait for deferred search indexing after the burst",
     )
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the temporary database"
-    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary database")
     args = parser.parse_args()
     with work_directory("agent-memory-bench-", keep=args.keep) as workdir:
         summary = asyncio.run(run(args, workdir))

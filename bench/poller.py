@@ -50,8 +50,9 @@ from _common import (
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent_memory.platforms.agora.client import AgoraClient  # noqa: E402
 from agent_memory.memory.ingest import Ingestor  # noqa: E402
+from agent_memory.memory.service import Memory  # noqa: E402
+from agent_memory.platforms.agora.client import AgoraClient  # noqa: E402
 from agent_memory.platforms.agora.poller import Poller  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.store import SQLiteStore, now_ms  # noqa: E402
@@ -84,7 +85,9 @@ def message(agent_index: int, n: int) -> dict[str, Any]:
         "content": f"[{agent_index}.{n}] {LINES[(agent_index + n) % len(LINES)]}",
         "turn_id": n // 2 + 1,
         "timestamp": BASE_MS + n * 2500,
-        "metadata": {"source": "asr", "user": str(1000 + agent_index)} if role == "user" else {"source": "llm"},
+        "metadata": {"source": "asr", "user": str(1000 + agent_index)}
+        if role == "user"
+        else {"source": "llm"},
     }
 
 
@@ -144,7 +147,10 @@ def serve_fake(port_file: Path, latency_ms: float) -> None:
 class FakeProcess:
     def __init__(self, workdir: Path, latency_ms: float) -> None:
         port_file = workdir / "fake.port"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve-fake", str(port_file), "--agora-latency-ms", str(latency_ms)],
             cwd=REPO, env=env,
@@ -225,12 +231,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             control = Control(session, fake.base_url)
             await control.call("POST", "/setup", {"agents": args.agents, "max_history": args.max_history})
             client = AgoraClient(settings, session)
-            poller = Poller(settings, store, ingestor, client)
+            poller = Poller(Memory(settings, store), client)
 
             def register(tx: Any) -> None:
                 for i, agent_id in enumerate(ids):
                     ingestor.bind(tx, agent_id, f"bench-user-{i}", "luna")
-                    tx.watch(agent_id, "manual", first_poll_ms=now_ms())
+                    tx.watches.follow(agent_id, "manual", first_poll_ms=now_ms())
 
             await store.write(register)
 
@@ -290,7 +296,7 @@ async def scheduled(
 ) -> dict[str, Any]:  # fmt: skip
     interval = 5.0
     settings = Settings(poll_interval_s=interval, **common)
-    poller = Poller(settings, store, ingestor, AgoraClient(settings, session))
+    poller = Poller(Memory(settings, store), AgoraClient(settings, session))
     print(f"\nphase B: the poller's scheduler for {args.scheduled_s:g} s (sweep every {poller.sweep_s} s, "
           f"poll interval {interval:g} s ±20%), every call +2 messages every {interval:g} s")  # fmt: skip
 
@@ -303,7 +309,9 @@ async def scheduled(
             )
 
     await store.write(spread)
-    polls0 = await store.read(lambda view: view.conn.execute("SELECT sum(polls) FROM watched_agents").fetchone()[0])
+    polls0 = await store.read(
+        lambda view: view.conn.execute("SELECT sum(polls) FROM watched_agents").fetchone()[0]
+    )
     stop = asyncio.Event()
 
     async def talk() -> None:
@@ -330,7 +338,9 @@ async def scheduled(
     poller.scheduler.pause()
     await asyncio.sleep(poller.sweep_s + 0.1)
     await poller.stop()
-    polls = await store.read(lambda view: view.conn.execute("SELECT sum(polls) FROM watched_agents").fetchone()[0])
+    polls = await store.read(
+        lambda view: view.conn.execute("SELECT sum(polls) FROM watched_agents").fetchone()[0]
+    )
     per_agent = (polls - polls0) / args.agents
     achieved = wall / per_agent if per_agent else float("inf")
     result = {
@@ -373,7 +383,7 @@ def verify(store: SQLiteStore, expected: dict[str, list[str]], ids: list[str]) -
         agent = wrong[0]
         have, want = stored.get(agent, []), expected[agent]
         print(f"  {agent}: stored {len(have)}, expected {len(want)}; "
-              f"first difference at {next((i for i, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want)))}")  # fmt: skip
+              f"first difference at {next((i for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), min(len(have), len(want)))}")  # fmt: skip
     return {"exact": exact, "agents": len(ids), "messages": total, "wrong": len(wrong), "gaps": len(gaps)}
 
 

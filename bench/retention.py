@@ -40,7 +40,7 @@ from search import REPO, ensure_database
 sys.path.insert(0, str(REPO))
 from agent_memory.memory.retention import BATCH_ROWS, Retention
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore
+from agent_memory.store import Store, open_store
 
 PROBE_EVERY_S = 0.02
 
@@ -57,9 +57,7 @@ def counts(path: Path) -> dict[str, int]:
         conn.close()
 
 
-async def purge_with_probe(
-    store: SQLiteStore, retention: Retention
-) -> tuple[dict[str, Any], list[float]]:
+async def purge_with_probe(store: Store, retention: Retention) -> tuple[dict[str, Any], list[float]]:
     """Run the purge while a probe measures how long a small write waits."""
     waits: list[float] = []
     done = asyncio.Event()
@@ -67,7 +65,7 @@ async def purge_with_probe(
     async def probe() -> None:
         while not done.is_set():
             started = time.perf_counter()
-            await store.write(lambda tx: tx.set_binding("probe-agent", "u-probe", "probe"))
+            await store.write(lambda tx: tx.bindings.bind_agent("probe-agent", "u-probe", "probe"))
             waits.append(time.perf_counter() - started)
             await asyncio.sleep(PROBE_EVERY_S)
 
@@ -88,8 +86,7 @@ async def run(
     path: Path, settings: Settings, batch: int
 ) -> tuple[dict[str, Any], list[float], dict[str, Any]]:
     """The purge with the probe, then a second purge with nothing left to do."""
-    store = SQLiteStore(path)
-    store.open()
+    store = open_store(settings)
     try:
         retention = Retention(settings, store, batch_rows=batch)
         report, waits = await purge_with_probe(store, retention)
@@ -108,9 +105,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--keep", type=int, default=100, help="retention_max_messages (0: off)")
-    parser.add_argument(
-        "--max-age-days", type=float, default=0, help="retention_max_age_days (0: off)"
-    )
+    parser.add_argument("--max-age-days", type=float, default=0, help="retention_max_age_days (0: off)")
     parser.add_argument("--raw-days", type=float, default=7, help="raw_retention_days (0: keep)")
     parser.add_argument("--batch", type=int, default=BATCH_ROWS, help="rows per write transaction")
     args = parser.parse_args()
@@ -144,15 +139,9 @@ def main() -> None:
         "pages_freed": report["reclaimed"]["pages_freed"],
         "mb_before": round(before["bytes"] / 1e6, 1),
         "mb_after": round(after["bytes"] / 1e6, 1),
-        "mb_per_million_messages_before": round(
-            before["bytes"] / 1e6 / (before["messages"] / 1e6), 1
-        ),
-        "mb_per_million_ingested_after": round(
-            after["bytes"] / 1e6 / (before["messages"] / 1e6), 1
-        ),
-        "mb_per_million_stored_after": round(
-            after["bytes"] / 1e6 / max(after["messages"] / 1e6, 1e-9), 1
-        ),
+        "mb_per_million_messages_before": round(before["bytes"] / 1e6 / (before["messages"] / 1e6), 1),
+        "mb_per_million_ingested_after": round(after["bytes"] / 1e6 / (before["messages"] / 1e6), 1),
+        "mb_per_million_stored_after": round(after["bytes"] / 1e6 / max(after["messages"] / 1e6, 1e-9), 1),
         "messages_after": after["messages"],
         "raw_callbacks_after": after["inbox"],
         "writer_wait_ms": latency_summary(waits),

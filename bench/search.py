@@ -10,7 +10,7 @@ percent of all messages); every pair has a summary covering all but its last ses
 and each session's raw 103 callback in the inbox (spread over the last 180 days). The same
 database is the input of bench/retention.py.
 
-Then times `view.search_user(...)` (what GET /v1/users/{u}/search runs on a reader thread)
+Then times `view.search.user(...)` (what GET /v1/users/{u}/search runs on a reader thread)
 for query classes drawn from what each user actually said: one English word, two English
 words, a Chinese phrase of 3-4 characters, a two-character Chinese word (substring scan),
 a Korean word, a very common trigram ("the"), and a word nobody said; the busiest user
@@ -46,8 +46,12 @@ from _common import (
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from agent_memory.core.facts import normalise
-from agent_memory.store import SQLiteStore, dumps
+from agent_memory.core.domain import InboxEntry, Session, Summary  # noqa: E402
+from agent_memory.core.jsonutil import dumps  # noqa: E402
+from agent_memory.settings import Settings  # noqa: E402
+from agent_memory.store import Store, Transaction, open_store  # noqa: E402
+from agent_memory.store.sqlite import SQLiteView  # noqa: E402
+from agent_memory.store.types import NewMessage  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 BUILD_VERSION = 1  # bump when the generated data changes
@@ -199,14 +203,13 @@ def plan(args: argparse.Namespace) -> tuple[list[Person], list[tuple[int, str, i
 
 
 async def build(path: Path, args: argparse.Namespace) -> None:
-    """Write the database through SQLiteStore.write in large batches, showing progress."""
+    """Write the database through the store's own writes, in large batches, showing progress."""
     people, sessions = plan(args)
     building = path.with_suffix(".building.db")
     for leftover in CACHE.glob(building.name + "*"):
         leftover.unlink()
     CACHE.mkdir(exist_ok=True)
-    store = SQLiteStore(building)
-    store.open()
+    store = open_store(Settings(db_path=building))
     rng = random.Random(args.seed + 1)
     span = 180 * DAY_MS
     first_ms = NOW_MS - span
@@ -218,9 +221,9 @@ async def build(path: Path, args: argparse.Namespace) -> None:
     pending: asyncio.Future[Any] | None = None
     try:
         for first in range(0, len(sessions), SESSIONS_PER_WRITE):
-            batch_sessions: list[dict[str, Any]] = []
-            batch_messages: list[dict[str, Any]] = []
-            batch_inbox: list[dict[str, Any]] = []
+            batch_sessions: list[Session] = []
+            batch_messages: list[NewMessage] = []
+            batch_inbox: list[InboxEntry] = []
             for number in range(first, min(first + SESSIONS_PER_WRITE, len(sessions))):
                 index, character, count = sessions[number]
                 person = people[index]
@@ -241,39 +244,36 @@ async def build(path: Path, args: argparse.Namespace) -> None:
                         "fp": f"{seq}", "gap_before": 0, "created_ms": at + 5000,
                     })  # fmt: skip
                 labels = {"user_id": person.user_id, "character_id": character}
-                batch_sessions.append({
-                    "agent_id": agent_id, "user_id": person.user_id, "character_id": character,
-                    "identity_source": "labels", "channel": f"room-{agent_id}", "status": "stopped",
-                    "stop_reason": "OK", "start_ms": start_ms, "stop_ms": at + 3000, "labels": dumps(labels),
-                    "message_count": count, "gap_count": 0, "error_count": 0,
-                    "first_seen_ms": start_ms, "updated_ms": at + 3000,
-                })  # fmt: skip
+                batch_sessions.append(Session(
+                    agent_id=agent_id, user_id=person.user_id, character_id=character,
+                    identity_source="labels", channel=f"room-{agent_id}", status="stopped",
+                    stop_reason="OK", start_ms=start_ms, stop_ms=at + 3000, labels=labels,
+                    message_count=count, first_seen_ms=start_ms, updated_ms=at + 3000,
+                ))  # fmt: skip
                 body = {"noticeId": f"{agent_id}:103", "productId": 17, "eventType": 103, "notifyMs": at + 4000,
                         "payload": {"agent_id": agent_id, "channel": f"room-{agent_id}",
                                     "start_ts": start_ms // 1000, "stop_ts": (at + 3000) // 1000,
                                     "labels": labels, "contents": contents}}  # fmt: skip
-                batch_inbox.append({
-                    "notice_id": body["noticeId"], "event_type": 103, "product_id": 17,
-                    "notify_ms": at + 4000, "received_ms": at + 4000, "agent_id": agent_id,
-                    "label_user": person.user_id, "label_character": character,
-                    "body": dumps(body), "status": "done",
-                })  # fmt: skip
+                batch_inbox.append(InboxEntry(
+                    event_id=body["noticeId"], event_type=103, product_id=17,
+                    notify_ms=at + 4000, received_ms=at + 4000, agent_id=agent_id,
+                    label_user=person.user_id, label_character=character,
+                    body=dumps(body), status="done",
+                ))  # fmt: skip
                 last_session[(person.user_id, character)] = agent_id
 
-            def insert(tx: Any, s: list[dict[str, Any]] = batch_sessions, m: list[dict[str, Any]] = batch_messages,
-                       raw: list[dict[str, Any]] = batch_inbox) -> None:  # fmt: skip
+            def insert(tx: Transaction, s: list[Session] = batch_sessions, m: list[NewMessage] = batch_messages,
+                       raw: list[InboxEntry] = batch_inbox) -> None:  # fmt: skip
                 for session in s:
-                    tx.insert_session(session)
-                tx.insert_messages(m)
-                for row in raw:
-                    tx.insert_inbox(row)
+                    tx.sessions.insert(session)
+                tx.messages.insert(m)
+                for entry in raw:
+                    tx.inbox.insert(entry)
 
             if pending is not None:
                 await pending
                 rate = written / (time.perf_counter() - started)
-                print(
-                    f"\r  {written:,}/{args.total:,} messages ({rate:,.0f}/s)", end="", flush=True
-                )
+                print(f"\r  {written:,}/{args.total:,} messages ({rate:,.0f}/s)", end="", flush=True)
             pending = asyncio.ensure_future(store.write(insert))
             written += len(batch_messages)
         if pending is not None:
@@ -300,12 +300,10 @@ async def build(path: Path, args: argparse.Namespace) -> None:
     building.rename(path)
 
 
-async def write_memory(
-    store: SQLiteStore, people: list[Person], last_session: dict[tuple[str, str], str]
-) -> None:
+async def write_memory(store: Store, people: list[Person], last_session: dict[tuple[str, str], str]) -> None:
     """A summary per pair covering all but its last session, and a few facts per user."""
 
-    def watermarks(view: Any) -> dict[tuple[str, str], tuple[int, int]]:
+    def watermarks(view: SQLiteView) -> dict[tuple[str, str], tuple[int, int]]:
         marks = {}
         for (user, character), agent_id in last_session.items():
             row = view.conn.execute(
@@ -318,16 +316,15 @@ async def write_memory(
     marks = await store.read(watermarks)
     by_id = {person.user_id: person for person in people}
 
-    def memory(tx: Any) -> None:
+    def memory(tx: Transaction) -> None:
         for (user, character), (watermark, covered) in marks.items():
             slots = by_id[user].slots
             text = (f"{user} often talks with {character} about {slots['hobby']} and their {slots['pet_kind']} "
                     f"{slots['pet']}. They visited {slots['city']} with {slots['person']} and like {slots['food']}. "
                     f"最近常聊{slots['city_zh']}和{slots['hobby_zh']}。")  # fmt: skip
-            tx.set_summary({"user_id": user, "character_id": character, "text": text,
-                            "watermark_id": watermark, "covered_until_ms": NOW_MS, "message_count": covered,
-                            "method": "llm", "model": "bench", "meta": None, "created_ms": NOW_MS,
-                            "updated_ms": NOW_MS})  # fmt: skip
+            tx.summaries.put(Summary(user_id=user, character_id=character, text=text,
+                                     watermark_id=watermark, covered_until_ms=NOW_MS, message_count=covered,
+                                     method="llm", model="bench", created_ms=NOW_MS, updated_ms=NOW_MS))  # fmt: skip
         for person in people:
             s = person.slots
             for text in (
@@ -335,7 +332,8 @@ async def write_memory(
                 f"Lives in {s['city']}",
                 f"Enjoys {s['hobby']}",
             ):
-                tx.add_fact(person.user_id, "", text, normalise(text), pinned=False, origin="llm")
+                tx.facts.add(person.user_id, person.characters[0], text, scope="user", pinned=False,
+                             origin="llm")  # fmt: skip
 
     await store.write(memory)
 
@@ -353,9 +351,7 @@ def ensure_database(args: argparse.Namespace) -> Path:
 # queries
 
 
-def query_plan(
-    path: Path, args: argparse.Namespace
-) -> tuple[dict[str, list[tuple[str, str]]], str]:
+def query_plan(path: Path, args: argparse.Namespace) -> tuple[dict[str, list[tuple[str, str]]], str]:
     """(user, query) pairs per class, drawn from random users' own messages; and the busiest user."""
     rng = random.Random(args.seed + 2)
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -406,9 +402,7 @@ def query_plan(
     return classes, busiest
 
 
-def add(
-    classes: dict[str, list[tuple[str, str]]], name: str, item: tuple[str, str], limit: int
-) -> None:
+def add(classes: dict[str, list[tuple[str, str]]], name: str, item: tuple[str, str], limit: int) -> None:
     """Add a query to a class that still needs some."""
     if len(classes[name]) < limit:
         classes[name].append(item)
@@ -424,23 +418,20 @@ def time_calls(fn: Callable[[], Any], count: int) -> tuple[list[float], Any]:
     return seconds, result
 
 
-def time_in_process(
-    path: Path, classes: dict[str, list[tuple[str, str]]], busiest: str
-) -> dict[str, Any]:
-    """search_user and search_mentions as the handlers call them, per query class."""
-    store = SQLiteStore(path)
-    store.open()
+def time_in_process(path: Path, classes: dict[str, list[tuple[str, str]]], busiest: str) -> dict[str, Any]:
+    """Search by user and mentions as the handlers call them, per query class."""
+    store = open_store(Settings(db_path=path))
     results: dict[str, Any] = {}
     try:
         for user, q in classes["en_word"][:20]:  # warm the page cache
-            store.read_now(lambda view, u=user, q=q: view.search_user(u, q))
+            store.read_now(lambda view, u=user, q=q: view.search.user(u, q))
         everything: list[float] = []
         for name, queries in classes.items():
             seconds: list[float] = []
             hits = 0
             for user, q in queries:
                 started = time.perf_counter()
-                answer = store.read_now(lambda view, u=user, q=q: view.search_user(u, q))
+                answer = store.read_now(lambda view, u=user, q=q: view.search.user(u, q))
                 seconds.append(time.perf_counter() - started)
                 hits += bool(answer["results"])
             everything.extend(seconds)
@@ -451,7 +442,7 @@ def time_in_process(
             )
         results["all"] = {**latency_summary(everything), "queries": len(everything)}
         print(f"  {'all':<14} {fmt_ms(results['all'])}")
-        count = store.read_now(lambda view: view.conn.execute(
+        count = store.read_now(lambda view: view.conn.execute(  # type: ignore[attr-defined]
             "SELECT count(*) FROM messages WHERE user_id = ?", (busiest,)).fetchone()[0])  # fmt: skip
         for label, q in (
             ("busiest_word", "morning"),
@@ -459,24 +450,20 @@ def time_in_process(
             ("busiest_zh2", "考试"),
         ):
             seconds, answer = time_calls(
-                lambda q=q: store.read_now(lambda view: view.search_user(busiest, q)), 30
+                lambda q=q: store.read_now(lambda view: view.search.user(busiest, q)), 30
             )
             results[label] = {
                 **latency_summary(seconds),
                 "user_messages": count,
                 "truncated": answer["truncated"],
             }
-            print(
-                f"  {label:<14} {fmt_ms(results[label])}   ({busiest}: {count:,} messages, q={q!r})"
-            )
+            print(f"  {label:<14} {fmt_ms(results[label])}   ({busiest}: {count:,} messages, q={q!r})")
         for label, q in (
             ("mentions_rare", classes["en_word"][0][1]),
             ("mentions_common", "morning"),
             ("mentions_zh2", "考试"),
         ):
-            seconds, answer = time_calls(
-                lambda q=q: store.read_now(lambda view: view.search_mentions(q)), 5
-            )
+            seconds, answer = time_calls(lambda q=q: store.read_now(lambda view: view.search.mentions(q)), 5)
             results[label] = {
                 **latency_summary(seconds),
                 "users": answer["total_users"],
@@ -506,9 +493,7 @@ async def time_http(
             seconds: list[float] = []
             for user, q in (mixed * (requests // max(len(mixed), 1) + 1))[:requests]:
                 started = time.perf_counter()
-                async with session.get(
-                    f"{server.url}/v1/users/{user}/search", params={"q": q}
-                ) as resp:
+                async with session.get(f"{server.url}/v1/users/{user}/search", params={"q": q}) as resp:
                     await resp.read()
                     assert resp.status == 200, await resp.text()
                 seconds.append(time.perf_counter() - started)
@@ -540,9 +525,7 @@ def main() -> None:
         + ", ".join(f"{v:,} {k}" for k, v in counts.items())
     )
     classes, busiest = query_plan(path, args)
-    print(
-        f"search_user, in process ({args.queries} queries per class, each a random user's own words):"
-    )
+    print(f"search_user, in process ({args.queries} queries per class, each a random user's own words):")
     results = time_in_process(path, classes, busiest)
     if args.http:
         with tempfile.TemporaryDirectory() as workdir:

@@ -42,12 +42,15 @@ from _common import (
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from agent_memory.core.context import build_context, load_context
-from agent_memory.core.facts import normalise
-from agent_memory.memory.ingest import message_row
-from agent_memory.platforms.agora.payloads import AgentHistory
-from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore, dumps
+from agent_memory.core.context import build_context  # noqa: E402
+from agent_memory.core.domain import Session, Summary  # noqa: E402
+from agent_memory.memory.ingest import message_row  # noqa: E402
+from agent_memory.memory.service import load_context  # noqa: E402
+from agent_memory.platforms.agora.events import session_event  # noqa: E402
+from agent_memory.platforms.agora.payloads import AgentHistory  # noqa: E402
+from agent_memory.settings import Settings  # noqa: E402
+from agent_memory.store import Transaction, open_store  # noqa: E402
+from agent_memory.store.types import NewMessage  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 BUILD_VERSION = 1  # bump when the generated data changes
@@ -95,13 +98,9 @@ def cache_path(args: argparse.Namespace) -> Path:
     """The cached database for these parameters and this schema."""
     schema = (REPO / "agent_memory" / "store" / "sqlite" / "migrations.py").read_bytes()
     key = hashlib.sha1(
-        f"{BUILD_VERSION}|{args.total}|{args.pair_messages}|{args.users}|{args.seed}|".encode()
-        + schema
+        f"{BUILD_VERSION}|{args.total}|{args.pair_messages}|{args.users}|{args.seed}|".encode() + schema
     ).hexdigest()[:10]
-    return (
-        CACHE
-        / f"system-messages-{args.total}-{args.pair_messages}-{args.users}u-{key}.db"
-    )
+    return CACHE / f"system-messages-{args.total}-{args.pair_messages}-{args.users}u-{key}.db"
 
 
 def session_rows(
@@ -111,16 +110,18 @@ def session_rows(
     character_id: str,
     count: int,
     start_ms: int,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[Session, list[NewMessage]]:
     """A stored session and its messages, made by the service's own conversion of a window."""
     uid = str(1000 + rng.randrange(9000))
-    history = AgentHistory.model_validate(
-        {"agent_id": agent_id, "contents": make_contents(rng, count, start_ms, uid)}
+    history = session_event(
+        AgentHistory.model_validate(
+            {"agent_id": agent_id, "contents": make_contents(rng, count, start_ms, uid)}
+        )
     )
     stamp = start_ms + count * 10_000
-    messages = [
+    messages: list[NewMessage] = [
         {
-            **message_row(message, start_ms),
+            **message_row(message, start_ms),  # type: ignore[typeddict-item]
             "agent_id": agent_id,
             "user_id": user_id,
             "character_id": character_id,
@@ -128,27 +129,25 @@ def session_rows(
             "gap_before": 0,
             "created_ms": stamp,
         }
-        for seq, message in enumerate(history.contents)
+        for seq, message in enumerate(history.messages)
     ]
     stop_ms = messages[-1]["at_ms"] + 2000 if messages else start_ms
-    session = {
-        "agent_id": agent_id,
-        "user_id": user_id,
-        "character_id": character_id,
-        "identity_source": "labels",
-        "channel": f"room-{agent_id}",
-        "name": f"agent-{user_id}-{character_id}",
-        "status": "stopped",
-        "start_ms": start_ms,
-        "stop_ms": stop_ms,
-        "labels": dumps({"user_id": user_id, "character_id": character_id}),
-        "rtc_uid": uid,
-        "message_count": len(messages),
-        "gap_count": 0,
-        "error_count": 0,
-        "first_seen_ms": start_ms,
-        "updated_ms": stop_ms,
-    }
+    session = Session(
+        agent_id=agent_id,
+        user_id=user_id,
+        character_id=character_id,
+        identity_source="labels",
+        status="stopped",
+        channel=f"room-{agent_id}",
+        name=f"agent-{user_id}-{character_id}",
+        start_ms=start_ms,
+        stop_ms=stop_ms,
+        labels={"user_id": user_id, "character_id": character_id},
+        rtc_uid=uid,
+        message_count=len(messages),
+        first_seen_ms=start_ms,
+        updated_ms=stop_ms,
+    )
     return session, messages
 
 
@@ -178,13 +177,12 @@ def plan_sessions(args: argparse.Namespace) -> list[tuple[str, str, int]]:
 
 
 async def build(path: Path, args: argparse.Namespace) -> None:
-    """Write the database through SQLiteStore.write in large batches, showing progress."""
+    """Write the database through the store's own writes, in large batches, showing progress."""
     plan = plan_sessions(args)
     building = path.with_suffix(".building.db")
     for leftover in CACHE.glob(building.name + "*"):
         leftover.unlink()
-    store = SQLiteStore(building)
-    store.open()
+    store = open_store(Settings(db_path=building))
     rng = random.Random(args.seed + 1)
     # Session start times are spread over SPAN_MS; the heavy pair's come in time order.
     big_times = iter(sorted(NOW_MS - SPAN_MS + rng.randrange(SPAN_MS)
@@ -197,15 +195,13 @@ async def build(path: Path, args: argparse.Namespace) -> None:
           f"with {args.pair_messages:,}) ...", flush=True)  # fmt: skip
     try:
         for first in range(0, len(plan), SESSIONS_PER_WRITE):
-            sessions: list[dict[str, Any]] = []
-            messages: list[dict[str, Any]] = []
+            sessions: list[Session] = []
+            messages: list[NewMessage] = []
             for number, (user, character, count) in enumerate(
                 plan[first : first + SESSIONS_PER_WRITE], first
             ):
                 start_ms = (
-                    next(big_times)
-                    if (user, character) == BIG
-                    else NOW_MS - SPAN_MS + rng.randrange(SPAN_MS)
+                    next(big_times) if (user, character) == BIG else NOW_MS - SPAN_MS + rng.randrange(SPAN_MS)
                 )
                 session, rows = session_rows(
                     rng,
@@ -218,11 +214,11 @@ async def build(path: Path, args: argparse.Namespace) -> None:
                 sessions.append(session)
                 messages.extend(rows)
 
-            def insert(tx: Any, sessions: list[dict[str, Any]] = sessions,
-                       messages: list[dict[str, Any]] = messages) -> None:  # fmt: skip
+            def insert(tx: Transaction, sessions: list[Session] = sessions,
+                       messages: list[NewMessage] = messages) -> None:  # fmt: skip
                 for session in sessions:
-                    tx.insert_session(session)
-                tx.insert_messages(messages)
+                    tx.sessions.insert(session)
+                tx.messages.insert(messages)
 
             # The writer thread inserts this batch while the next one is generated.
             if pending is not None:
@@ -237,27 +233,26 @@ async def build(path: Path, args: argparse.Namespace) -> None:
         if pending is not None:
             await pending
 
-        def memory(tx: Any) -> None:
+        def memory(tx: Transaction) -> None:
             user, character = BIG
-            for index, (text, pinned) in enumerate(FACTS):
-                tx.add_fact(user, character, text, normalise(text), pinned=pinned,
-                            origin="manual" if pinned else "llm")  # fmt: skip
+            for text, pinned in FACTS:
+                tx.facts.add(user, character, text, scope="character", pinned=pinned,
+                             origin="manual" if pinned else "llm")  # fmt: skip
             for text in USER_WIDE_FACTS:
-                tx.add_fact(user, "", text, normalise(text), pinned=False, origin="llm")
-            tx.set_summary(
-                {
-                    "user_id": user,
-                    "character_id": character,
-                    "text": SUMMARY,
-                    "watermark_id": 0,
-                    "covered_until_ms": NOW_MS - 86_400_000,
-                    "message_count": max(args.pair_messages - 100, 0),
-                    "method": "llm",
-                    "model": "bench",
-                    "meta": None,
-                    "created_ms": NOW_MS - SPAN_MS,
-                    "updated_ms": NOW_MS - 86_400_000,
-                }
+                tx.facts.add(user, character, text, scope="user", pinned=False, origin="llm")
+            tx.summaries.put(
+                Summary(
+                    user_id=user,
+                    character_id=character,
+                    text=SUMMARY,
+                    watermark_id=0,
+                    covered_until_ms=NOW_MS - 86_400_000,
+                    message_count=max(args.pair_messages - 100, 0),
+                    method="llm",
+                    model="bench",
+                    created_ms=NOW_MS - SPAN_MS,
+                    updated_ms=NOW_MS - 86_400_000,
+                )
             )
 
         await store.write(memory)
@@ -301,8 +296,7 @@ def count_check(path: Path) -> dict[str, int]:
 async def time_in_process(path: Path, requests: int, warmup: int) -> dict[str, Any]:
     """load_context as the handler calls it, plus its two halves: the reads and the build."""
     settings = Settings(db_path=path)
-    store = SQLiteStore(path)
-    store.open()
+    store = open_store(settings)
     results: dict[str, Any] = {}
     try:
         for label, (user, character) in (("big", BIG), ("small", SMALL)):
@@ -317,15 +311,11 @@ async def time_in_process(path: Path, requests: int, warmup: int) -> dict[str, A
                 context = await load_context(store, **kwargs)
                 total.append(time.perf_counter() - started)
 
-            def read(
-                view: Any, user: str = user, character: str = character
-            ) -> tuple[Any, Any, Any]:
+            def read(view: Any, user: str = user, character: str = character) -> tuple[Any, Any, Any]:
                 return (
                     view.list_facts(user, character),
                     view.get_summary(user, character),
-                    view.latest_messages(
-                        user, character, settings.context_recent_messages
-                    ),
+                    view.latest_messages(user, character, settings.context_recent_messages),
                 )
 
             reads: list[float] = []
@@ -350,9 +340,7 @@ async def time_in_process(path: Path, requests: int, warmup: int) -> dict[str, A
     return results
 
 
-async def time_http(
-    path: Path, requests: int, warmup: int, workdir: Path
-) -> dict[str, Any]:
+async def time_http(path: Path, requests: int, warmup: int, workdir: Path) -> dict[str, Any]:
     server = Server(
         path,
         env={"AGENT_MEMORY_API_TOKEN": TOKEN, "AGORA_WEBHOOK_SECRET": "bench-notification-secret",
@@ -366,18 +354,14 @@ async def time_http(
         noise = Noise(server.pid)
         connector = aiohttp.TCPConnector(limit=1)
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with aiohttp.ClientSession(
-            connector=connector, headers=headers
-        ) as session:
+        async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
             for label, (user, character) in (("big", BIG), ("small", SMALL)):
                 url = f"{server.url}/v1/users/{user}/characters/{character}/system-messages"
                 body: dict[str, Any] = {}
                 for _ in range(warmup):
                     async with session.get(url) as resp:
                         if resp.status != 200:
-                            raise RuntimeError(
-                                f"GET {url}: HTTP {resp.status}: {await resp.text()}"
-                            )
+                            raise RuntimeError(f"GET {url}: HTTP {resp.status}: {await resp.text()}")
                         body = await resp.json()
                 cpu_0 = server.cpu_seconds()
                 latencies: list[float] = []
@@ -394,9 +378,7 @@ async def time_http(
                     "http": latency_summary(latencies),
                     "errors": errors,
                     "response_bytes": size,
-                    "server_cpu_ms_per_request": (server.cpu_seconds() - cpu_0)
-                    / requests
-                    * 1000,
+                    "server_cpu_ms_per_request": (server.cpu_seconds() - cpu_0) / requests * 1000,
                     "included": body.get("included"),
                     "tokens": body.get("tokens"),
                 }
@@ -429,9 +411,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{counts['pairs']:,} pairs; {BIG[0]}/{BIG[1]} has {counts['big_pair']:,}, "
           f"{SMALL[0]}/{SMALL[1]} has {counts['small_pair']:,}; {size / 2**20:,.0f} MiB on disk")  # fmt: skip
     if counts["messages"] != args.total or counts["big_pair"] != args.pair_messages:
-        raise SystemExit(
-            "count check failed: the cached database does not hold what was asked"
-        )
+        raise SystemExit("count check failed: the cached database does not hold what was asked")
 
     print(f"\n(a) in-process load_context, {args.requests} sequential calls per pair")
     noise = Noise()
@@ -463,9 +443,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{' (figures are skewed)' if remote['other_cores'] > 0.1 else ''}")  # fmt: skip
 
     def rounded(summary: dict[str, float]) -> dict[str, float]:
-        return {
-            k: round(v, 3) for k, v in summary.items() if k in ("p50", "p99", "max")
-        }
+        return {k: round(v, 3) for k, v in summary.items() if k in ("p50", "p99", "max")}
 
     return {
         "bench": "system_messages",
@@ -486,23 +464,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--total", type=int, default=1_000_000, help="messages in the database"
-    )
-    parser.add_argument(
-        "--pair-messages", type=int, default=10_000, help="messages of u-bench/luna"
-    )
-    parser.add_argument(
-        "--requests", type=int, default=2000, help="timed calls per pair and mode"
-    )
-    parser.add_argument(
-        "--users", type=int, default=20_000, help="users (x 3 characters)"
-    )
+    parser.add_argument("--total", type=int, default=1_000_000, help="messages in the database")
+    parser.add_argument("--pair-messages", type=int, default=10_000, help="messages of u-bench/luna")
+    parser.add_argument("--requests", type=int, default=2000, help="timed calls per pair and mode")
+    parser.add_argument("--users", type=int, default=20_000, help="users (x 3 characters)")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--rebuild", action="store_true", help="ignore the cached database"
-    )
+    parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
     args = parser.parse_args()
     summary = asyncio.run(run(args))
     print_summary(summary)

@@ -19,7 +19,8 @@ from conftest import agent_event, load_fixture
 from sqlite_utils import Database
 
 from agent_memory.memory.ingest import Ingestor
-from agent_memory.platforms.agora.payloads import HistoryWindow, to_ms
+from agent_memory.platforms.agora.events import history_window
+from agent_memory.platforms.agora.payloads import HistoryResponse, to_ms
 from agent_memory.store import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
 
@@ -362,7 +363,7 @@ async def test_turn_id_zero_fills_a_missing_turn_id(service) -> None:
 
 
 async def test_a_docs_portal_envelope_with_product_1_is_read(service, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="agent_memory.memory.ingest")
+    caplog.set_level(logging.INFO, logger="agent_memory.platforms.agora.events")
     envelope = load_fixture("agora/docs_portal_103_product_1.json")
     payload = envelope["payload"]
     answer = await send(service, envelope)
@@ -376,7 +377,7 @@ async def test_a_docs_portal_envelope_with_product_1_is_read(service, caplog) ->
 
 
 async def test_rtc_and_other_products_are_kept_not_used_and_logged(service, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="agent_memory.memory.ingest")
+    caplog.set_level(logging.INFO, logger="agent_memory.platforms.agora.events")
     rtc = load_fixture("agora/tolerance_rtc_111_product_1.json")
     await send(service, rtc, "ignored")
     recording = agent_event(103, "REC-1", contents=[{"role": "user", "content": "x"}])
@@ -435,12 +436,13 @@ async def test_a_polled_window_with_a_bad_item_keeps_the_rest(tmp_path: Path, ma
     store.open()
     try:
         ingestor = Ingestor(make_settings())
-        window = HistoryWindow.model_validate({
+        answer = HistoryResponse.model_validate({
             "agent_id": "POLLED", "start_ts": 1_763_690_000, "status": "RUNNING",
             "contents": [{"role": "user", "content": "one"}, None, {"role": "assistant", "content": "two"}],
         })  # fmt: skip
-        assert window.skipped == ["contents[1]: not an object (got NoneType)"]
-        outcome = await store.write(lambda tx: ingestor.apply_window(tx, "POLLED", window, 1))
+        assert answer.skipped == ["contents[1]: not an object (got NoneType)"]
+        window = history_window("POLLED", answer)
+        outcome = await store.write(lambda tx: ingestor.merge_window(tx, window, 1))
         assert (outcome.status, outcome.new_messages) == ("partial", 2)
         rows = store.read_now(lambda view: view.session_messages("POLLED"))
         assert [r["content"] for r in rows] == ["one", "two"]

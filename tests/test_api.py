@@ -14,8 +14,8 @@ from aiohttp import web
 from conftest import TOKEN, agent_event, load_fixture, turns
 from fakes.openai_server import FakeOpenAI
 
-from agent_memory.web.keys import JOBS
 from agent_memory.core.tokens import count_message_tokens
+from agent_memory.web.keys import JOBS
 
 PERSONA = "You are Luna, a warm and curious companion. Keep answers short."
 FILLER = "and then we talked for a while about the weather, the city and the weekend plans"
@@ -27,7 +27,9 @@ async def deliver(service: Any, envelope: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-async def seed(service: Any, user: str, character: str, agent_id: str, contents: list[dict[str, Any]]) -> None:
+async def seed(
+    service: Any, user: str, character: str, agent_id: str, contents: list[dict[str, Any]]
+) -> None:
     answer = await deliver(
         service,
         agent_event(103, agent_id, labels={"user_id": user, "character_id": character}, contents=contents),
@@ -132,14 +134,19 @@ async def test_wrong_method_is_a_405_json_error(service):
 
 async def test_system_messages_put_the_persona_first_then_memory(service):
     await seed(service, "u-sm", "luna", "SM-1", said("I have a cat called Miso.", "What a lovely name!"))
-    status, _ = await service.api("POST", "/v1/users/u-sm/characters/luna/facts", json={"text": "Has a cat named Miso"})
+    status, _ = await service.api(
+        "POST", "/v1/users/u-sm/characters/luna/facts", json={"text": "Has a cat named Miso"}
+    )
     assert status == 201
     body = await system_messages(service, "u-sm", "luna", persona=PERSONA, max_tokens=1500)
     contents = [m["content"] for m in body["system_messages"]]
     assert all(m["role"] == "system" for m in body["system_messages"])
     assert len(contents) == 3
     assert contents[0] == PERSONA
-    assert contents[1].startswith("What you remember about this user") and "- Has a cat named Miso" in contents[1]
+    assert (
+        contents[1].startswith("What you remember about this user")
+        and "- Has a cat named Miso" in contents[1]
+    )
     assert contents[2].startswith("The most recent turns")
     assert "User: I have a cat called Miso." in contents[2]
     assert "Assistant: What a lovely name!" in contents[2]
@@ -185,7 +192,9 @@ async def test_system_messages_are_deterministic(start_service):
     service = await start_service(summary_max_messages=10_000)
     await seed(service, "u-det", "luna", "DET-1", long_turns(30))
     await service.api("POST", "/v1/users/u-det/characters/luna/facts", json={"text": "Works night shifts"})
-    await service.api("POST", "/v1/users/u-det/characters/luna/facts", json={"text": "Speaks French", "scope": "user"})
+    await service.api(
+        "POST", "/v1/users/u-det/characters/luna/facts", json={"text": "Speaks French", "scope": "user"}
+    )
     first = await system_messages(service, "u-det", "luna", max_tokens=300, persona=PERSONA)
     second = await system_messages(service, "u-det", "luna", max_tokens=300, persona=PERSONA)
     assert first == second
@@ -211,7 +220,8 @@ async def test_persona_longer_than_the_budget_is_422_saying_so(service):
     assert "persona" in message and "max_tokens=100" in message
 
 
-# Regression: the persona travels in the query string, and aiohttp refuses request lines over 8190 bytes
+# A long persona travels in the query string; URL-encoded it exceeds aiohttp's default 8190-byte
+# request line, and still gets through.
 async def test_a_long_chinese_persona_fits_through_the_api(service):
     persona = ("你是小雨，一位温柔耐心的中文老师，" * 63)[:1000]
     async with service.session.get(
@@ -312,14 +322,18 @@ async def test_facts_add_list_render_and_delete(service):
     assert (fact["text"], fact["scope"], fact["pinned"], fact["origin"]) == (
         "Has an exam on the 22nd", "character", True, "manual",
     )  # fmt: skip
-    status, body = await service.api("POST", f"{pair}/facts", json={"text": "Lives in Lisbon", "scope": "user"})
+    status, body = await service.api(
+        "POST", f"{pair}/facts", json={"text": "Lives in Lisbon", "scope": "user"}
+    )
     assert status == 201 and body["fact"]["scope"] == "user" and body["fact"]["pinned"] is True
     user_fact = body["fact"]
     # The same fact again (other spacing and case) is not a second fact.
     status, body = await service.api("POST", f"{pair}/facts", json={"text": "  has an exam on the 22nd. "})
     assert status == 200 and body["created"] is False and body["fact"]["id"] == fact["id"]
     # Another character's fact is not listed here; the user-wide one is.
-    status, _ = await service.api("POST", "/v1/users/u-facts/characters/kai/facts", json={"text": "Plays chess with Kai"})
+    status, _ = await service.api(
+        "POST", "/v1/users/u-facts/characters/kai/facts", json={"text": "Plays chess with Kai"}
+    )
     assert status == 201
 
     status, body = await service.api("GET", f"{pair}/facts")
@@ -354,9 +368,8 @@ async def test_delete_fact_with_a_non_numeric_id_is_422(service):
     assert "abc" in assert_error(status, body, 422, "invalid_field")
 
 
-# Regression: agent_memory/api.py delete_fact checks the id with str.isdigit(), which lets
-# through ids SQLite cannot bind (over 2**63-1) and Unicode digits int() cannot parse ('²'); both
-# end in a 500 internal_error instead of a 404/422
+# An id the database cannot hold (over 2**63-1) or that is not ASCII digits ('²') is a client
+# error (404/422), never a 500.
 @pytest.mark.parametrize("raw", ["99999999999999999999999", "%C2%B2"], ids=["huge", "superscript"])
 async def test_delete_fact_with_an_impossible_id_is_a_client_error(service, raw):
     status, body = await service.api("DELETE", f"/v1/facts/{raw}")
@@ -567,7 +580,9 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
     stored = await service.store.read(lambda v: v.counts())
     assert (stored["messages"], stored["sessions"], stored["facts"], stored["jobs"]) == (30, 1, 1, 1)
     with closing(sqlite3.connect(f"file:{service.settings.db_path}?mode=ro", uri=True)) as conn:
-        statuses = dict(conn.execute("SELECT agent_id, group_concat(DISTINCT status) FROM inbox GROUP BY agent_id"))
+        statuses = dict(
+            conn.execute("SELECT agent_id, group_concat(DISTINCT status) FROM inbox GROUP BY agent_id")
+        )
         leftovers = conn.execute("SELECT count(*) FROM messages WHERE user_id = 'u-gone'").fetchone()[0]
     assert statuses == {"GONE-LUNA": "forgotten", "GONE-KAI": "forgotten", "KEEP-LUNA": "done"}
     assert leftovers == 0
@@ -592,9 +607,8 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
     assert not found(data, GONE_ZH), "redelivery brought the text back"
 
 
-# Regression: SQLiteTransaction.forget (agent_memory/store/sqlite.py) wipes raw inbox bodies only
-# for agent_ids that have a session; a 103 that failed validation made no session, so its raw
-# body (the user's words, labelled with their user_id) survives forgetting
+# Forgetting a user wipes the raw callbacks labelled with them, also those that never became a
+# session (a 103 that failed validation): they hold the user's words.
 async def test_forget_a_user_also_wipes_raw_callbacks_applied_in_part(service):
     contents = said(f"remember {GONE_EN} please", "sure")
     contents.append({"content": "a message without a role"})
@@ -603,7 +617,7 @@ async def test_forget_a_user_also_wipes_raw_callbacks_applied_in_part(service):
     answer = await deliver(service, envelope)
     assert answer["status"] == "partial"
     assert found(db_bytes(service), GONE_EN), "the raw body is stored"
-    status, body = await service.api("DELETE", "/v1/users/u-gone")
+    status, _ = await service.api("DELETE", "/v1/users/u-gone")
     assert status == 200
     row = await service.store.read(lambda v: v.get_inbox(envelope["noticeId"]))
     assert row is not None and GONE_EN not in row["body"]
@@ -624,7 +638,7 @@ class GatedOpenAI(FakeOpenAI):
         return await super()._chat_completions(request)
 
 
-# Regression: agent_memory/jobs.py apply_result only drops a result when the summary's watermark changed
+# A condense result whose pair was forgotten while the model answered is dropped, not stored.
 async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back(start_service):
     async with GatedOpenAI() as llm:
         llm.script(
@@ -632,9 +646,7 @@ async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back
              "add_facts": [{"text": f"Code word {GONE_EN}", "scope": "user"}],
              "update_facts": [], "remove_facts": []}
         )  # fmt: skip
-        service = await start_service(
-            openai_base_url=llm.base_url, openai_api_key="test", job_sweep_s=0.05
-        )
+        service = await start_service(openai_base_url=llm.base_url, openai_api_key="test", job_sweep_s=0.05)
         await seed(service, "u-race", "luna", "RACE-1", said(f"my code word is {GONE_EN}", "noted"))
         status, _ = await service.api("POST", "/v1/users/u-race/characters/luna/condense")
         assert status == 202
@@ -642,12 +654,8 @@ async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back
         status, body = await service.api("DELETE", "/v1/users/u-race")
         assert status == 200 and body["deleted"]["messages"] == 2
         llm.release.set()
-        jobs = service.server.app[JOBS]
-        for _ in range(400):  # until the job has committed or given up
-            if not jobs._running:
-                break
-            await asyncio.sleep(0.025)
-        assert not jobs._running
+        # Until the job has committed or given up.
+        await asyncio.wait_for(service.server.app[JOBS].drained(), 10)
         assert llm.calls == 1
         stored = await service.store.read(
             lambda v: (v.get_summary("u-race", "luna"), v.list_facts("u-race", "luna"))
@@ -673,7 +681,8 @@ NOLABELS_AGENT = "Y4DQXL6904KUVE06GXOQ2AQHB"
 NOLABELS_PHRASE = "Edinburgh every Friday"
 
 
-# Regression: Ingestor.move_session (agent_memory/ingest.py) moves a session's messages but leaves the s
+# Binding a condensed session to a pair takes its summary's memory along: forgetting the pair
+# leaves nothing of it under the session's earlier (fallback) pair.
 async def test_binding_a_condensed_session_takes_its_memory_along(start_service):
     service = await start_service(job_sweep_s=0.05)
     for envelope in load_fixture("conversations/nolabels.json"):
@@ -693,7 +702,7 @@ async def test_binding_a_condensed_session_takes_its_memory_along(start_service)
     assert not found(db_bytes(service), NOLABELS_PHRASE), f"{NOLABELS_PHRASE!r} is still on disk"
 
 
-# Regression: moved messages keep their ids, so when the new pair's summary watermark is already past th
+# Messages bound into a pair whose summary is past their ids still count as not yet covered.
 async def test_messages_bound_into_a_condensed_pair_are_not_counted_as_covered(start_service):
     service = await start_service(job_sweep_s=0.05)
     for envelope in load_fixture("conversations/nolabels.json"):  # ids 1..9, at rtc:3003

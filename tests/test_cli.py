@@ -51,7 +51,9 @@ def test_reprocess_applies_failed_callbacks_again(tmp_path, capsys):
     assert main(["replay", "--db", str(db), str(path)]) == 1  # it failed, and says so
     # An operator repairs the stored body (say, after a fix to the parser) and reprocesses.
     conn = sqlite3.connect(db)
-    repaired = json.dumps({**broken, "payload": {**broken["payload"], "contents": broken["payload"]["contents"][:1]}})
+    repaired = json.dumps(
+        {**broken, "payload": {**broken["payload"], "contents": broken["payload"]["contents"][:1]}}
+    )
     conn.execute("UPDATE inbox SET body = ? WHERE notice_id = 'n-1'", (repaired,))
     conn.commit()
     conn.close()

@@ -6,26 +6,25 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
-from email.utils import formatdate
 from typing import Any
 
 import pytest
 
-from agent_memory.condense.openai_compatible import (
+from agent_memory.condense import make_condenser
+from agent_memory.condense.base import (
     CondenseInput,
     CondenseOutput,
     FactAdd,
     FactIn,
     FactUpdate,
-    LLMCondenser,
-    make_condenser,
-    output_json_schema,
-    parse_retry_after,
     sanitize,
 )
-from agent_memory.errors import LLMBadOutput, LLMError, LLMUnavailable
 from agent_memory.condense.offline import OfflineCondenser
+from agent_memory.condense.openai_compatible import LLMCondenser
+from agent_memory.condense.prompt import output_json_schema
+from agent_memory.core.facts import MAX_FACT_CHARS
 from agent_memory.core.render import render_transcript
+from agent_memory.errors import LLMBadOutput, LLMError, LLMUnavailable
 from agent_memory.settings import Settings
 from tests.fakes.openai_server import FakeOpenAI, Reply, estimate_prompt_tokens
 
@@ -343,7 +342,7 @@ async def test_malformed_twice_is_bad_output_after_two_calls(
         {"add_facts": [], "update_facts": [], "remove_facts": []},
         {**GOOD, "summary": "x" * 4001},
         {**GOOD, "add_facts": [{"text": "", "scope": "user"}]},
-        {**GOOD, "add_facts": [{"text": "x" * 301, "scope": "user"}]},
+        {**GOOD, "add_facts": [{"text": "x" * (MAX_FACT_CHARS + 1), "scope": "user"}]},
         {**GOOD, "add_facts": [{"text": "ok", "scope": "world"}]},
         Reply(content=""),  # a 200 without content
     ],
@@ -434,15 +433,6 @@ def test_sanitize_update_of_removed_fact_is_dropped() -> None:
 
 
 # -- small pieces ---------------------------------------------------------------------------
-def test_parse_retry_after_forms() -> None:
-    assert parse_retry_after({"retry-after": "3"}) == 3
-    assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
-    assert parse_retry_after({"retry-after": "soon"}) is None
-    assert parse_retry_after({}) is None
-    in_a_minute = parse_retry_after({"retry-after": formatdate(time.time() + 60, usegmt=True)})
-    assert in_a_minute is not None and 55 <= in_a_minute <= 61
-
-
 async def test_make_condenser_chooses_by_settings() -> None:
     offline = make_condenser(Settings())
     assert isinstance(offline, OfflineCondenser)

@@ -62,9 +62,7 @@ async def test_export_holds_everything_about_the_user(service) -> None:
     assert [m["content"] for m in doc["messages"]] == [m["content"] for m in messages]
     assert [m["role"] for m in doc["messages"]] == [m["role"] for m in messages]
     assert sum(m["interrupted"] for m in doc["messages"]) == 4
-    assert {s["agent_id"] for s in doc["sessions"]} == {
-        e["payload"]["agent_id"] for e in envelopes.values()
-    }
+    assert {s["agent_id"] for s in doc["sessions"]} == {e["payload"]["agent_id"] for e in envelopes.values()}
     assert all(s["labels"] == labels for s in doc["sessions"])
     assert [(f["text"], f["scope"]) for f in doc["facts"]] == [("Has a cat named Miso", "user")]
     assert doc["summaries"][0]["text"] == "Alice is a nurse." and doc["summaries"][0]["meta"] == {
@@ -120,9 +118,7 @@ async def test_cli_export_writes_the_same_document(service, tmp_path, capsys) ->
     _status, api_doc = await service.api("GET", "/v1/users/u-wang/export")
     out = tmp_path / "wang.json"
     db = str(service.settings.db_path)
-    assert (
-        await asyncio.to_thread(main, ["export", "--db", db, "u-wang", "--output", str(out)]) == 0
-    )
+    assert await asyncio.to_thread(main, ["export", "--db", db, "u-wang", "--output", str(out)]) == 0
     cli_doc = json.loads(out.read_text(encoding="utf-8"))
     assert {k: v for k, v in cli_doc.items() if k != "exported_ms"} == {
         k: v for k, v in api_doc.items() if k != "exported_ms"

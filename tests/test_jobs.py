@@ -9,6 +9,9 @@ from typing import Any
 from conftest import agent_event, load_fixture, turns, wait_for
 from fakes.openai_server import FakeOpenAI, Reply
 
+from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult
+from agent_memory.core.domain import CONDENSE, Job, Summary
+from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.web.keys import JOBS
 
 ALICE = "/v1/users/u-alice/characters/luna"
@@ -25,8 +28,8 @@ async def condense(service) -> None:
     await service.server.app[JOBS].run_due_now()
 
 
-async def job_of(service, user: str = "u-alice", character: str = "luna") -> dict[str, Any] | None:
-    return await service.store.read(lambda view: view.get_job("condense", user, character))
+async def job_of(service, user: str = "u-alice", character: str = "luna") -> Job | None:
+    return await service.store.read(lambda view: view.jobs.get(CONDENSE, user, character))
 
 
 def llm_settings(fake: FakeOpenAI, **extra: Any) -> dict[str, Any]:
@@ -114,9 +117,9 @@ async def test_llm_failure_keeps_memory_and_retries_then_recovers(start_service)
         fake.script(500)
         await condense(service)
         job = await job_of(service)
-        assert job["status"] == "pending" and job["attempts"] == 1
-        assert "LLMUnavailable" in job["last_error"]
-        assert job["due_ms"] > time.time() * 1000  # backed off, not hammering
+        assert job.status == "pending" and job.attempts == 1
+        assert "LLMUnavailable" in job.last_error
+        assert job.due_ms > time.time() * 1000  # backed off, not hammering
         _, summary = await service.api("GET", ALICE + "/summary")
         assert summary["summary"] is None and summary["messages_not_yet_covered"] > 0
         _, context = await service.api("GET", ALICE + "/system-messages")
@@ -139,7 +142,7 @@ async def test_rate_limit_honours_retry_after(start_service):
         before = time.time() * 1000
         await condense(service)
         job = await job_of(service)
-        assert job["due_ms"] >= before + 120_000
+        assert job.due_ms >= before + 120_000
 
 
 async def test_timeout_is_a_retryable_failure(start_service):
@@ -149,7 +152,7 @@ async def test_timeout_is_a_retryable_failure(start_service):
         fake.script("hang")
         await condense(service)
         job = await job_of(service)
-        assert job["attempts"] == 1 and "LLMUnavailable" in job["last_error"]
+        assert job.attempts == 1 and "LLMUnavailable" in job.last_error
 
 
 async def test_malformed_output_is_never_half_applied_and_job_dies_then_is_retried(start_service):
@@ -182,7 +185,7 @@ async def test_malformed_output_is_never_half_applied_and_job_dies_then_is_retri
 async def test_pinned_facts_survive_the_model(start_service):
     async with FakeOpenAI() as fake:
         service = await start_service(**llm_settings(fake))
-        status, body = await service.api("POST", ALICE + "/facts", json={"text": "Alice is allergic to peanuts", "scope": "user"})
+        _status, body = await service.api("POST", ALICE + "/facts", json={"text": "Alice is allergic to peanuts", "scope": "user"})
         pinned_id = body["fact"]["id"]
         await deliver(service, "conversations/en_luna_companion.json")
         fake.script({**UPDATE, "remove_facts": [pinned_id], "update_facts": [{"id": pinned_id, "text": "gone"}]})
@@ -200,8 +203,8 @@ async def test_many_sessions_of_one_pair_arriving_together_make_one_job_and_one_
             service.callback(agent_event(103, f"MANY{i}", labels=labels, contents=turns(6, prefix=f"s{i} ")))
             for i in range(12)
         ))  # fmt: skip
-        jobs = await service.store.read(lambda view: view.jobs())
-        assert len(jobs) == 1 and jobs[0]["pending_messages"] == 72
+        jobs = await service.store.read(lambda view: view.jobs.by_status())
+        assert len(jobs) == 1 and jobs[0].pending_messages == 72
         await asyncio.gather(condense(service), condense(service), condense(service))
         assert fake.calls == 1  # two jobs for one pair never run at once, and this is one job
         assert all(f"s{i} user line 0" in fake.sent_text(0) for i in range(12))
@@ -212,10 +215,10 @@ async def test_debounce_pushes_the_job_back_and_max_messages_makes_it_due(start_
     labels = {"user_id": "u-d", "character_id": "c"}
     await service.callback(agent_event(103, "D1", labels=labels, contents=turns(4)))
     first = await job_of(service, "u-d", "c")
-    assert first["due_ms"] > time.time() * 1000 + 50_000
+    assert first.due_ms > time.time() * 1000 + 50_000
     await service.callback(agent_event(103, "D2", labels=labels, contents=turns(30, prefix="x")))
     second = await job_of(service, "u-d", "c")
-    assert second["due_ms"] <= time.time() * 1000 and second["pending_messages"] == 34
+    assert second.due_ms <= time.time() * 1000 and second.pending_messages == 34
 
 
 async def test_restart_finds_pending_and_interrupted_jobs_again(start_service, make_settings):
@@ -224,16 +227,61 @@ async def test_restart_finds_pending_and_interrupted_jobs_again(start_service, m
     await deliver(first, "conversations/zh_xiaoyu_tutor.json")
     # One job is claimed and then the process "dies" before finishing it.
     job = await job_of(first, "u-wang", "xiaoyu")
-    claimed = await first.store.write(lambda tx: tx.claim_job(job["id"]))
-    assert claimed["status"] == "running"
+    claimed = await first.store.write(lambda tx: tx.jobs.claim(job.id))
+    assert claimed.status == "running"
     await first.server.close()
 
     second = await start_service(summary_delay_s=0, job_sweep_s=0.05)
 
     async def both_condensed():
-        alice = await second.store.read(lambda v: v.get_summary("u-alice", "luna"))
-        wang = await second.store.read(lambda v: v.get_summary("u-wang", "xiaoyu"))
+        alice = await second.store.read(lambda v: v.summaries.get("u-alice", "luna"))
+        wang = await second.store.read(lambda v: v.summaries.get("u-wang", "xiaoyu"))
         return alice and wang
 
     await wait_for(both_condensed)
-    assert await second.store.read(lambda view: view.jobs()) == []
+    assert await second.store.read(lambda view: view.jobs.by_status()) == []
+
+
+class CondensedMeanwhile:
+    """A condenser during whose first call another writer condenses the pair's older half."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.calls = 0
+
+    async def condense(self, job: CondenseInput) -> CondenseResult:
+        self.calls += 1
+        if self.calls == 1:
+            halfway = job.messages[len(job.messages) // 2]
+            summary = Summary(
+                job.user_id, job.character_id, "condensed elsewhere", halfway["id"], halfway["at_ms"],
+                len(job.messages) // 2, "offline", None, 1, 1,
+            )  # fmt: skip
+            await self.store.write(lambda tx: tx.summaries.put(summary))
+        return CondenseResult(
+            output=CondenseOutput(summary=f"call {self.calls}"), method="offline", model="stub"
+        )
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+async def test_a_job_superseded_while_it_ran_runs_again_without_counting_an_attempt(start_service):
+    service = await start_service(summary_delay_s=0, **NO_SWEEP)
+    await deliver(service, "conversations/en_luna_companion.json")
+    condenser = CondensedMeanwhile(service.store)
+    jobs = CondenseJobs(service.settings, service.store, condenser)
+
+    await jobs.run_due_now()
+    # The summary changed under the job: its result is dropped, and nobody failed.
+    job = await job_of(service)
+    assert job is not None and job.status == "pending"
+    assert job.attempts == 0 and job.last_error is None
+    summary = await service.store.read(lambda view: view.summaries.get("u-alice", "luna"))
+    assert summary.text == "condensed elsewhere"
+
+    await jobs.run_due_now()
+    # Run again from the new watermark: the rest is condensed and the job is done.
+    assert condenser.calls == 2 and await job_of(service) is None
+    summary = await service.store.read(lambda view: view.summaries.get("u-alice", "luna"))
+    assert summary.text == "call 2"

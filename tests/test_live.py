@@ -16,7 +16,8 @@ import pytest
 from conftest import agent_event, load_fixture, wait_for
 from fakes.agora_server import FakeAgent, FakeAgora
 
-from agent_memory.web.keys import JOBS, POLLER
+from agent_memory.platforms.agora.keys import POLLER
+from agent_memory.web.keys import JOBS
 
 BASE_MS = 1_795_000_000_000
 HOUR_MS = 3_600_000
@@ -161,7 +162,7 @@ async def test_call_is_followed_from_its_101_and_every_turn_is_kept(start_servic
     )
     assert status == 200
     watch = await watch_of(service, agent)
-    assert watch["status"] == "stopped" and "102" in watch["stop_reason"]
+    assert watch["status"] == "stopped" and "left" in watch["stop_reason"]
     status, _ = await service.callback(
         agent_event(103, agent, labels=LABELS, contents=full[-8:], stop_ts=1_795_000_100)
     )

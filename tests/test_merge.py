@@ -1,13 +1,16 @@
 """Window merging: one transcript per agent run, nothing lost, nothing doubled."""
 
 import itertools
+import json
 import random
 
 import pytest
 from conftest import agent_event, load_fixture, turns
 
-from agent_memory.memory.ingest import Ingestor, align
-from agent_memory.platforms.agora.payloads import AgentHistory, Envelope
+from agent_memory.core.alignment import align
+from agent_memory.memory.ingest import Ingestor
+from agent_memory.platforms.agora.events import parse_callback, session_event
+from agent_memory.platforms.agora.payloads import AgentHistory
 from agent_memory.settings import Settings
 from agent_memory.store import SQLiteStore
 
@@ -28,11 +31,13 @@ def ingestor():
 
 
 async def merge(store, ingestor, agent_id, contents, labels=LABELS):
-    event = AgentHistory.model_validate({"agent_id": agent_id, "labels": labels, "contents": contents})
+    event = session_event(
+        AgentHistory.model_validate({"agent_id": agent_id, "labels": labels, "contents": contents})
+    )
 
     def run(tx):
-        session = ingestor.ensure_session(tx, event, event.contents, 1_763_690_000_000)
-        return ingestor.merge_window(tx, session, event.contents, 1_763_690_000_000)
+        session = ingestor.ensure_session(tx, event, 1_763_690_000_000)
+        return ingestor.merge(tx, session, event.messages, 1_763_690_000_000)
 
     return await store.write(run)
 
@@ -172,11 +177,12 @@ async def test_binding_moves_a_fallback_session_and_labels_win_later(store, inge
 
 
 async def test_unreadable_contents_keep_the_raw_callback_and_say_so(store, ingestor):
-    envelope = Envelope.model_validate(agent_event(103, "BAD", contents=5))
-    outcome = await store.write(lambda tx: ingestor.accept_callback(tx, envelope, "{raw}", 1))
+    body = json.dumps(agent_event(103, "BAD", contents=5))
+    raw, event = parse_callback(body, 1, follow=False)
+    outcome = await store.write(lambda tx: ingestor.accept(tx, raw, event))
     assert outcome.status == "partial"
     row = await store.read(lambda view: view.get_inbox("BAD:103"))
-    assert row["body"] == "{raw}" and row["status"] == "partial" and "contents" in row["error"]
+    assert row["body"] == body and row["status"] == "partial" and "contents" in row["error"]
 
 
 @pytest.mark.parametrize("seed", range(25))

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_memory.condense.openai_compatible import CondenseInput, CondenseResult, FactAdd, FactIn
-from agent_memory.platforms.agora.payloads import to_ms
+from agent_memory.condense.base import CondenseInput, CondenseResult, FactAdd, FactIn
 from agent_memory.condense.offline import (
     LABEL,
     SUMMARY_MAX_CHARS,
@@ -18,6 +17,7 @@ from agent_memory.condense.offline import (
     introductions,
     remember_requests,
 )
+from agent_memory.core.clock import to_ms
 
 DAY_MS = 1_793_736_900_000  # 2026-11-03 20:15 UTC
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "conversations"

@@ -7,7 +7,7 @@ from typing import Any
 
 from conftest import load_fixture
 
-from agent_memory.core.render import RenderOptions, to_openai_messages
+from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
 
 SCARECROW = "Why did the scarecrow win an award? Because he was outstanding in his field!"
 

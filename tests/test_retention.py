@@ -13,19 +13,20 @@ from typing import Any
 import pytest
 from conftest import agent_event
 
-import agent_memory.store.sqlite.retention as store_retention
+import agent_memory.store.sqlite.maintenance as maintenance
 from agent_memory.cli import main
+from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import InboxEntry, Message, Summary
 from agent_memory.memory.retention import DAY_MS, Retention
 from agent_memory.settings import Settings
+from agent_memory.store import Store, open_store
+from agent_memory.store.sqlite import SQLiteTransaction
 from agent_memory.web.keys import JOBS, RETENTION
-from agent_memory.store import SQLiteStore, now_ms
 
 NO_SWEEP = {"job_sweep_s": 3600}
 
 
-def lines(
-    count: int, *, start_ms: int, prefix: str = "line", size: int = 0
-) -> list[dict[str, Any]]:
+def lines(count: int, *, start_ms: int, prefix: str = "line", size: int = 0) -> list[dict[str, Any]]:
     """`count` alternating user/assistant messages one second apart from `start_ms`."""
     return [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"{prefix} {i} " + "x" * size,
@@ -38,22 +39,24 @@ async def seed(
     service: Any, user: str, character: str, agent_id: str, contents: list[dict[str, Any]]
 ) -> None:
     labels = {"user_id": user, "character_id": character}
-    status, body = await service.callback(
-        agent_event(103, agent_id, labels=labels, contents=contents)
-    )
+    status, body = await service.callback(agent_event(103, agent_id, labels=labels, contents=contents))
     assert status == 200 and body["new_messages"] == len(contents), body
 
 
-async def stored(store: SQLiteStore, user: str, character: str) -> list[dict[str, Any]]:
-    return await store.read(lambda view: view.latest_messages(user, character, 100_000))
+async def stored(store: Store, user: str, character: str) -> list[Message]:
+    return await store.read(lambda view: view.messages.latest(user, character, 100_000))
 
 
-async def cover(store: SQLiteStore, user: str, character: str, watermark_id: int) -> None:
+def summary(user: str, character: str, text: str, watermark_id: int) -> Summary:
+    return Summary(user_id=user, character_id=character, text=text, watermark_id=watermark_id,
+                   covered_until_ms=0, message_count=0, method="offline", model="test",
+                   created_ms=1, updated_ms=now_ms())  # fmt: skip
+
+
+async def cover(store: Store, user: str, character: str, watermark_id: int) -> None:
     """Commit a summary that covers every message of the pair with id <= `watermark_id`."""
-    row = {"user_id": user, "character_id": character, "text": f"summary up to {watermark_id}",
-           "watermark_id": watermark_id, "covered_until_ms": 0, "message_count": 0,
-           "method": "offline", "model": "test", "meta": "{}", "created_ms": 1, "updated_ms": now_ms()}  # fmt: skip
-    await store.write(lambda tx: tx.set_summary(row))
+    row = summary(user, character, f"summary up to {watermark_id}", watermark_id)
+    await store.write(lambda tx: tx.summaries.put(row))
 
 
 async def purge(service: Any) -> dict[str, Any]:
@@ -72,15 +75,13 @@ async def test_uncovered_messages_stay_over_the_limit_and_go_once_covered(start_
     assert report["messages"] == 0
     rows = await stored(service.store, "u-r", "luna")
     assert len(rows) == 20  # over the limit, but no summary covers any of them
-    await cover(service.store, "u-r", "luna", rows[11]["id"])  # the oldest 12
+    await cover(service.store, "u-r", "luna", rows[11].id)  # the oldest 12
     assert (await purge(service))["messages"] == 12
     kept = await stored(service.store, "u-r", "luna")
-    assert [r["content"] for r in kept] == [r["content"] for r in rows[12:]]  # 8: 3 not covered
-    await cover(service.store, "u-r", "luna", rows[-1]["id"])
+    assert [r.content for r in kept] == [r.content for r in rows[12:]]  # 8: 3 not covered
+    await cover(service.store, "u-r", "luna", rows[-1].id)
     assert (await purge(service))["messages"] == 3
-    assert [r["content"] for r in await stored(service.store, "u-r", "luna")] == [
-        r["content"] for r in rows[15:]
-    ]
+    assert [r.content for r in await stored(service.store, "u-r", "luna")] == [r.content for r in rows[15:]]
     assert (await purge(service))["messages"] == 0
     await integrity_check(service.store)
     # What went is gone from search too; what stayed is found.
@@ -88,15 +89,15 @@ async def test_uncovered_messages_stay_over_the_limit_and_go_once_covered(start_
     assert status == 200, found
     assert [r["text"] for r in found["results"]] == []
     _status, found = await service.api("GET", "/v1/users/u-r/search", params={"q": "line 19"})
-    assert [r["text"] for r in found["results"]] == [rows[19]["content"]]
+    assert [r["text"] for r in found["results"]] == [rows[19].content]
 
 
 async def test_condensed_messages_are_purged_down_to_the_limit(start_service) -> None:
     service = await start_service(retention_max_messages=4, summary_delay_s=0, **NO_SWEEP)
     await seed(service, "u-c", "luna", "AGENT-C1", lines(12, start_ms=now_ms() - 60_000))
     await service.server.app[JOBS].run_due_now()
-    summary = await service.store.read(lambda view: view.get_summary("u-c", "luna"))
-    assert summary is not None and summary["method"] == "offline"
+    condensed = await service.store.read(lambda view: view.summaries.get("u-c", "luna"))
+    assert condensed is not None and condensed.method == "offline"
     report = await purge(service)
     assert report["messages"] == 8
     assert len(await stored(service.store, "u-c", "luna")) == 4
@@ -104,15 +105,11 @@ async def test_condensed_messages_are_purged_down_to_the_limit(start_service) ->
     # ones are not covered until condensed, so all 6 stay, whatever the limit says.
     await seed(service, "u-c", "luna", "AGENT-C2", lines(6, start_ms=now_ms(), prefix="new"))
     assert (await purge(service))["messages"] == 4
-    assert [r["content"].split()[0] for r in await stored(service.store, "u-c", "luna")] == [
-        "new"
-    ] * 6
+    assert [r.content.split()[0] for r in await stored(service.store, "u-c", "luna")] == ["new"] * 6
     _status, _ = await service.api("POST", "/v1/users/u-c/characters/luna/condense")
     await service.server.app[JOBS].run_due_now()
     assert (await purge(service))["messages"] == 2
-    assert [r["content"].split()[0] for r in await stored(service.store, "u-c", "luna")] == [
-        "new"
-    ] * 4
+    assert [r.content.split()[0] for r in await stored(service.store, "u-c", "luna")] == ["new"] * 4
 
 
 async def test_age_limit_removes_only_old_covered_messages(start_service) -> None:
@@ -121,12 +118,12 @@ async def test_age_limit_removes_only_old_covered_messages(start_service) -> Non
     await seed(service, "u-a", "luna", "AGENT-A1", lines(6, start_ms=old, prefix="old"))
     await seed(service, "u-a", "luna", "AGENT-A2", lines(4, start_ms=young, prefix="young"))
     rows = await stored(service.store, "u-a", "luna")
-    await cover(service.store, "u-a", "luna", max(r["id"] for r in rows))
+    await cover(service.store, "u-a", "luna", max(r.id for r in rows))
     # Late-arriving old messages are above the watermark: not covered, so they stay.
     await seed(service, "u-a", "luna", "AGENT-A3", lines(2, start_ms=old, prefix="late"))
     report = await purge(service)
     assert report["messages"] == 6
-    left = sorted(r["content"].split()[0] for r in await stored(service.store, "u-a", "luna"))
+    left = sorted(r.content.split()[0] for r in await stored(service.store, "u-a", "luna"))
     assert left == ["late"] * 2 + ["young"] * 4
 
 
@@ -138,7 +135,7 @@ async def test_other_pairs_and_both_limits_together(start_service) -> None:
     await seed(service, "u-p", "atlas", "AGENT-p-atlas", lines(8, start_ms=now_ms() - 60_000))
     for user, character in (("u-p", "luna"), ("u-p", "atlas")):
         rows = await stored(service.store, user, character)
-        await cover(service.store, user, character, max(r["id"] for r in rows))
+        await cover(service.store, user, character, max(r.id for r in rows))
     assert (await purge(service))["messages"] == 8 + 5  # old luna: all; young atlas: beyond 3
     assert len(await stored(service.store, "u-p", "luna")) == 0
     assert len(await stored(service.store, "u-p", "atlas")) == 3
@@ -156,22 +153,19 @@ async def test_raw_callbacks_expire_once_processed(start_service) -> None:
 
     def insert(tx: Any) -> None:
         for notice_id, status, stamp in rows:
-            tx.insert_inbox({"notice_id": notice_id, "event_type": 103, "received_ms": stamp,
-                             "body": '{"secret": "raw text"}', "status": status})  # fmt: skip
+            tx.inbox.insert(InboxEntry(event_id=notice_id, event_type=103, received_ms=stamp,
+                                       body='{"secret": "raw text"}', status=status))  # fmt: skip
 
     await service.store.write(insert)
     report = await purge(service)
     assert report["raw_callbacks"] == 4
-    left = {n for n, _, _ in rows if await service.store.read(lambda v, n=n: v.get_inbox(n))}
-    assert left == {
-        n for n, status, _ in rows if n.endswith("young") or status in ("received", "failed")
-    }
+    left = {n for n, _, _ in rows if await service.store.read(lambda v, n=n: v.inbox.get(n))}
+    assert left == {n for n, status, _ in rows if n.endswith("young") or status in ("received", "failed")}
 
 
 async def test_purge_in_small_batches_and_space_is_given_back(tmp_path: Path) -> None:
     settings = Settings(db_path=tmp_path / "batches.db", retention_max_messages=2)
-    store = SQLiteStore(settings.db_path)
-    store.open()
+    store = open_store(settings)
     try:
         rows = [
             {"agent_id": f"A{p}", "user_id": f"u{p}", "character_id": "luna", "seq": i,
@@ -179,22 +173,21 @@ async def test_purge_in_small_batches_and_space_is_given_back(tmp_path: Path) ->
              "at_ms": 1_000 + i, "created_ms": 1}
             for p in range(3) for i in range(30)
         ]  # fmt: skip
-        await store.write(lambda tx: tx.insert_messages(rows))
+        await store.write(lambda tx: tx.messages.insert(rows))
         for p in range(3):
-            top = await store.read(
-                lambda v, p=p: max(m["id"] for m in v.latest_messages(f"u{p}", "luna", 100))
-            )
+            top = await store.read(lambda v, p=p: max(m.id for m in v.messages.latest(f"u{p}", "luna", 100)))
             await cover(store, f"u{p}", "luna", top)
         await store.checkpoint()
-        before = await store.read(lambda view: view.storage_stats())
+        before = await store.read(lambda view: view.maintenance.storage_stats())
         report = await Retention(settings, store, batch_rows=7).purge_once()
         assert report["messages"] == 3 * 28
         assert report["write_batches"] >= 3 * 28 // 7
         for p in range(3):
-            kept = await store.read(lambda v, p=p: v.latest_messages(f"u{p}", "luna", 100))
-            assert [m["seq"] for m in kept] == [28, 29]
-        after = await store.read(lambda view: view.storage_stats())
-        assert after["freelist_count"] == 0 and after["auto_vacuum"] == 2
+            kept = await store.read(lambda v, p=p: v.messages.latest(f"u{p}", "luna", 100))
+            assert [m.seq for m in kept] == [28, 29]
+        after = await store.read(lambda view: view.maintenance.storage_stats())
+        assert after.get("freelist_count") == 0 and after.get("auto_vacuum") == 2
+        assert after["advice"] is None
         assert report["reclaimed"]["pages_freed"] > 0
         assert report["bytes_after"] < before["bytes"] / 2
         assert settings.db_path.stat().st_size == after["bytes"]
@@ -206,7 +199,7 @@ async def test_the_purge_runs_on_its_schedule(start_service) -> None:
     service = await start_service(retention_max_messages=2, retention_sweep_s=0.2)
     await seed(service, "u-s", "luna", "AGENT-S1", lines(6, start_ms=now_ms() - 60_000))
     rows = await stored(service.store, "u-s", "luna")
-    await cover(service.store, "u-s", "luna", rows[-1]["id"])
+    await cover(service.store, "u-s", "luna", rows[-1].id)
     deadline = time.monotonic() + 10
     retention = service.server.app[RETENTION]
     while retention.last_report is None or retention.last_report["messages"] == 0:
@@ -219,14 +212,12 @@ async def test_cli_purge_prints_what_it_removed(start_service, capsys) -> None:
     service = await start_service()
     await seed(service, "u-cli", "luna", "AGENT-CLI", lines(10, start_ms=now_ms() - 60_000))
     rows = await stored(service.store, "u-cli", "luna")
-    await cover(service.store, "u-cli", "luna", rows[-1]["id"])
+    await cover(service.store, "u-cli", "luna", rows[-1].id)
     db = str(service.settings.db_path)
     assert await asyncio.to_thread(main, ["purge", "--db", db, "--max-messages", "3"]) == 0
     out = capsys.readouterr().out
     assert "removed 7 messages, 0 metrics, 0 raw callbacks" in out and "bytes" in out
-    assert (
-        await asyncio.to_thread(main, ["purge", "--db", db, "--max-messages", "3", "--json"]) == 0
-    )
+    assert await asyncio.to_thread(main, ["purge", "--db", db, "--max-messages", "3", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["messages"] == 0
 
 
@@ -247,9 +238,7 @@ def trigrams(text: str) -> set[bytes]:
 
 
 def on_disk(db_path: Path) -> bytes:
-    return b"".join(
-        path.read_bytes() for path in (db_path, Path(f"{db_path}-wal")) if path.exists()
-    )
+    return b"".join(path.read_bytes() for path in (db_path, Path(f"{db_path}-wal")) if path.exists())
 
 
 async def remember_secrets(service: Any, user: str) -> None:
@@ -261,9 +250,7 @@ async def remember_secrets(service: Any, user: str) -> None:
     labels = {"user_id": user, "character_id": "luna"}
     for event_type in (101, 103):
         payload: dict[str, Any] = {"contents": secret_lines} if event_type == 103 else {}
-        status, _ = await service.callback(
-            agent_event(event_type, "AGENT-SECRET", labels=labels, **payload)
-        )
+        status, _ = await service.callback(agent_event(event_type, "AGENT-SECRET", labels=labels, **payload))
         assert status == 200
     status, _ = await service.callback(
         agent_event(111, "AGENT-SECRET", labels=labels, metrics=[{"turn_id": 1, "llm_ttfb": 300}])
@@ -274,23 +261,18 @@ async def remember_secrets(service: Any, user: str) -> None:
     )  # fmt: skip
     assert status == 201
     await cover(service.store, user, "luna", 0)
-    await service.store.write(
-        lambda tx: tx.set_summary({"user_id": user, "character_id": "luna",
-                                   "text": f"They share {MARKERS['chinese']} and {MARKERS['korean']}.",
-                                   "watermark_id": 0, "covered_until_ms": 0, "message_count": 0,
-                                   "method": "offline", "model": "t", "meta": "{}", "created_ms": 1,
-                                   "updated_ms": 2})
-    )  # fmt: skip
+    shared = summary(user, "luna", f"They share {MARKERS['chinese']} and {MARKERS['korean']}.", 0)
+    await service.store.write(lambda tx: tx.summaries.put(shared))
     await seed(service, "u-other", "luna", "AGENT-OTHER", [{"role": "user", "content": CONTROL}])
     for marker in MARKERS.values():
         status, found = await service.api("GET", f"/v1/users/{user}/search", params={"q": marker})
         assert found["results"], marker
 
 
-async def integrity_check(store: SQLiteStore) -> None:
+async def integrity_check(store: Store) -> None:
     """FTS5's own consistency check of each search index."""
 
-    def check(tx: Any) -> None:
+    def check(tx: SQLiteTransaction) -> None:
         for table in ("messages", "facts", "summaries"):
             tx.conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('integrity-check')")
 
@@ -318,9 +300,7 @@ async def test_forget_leaves_no_trace_on_disk(service, db_path) -> None:
     await service.store.checkpoint()
     assert_no_trace(db_path)
     await integrity_check(service.store)
-    status, found = await service.api(
-        "GET", "/v1/users/u-secret/search", params={"q": MARKERS["english"]}
-    )
+    status, found = await service.api("GET", "/v1/users/u-secret/search", params={"q": MARKERS["english"]})
     assert found["results"] == []
     assert (await service.api("GET", "/v1/users/u-secret/export"))[0] == 404
     assert (await service.api("GET", "/v1/users/u-secret/stats"))[0] == 404
@@ -332,11 +312,9 @@ async def test_forget_leaves_no_trace_on_disk(service, db_path) -> None:
     assert len(body["results"]) == 1
 
 
-async def test_forget_on_a_large_index_is_scrubbed_by_the_job(
-    service, db_path, monkeypatch
-) -> None:
+async def test_forget_on_a_large_index_is_scrubbed_by_the_job(service, db_path, monkeypatch) -> None:
     # As if the index were too big to rewrite inside the forget: the job scrubs it afterwards.
-    monkeypatch.setattr(store_retention, "INLINE_SCRUB_MAX_ROWS", 0)
+    monkeypatch.setattr(maintenance, "INLINE_SCRUB_MAX_ROWS", 0)
     await remember_secrets(service, "u-big")
     status, body = await service.api("DELETE", "/v1/users/u-big")
     assert status == 200, body
@@ -347,9 +325,7 @@ async def test_forget_on_a_large_index_is_scrubbed_by_the_job(
         assert marker.encode() not in data  # the rows themselves are gone at once
         # ...but the old index segments still hold pieces of the text: the scan would see them.
         assert any(piece in data for piece in trigrams(marker)), marker
-    _status, found = await service.api(
-        "GET", "/v1/users/u-big/search", params={"q": MARKERS["chinese"]}
-    )
+    _status, found = await service.api("GET", "/v1/users/u-big/search", params={"q": MARKERS["chinese"]})
     assert found["results"] == []  # and nothing can find the old index entries
     scrub = await service.server.app[RETENTION].scrub_if_owed()
     assert scrub["merged"] and scrub["owed_forgets"] == 1
@@ -358,16 +334,14 @@ async def test_forget_on_a_large_index_is_scrubbed_by_the_job(
     assert (await service.server.app[RETENTION].scrub_if_owed())["merged"] is False
 
 
-async def test_the_scrub_after_a_forget_runs_on_its_own(
-    start_service, db_path, monkeypatch
-) -> None:
-    monkeypatch.setattr(store_retention, "INLINE_SCRUB_MAX_ROWS", 0)
+async def test_the_scrub_after_a_forget_runs_on_its_own(start_service, db_path, monkeypatch) -> None:
+    monkeypatch.setattr(maintenance, "INLINE_SCRUB_MAX_ROWS", 0)
     service = await start_service(retention_sweep_s=0.2)
     await remember_secrets(service, "u-later")
     _status, body = await service.api("DELETE", "/v1/users/u-later")
     assert body["deleted"]["search_index_scrub_pending"] == 1
     deadline = time.monotonic() + 10
-    while (await service.store.read(lambda view: view.search_state()))["scrub_owed"]:
+    while (await service.store.read(lambda view: view.maintenance.search_state()))["scrub_owed"]:
         assert time.monotonic() < deadline, "the scrub did not run"
         await asyncio.sleep(0.05)
     await service.store.checkpoint()
@@ -375,12 +349,8 @@ async def test_the_scrub_after_a_forget_runs_on_its_own(
 
 
 async def test_forgetting_a_pair_keeps_the_users_other_memory(service) -> None:
-    await seed(
-        service, "u-two", "luna", "AGENT-L2", [{"role": "user", "content": "luna secret pineapple"}]
-    )
-    await seed(
-        service, "u-two", "atlas", "AGENT-A2", [{"role": "user", "content": "atlas pineapple too"}]
-    )
+    await seed(service, "u-two", "luna", "AGENT-L2", [{"role": "user", "content": "luna secret pineapple"}])
+    await seed(service, "u-two", "atlas", "AGENT-A2", [{"role": "user", "content": "atlas pineapple too"}])
     status, _ = await service.api("POST", "/v1/users/u-two/characters/luna/facts",
                                   json={"text": "Allergic to pineapple", "scope": "user"})  # fmt: skip
     status, body = await service.api("DELETE", "/v1/users/u-two/characters/luna")

@@ -13,7 +13,8 @@ import pytest
 from conftest import agent_event, load_fixture
 from sqlite_utils import Database
 
-from agent_memory.store import SQLiteStore
+from agent_memory.core.domain import Summary
+from agent_memory.store.sqlite import SQLiteStore, SQLiteTransaction
 from agent_memory.store.sqlite.migrations import migrations
 
 CONVERSATIONS = ("en_luna_companion", "zh_xiaoyu_tutor", "ko_minjun_mixed", "multiuser_channel")
@@ -54,9 +55,7 @@ def said(*lines: str, start_ms: int = 1_763_690_000_000) -> list[dict[str, Any]]
 
 async def seed(service: Any, user: str, character: str, agent_id: str, *lines: str) -> None:
     labels = {"user_id": user, "character_id": character}
-    status, body = await service.callback(
-        agent_event(103, agent_id, labels=labels, contents=said(*lines))
-    )
+    status, body = await service.callback(agent_event(103, agent_id, labels=labels, contents=said(*lines)))
     assert status == 200 and body["new_messages"] == len(lines), body
 
 
@@ -91,9 +90,7 @@ async def test_english_search_finds_what_was_said_with_marked_snippets(service) 
         m["content"] for m in fixture_messages("en_luna_companion")
         if "wedding" in m["content"] and "sister's" in m["content"]
     }  # fmt: skip
-    assert all(
-        "[wedding]" in r["snippet"] and "[sister's]" in r["snippet"] for r in body["results"]
-    )
+    assert all("[wedding]" in r["snippet"] and "[sister's]" in r["snippet"] for r in body["results"])
     # Case does not matter; other users' words are not found.
     assert (await search(service, "u-alice", "MISO"))["results"]
     assert (await search(service, "u-alice", "Lisbon"))["results"] == []
@@ -135,9 +132,7 @@ async def test_korean_and_mixed_words_are_found(service) -> None:
 
 
 async def test_search_per_character_and_user_wide_facts(service) -> None:
-    await seed(
-        service, "u-1", "luna", "AGENT-L", "I love hiking in the Alps", "The Alps are lovely"
-    )
+    await seed(service, "u-1", "luna", "AGENT-L", "I love hiking in the Alps", "The Alps are lovely")
     await seed(service, "u-1", "atlas", "AGENT-A", "Hiking tomorrow with Bob", "Have fun hiking")
     for scope, text in (
         ("user", "Hiking boots are size 42"),
@@ -167,28 +162,25 @@ async def test_search_per_character_and_user_wide_facts(service) -> None:
 async def test_summaries_are_searched_and_a_replaced_summary_leaves_the_index(service) -> None:
     await seed(service, "u-2", "luna", "AGENT-S", "hello there", "hi there")
     await service.store.catch_up_search()  # messages are indexed after they commit
-    pairs = await service.store.read(lambda view: view.search_tokens("u-2"))
+    # The owner tokens of the user's pairs (SQLite's index detail), kept through replacements.
+    pairs = await service.store.read(lambda view: view.search.pair_tokens("u-2"))
     assert pairs
 
-    def summary(text: str) -> dict[str, Any]:
-        return {"user_id": "u-2", "character_id": "luna", "text": text, "watermark_id": 1,
-                "covered_until_ms": 0, "message_count": 1, "method": "offline", "model": "test",
-                "meta": "{}", "created_ms": 1, "updated_ms": 2}  # fmt: skip
+    def summary(text: str) -> Summary:
+        return Summary(user_id="u-2", character_id="luna", text=text, watermark_id=1,
+                       covered_until_ms=0, message_count=1, method="offline", model="test",
+                       created_ms=1, updated_ms=2)  # fmt: skip
 
-    await service.store.write(
-        lambda tx: tx.set_summary(summary("Alice plans a trip to Kyoto in spring."))
-    )
+    await service.store.write(lambda tx: tx.summaries.put(summary("Alice plans a trip to Kyoto in spring.")))
     body = await search(service, "u-2", "Kyoto")
     assert [(r["kind"], r["snippet"]) for r in body["results"]] == [
         ("summary", "Alice plans a trip to [Kyoto] in spring.")
     ]
-    await service.store.write(
-        lambda tx: tx.set_summary(summary("Alice now plans a trip to Osaka."))
-    )
+    await service.store.write(lambda tx: tx.summaries.put(summary("Alice now plans a trip to Osaka.")))
     assert (await search(service, "u-2", "Kyoto"))["results"] == []
     assert [r["kind"] for r in (await search(service, "u-2", "Osaka"))["results"]] == ["summary"]
     # Replacing the summary (INSERT OR REPLACE) leaves the pair's token, so its messages stay found.
-    assert await service.store.read(lambda view: view.search_tokens("u-2")) == pairs
+    assert await service.store.read(lambda view: view.search.pair_tokens("u-2")) == pairs
     assert len((await search(service, "u-2", "there"))["results"]) == 2
     await integrity_check(service)
     _status, _ = await service.api("DELETE", "/v1/users/u-2")
@@ -210,9 +202,7 @@ async def test_ranking_prefers_more_and_denser_matches(service) -> None:
         "coffee",
         "I had a long day at work and then, much later in the evening, some coffee with a friend",
     ]
-    assert (
-        body["results"][2]["snippet"].startswith("…") or "[coffee]" in body["results"][2]["snippet"]
-    )
+    assert body["results"][2]["snippet"].startswith("…") or "[coffee]" in body["results"][2]["snippet"]
     assert len((await search(service, "u-3", "coffee", limit=1))["results"]) == 1
 
 
@@ -254,9 +244,7 @@ async def test_fts_syntax_in_a_query_is_just_text(service) -> None:
 
 async def test_operators_see_who_mentioned_a_keyword(service) -> None:
     await load(service, *CONVERSATIONS)
-    await seed(
-        service, "u-bob", "atlas", "AGENT-B1", "My cat Miso? No, my cat is called Pixel.", "Nice"
-    )
+    await seed(service, "u-bob", "atlas", "AGENT-B1", "My cat Miso? No, my cat is called Pixel.", "Nice")
     status, body = await service.api("GET", "/v1/search/mentions", params={"q": "miso"})
     assert status == 200, body
     alice_user_lines = [
@@ -270,9 +258,7 @@ async def test_operators_see_who_mentioned_a_keyword(service) -> None:
     assert by_user["u-alice"]["last_ms"] == max(m["timestamp"] for m in alice_user_lines)
     assert by_user["u-bob"]["messages"] == 1 and body["users"][0]["user_id"] == "u-alice"
     assert body["total_users"] == 2 and body["total_messages"] == 5
-    status, body = await service.api(
-        "GET", "/v1/search/mentions", params={"q": "Miso", "role": "any"}
-    )
+    status, body = await service.api("GET", "/v1/search/mentions", params={"q": "Miso", "role": "any"})
     everyone = [m for m in fixture_messages("en_luna_companion") if "miso" in m["content"].lower()]
     assert {r["user_id"]: r["messages"] for r in body["users"]} == {
         "u-alice": len(everyone),
@@ -281,17 +267,13 @@ async def test_operators_see_who_mentioned_a_keyword(service) -> None:
     # A short word: substring scan, with how much it read.
     status, body = await service.api("GET", "/v1/search/mentions", params={"q": "考试"})
     zh_user = [
-        m
-        for m in fixture_messages("zh_xiaoyu_tutor")
-        if m["role"] == "user" and "考试" in m["content"]
+        m for m in fixture_messages("zh_xiaoyu_tutor") if m["role"] == "user" and "考试" in m["content"]
     ]
     assert body["method"] == "substring" and body["complete"] is True
     assert [(r["user_id"], r["messages"]) for r in body["users"]] == [("u-wang", len(zh_user))]
     status, body = await service.api("GET", "/v1/search/mentions", params={"q": " "})
     assert status == 422
-    status, body = await service.api(
-        "GET", "/v1/search/mentions", params={"q": "miso", "role": "bot"}
-    )
+    status, body = await service.api("GET", "/v1/search/mentions", params={"q": "miso", "role": "bot"})
     assert status == 422 and "role" in body["error"]["message"]
 
 
@@ -315,14 +297,12 @@ async def test_the_index_follows_moves_and_deletes(service) -> None:
     }
     status, _ = await service.api("DELETE", f"/v1/facts/{fact_id}")
     assert status == 200
-    assert {r["kind"] for r in (await search(service, "u-6", "swordfish"))["results"]} == {
-        "message"
-    }
+    assert {r["kind"] for r in (await search(service, "u-6", "swordfish"))["results"]} == {"message"}
     await integrity_check(service)
 
 
 async def integrity_check(service: Any) -> None:
-    def check(tx: Any) -> None:
+    def check(tx: SQLiteTransaction) -> None:
         for table in ("messages", "facts", "summaries"):
             tx.conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('integrity-check')")
 
@@ -346,11 +326,11 @@ def test_migration_indexes_an_existing_database(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     store.open()
     try:
-        found = store.read_now(lambda view: view.search_user("u-old", "tokyo"))
+        found = store.read_now(lambda view: view.search.user("u-old", "tokyo"))
         assert sorted(r["kind"] for r in found["results"]) == ["fact", "message"]
-        found = store.read_now(lambda view: view.search_user("u-old", "东京"))
+        found = store.read_now(lambda view: view.search.user("u-old", "东京"))
         assert [r["text"] for r in found["results"]] == ["我下个月去东京旅行"]
-        assert store.read_now(lambda view: view.storage_stats())["auto_vacuum"] == 2
+        assert store.read_now(lambda view: view.maintenance.storage_stats()).get("auto_vacuum") == 2
     finally:
         store.close()
     names = [row[0] for row in sqlite3.connect(path).execute("SELECT name FROM _sqlite_migrations")]

@@ -18,9 +18,9 @@ from fakes.agora_server import FakeAgora
 from test_live import conversation, live, poll, pushed_list, stored, watch_of
 
 from agent_memory.platforms.agora.client import AgoraClient
-from agent_memory.core.context import load_context
+from agent_memory.memory.service import load_context
 from agent_memory.errors import AgoraError, BadRequest, InvalidField
-from agent_memory.core.render import RenderOptions, to_openai_messages
+from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
 from agent_memory.settings import Settings
 from agent_memory.core.styles import shape_system_messages, style_from_query, style_of_llm
 

@@ -484,7 +484,7 @@ async def test_callback_with_a_non_object_payload_is_kept_raw(service):
 
 
 # Regression: an envelope integer SQLite cannot store (eventType/productId/notifyMs over 2**63-1)
-# makes SQLiteTransaction.insert_inbox raise OverflowError inside accept_callback: a signed
+# makes SQLiteTransaction.insert_inbox raise OverflowError inside Ingestor.accept: a signed
 # callback is answered 500 and never stored
 @pytest.mark.parametrize("field", ["eventType", "notifyMs"])
 async def test_envelope_with_an_oversized_integer_is_kept_raw(service, field):

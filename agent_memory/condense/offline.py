@@ -14,17 +14,17 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from agent_memory.condense import openai_compatible as condense_module
-from agent_memory.condense.openai_compatible import (
-    FACT_MAX_CHARS,
+from agent_memory.condense.base import (
     CondenseInput,
     CondenseOutput,
     CondenseResult,
     FactAdd,
     Scope,
-    fact_key,
+    sanitize,
+    unchanged,
 )
-from agent_memory.core.render import format_day, format_minute
+from agent_memory.core.clock import format_day, format_minute
+from agent_memory.core.facts import MAX_FACT_CHARS, fact_key
 from agent_memory.core.tokens import count_tokens
 
 Language = Literal["en", "zh", "ja", "ko"]
@@ -356,7 +356,7 @@ def extract_facts(texts: Iterable[str], existing: Iterable[str] = ()) -> list[Fa
     added: list[FactAdd] = []
     for text in texts:
         for fact_text, scope in [*introductions(text), *remember_requests(text)]:
-            fact_text = clip(fact_text, FACT_MAX_CHARS)
+            fact_text = clip(fact_text, MAX_FACT_CHARS)
             key = fact_key(fact_text)
             if key and key not in known:
                 known.add(key)
@@ -425,9 +425,7 @@ def summarize(previous: str | None, said: Sequence[tuple[Mapping[str, Any], str]
     span = time_span(min(times), max(times))
     # Fewer quotes until the paragraph fits; each try keeps the most salient ones.
     for limit in range(MAX_STATEMENTS, -1, -1):
-        section = new_section(
-            language, span, len(user_texts), salient_statements(user_texts, limit)
-        )
+        section = new_section(language, span, len(user_texts), salient_statements(user_texts, limit))
         if len(section) <= SECTION_MAX_CHARS:
             break
     room = SUMMARY_MAX_CHARS - len(LABEL) - len(section) - 2  # two newlines
@@ -440,12 +438,12 @@ def condense_offline(job: CondenseInput) -> CondenseOutput:
     said = list(spoken(job.messages))
     if not said:
         # Nothing new was said: the memory stays exactly as it is.
-        return CondenseOutput(
-            summary=(job.previous_summary or "")[: condense_module.SUMMARY_MAX_CHARS]
-        )
+        return unchanged(job)
     user_texts = [text for message, text in said if message.get("role") == "user"]
     facts = extract_facts(user_texts, existing=(fact.text for fact in job.facts))
-    return CondenseOutput(summary=summarize(job.previous_summary, said), add_facts=facts)
+    # The same gate as the LLM's answer: cleaned texts, one fact per key.
+    output = CondenseOutput(summary=summarize(job.previous_summary, said), add_facts=facts)
+    return sanitize(output, job.facts)
 
 
 class OfflineCondenser:

@@ -4,8 +4,8 @@ Order and importance, most important first: the caller's persona, remembered fac
 the rolling summary, then the most recent turns. When the budget is short the oldest
 turns go first, then the summary is shortened, then the least important facts go.
 The same stored memory and arguments always give the same messages, shaped for the
-agent's `llm.style`. A live refresh leaves out the running call's own turns: the agent
-already holds them in its short-term memory.
+agent's `llm.style`. Reading a pair's memory for it is `memory.service` (a live refresh
+leaves out the running call's own turns there: the agent already holds them).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_memory.errors import InvalidField
-from agent_memory.core.render import day_header, format_datetime, join_entries, transcript_entries
-from agent_memory.store import Store
+from agent_memory.core.clock import format_datetime
+from agent_memory.core.render import day_header, join_entries, transcript_entries
 from agent_memory.core.styles import DEFAULT_STYLE, shape_system_messages
 from agent_memory.core.tokens import count_message_tokens, count_tokens
+from agent_memory.errors import InvalidField
 
 FACTS_HEADING = "What you remember about this user (long-term memory):"
 SUMMARY_HEADING = "Summary of your earlier conversations with this user"
@@ -182,54 +182,3 @@ def build_context(
         },
     )
 
-
-async def load_context(
-    store: Store,
-    *,
-    user_id: str,
-    character_id: str,
-    max_tokens: int,
-    recent_messages: int,
-    persona: str | None = None,
-    style: str = DEFAULT_STYLE,
-    exclude_agent_id: str | None = None,
-) -> Context:
-    """Read a pair's memory in one go and build its system_messages.
-
-    With `exclude_agent_id` the recent transcript leaves out that agent run's messages.
-    """
-
-    def read_and_build(view: Any) -> Context:
-        # Built on the reader thread too: a millisecond of rendering stays off the event loop.
-        messages = recent_without(view, user_id, character_id, recent_messages, exclude_agent_id)
-        context = build_context(
-            facts=view.list_facts(user_id, character_id),
-            summary=view.get_summary(user_id, character_id),
-            messages=messages,
-            max_tokens=max_tokens,
-            persona=persona,
-            style=style,
-        )
-        if exclude_agent_id is not None:
-            context.included["excluded_agent_id"] = exclude_agent_id
-        return context
-
-    return await store.read(read_and_build)
-
-
-def recent_without(
-    view: Any, user_id: str, character_id: str, limit: int, exclude_agent_id: str | None
-) -> list[dict[str, Any]]:
-    """The pair's `limit` latest messages, oldest first, none of them from `exclude_agent_id`."""
-    if exclude_agent_id is None:
-        return view.latest_messages(user_id, character_id, limit)
-    session = view.get_session(exclude_agent_id)
-    # The run's own count is a good first guess of how many extra rows to read; keep
-    # doubling if it fell short (counts may lag what a window just brought).
-    want = limit + (session["message_count"] if session else 0)
-    while True:
-        rows = view.latest_messages(user_id, character_id, want)
-        kept = [row for row in rows if row["agent_id"] != exclude_agent_id]
-        if len(kept) >= limit or len(rows) < want:
-            return kept[-limit:] if limit else []
-        want *= 2

@@ -19,19 +19,21 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from agent_memory.condense.openai_compatible import CondenseInput, CondenseOutput, CondenseResult, Condenser, FactIn
-from agent_memory.errors import LLMError, LLMUnavailable, NotFound
-from agent_memory.core.facts import normalise
-from agent_memory.memory.ingest import CONDENSE
+from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult, Condenser, FactIn
+from agent_memory.core.clock import Backoff, now_ms
+from agent_memory.core.domain import CONDENSE, Fact, Job, Summary
+from agent_memory.errors import LLMError, LLMUnavailable
 from agent_memory.core.render import is_renderable
 from agent_memory.memory.schedule import start_interval
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore, SQLiteTransaction, dumps, now_ms
+from agent_memory.store import ReadView, Store, Transaction
 
 log = logging.getLogger(__name__)
 
 BACKOFF_BASE_S = 5.0
 BACKOFF_CAP_S = 600.0
+# Half jitter: retries spread out, yet each waits at least half its ceiling.
+BACKOFF = Backoff(BACKOFF_BASE_S, BACKOFF_CAP_S, jitter=0.5)
 # More messages than this since the watermark are condensed over several calls.
 MAX_MESSAGES_PER_CALL = 400
 
@@ -40,69 +42,61 @@ class Forgotten(Exception):
     """The pair was forgotten while its job ran; the result is dropped."""
 
 
+class Superseded(Exception):
+    """The pair's summary changed while its job ran; the result is dropped, the job runs again."""
+
+
 Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
 
 
-def backoff_s(attempt: int, retry_after: float | None, rng: random.Random) -> float:
-    """Delay before retry number `attempt` (1-based): full jitter, at least Retry-After."""
-    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
-    delay = rng.uniform(ceiling / 2, ceiling)
-    return max(delay, retry_after or 0.0)
-
-
 def apply_result(
-    tx: SQLiteTransaction,
-    job: dict[str, Any],
+    tx: Transaction,
+    job: Job,
     messages: list[dict[str, Any]],
     result: CondenseResult,
-    previous: dict[str, Any] | None,
+    previous: Summary | None,
 ) -> dict[str, int]:
     """Commit a condensed result: summary, fact changes and watermark together."""
-    user_id, character_id = job["user_id"], job["character_id"]
-    if tx.get_job_by_id(job["id"]) is None:
+    user_id, character_id = job.user_id, job.character_id
+    if tx.jobs.by_id(job.id) is None:
         # Forgetting the pair deletes its job: what we condensed must not come back.
         raise Forgotten(f"{user_id}/{character_id} was forgotten while it was being condensed")
-    current = tx.get_summary(user_id, character_id)
-    if (current and current["watermark_id"]) != (previous and previous["watermark_id"]):
+    current = tx.summaries.get(user_id, character_id)
+    if (current and current.watermark_id) != (previous and previous.watermark_id):
         # Someone condensed these messages meanwhile (a forget, or a manual retry): drop ours.
-        raise RuntimeError("the summary changed while the job ran")
+        raise Superseded(f"the summary of {user_id}/{character_id} changed while its job ran")
     stamp = now_ms()
     watermark = max(row["id"] for row in messages)
     covered_until = max(row["at_ms"] for row in messages)
-    tx.set_summary(
-        {
-            "user_id": user_id,
-            "character_id": character_id,
-            "text": result.summary,
-            "watermark_id": watermark,
-            "covered_until_ms": max(covered_until, previous["covered_until_ms"] if previous else 0),
-            "message_count": (previous["message_count"] if previous else 0) + len(messages),
-            "method": result.method,
-            "model": result.model,
-            "meta": dumps(
-                {"tokens_sent": result.tokens_sent, "fallback_reason": result.fallback_reason}
-            ),
-            "created_ms": previous["created_ms"] if previous else stamp,
-            "updated_ms": stamp,
-        }
+    tx.summaries.put(
+        Summary(
+            user_id=user_id,
+            character_id=character_id,
+            text=result.summary,
+            watermark_id=watermark,
+            covered_until_ms=max(covered_until, (previous and previous.covered_until_ms) or 0),
+            message_count=(previous.message_count if previous else 0) + len(messages),
+            method=result.method,
+            model=result.model,
+            created_ms=previous.created_ms if previous else stamp,
+            updated_ms=stamp,
+            meta={"tokens_sent": result.tokens_sent, "fallback_reason": result.fallback_reason},
+        )
     )
     changes = {"added": 0, "updated": 0, "removed": 0}
-    pinned = {
-        fact["id"] for fact in tx.list_facts(user_id, character_id) if fact["pinned"]
-    }
+    pinned = {fact.id for fact in tx.facts.of_pair(user_id, character_id) if fact.pinned}
     for fact in result.add_facts:
-        scope = "" if fact.scope == "user" else character_id
-        _, created = tx.add_fact(
-            user_id, scope, fact.text, normalise(fact.text), pinned=False, origin=result.method
+        _, created = tx.facts.add(
+            user_id, character_id, fact.text, scope=fact.scope, pinned=False, origin=result.method
         )
         changes["added"] += int(created)
-    known = {fact["id"] for fact in tx.list_facts(user_id, character_id)}
+    known = {fact.id for fact in tx.facts.of_pair(user_id, character_id)}
     for update in result.update_facts:
         if update.id in known and update.id not in pinned:
-            changes["updated"] += int(tx.update_fact(update.id, update.text, normalise(update.text)))
+            changes["updated"] += int(tx.facts.update(update.id, update.text))
     for fact_id in result.remove_facts:
         if fact_id in known and fact_id not in pinned:
-            changes["removed"] += int(tx.delete_fact(fact_id))
+            changes["removed"] += int(tx.facts.delete(fact_id))
     return changes
 
 
@@ -112,7 +106,7 @@ class CondenseJobs:
     def __init__(
         self,
         settings: Settings,
-        store: SQLiteStore,
+        store: Store,
         condenser: Condenser,
         *,
         rng: random.Random | None = None,
@@ -132,7 +126,7 @@ class CondenseJobs:
 
     async def start(self) -> None:
         """Find again what a crash left running, then look for due jobs every `sweep_s`."""
-        released = await self.store.write(lambda tx: tx.release_running_jobs())
+        released = await self.store.write(lambda tx: tx.jobs.release_running())
         if released:
             log.info("%d condense jobs left running by a previous process are pending again", released)
         self.scheduler = start_interval(self.sweep, self.sweep_s, "condense-sweep")
@@ -151,15 +145,15 @@ class CondenseJobs:
         free = self.concurrency - len(self._running)
         if free <= 0:
             return 0
-        due = await self.store.read(lambda view: view.due_jobs(CONDENSE, now_ms(), free * 2))
+        due = await self.store.read(lambda view: view.jobs.due(CONDENSE, now_ms(), free * 2))
         # More due than slots: each finishing job sweeps again instead of waiting for the timer.
         self._backlog = len(due) > free
         started = 0
         for job in due:
-            key = (job["user_id"], job["character_id"])
+            key = (job.user_id, job.character_id)
             if key in self._running or len(self._running) >= self.concurrency:
                 continue
-            task = asyncio.get_running_loop().create_task(self.run(job["id"]))
+            task = asyncio.get_running_loop().create_task(self.run(job.id))
             self._running[key] = task
             task.add_done_callback(functools.partial(self._job_done, key))
             started += 1
@@ -175,31 +169,41 @@ class CondenseJobs:
     async def run_due_now(self) -> None:
         """Sweep, and wait for what it started (tests and the CLI)."""
         await self.sweep()
-        if self._running:
+        await self.drained()
+
+    async def drained(self) -> None:
+        """Wait until no job is running (jobs started meanwhile are waited for too)."""
+        while self._running:
             await asyncio.gather(*self._running.values())
 
     async def run(self, job_id: int) -> None:
         """Claim one job, condense, commit; failures are recorded on the job."""
-        job = await self.store.write(lambda tx: tx.claim_job(job_id))
+        job = await self.store.write(lambda tx: tx.jobs.claim(job_id))
         if job is None:
             return
         try:
             await self._condense(job)
         except Forgotten as exc:
             log.info("%s; result dropped", exc)
+        except Superseded as exc:
+            # Nobody failed: run again from the new watermark, with no attempt counted.
+            log.info("%s; result dropped, condensing again", exc)
+            await self.store.write(lambda tx: tx.jobs.postpone(job.id, now_ms()))
         except Exception as exc:
             await self._failed(job, exc)
 
-    async def _condense(self, job: dict[str, Any]) -> None:
-        user_id, character_id = job["user_id"], job["character_id"]
+    async def _condense(self, job: Job) -> None:
+        user_id, character_id = job.user_id, job.character_id
 
-        def read(view: Any) -> tuple[Any, Any, Any]:
-            summary = view.get_summary(user_id, character_id)
-            watermark = summary["watermark_id"] if summary else 0
+        def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[dict[str, Any]]]:
+            summary = view.summaries.get(user_id, character_id)
+            watermark = summary.watermark_id if summary else 0
+            # Messages stay rows until rendering and the condensers take `Message` (phase 2).
+            after = view.messages_after  # type: ignore[attr-defined]
             return (
                 summary,
-                view.list_facts(user_id, character_id),
-                view.messages_after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1),
+                view.facts.of_pair(user_id, character_id),
+                after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1),
             )
 
         previous, facts, messages = await self.store.read(read)
@@ -207,17 +211,17 @@ class CondenseJobs:
         messages = messages[:MAX_MESSAGES_PER_CALL]
         again_at = now_ms() + round(self.settings.summary_delay_s * 1000)
         if not messages:
-            await self.store.write(lambda tx: tx.finish_job(job, again_at_ms=again_at))
+            await self.store.write(lambda tx: tx.jobs.finish(job, again_at_ms=again_at))
             return
         if not any(is_renderable(message) for message in messages) and previous is not None:
             # Only empty turns: nothing to tell a model, but they are covered all the same.
             result = CondenseResult(
-                output=CondenseOutput(summary=previous["text"]), method=previous["method"],
-                model=previous["model"] or "", fallback_reason="only empty messages",
+                output=CondenseOutput(summary=previous.text), method=previous.method,
+                model=previous.model or "", fallback_reason="only empty messages",
             )  # fmt: skip
             await self.store.write(
                 lambda tx: (apply_result(tx, job, messages, result, previous),
-                            tx.finish_job(job, again_at_ms=again_at))
+                            tx.jobs.finish(job, again_at_ms=again_at))
             )  # fmt: skip
             return
         started = time.monotonic()
@@ -225,25 +229,20 @@ class CondenseJobs:
             CondenseInput(
                 user_id=user_id,
                 character_id=character_id,
-                previous_summary=previous["text"] if previous else None,
+                previous_summary=previous.text if previous else None,
                 facts=[
-                    FactIn(
-                        id=fact["id"],
-                        text=fact["text"],
-                        scope="user" if fact["character_id"] == "" else "character",
-                        pinned=bool(fact["pinned"]),
-                    )
+                    FactIn(id=fact.id, text=fact.text, scope=fact.scope, pinned=fact.pinned)
                     for fact in facts
                 ],
                 messages=messages,
             )
         )
 
-        def commit(tx: SQLiteTransaction) -> dict[str, int]:
+        def commit(tx: Transaction) -> dict[str, int]:
             changes = apply_result(tx, job, messages, result, previous)
-            finished = tx.finish_job(job, again_at_ms=now_ms() if more else again_at)
+            finished = tx.jobs.finish(job, again_at_ms=now_ms() if more else again_at)
             if finished and more:
-                tx.make_due(CONDENSE, user_id, character_id)
+                tx.jobs.make_due(CONDENSE, user_id, character_id)
             return changes
 
         changes = await self.store.write(commit)
@@ -258,39 +257,24 @@ class CondenseJobs:
             except Exception:
                 log.exception("a listener of condensed memory failed")
 
-    async def _failed(self, job: dict[str, Any], exc: Exception) -> None:
-        attempt = job["attempts"] + 1
+    async def _failed(self, job: Job, exc: Exception) -> None:
+        attempt = job.attempts + 1
         reason = f"{type(exc).__name__}: {exc}"
         if attempt >= self.settings.job_max_attempts:
             retry_at = None
             log.error(
                 "condense %s/%s is dead after %d attempts: %s",
-                job["user_id"], job["character_id"], attempt, reason,
+                job.user_id, job.character_id, attempt, reason,
             )  # fmt: skip
         else:
             retry_after = exc.retry_after if isinstance(exc, LLMUnavailable) else None
-            delay = backoff_s(attempt, retry_after, self.rng)
+            delay = BACKOFF.delay_s(attempt, self.rng, retry_after)
             retry_at = now_ms() + round(delay * 1000)
             level = logging.WARNING if isinstance(exc, LLMError) else logging.ERROR
             log.log(
                 level, "condense %s/%s failed (attempt %d), retry in %.1fs: %s",
-                job["user_id"], job["character_id"], attempt, delay, reason,
+                job.user_id, job.character_id, attempt, delay, reason,
                 exc_info=not isinstance(exc, LLMError),
             )  # fmt: skip
-        await self.store.write(lambda tx: tx.fail_job(job["id"], reason, retry_at_ms=retry_at))
+        await self.store.write(lambda tx: tx.jobs.fail(job.id, reason, retry_at_ms=retry_at))
 
-
-async def retry_job(store: SQLiteStore, job_id: int) -> dict[str, Any]:
-    """Make a dead job pending now."""
-    revived = await store.write(lambda tx: tx.revive_job(job_id))
-    if not revived:
-        raise NotFound(f"no dead job with id {job_id}")
-    job = await store.read(lambda view: view.get_job_by_id(job_id))
-    if job is None:
-        raise NotFound(f"job {job_id} was deleted meanwhile")
-    return job
-
-
-async def condense_now(store: SQLiteStore, user_id: str, character_id: str) -> None:
-    """Make the pair's condense job due now (creating one if there is none)."""
-    await store.write(lambda tx: tx.make_due(CONDENSE, user_id, character_id))

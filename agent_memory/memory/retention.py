@@ -27,11 +27,11 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from agent_memory.core.clock import now_ms
 from agent_memory.memory.schedule import JOB_DEFAULTS
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore, SQLiteTransaction, now_ms
-from agent_memory.store.sqlite.retention import PurgeStep
-from agent_memory.store.sqlite.search import KINDS
+from agent_memory.store import Store, Transaction
+from agent_memory.store.types import SEARCH_KINDS, PurgeStep, SearchKind
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,7 @@ Progress = Callable[[str], None]
 class Retention:
     """Runs the purge on a schedule, or once on demand (`purge_once`)."""
 
-    def __init__(
-        self, settings: Settings, store: SQLiteStore, *, batch_rows: int = BATCH_ROWS
-    ) -> None:
+    def __init__(self, settings: Settings, store: Store, *, batch_rows: int = BATCH_ROWS) -> None:
         self.settings = settings
         self.store = store
         self.batch_rows = batch_rows
@@ -88,9 +86,7 @@ class Retention:
         try:
             await self.purge_once()
         except Exception:
-            log.exception(
-                "retention purge failed; it runs again in %ss", self.settings.retention_sweep_s
-            )
+            log.exception("retention purge failed; it runs again in %ss", self.settings.retention_sweep_s)
 
     async def _scheduled_scrub(self) -> None:
         """The scheduled scrub check: failures are logged, and it is tried again."""
@@ -112,7 +108,7 @@ class Retention:
         settings = self.settings
         started = time.monotonic()
         now = now_ms()
-        before = await self.store.read(lambda view: view.storage_stats())
+        before = await self.store.read(lambda view: view.maintenance.storage_stats())
         report: dict[str, Any] = {
             "settings": {
                 "retention_max_messages": settings.retention_max_messages,
@@ -137,8 +133,8 @@ class Retention:
         if settings.retention_max_messages or max_age_ms:
             after: tuple[str, str] | None = None
 
-            def purge_step(tx: SQLiteTransaction) -> PurgeStep:
-                return tx.purge_messages(
+            def purge_step(tx: Transaction) -> PurgeStep:
+                return tx.maintenance.purge_messages(
                     after=after, now_ms=now, keep_latest=settings.retention_max_messages,
                     max_age_ms=max_age_ms, budget=self.batch_rows,
                 )  # fmt: skip
@@ -155,14 +151,18 @@ class Retention:
         lap("messages")
         if max_age_ms:
             report["metrics"] = await self._drain(
-                lambda tx: tx.purge_metrics(older_than_ms=now - max_age_ms, budget=self.batch_rows),
+                lambda tx: tx.maintenance.purge_metrics(
+                    older_than_ms=now - max_age_ms, budget=self.batch_rows
+                ),
                 "metrics", report, say,
             )  # fmt: skip
         lap("metrics")
         if settings.raw_retention_days:
             raw_cutoff = now - round(settings.raw_retention_days * DAY_MS)
             report["raw_callbacks"] = await self._drain(
-                lambda tx: tx.purge_raw_callbacks(older_than_ms=raw_cutoff, budget=self.batch_rows),
+                lambda tx: tx.maintenance.purge_raw_events(
+                    older_than_ms=raw_cutoff, budget=self.batch_rows
+                ),
                 "raw callbacks", report, say,
             )  # fmt: skip
         lap("raw_callbacks")
@@ -170,16 +170,13 @@ class Retention:
         lap("search_index")
         report["reclaimed"] = await self.reclaim(say)
         lap("reclaim")
-        after_stats = await self.store.read(lambda view: view.storage_stats())
+        after_stats = await self.store.read(lambda view: view.maintenance.storage_stats())
         report["bytes_before"] = before["bytes"]
         report["bytes_after"] = after_stats["bytes"]
         report["seconds"] = round(time.monotonic() - started, 3)
-        if after_stats["auto_vacuum"] != 2:
-            report["warning"] = (
-                "the database was created without auto_vacuum: freed pages are reused but the "
-                "file does not shrink; run `PRAGMA auto_vacuum=INCREMENTAL; VACUUM;` once while "
-                "the service is stopped"
-            )
+        if after_stats["advice"]:
+            # The database keeps freed space to itself; the store says what would fix it.
+            report["warning"] = after_stats["advice"]
             log.warning("retention: %s", report["warning"])
         log.info(
             "retention: removed %d messages, %d metrics, %d raw callbacks in %.2fs; "
@@ -192,7 +189,7 @@ class Retention:
 
     async def _drain(
         self,
-        fn: Callable[[SQLiteTransaction], int],
+        fn: Callable[[Transaction], int],
         what: str,
         report: dict[str, Any],
         say: Progress,
@@ -218,16 +215,16 @@ class Retention:
     async def _scrub(self, progress: Progress | None, *, dead_rows_too: bool) -> dict[str, Any]:
         """The scrub; with `dead_rows_too` also when retention left more than
         `DEAD_SHARE_FOR_MERGE` of the index dead."""
-        state = await self.store.read(lambda view: view.search_state())
-        owed, dead = state.get("scrub_owed", 0), state.get("dead_rows", 0)
+        state = await self.store.read(lambda view: view.maintenance.search_state())
+        owed, dead = state["scrub_owed"], state["dead_rows"]
         due = owed > 0
         if not due and dead_rows_too and dead:
-            messages = await self.store.read(lambda view: view.counts()["messages"])
+            messages = await self.store.read(lambda view: view.maintenance.counts()["messages"])
             due = dead > DEAD_SHARE_FOR_MERGE * max(messages, 1)
         if not due:
             return {"merged": False, "merge_steps": 0, "owed_forgets": owed, "dead_rows": dead}
         steps = await self.merge_index(progress)
-        await self.store.write(lambda tx: tx.search_scrubbed(owed, dead))
+        await self.store.write(lambda tx: tx.maintenance.search_scrubbed(owed, dead))
         # The WAL may still hold copies of pages from before the merge.
         await self.store.checkpoint()
         log.info(
@@ -241,7 +238,7 @@ class Retention:
     async def merge_index(self, progress: Progress | None = None) -> int:
         """Merge each search index into a single segment, `MERGE_PAGES` pages per write."""
         steps = 0
-        for kind in KINDS:
+        for kind in SEARCH_KINDS:
             while await self.store.write(partial(_merge_step, kind=kind)):
                 steps += 1
                 if progress and steps % 10 == 0:
@@ -253,9 +250,9 @@ class Retention:
     async def reclaim(self, progress: Progress | None = None) -> dict[str, int]:
         """Hand free pages back to the file system, then checkpoint the WAL into the file."""
         freed = 0
-        incremental = (await self.store.read(lambda view: view.storage_stats()))["auto_vacuum"] == 2
-        while incremental:
-            step = await self.store.write(lambda tx: tx.incremental_vacuum(VACUUM_PAGES))
+        shrinks = (await self.store.read(lambda view: view.maintenance.storage_stats()))["advice"] is None
+        while shrinks:
+            step = await self.store.write(lambda tx: tx.maintenance.reclaim_space(VACUUM_PAGES))
             freed += step
             if step and progress:
                 progress(f"space: {freed} pages given back")
@@ -266,6 +263,6 @@ class Retention:
                 "wal_pages_checkpointed": checkpointed}  # fmt: skip
 
 
-def _merge_step(tx: SQLiteTransaction, *, kind: str) -> bool:
+def _merge_step(tx: Transaction, *, kind: SearchKind) -> bool:
     """One merge step of one index (a module function so the write is typed)."""
-    return tx.search_merge_step(kind, MERGE_PAGES)
+    return tx.maintenance.merge_search_index(kind, MERGE_PAGES)

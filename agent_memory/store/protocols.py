@@ -1,28 +1,547 @@
-"""What the rest of the service may ask of a store; a second backend implements this."""
+"""What the rest of the service may ask of a store: one protocol per repository.
+
+A backend (`store/sqlite/`, later `store/postgres/`) implements `Store`. Work runs as plain
+functions: `await store.read(fn)` calls `fn(view)` with a `ReadView` (consistent reads),
+`await store.write(fn)` calls `fn(tx)` with a `Transaction` and returns once it is durably
+committed; a function that raises leaves nothing behind. The repositories are synchronous,
+so a backend may run them on threads over blocking connections (SQLite, psycopg) and a
+use-case that reads and then writes stays one transaction.
+
+Each repository comes as its read half (what a `ReadView` offers) and its full form (what a
+`Transaction` offers). They take and return `agent_memory.core.domain` objects and the types
+of `agent_memory.store.types`; how those are encoded in tables is the backend's business.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
+
+from agent_memory.core.domain import (
+    Binding,
+    ChannelBinding,
+    Fact,
+    FactOrigin,
+    FactScope,
+    IdentitySource,
+    InboxEntry,
+    InboxStatus,
+    Job,
+    JobKind,
+    JobStatus,
+    Message,
+    MessageFingerprint,
+    MetricRow,
+    Session,
+    Summary,
+    Watch,
+    WatchOrigin,
+    WatchResult,
+)
+from agent_memory.store.types import (
+    SEARCH_KINDS,
+    ForgetReceipt,
+    MentionRole,
+    Mentions,
+    MessageChanges,
+    NewMessage,
+    PurgeStep,
+    Report,
+    SearchKind,
+    SearchState,
+    SessionChanges,
+    StorageStats,
+    UserSearch,
+)
 
 T = TypeVar("T")
 
 
-class Store(Protocol):
-    """A store runs read functions on a view and write functions in a durable transaction.
+# sessions: one per agent run
 
-    The view and transaction objects are backend-specific; they expose the methods of
-    `agent_memory.store.sqlite.engine.SQLiteView` and `SQLiteTransaction`.
+
+class SessionReads(Protocol):
+    """Agent runs and who they belong to."""
+
+    def get(self, agent_id: str) -> Session | None: ...
+
+    def in_channel(self, channel: str, sources: Sequence[IdentitySource]) -> list[Session]:
+        """The channel's sessions whose identity came from one of `sources`, oldest first."""
+        ...
+
+
+class Sessions(SessionReads, Protocol):
+    def insert(self, session: Session) -> None: ...
+
+    def update(self, agent_id: str, changes: SessionChanges) -> None: ...
+
+    def move(self, agent_id: str, user_id: str, character_id: str) -> int:
+        """Give a session and its messages to another pair; returns the messages moved.
+
+        The moved messages get ids above every other, so the new pair's summary watermark
+        treats them as not yet condensed.
+        """
+        ...
+
+
+# messages: one transcript per session
+
+
+class MessageReads(Protocol):
+    """Stored transcripts, by pair (conversation order: time, then place) or by session."""
+
+    def latest(
+        self, user_id: str, character_id: str, limit: int, *, spoken_only: bool = True
+    ) -> list[Message]:
+        """The pair's `limit` latest turns (or all items), oldest first."""
+        ...
+
+    def after(self, user_id: str, character_id: str, watermark_id: int, limit: int) -> list[Message]:
+        """Turns stored after the watermark (by id), in conversation order."""
+        ...
+
+    def count_after(self, user_id: str, character_id: str, watermark_id: int) -> int: ...
+
+    def of_session(self, agent_id: str) -> list[Message]:
+        """A session's items in order."""
+        ...
+
+    def fingerprints(self, agent_id: str) -> list[MessageFingerprint]:
+        """What merging a window needs of a session's items, in order."""
+        ...
+
+    def tail(self, agent_id: str, count: int) -> list[MessageFingerprint]:
+        """The last `count` of `fingerprints`, in order."""
+        ...
+
+
+class Messages(MessageReads, Protocol):
+    def insert(self, rows: Iterable[NewMessage]) -> None:
+        """Insert new items (the ingest hot path: dozens per callback, one statement)."""
+        ...
+
+    def update(self, message_id: int, changes: MessageChanges) -> None: ...
+
+
+# facts and summaries: what condensing keeps of a memory
+
+
+class FactReads(Protocol):
+    """What is remembered about users."""
+
+    def of_pair(self, user_id: str, character_id: str) -> list[Fact]:
+        """The pair's facts and the user's user-wide facts, oldest first."""
+        ...
+
+    def get(self, fact_id: int) -> Fact | None: ...
+
+
+class Facts(FactReads, Protocol):
+    def add(
+        self,
+        user_id: str,
+        character_id: str,
+        text: str,
+        *,
+        scope: FactScope,
+        pinned: bool,
+        origin: FactOrigin,
+    ) -> tuple[Fact, bool]:
+        """Remember a fact unless one saying the same exists; returns (fact, created).
+
+        With scope user the fact holds for every character. Saying by hand (pinned) what
+        is already known pins it.
+        """
+        ...
+
+    def update(self, fact_id: int, text: str) -> bool:
+        """Reword a fact; when it then says what another one says, it goes instead."""
+        ...
+
+    def delete(self, fact_id: int) -> bool: ...
+
+    def delete_unpinned(self, user_id: str, character_id: str) -> int:
+        """Drop the pair's facts the model made (not pinned, not user-wide)."""
+        ...
+
+
+class SummaryReads(Protocol):
+    def get(self, user_id: str, character_id: str) -> Summary | None: ...
+
+
+class Summaries(SummaryReads, Protocol):
+    def put(self, summary: Summary) -> None:
+        """Store the pair's summary, replacing the one it had."""
+        ...
+
+    def delete(self, user_id: str, character_id: str) -> int: ...
+
+
+# jobs: the database is the queue
+
+
+class JobReads(Protocol):
+    def get(self, kind: JobKind, user_id: str, character_id: str) -> Job | None: ...
+
+    def by_id(self, job_id: int) -> Job | None: ...
+
+    def by_status(self, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
+        """Jobs (of one status), soonest due first."""
+        ...
+
+    def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
+        """Pending jobs due by `now_ms`, soonest first."""
+        ...
+
+
+class Jobs(JobReads, Protocol):
+    """At most one job per (kind, user, character); a claimed job is `running`.
+
+    A backend shared by several processes claims with a lease (or `FOR UPDATE SKIP LOCKED`)
+    so that `release_running` only frees claims whose holder is gone.
     """
 
-    def open(self) -> None: ...
+    def schedule(
+        self,
+        kind: JobKind,
+        user_id: str,
+        character_id: str,
+        *,
+        delay_ms: int,
+        max_wait_ms: int,
+        max_messages: int,
+        new_messages: int,
+    ) -> None:
+        """Debounce: due `delay_ms` from now, never later than `max_wait_ms` after it was first
+        scheduled, and at once when `max_messages` new messages wait."""
+        ...
+
+    def make_due(self, kind: JobKind, user_id: str, character_id: str) -> None:
+        """Due now, created or revived; a running job is left alone."""
+        ...
+
+    def claim(self, job_id: int) -> Job | None:
+        """Mark a pending job running; None if it is not pending any more."""
+        ...
+
+    def finish(self, claimed: Job, *, again_at_ms: int) -> bool:
+        """Delete a finished job, or make it pending at `again_at_ms` when messages came while
+        it ran; True when it was deleted."""
+        ...
+
+    def fail(self, job_id: int, error: str, *, retry_at_ms: int | None) -> None:
+        """Count a failed attempt: pending again at `retry_at_ms`, or dead when that is None."""
+        ...
+
+    def postpone(self, job_id: int, due_ms: int) -> None:
+        """Pending again at `due_ms` without counting an attempt (its run was superseded)."""
+        ...
+
+    def revive(self, job_id: int) -> bool:
+        """Make a dead job pending now, its attempts reset."""
+        ...
+
+    def release_running(self) -> int:
+        """Make jobs left running by a process that is gone pending again."""
+        ...
+
+
+# raw events: every callback as received
+
+
+class InboxReads(Protocol):
+    def get(self, event_id: str) -> InboxEntry | None: ...
+
+    def has(self, event_id: str) -> bool: ...
+
+    def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
+        """Entries of one status, oldest received first."""
+        ...
+
+
+class Inbox(InboxReads, Protocol):
+    def insert(self, entry: InboxEntry) -> bool:
+        """Record a raw event; False if its event id was already recorded."""
+        ...
+
+    def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None: ...
+
+
+# watches: running agents the service follows
+
+
+class WatchReads(Protocol):
+    def get(self, agent_id: str) -> Watch | None: ...
+
+    def due_polls(self, now_ms: int, limit: int) -> list[Watch]: ...
+
+    def due_pushes(self, now_ms: int, limit: int) -> list[Watch]: ...
+
+    def running_for(self, user_id: str, character_id: str) -> list[Watch]:
+        """Followed agents still running for a pair."""
+        ...
+
+
+class Watches(WatchReads, Protocol):
+    def follow(
+        self,
+        agent_id: str,
+        origin: WatchOrigin,
+        *,
+        first_poll_ms: int,
+        base_system_messages: list[dict[str, Any]] | None = None,
+        persona: str | None = None,
+        max_tokens: int | None = None,
+        style: str | None = None,
+    ) -> WatchResult:
+        """Follow a running agent; an explicit request (not a platform event) also updates or
+        resumes an existing watch."""
+        ...
+
+    def unfollow(self, agent_id: str, reason: str) -> bool: ...
+
+    def polled(self, agent_id: str, *, next_poll_ms: int, error: str | None) -> None:
+        """Record a poll: failures count up until one succeeds."""
+        ...
+
+    def request_push(self, agent_id: str, due_ms: int) -> None:
+        """Ask for a refresh no earlier than `due_ms` (an earlier request stands)."""
+        ...
+
+    def pushed(self, agent_id: str, system_messages: list[dict[str, Any]] | None) -> None:
+        """A refresh was sent (None: it was skipped)."""
+        ...
+
+
+# bindings: runs and channels tied to a pair through the API
+
+
+class BindingReads(Protocol):
+    def of_agent(self, agent_id: str) -> Binding | None: ...
+
+    def of_channel(self, channel: str) -> ChannelBinding | None: ...
+
+
+class Bindings(BindingReads, Protocol):
+    def bind_agent(self, agent_id: str, user_id: str, character_id: str) -> None: ...
+
+    def bind_channel(self, channel: str, user_id: str, character_id: str) -> ChannelBinding:
+        """Tie a channel to a pair (a rebinding keeps its created_ms)."""
+        ...
+
+    def unbind_channel(self, channel: str) -> ChannelBinding | None:
+        """Remove a channel's binding; returns what it was."""
+        ...
+
+
+# search, analytics, export
+
+
+class SearchReads(Protocol):
+    def user(
+        self,
+        user_id: str,
+        q: str,
+        *,
+        character_id: str | None = None,
+        kinds: Sequence[SearchKind] = SEARCH_KINDS,
+        limit: int = 20,
+    ) -> UserSearch:
+        """A user's messages, facts and summaries matching every word of `q`, best first."""
+        ...
+
+    def mentions(
+        self,
+        q: str,
+        *,
+        role: MentionRole = "user",
+        character_id: str | None = None,
+        limit: int = 100,
+    ) -> Mentions:
+        """Which users' messages contain `q`, how many, and when first and last."""
+        ...
+
+
+class Search(SearchReads, Protocol):
+    def catch_up(self, limit: int) -> int:
+        """Index up to `limit` messages stored since the index was last brought up to date."""
+        ...
+
+
+class AnalyticsReads(Protocol):
+    def user_stats(self, user_id: str) -> Report | None: ...
+
+    def character_stats(
+        self, character_id: str, *, since_ms: int | None = None, until_ms: int | None = None
+    ) -> Report | None: ...
+
+    def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report: ...
+
+
+class Analytics(AnalyticsReads, Protocol):
+    def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
+        """Keep per-turn values, dated by their turn or `at_ms`; a resent turn replaces its own."""
+        ...
+
+
+class Export(Protocol):
+    def user(self, user_id: str) -> Report | None:
+        """One consistent snapshot of everything held about a user; None if nothing is."""
+        ...
+
+
+# maintenance: forgetting, retention, space
+
+
+class MaintenanceReads(Protocol):
+    def schema(self) -> list[str]:
+        """The migrations the database has, in order."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Rows held of each main kind (messages, sessions, facts, summaries, jobs, inbox)."""
+        ...
+
+    def storage_stats(self) -> StorageStats: ...
+
+    def search_state(self) -> SearchState: ...
+
+
+class Maintenance(MaintenanceReads, Protocol):
+    def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
+        """Delete everything held for a pair, or for a user when `character_id` is None
+        (a pair's forget keeps the user's user-wide facts). Raw events keep their id, so a
+        redelivery is still recognised, but lose their text. `Store.checkpoint` afterwards
+        makes the deletion reach the file."""
+        ...
+
+    def purge_messages(
+        self,
+        *,
+        after: tuple[str, str] | None,
+        now_ms: int,
+        keep_latest: int,
+        max_age_ms: int,
+        budget: int,
+    ) -> PurgeStep:
+        """Delete up to `budget` messages beyond the pairs' limits that a summary covers,
+        pair by pair in key order after `after`."""
+        ...
+
+    def purge_raw_events(self, *, older_than_ms: int, budget: int) -> int:
+        """Delete up to `budget` processed raw events received before `older_than_ms`."""
+        ...
+
+    def purge_metrics(self, *, older_than_ms: int, budget: int) -> int: ...
+
+    def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
+        """One bounded step of rewriting an index without its deleted entries; False when
+        there is nothing left to merge."""
+        ...
+
+    def search_scrubbed(self, owed: int, dead_rows: int) -> None:
+        """A full merge finished: what was owed when it began is paid."""
+        ...
+
+    def reclaim_space(self, pages: int) -> int:
+        """Give up to `pages` free pages back to the file system; returns how many."""
+        ...
+
+
+# the view, the transaction and the store
+
+
+class ReadView(Protocol):
+    """Read-only repositories over one consistent connection."""
+
+    @property
+    def sessions(self) -> SessionReads: ...
+    @property
+    def messages(self) -> MessageReads: ...
+    @property
+    def facts(self) -> FactReads: ...
+    @property
+    def summaries(self) -> SummaryReads: ...
+    @property
+    def jobs(self) -> JobReads: ...
+    @property
+    def inbox(self) -> InboxReads: ...
+    @property
+    def watches(self) -> WatchReads: ...
+    @property
+    def bindings(self) -> BindingReads: ...
+    @property
+    def search(self) -> SearchReads: ...
+    @property
+    def analytics(self) -> AnalyticsReads: ...
+    @property
+    def export(self) -> Export: ...
+    @property
+    def maintenance(self) -> MaintenanceReads: ...
+
+
+class Transaction(ReadView, Protocol):
+    """The writable repositories inside one transaction."""
+
+    @property
+    def sessions(self) -> Sessions: ...
+    @property
+    def messages(self) -> Messages: ...
+    @property
+    def facts(self) -> Facts: ...
+    @property
+    def summaries(self) -> Summaries: ...
+    @property
+    def jobs(self) -> Jobs: ...
+    @property
+    def inbox(self) -> Inbox: ...
+    @property
+    def watches(self) -> Watches: ...
+    @property
+    def bindings(self) -> Bindings: ...
+    @property
+    def search(self) -> Search: ...
+    @property
+    def analytics(self) -> Analytics: ...
+    @property
+    def maintenance(self) -> Maintenance: ...
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """Undo only what the block wrote if it raises."""
+        ...
+
+
+class Store(Protocol):
+    """A database: functions run on a view or in a durable transaction."""
+
+    @property
+    def location(self) -> str:
+        """Where the data lives (a path, or a URL without credentials)."""
+        ...
+
+    def open(self) -> None:
+        """Create or migrate the database and get ready for work."""
+        ...
 
     def close(self) -> None: ...
 
-    async def read(self, fn: Callable[[Any], T]) -> T: ...
+    async def read(self, fn: Callable[[ReadView], T]) -> T:
+        """`fn(view)`, off the event loop."""
+        ...
 
-    async def write(self, fn: Callable[[Any], T]) -> T: ...
+    def read_now(self, fn: Callable[[ReadView], T]) -> T:
+        """`fn(view)` on the calling thread (CLI commands and benchmarks)."""
+        ...
 
-    async def checkpoint(self) -> tuple[int, int, int]: ...
+    async def write(self, fn: Callable[[Transaction], T]) -> T:
+        """`fn(tx)` in a transaction; returns once it is durably committed."""
+        ...
 
-    async def catch_up_search(self) -> int: ...
+    async def checkpoint(self) -> tuple[int, int, int]:
+        """Make what was deleted leave the files now (busy, log pages, pages written back)."""
+        ...
+
+    async def catch_up_search(self) -> int:
+        """Bring the search index up to date (bounded), so a search sees what was just stored."""
+        ...

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from agent_memory.core.jsonutil import dumps
 from agent_memory.errors import AgentMemoryError, InvalidField, InvalidJSON, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,6 @@ HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
 
 
 def json_response(data: Any, *, status: int = 200) -> web.Response:

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import json
 import logging
-import math
 import random
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 from pydantic import ValidationError
 
+from agent_memory.core.clock import Backoff, retry_after_s
 from agent_memory.errors import AgoraError, AgoraNotFound, AgoraRateLimited, AgoraServerError, NotConfigured
-from agent_memory.platforms.agora.payloads import HistoryWindow
+from agent_memory.platforms.agora.payloads import HistoryResponse
 from agent_memory.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -28,6 +25,11 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 # A server may ask for a long pause; a poller must not hang on one agent for minutes.
 RETRY_AFTER_CAP_S = 30.0
+# Full jitter: many agents polled at once must not retry in step. A 429's Retry-After is
+# obeyed as given (capped): Agora says when it takes requests again.
+BACKOFF = Backoff(
+    BACKOFF_BASE_S, BACKOFF_CAP_S, jitter=1.0, retry_after_cap_s=RETRY_AFTER_CAP_S, retry_after_mode="exact"
+)
 DETAIL_MAX_CHARS = 200
 
 Sleep = Callable[[float], Awaitable[object]]
@@ -74,12 +76,12 @@ class AgoraClient:
             " or AGORA_TOKEN"
         )
 
-    async def history(self, agent_id: str) -> HistoryWindow:
+    async def history(self, agent_id: str) -> HistoryResponse:
         """GET the running agent's short-term memory; AgoraNotFound once it has stopped."""
         what = f"history for agent {agent_id}"
         data = await self._call("GET", f"{_agent_path(agent_id)}/history", what)
         try:
-            return HistoryWindow.model_validate(data)
+            return HistoryResponse.model_validate(data)
         except ValidationError as exc:
             raise AgoraError(
                 f"Agora {what} failed: unexpected answer: {exc.error_count()} invalid fields",
@@ -166,7 +168,7 @@ class AgoraClient:
             retryable = isinstance(error, AgoraRateLimited | AgoraServerError)
             if not retryable or attempt > self._max_retries:
                 raise error
-            delay = self._delay(attempt - 1, error)
+            delay = self._delay(attempt, error)
             log.warning(
                 "Agora %s: %s, retry %d/%d in %.2fs",
                 what,
@@ -179,10 +181,8 @@ class AgoraClient:
 
     def _delay(self, attempt: int, error: AgoraError) -> float:
         """Retry-After when given (capped), else exponential backoff with full jitter."""
-        if isinstance(error, AgoraRateLimited) and error.retry_after is not None:
-            return min(error.retry_after, RETRY_AFTER_CAP_S)
-        ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 32))
-        return self._rng.uniform(0.0, ceiling)
+        retry_after = error.retry_after if isinstance(error, AgoraRateLimited) else None
+        return BACKOFF.delay_s(attempt, self._rng, retry_after)
 
 
 def _agent_path(agent_id: str) -> str:
@@ -235,27 +235,8 @@ def _error_from_response(
     if status == 404:
         return AgoraNotFound(message, **fields)
     if status == 429:
-        return AgoraRateLimited(message, retry_after=_retry_after(headers), **fields)
+        return AgoraRateLimited(message, retry_after=retry_after_s(headers), **fields)
     if status >= 500:
         return AgoraServerError(message, **fields)
     return AgoraError(message, **fields)
 
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
-    value = headers.get("Retry-After")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - time.time()
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)

@@ -1,13 +1,13 @@
-"""Pydantic models of what Agora sends and what the service answers.
+"""Pydantic models of what Agora sends: NCS callbacks and REST answers (Agora's wire format).
 
-Inbound models are permissive: only `role` and `content` are required of a message,
+Only `platforms/agora` reads these; `events.py` maps them to `core.events`. They are
+permissive: only `role` and `content` are required of a message,
 unknown fields and unknown event types are kept, and every timestamp is normalised
 to integer milliseconds by magnitude (Agora documents milliseconds and shows seconds).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
@@ -22,36 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-# Below 10^11 a timestamp is seconds (10^11 ms is 1973, 10^11 s is the year 5138);
-# above 10^14 it is microseconds.
-SECONDS_BELOW = 10**11
-MICROSECONDS_ABOVE = 10**14
-
-
-def as_number(value: Any) -> float | int | None:
-    """A finite number from an int, float or numeric string; None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
-        return value
-    return None
-
-
-def to_ms(value: Any) -> int | None:
-    """Normalise an epoch timestamp in s, ms or µs (int, float or digit string) to ms."""
-    value = as_number(value)
-    if value is None or value < 0:
-        return None
-    if value < SECONDS_BELOW:
-        return round(value * 1000)
-    if value > MICROSECONDS_ABOVE:
-        return round(value / 1000)
-    return round(value)
+from agent_memory.core.clock import MICROSECONDS_ABOVE, SECONDS_BELOW, as_number, to_ms  # noqa: F401  # re-exported
+from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, TURN, MessageKind
 
 
 def _to_str(value: Any) -> Any:
@@ -124,11 +96,6 @@ class MessageMetadata(BaseModel):
         return data
 
 
-# What a short-term-memory item is: a spoken (or typed) turn, or tool traffic of the LLM.
-TURN, TOOL_CALL, TOOL_RESULT = "turn", "tool_call", "tool_result"
-MESSAGE_KINDS = (TURN, TOOL_CALL, TOOL_RESULT)
-
-
 class MemoryMessage(BaseModel):
     """One message of an agent's short-term memory, as the engine keeps it.
 
@@ -186,7 +153,7 @@ class MemoryMessage(BaseModel):
         return data
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> MessageKind:
         """turn, tool_call (the LLM asked for tools and said nothing) or tool_result."""
         if self.role == "tool" or self.tool_call_id is not None:
             return TOOL_RESULT
@@ -240,9 +207,7 @@ def _turn_number(value: Any) -> int | None:
     return int(number)
 
 
-def valid_objects(
-    raw: Any, field: str, *, need_turn: bool = False
-) -> tuple[list[dict[str, Any]], list[str]]:
+def valid_objects(raw: Any, field: str, *, need_turn: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """The objects of a list (naming a turn, if `need_turn`), and a note for each other item."""
     if raw is None:
         return [], []
@@ -270,9 +235,7 @@ class Lenient(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _set_aside_what_cannot_be_applied(
-        cls, data: Any, handler: ValidatorFunctionWrapHandler
-    ) -> Any:
+    def _set_aside_what_cannot_be_applied(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         if not isinstance(data, dict):
             return handler(data)
         if not cls.set_aside_first:
@@ -450,7 +413,7 @@ CONVERSATIONAL_AI_PRODUCT = 17
 DOCS_PORTAL_PRODUCT = 1
 
 
-class HistoryWindow(Lenient):
+class HistoryResponse(Lenient):
     """`GET …/agents/{agent_id}/history`: the running agent's short-term memory."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
@@ -470,11 +433,3 @@ class HistoryWindow(Lenient):
     def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         data["contents"], skipped = valid_messages(data.get("contents"))
         return data, skipped
-
-
-class Identity(BaseModel):
-    """Who a session belongs to, and which rule said so."""
-
-    user_id: str
-    character_id: str
-    source: str  # labels, binding, rtc, channel

@@ -1,61 +1,59 @@
-"""Following running agents: read their history while they run, and refresh their memory.
+"""Following running agents: read their history while they run, and start due refreshes.
 
 Which agents are followed lives in the `watched_agents` table, so a restart picks up
 where it stopped. A sweep reads the history of every agent whose poll is due, with
 bounded concurrency and jittered intervals, and merges each window exactly as the
 103 callback would be merged. Following ends on a 404 from Agora, a 102 or a 103.
-
-Refreshes: when a pair's summary or facts change while one of its agents runs, the
-whole system_messages list (the caller's own, then fresh memory) is pushed through
-Agora's update endpoint, at most once per `refresh_interval_s` per agent. The memory is
-shaped for the `llm.style` the agent was started with, and its recent transcript leaves
-out the agent's own turns: they are in its short-term memory already.
+The same sweep starts the live refreshes that are due (`memory/refresh.py` decides what
+they send; Agora's update endpoint takes it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from agent_memory.platforms.agora.client import AgoraClient
-from agent_memory.condense.openai_compatible import CondenseResult
-from agent_memory.core.context import load_context
-from agent_memory.errors import AgentMemoryError, AgoraNotFound, Conflict, NotFound
-from agent_memory.memory.ingest import Ingestor
+from agent_memory.core.clock import Backoff
+from agent_memory.errors import AgentMemoryError, AgoraNotFound
+from agent_memory.memory.refresh import Refresher
 from agent_memory.memory.schedule import start_interval
-from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore, now_ms
-from agent_memory.core.styles import DEFAULT_STYLE
+from agent_memory.memory.service import Memory
+from agent_memory.platforms.agora.client import AgoraClient
+from agent_memory.platforms.agora.events import history_window
+from agent_memory.store import now_ms
 
 log = logging.getLogger(__name__)
 
 # Backing off longer risks losing turns: a brisk call moves 32 messages through the
 # window in well under a minute.
 MAX_BACKOFF_S = 30.0
+# The jittered share of a failure backoff (its ceiling is never exceeded); the schedule
+# between successful polls has its own ±20%.
+BACKOFF_JITTER = 0.2
 
 
 class Poller:
-    """Polls followed agents and pushes refreshed memory into them."""
+    """Polls followed agents and starts the refreshes that are due."""
 
     def __init__(
         self,
-        settings: Settings,
-        store: SQLiteStore,
-        ingestor: Ingestor,
+        memory: Memory,
         client: AgoraClient,
+        refresher: Refresher | None = None,
         *,
         rng: random.Random | None = None,
         sweep_s: float = 0.5,
     ) -> None:
-        self.settings = settings
-        self.store = store
-        self.ingestor = ingestor
+        """Follow agents for `memory`; `refresher` (default: one over `client`) sends due refreshes."""
+        self.settings = settings = memory.settings
+        self.memory = memory
+        self.store = memory.store
         self.client = client
+        self.refresher = refresher or Refresher(memory, client)
         self.rng = rng or random.Random()
         self.sweep_s = sweep_s
         self.scheduler: AsyncIOScheduler | None = None
@@ -74,10 +72,15 @@ class Poller:
             await asyncio.wait(list(self._in_flight.values()), timeout=5)
 
     def next_poll_ms(self, failures: int = 0) -> int:
-        """Now plus the interval with ±20% jitter, doubled per consecutive failure."""
-        interval = self.settings.poll_interval_s * (2 ** min(failures, 6))
-        interval = min(interval, max(MAX_BACKOFF_S, self.settings.poll_interval_s))
-        return now_ms() + round(interval * self.rng.uniform(0.8, 1.2) * 1000)
+        """Now plus the interval ±20%; after failures, the interval doubled per failure (capped)."""
+        interval = self.settings.poll_interval_s
+        if failures:
+            # The cap never shortens a configured interval longer than it.
+            backoff = Backoff(2 * interval, max(MAX_BACKOFF_S, interval), jitter=BACKOFF_JITTER)
+            delay = backoff.delay_s(failures, self.rng)
+        else:
+            delay = interval * self.rng.uniform(0.8, 1.2)
+        return now_ms() + round(delay * 1000)
 
     async def sweep(self) -> int:
         """Start polls and pushes that are due; returns how many polls started."""
@@ -97,7 +100,7 @@ class Poller:
         for watch in pushes:
             key = f"push:{watch['agent_id']}"
             if key not in self._in_flight:
-                self._track(key, self._push_quietly(watch["agent_id"]))
+                self._track(key, self.refresher.push_quietly(watch["agent_id"]))
         return started
 
     async def run_due_now(self) -> None:
@@ -116,7 +119,7 @@ class Poller:
         agent_id = watch["agent_id"]
         async with self._slots:
             try:
-                window = await self.client.history(agent_id)
+                answer = await self.client.history(agent_id)
             except AgoraNotFound:
                 await self.store.write(lambda tx: self._stopped(tx, agent_id))
                 log.info("agent %s is gone (404): no longer followed", agent_id)
@@ -125,19 +128,14 @@ class Poller:
                 failures, error = watch["failures"] + 1, exc.message
                 log.warning("history of %s failed (%d in a row): %s", agent_id, failures, error)
                 await self.store.write(
-                    lambda tx: tx.polled(
-                        agent_id, next_poll_ms=self.next_poll_ms(failures), error=error
-                    )
+                    lambda tx: tx.polled(agent_id, next_poll_ms=self.next_poll_ms(failures), error=error)
                 )
                 return
-            stamp = now_ms()
-
-            def merge(tx: Any) -> Any:
-                outcome = self.ingestor.apply_window(tx, agent_id, window, stamp)
-                tx.polled(agent_id, next_poll_ms=self.next_poll_ms(), error=None)
-                return outcome
-
-            outcome = await self.store.write(merge)
+            outcome = await self.memory.merge_window(
+                history_window(agent_id, answer),
+                now_ms(),
+                then=lambda tx: tx.polled(agent_id, next_poll_ms=self.next_poll_ms(), error=None),
+            )
             self.windows_merged += 1
             if outcome.new_messages:
                 log.info(
@@ -153,63 +151,3 @@ class Poller:
             tx.update_session(
                 agent_id, {"status": "stopped", "stop_reason": "not found on Agora while polling"}
             )
-
-    # live refresh
-
-    async def on_condensed(self, user_id: str, character_id: str, result: CondenseResult) -> None:
-        """A pair's memory changed: ask for a push into each of its running agents."""
-        interval_ms = round(self.settings.refresh_interval_s * 1000)
-
-        def request(tx: Any) -> int:
-            agents = tx.running_agents_of(user_id, character_id)
-            for agent in agents:
-                earliest = (agent["last_push_ms"] or 0) + interval_ms
-                tx.request_push(agent["agent_id"], max(now_ms(), earliest))
-            return len(agents)
-
-        await self.store.write(request)
-
-    async def _push_quietly(self, agent_id: str) -> None:
-        try:
-            await self.push(agent_id)
-        except AgentMemoryError as exc:
-            log.warning("refresh of %s failed: %s", agent_id, exc.message)
-            retry_at = now_ms() + round(max(self.settings.refresh_interval_s, 5) * 1000)
-            await self.store.write(lambda tx: tx.request_push(agent_id, retry_at))
-
-    async def push(self, agent_id: str, *, force: bool = False) -> list[dict[str, Any]]:
-        """Send the full system_messages list to a running agent; returns what was sent."""
-        watch = await self.store.read(lambda view: view.get_watch(agent_id))
-        if watch is None:
-            raise NotFound(f"agent {agent_id} is not followed by this service")
-        if watch["base_system_messages"] is None:
-            raise Conflict(
-                f"agent {agent_id} was not started through this service with its system "
-                "messages (or it was started from a Studio pipeline without them), so they are "
-                "unknown and an update would erase them; start it with POST /v1/agents or "
-                "register it with POST /v1/sessions/{agent_id}/watch giving its system_messages"
-            )
-        if watch["status"] != "watching":
-            raise Conflict(f"agent {agent_id} is not running ({watch['stop_reason']})")
-        session = await self.store.read(lambda view: view.get_session(agent_id))
-        if session is None:
-            raise NotFound(f"no session for agent {agent_id} yet")
-        context = await load_context(
-            self.store,
-            user_id=session["user_id"],
-            character_id=session["character_id"],
-            max_tokens=watch["max_tokens"] or self.settings.context_max_tokens,
-            recent_messages=self.settings.context_recent_messages,
-            persona=watch["persona"],
-            style=watch["style"] or DEFAULT_STYLE,
-            exclude_agent_id=agent_id,
-        )
-        messages = json.loads(watch["base_system_messages"]) + context.system_messages
-        if not force and watch["last_pushed"] and json.loads(watch["last_pushed"]) == messages:
-            await self.store.write(lambda tx: tx.pushed(agent_id, None))
-            return messages
-        await self.client.update_system_messages(agent_id, messages)
-        await self.store.write(lambda tx: tx.pushed(agent_id, messages))
-        log.info("pushed %d system messages (%d tokens) into agent %s",
-                 len(messages), context.tokens, agent_id)  # fmt: skip
-        return messages

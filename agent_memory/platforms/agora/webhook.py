@@ -2,43 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from pydantic import ValidationError
 
-from agent_memory.errors import InvalidJSON, NotConfigured, PayloadTooLarge
-from agent_memory.memory.ingest import Outcome
-from agent_memory.platforms.agora.payloads import Envelope
-from agent_memory.settings import Settings
-
+from agent_memory.core.events import Outcome, RawEvent, SessionEvent
+from agent_memory.errors import NotConfigured, PayloadTooLarge
+from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.platforms.agora.signatures import verify_agora
+from agent_memory.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Commits the raw callback and what it implies; returns once that is durable.
-Accept = Callable[[Envelope, str, int], Awaitable[Outcome]]
-
-
-def parse_envelope(body: bytes) -> tuple[Envelope, str]:
-    """The envelope and the body as text, or InvalidJSON saying what is wrong."""
-    try:
-        text = body.decode("utf-8")
-        data = json.loads(text)
-    except UnicodeDecodeError as exc:
-        raise InvalidJSON(f"the body is not UTF-8: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidJSON(f"the body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidJSON("the body must be a JSON object (an NCS envelope)")
-    try:
-        return Envelope.model_validate(data), text
-    except ValidationError as exc:
-        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors())
-        raise InvalidJSON(f"not an NCS envelope: missing or invalid {fields}") from None
+# Records the raw callback and applies what it means; returns once that is durable.
+Accept = Callable[[RawEvent, SessionEvent | Outcome], Awaitable[Outcome]]
 
 
 class AgoraReceiver:
@@ -49,6 +28,7 @@ class AgoraReceiver:
         self.accept = accept
 
     async def handle(self, request: web.Request) -> web.Response:
+        """Verify, parse and map the callback here (off the writer thread), then commit it."""
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise PayloadTooLarge(
@@ -65,18 +45,18 @@ class AgoraReceiver:
                 "set it to the secret of your notification configuration in Agora's console, or "
                 "start with --insecure-dev-webhooks for local testing only"
             )
-        envelope, text = parse_envelope(body)
-        outcome = await self.accept(envelope, text, time.time_ns() // 1_000_000)
+        raw, event = parse_callback(body, time.time_ns() // 1_000_000, follow=self.settings.agora_configured)
+        outcome = await self.accept(raw, event)
         log.info(
             "callback %s type %s agent %s: %s%s",
-            envelope.noticeId, envelope.eventType, outcome.agent_id or "-", outcome.status,
+            raw.event_id, raw.event_type, outcome.agent_id or "-", outcome.status,
             f" (+{outcome.new_messages} messages)" if outcome.new_messages else "",
         )  # fmt: skip
         return web.json_response(
             {
                 "code": 0,
                 "message": "ok",
-                "noticeId": envelope.noticeId,
+                "noticeId": raw.event_id,
                 "status": outcome.status,
                 "new_messages": outcome.new_messages,
             }

@@ -28,13 +28,14 @@ Definitions (the HTTP answers and `agent-memory stats` repeat them):
 
 from __future__ import annotations
 
-import json
 import math
-import sqlite3
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from agent_memory.platforms.agora.payloads import as_number, to_ms
+from agent_memory.core.clock import as_number, to_ms
+from agent_memory.core.domain import MetricRow
+from agent_memory.store.sqlite.common import Repository
+from agent_memory.store.types import Report
 
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 LLM_FAILURE_SOURCES = ("llm_failure", "llm failure")
@@ -75,9 +76,6 @@ STAGES: dict[str, tuple[str, ...]] = {
     "end_to_end": ("e2e_latency_ms", "total_delay"),
 }
 STAGE_METRICS = tuple(dict.fromkeys(name for names in STAGES.values() for name in names))
-
-# (turn_id, metric, ms, at_ms or None: when the turn happened, if the payload says)
-MetricRow = tuple[int, str, float, int | None]
 
 
 def metric_rows(items: Any) -> list[MetricRow]:
@@ -121,11 +119,7 @@ def turn_rows(turns: Any) -> list[MetricRow]:
         found["speech_duration_ms"] = _as_float(_object(start.get("metadata")).get("speech_duration_ms"))
         playback = _object(end.get("metadata")).get("playback_duration_ms")
         found["playback_duration_ms"] = _as_float(playback)
-        rows.extend(
-            (turn_id, name, ms, start_ms)
-            for name, ms in found.items()
-            if ms is not None and ms >= 0
-        )
+        rows.extend((turn_id, name, ms, start_ms) for name, ms in found.items() if ms is not None and ms >= 0)
     return rows
 
 
@@ -202,16 +196,10 @@ def last_active(*stamps: int | None) -> int | None:
     return max(known) if known else None
 
 
-class AnalyticsReads:
-    """Statistics and the export; mixed into `SQLiteView`."""
+class SQLiteAnalytics(Repository):
+    """Statistics over sessions, messages and per-turn metrics; recording the metrics."""
 
-    conn: sqlite3.Connection
-
-    if TYPE_CHECKING:
-
-        def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
-
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None: ...
+    __slots__ = ()
 
     def _row(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any]:
         """The one row an aggregate query answers."""
@@ -316,18 +304,12 @@ class AnalyticsReads:
 
     # per user, per character, overall
 
-    def user_stats(self, user_id: str) -> dict[str, Any] | None:
+    def user_stats(self, user_id: str) -> Report | None:
         """Sessions, messages, talk time, favourite characters and rates of one user."""
-        sessions = self._row(
-            f"SELECT {SESSION_COUNTS} FROM sessions s WHERE s.user_id = ?", (user_id,)
-        )
-        stored = self._row(
-            f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.user_id = ?", (user_id,)
-        )
+        sessions = self._row(f"SELECT {SESSION_COUNTS} FROM sessions s WHERE s.user_id = ?", (user_id,))
+        stored = self._row(f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.user_id = ?", (user_id,))
         facts = self._row("SELECT count(*) AS n FROM facts WHERE user_id = ?", (user_id,))["n"]
-        summaries = self._row("SELECT count(*) AS n FROM summaries WHERE user_id = ?", (user_id,))[
-            "n"
-        ]
+        summaries = self._row("SELECT count(*) AS n FROM summaries WHERE user_id = ?", (user_id,))["n"]
         if not (sessions["sessions"] or stored["messages_stored"] or facts or summaries):
             return None
         favourites = self._all(
@@ -362,7 +344,7 @@ class AnalyticsReads:
 
     def character_stats(
         self, character_id: str, *, since_ms: int | None = None, until_ms: int | None = None
-    ) -> dict[str, Any] | None:
+    ) -> Report | None:
         """Active users, sessions, talk time, rates and latencies of one character."""
         s_where, s_params = window("s.start_ms", since_ms, until_ms)
         m_where, m_params = window("m.at_ms", since_ms, until_ms)
@@ -404,9 +386,7 @@ class AnalyticsReads:
             ),
         }
 
-    def overall_stats(
-        self, *, since_ms: int | None = None, until_ms: int | None = None
-    ) -> dict[str, Any]:
+    def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report:
         """The whole service: users, characters, sessions, rates, latencies, stop reasons."""
         s_where, s_params = window("s.start_ms", since_ms, until_ms)
         m_where, m_params = window("m.at_ms", since_ms, until_ms)
@@ -451,157 +431,18 @@ class AnalyticsReads:
             "minutes_talked": minutes(sessions["talk_ms"]),
             "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
             "agent_errors": sessions["agent_errors"],
-            "top_characters": [
-                {**row, "minutes_talked": minutes(row["talk_ms"])} for row in top_characters
-            ],
+            "top_characters": [{**row, "minutes_talked": minutes(row["talk_ms"])} for row in top_characters],
             "latency_ms": self.latency_percentiles(since_ms=since_ms, until_ms=until_ms),
             "latency_stages_ms": self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
             "callbacks": self.callback_problems(since_ms=since_ms, until_ms=until_ms),
         }
 
-
-def _parsed(value: str | None) -> Any:
-    """Stored JSON as a value; text that is not JSON as it is."""
-    if not value:
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value  # kept as stored
-
-
-class ExportReads:
-    """Everything held about one user, as plain rows; mixed into `SQLiteView`."""
-
-    conn: sqlite3.Connection
-
-    if TYPE_CHECKING:
-
-        def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
-
-    def export_user(self, user_id: str) -> dict[str, Any] | None:
-        """One consistent snapshot of a user's sessions, messages, summaries, facts and more."""
-        began = not self.conn.in_transaction
-        if began:
-            # One read transaction: every table is seen at the same commit.
-            self.conn.execute("BEGIN")
-        try:
-            return self._export(user_id)
-        finally:
-            if began:
-                self.conn.execute("COMMIT")
-
-    def _export(self, user_id: str) -> dict[str, Any] | None:
-        """The export's reads, inside the caller's read transaction."""
-        sessions = self._all(
-            "SELECT * FROM sessions WHERE user_id = ? ORDER BY start_ms, agent_id", (user_id,)
-        )
-        messages = self._all(
-            "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
-            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, created_ms "
-            "FROM messages WHERE user_id = ? ORDER BY character_id, at_ms, seq, id",
-            (user_id,),
-        )
-        facts = self._all(
-            "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms FROM facts "
-            "WHERE user_id = ? ORDER BY character_id, created_ms, id",
-            (user_id,),
-        )
-        summaries = self._all(
-            "SELECT character_id, text, watermark_id, covered_until_ms, message_count, method, "
-            "model, meta, created_ms, updated_ms FROM summaries WHERE user_id = ? ORDER BY character_id",
-            (user_id,),
-        )
-        bindings = self._all(
-            "SELECT agent_id, character_id, created_ms FROM bindings WHERE user_id = ? ORDER BY agent_id",
-            (user_id,),
-        )
-        if not (sessions or messages or facts or summaries or bindings):
-            return None
-        agent_ids = [row["agent_id"] for row in sessions]
-        jobs = self._all(
-            "SELECT kind, character_id, status, due_ms, pending_messages, attempts, last_error, "
-            "created_ms, updated_ms FROM jobs WHERE user_id = ? ORDER BY character_id, kind",
-            (user_id,),
-        )
-        watched = list(
-            self._per_agent("SELECT * FROM watched_agents WHERE agent_id IN ({})", agent_ids)
-        )
-        metrics = list(
-            self._per_agent(
-                "SELECT agent_id, turn_id, metric, value_ms, at_ms FROM agent_metrics "
-                "WHERE agent_id IN ({}) ORDER BY agent_id, turn_id, metric",
-                agent_ids,
-            )
-        )
-        raw = list(
-            self._per_agent(
-                "SELECT notice_id, event_type, product_id, notify_ms, received_ms, agent_id, status, "
-                "error, body FROM inbox WHERE agent_id IN ({}) AND status != 'forgotten' "
-                "ORDER BY received_ms, notice_id",
-                agent_ids,
-            )
-        )
-        for row in sessions:
-            row["labels"] = _parsed(row["labels"])
-        for row in messages:
-            row["interrupted"] = bool(row["interrupted"])
-            row["gap_before"] = bool(row["gap_before"])
-            row["extra"] = _parsed(row["extra"])
-        for row in facts:
-            row["scope"] = "user" if row["character_id"] == "" else "character"
-            row["pinned"] = bool(row["pinned"])
-        for row in summaries:
-            row["meta"] = _parsed(row["meta"])
-        for row in watched:
-            row["base_system_messages"] = _parsed(row["base_system_messages"])
-            row["last_pushed"] = _parsed(row["last_pushed"])
-        for row in raw:
-            row["body"] = _parsed(row["body"])
-        characters = sorted(
-            {row["character_id"] for row in (*sessions, *messages, *summaries)}
-            | {row["character_id"] for row in facts if row["character_id"]}
-        )
-        return {
-            "user_id": user_id,
-            "characters": characters,
-            "counts": {
-                "sessions": len(sessions), "messages": len(messages), "facts": len(facts),
-                "summaries": len(summaries), "bindings": len(bindings), "jobs": len(jobs),
-                "followed_agents": len(watched), "metrics": len(metrics), "raw_callbacks": len(raw),
-            },
-            "sessions": sessions,
-            "messages": messages,
-            "summaries": summaries,
-            "facts": facts,
-            "bindings": bindings,
-            "jobs": jobs,
-            "followed_agents": watched,
-            "metrics": metrics,
-            "raw_callbacks": raw,
-        }  # fmt: skip
-
-    def _per_agent(self, sql: str, agent_ids: Sequence[str]) -> Iterable[dict[str, Any]]:
-        """Run `sql` (with an `IN ({})`) over agent ids in chunks below SQLite's variable limit."""
-        for start in range(0, len(agent_ids), 500):
-            chunk = agent_ids[start : start + 500]
-            yield from self._all(sql.format(", ".join("?" for _ in chunk)), chunk)
-
-
-class AnalyticsWrites:
-    """Recording 111/112 metrics; mixed into `SQLiteTransaction`."""
-
-    conn: sqlite3.Connection
-
-    def record_agent_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
+    def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
         """Keep per-turn values (`metric_rows`, `turn_rows`), dated by their turn or `at_ms`;
         a resent turn replaces its values, so a 111 and a 112 naming one metric count once."""
         self.conn.executemany(
             "INSERT OR REPLACE INTO agent_metrics (agent_id, turn_id, metric, value_ms, at_ms) "
             "VALUES (?, ?, ?, ?, ?)",
-            [
-                (agent_id, turn_id, metric, value, when or at_ms)
-                for turn_id, metric, value, when in rows
-            ],
+            [(agent_id, turn_id, metric, value, when or at_ms) for turn_id, metric, value, when in rows],
         )
         return len(rows)

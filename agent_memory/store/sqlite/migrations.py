@@ -5,6 +5,8 @@ from __future__ import annotations
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from agent_memory.core.facts import fact_key
+
 migrations = Migrations("agent_memory")
 
 
@@ -222,10 +224,7 @@ def _search_triggers(table: str, column: str, key: str) -> list[str]:
         "WHERE NOT EXISTS (SELECT 1 FROM search_pairs WHERE user_id = NEW.user_id "
         "AND character_id = NEW.character_id);"
     )
-    add = (
-        f"INSERT INTO {fts} (rowid, {column}, owner) "
-        f"VALUES (NEW.{key}, NEW.{column}, {_owner('NEW')});"
-    )
+    add = f"INSERT INTO {fts} (rowid, {column}, owner) VALUES (NEW.{key}, NEW.{column}, {_owner('NEW')});"
     remove = (
         f"INSERT INTO {fts} ({fts}, rowid, {column}, owner) "
         f"VALUES ('delete', OLD.{key}, OLD.{column}, {_owner('OLD')});"
@@ -236,8 +235,7 @@ def _search_triggers(table: str, column: str, key: str) -> list[str]:
         # contentless index, so deletes and updates look at the watermark.
         indexed = f"OLD.id <= {MESSAGES_INDEXED_UPTO}"
         return [
-            f"CREATE TRIGGER messages_search_ad AFTER DELETE ON messages WHEN {indexed} "
-            f"BEGIN {remove} END",
+            f"CREATE TRIGGER messages_search_ad AFTER DELETE ON messages WHEN {indexed} BEGIN {remove} END",
             f"CREATE TRIGGER messages_search_au AFTER UPDATE OF content, user_id, character_id "
             f"ON messages WHEN {indexed} BEGIN {remove} {ensure_pair} {add} END",
         ]
@@ -357,3 +355,28 @@ def m008_channel_bindings(db: Database) -> None:
 def m009_watch_style(db: Database) -> None:
     """The `llm.style` an agent was started with, so live refreshes send memory in its shape."""
     db.execute("ALTER TABLE watched_agents ADD COLUMN style TEXT")
+
+
+@migrations()
+def m010_fact_keys(db: Database) -> None:
+    """Re-key facts by `core.facts.fact_key`, merging those it finds equal (pinned, else newest, stays)."""
+    rows = db.execute(
+        "SELECT id, user_id, character_id, norm, text FROM facts ORDER BY user_id, character_id, "
+        "pinned DESC, coalesce(updated_ms, created_ms, 0) DESC, id DESC"
+    ).fetchall()
+    kept: set[tuple[str, str, str]] = set()
+    merged: list[tuple[int]] = []
+    rekeyed: list[tuple[str, int]] = []
+    for fact_id, user_id, character_id, norm, text in rows:
+        # A fact the new key finds empty (punctuation only) keeps its old, unique key.
+        key = fact_key(text) or norm
+        if (user_id, character_id, key) in kept:
+            merged.append((fact_id,))
+            continue
+        kept.add((user_id, character_id, key))
+        if key != norm:
+            rekeyed.append((key, fact_id))
+    db.conn.executemany("DELETE FROM facts WHERE id = ?", merged)
+    # Park the changed keys first: a fact may take the key another one is giving up.
+    db.conn.executemany("UPDATE facts SET norm = char(0) || id WHERE id = ?", [(i,) for _, i in rekeyed])
+    db.conn.executemany("UPDATE facts SET norm = ? WHERE id = ?", rekeyed)

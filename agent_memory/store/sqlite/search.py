@@ -16,11 +16,25 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final
+
+from agent_memory.store.sqlite.common import Repository
+from agent_memory.store.sqlite.facts import USER_WIDE, fact_scope
+from agent_memory.store.types import (
+    MENTION_ROLES,
+    SEARCH_KINDS,
+    MentionRole,
+    Mentions,
+    MentionUser,
+    SearchHit,
+    SearchKind,
+    SearchMethod,
+    SearchState,
+    UserSearch,
+)
 
 MIN_FTS_CHARS = 3  # a trigram index cannot match less
 MAX_TERMS = 16
@@ -33,22 +47,22 @@ MENTIONS_SCAN_ROWS = 500_000
 SNIPPET_CHARS = 96
 BM25_K1 = 1.2
 BM25_B = 0.75
-KINDS = ("message", "fact", "summary")
-MENTION_ROLES = ("user", "assistant", "any")
+KINDS: Final = SEARCH_KINDS  # this phase's name for it, still imported elsewhere
+__all__ = ["KINDS", "MENTION_ROLES", "SOURCES", "SQLiteSearch", "SearchIndex"]
 
 
 @dataclass(frozen=True)
 class Kind:
     """How one searchable table is read."""
 
-    name: str
+    name: SearchKind
     table: str
     column: str
     key: str
     columns: str  # what a result needs, as id, user_id, character_id, text, at_ms, ...
 
 
-SOURCES: dict[str, Kind] = {
+SOURCES: dict[SearchKind, Kind] = {
     "message": Kind(
         "message", "messages", "content", "id",
         "t.id AS id, t.user_id, t.character_id, t.content AS text, t.at_ms, t.agent_id, t.role",
@@ -104,9 +118,7 @@ def term_frequencies(text: str, patterns: Sequence[re.Pattern[str]]) -> list[int
 def bm25(tfs: Sequence[int], length: int, avg_length: float, idfs: Sequence[float]) -> float:
     """Okapi BM25 of one text; lengths in characters (a trigram index has one term per character)."""
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / max(avg_length, 1.0))
-    return sum(
-        idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in zip(tfs, idfs, strict=True) if tf
-    )
+    return sum(idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in zip(tfs, idfs, strict=True) if tf)
 
 
 def idf(total: int, containing: int) -> float:
@@ -147,26 +159,18 @@ def snippet(text: str, patterns: Sequence[re.Pattern[str]], width: int = SNIPPET
     return "".join(parts)
 
 
-class SearchReads:
-    """Search queries; mixed into `SQLiteView`."""
+class SQLiteSearch(Repository):
+    """Search over the FTS5 indexes (and bounded substring scans for short words)."""
 
-    conn: sqlite3.Connection
-
-    if TYPE_CHECKING:
-
-        def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
-
-        def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None: ...
+    __slots__ = ()
 
     # pieces
 
-    def search_tokens(self, user_id: str) -> dict[str, str]:
+    def pair_tokens(self, user_id: str) -> dict[str, str]:
         """The owner token of each of the user's pairs, by character."""
         return {
             row["character_id"]: row["token"]
-            for row in self._all(
-                "SELECT character_id, token FROM search_pairs WHERE user_id = ?", (user_id,)
-            )
+            for row in self._all("SELECT character_id, token FROM search_pairs WHERE user_id = ?", (user_id,))
         }
 
     def _scope(self, kind: Kind, character_id: str | None) -> tuple[str, tuple[str, ...]]:
@@ -175,7 +179,7 @@ class SearchReads:
             return "", ()
         if kind.name == "fact":
             # A user-wide fact belongs to every character's memory.
-            return " AND t.character_id IN (?, '')", (character_id,)
+            return " AND t.character_id IN (?, ?)", (character_id, USER_WIDE)
         return " AND t.character_id = ?", (character_id,)
 
     def _scope_total(self, kind: Kind, user_id: str, character_id: str | None) -> int:
@@ -186,14 +190,12 @@ class SearchReads:
         ).fetchone()
         return int(row[0])
 
-    def _owner_filter(
-        self, tokens: dict[str, str], kind: Kind, character_id: str | None
-    ) -> str | None:
+    def _owner_filter(self, tokens: dict[str, str], kind: Kind, character_id: str | None) -> str | None:
         """`owner : (...)` over the pair tokens in scope, or None if the user has none."""
         if character_id is None:
             chosen = list(tokens.values())
         else:
-            wanted = (character_id, "") if kind.name == "fact" else (character_id,)
+            wanted = (character_id, USER_WIDE) if kind.name == "fact" else (character_id,)
             chosen = [tokens[c] for c in wanted if c in tokens]
         if not chosen:
             return None
@@ -216,9 +218,7 @@ class SearchReads:
         """How many of the scoped rows contain `term` (its document frequency)."""
         fts = f"{kind.table}_fts"
         match = f"{owner} AND {kind.column} : ({fts_phrase(term)})"
-        row = self.conn.execute(
-            f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,)
-        ).fetchone()
+        row = self.conn.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,)).fetchone()
         return int(row[0])
 
     def _substring_rows(
@@ -226,9 +226,7 @@ class SearchReads:
     ) -> tuple[list[dict[str, Any]], list[int]]:
         """Rows holding every term among the user's latest rows; also per-term row counts."""
         where, params = self._scope(kind, character_id)
-        flags = ", ".join(
-            f"(t.{kind.column} LIKE ? ESCAPE '\\') AS term_{i}" for i in range(len(terms))
-        )
+        flags = ", ".join(f"(t.{kind.column} LIKE ? ESCAPE '\\') AS term_{i}" for i in range(len(terms)))
         matches_any = " OR ".join(f"term_{i}" for i in range(len(terms)))
         order = "t.at_ms" if kind.name == "message" else "t.updated_ms"
         rows = self._all(
@@ -246,20 +244,20 @@ class SearchReads:
 
     # the answer
 
-    def search_user(
+    def user(
         self,
         user_id: str,
         q: str,
         *,
         character_id: str | None = None,
-        kinds: Sequence[str] = KINDS,
+        kinds: Sequence[SearchKind] = SEARCH_KINDS,
         limit: int = 20,
-    ) -> dict[str, Any]:
+    ) -> UserSearch:
         """A user's messages, facts and summaries matching every word of `q`, best first."""
         terms = query_terms(q)
-        method = "fts" if terms and all(len(t) >= MIN_FTS_CHARS for t in terms) else "substring"
+        method: SearchMethod = "fts" if terms and all(len(t) >= MIN_FTS_CHARS for t in terms) else "substring"
         patterns = _patterns(terms)
-        tokens = self.search_tokens(user_id) if method == "fts" else {}
+        tokens = self.pair_tokens(user_id) if method == "fts" else {}
         scored: list[tuple[float, int, dict[str, Any]]] = []
         truncated = False
         for name in kinds:
@@ -271,7 +269,7 @@ class SearchReads:
                 rows = self._fts_candidates(kind, owner, terms, user_id)
                 capped = len(rows) >= MAX_CANDIDATES
                 if character_id is not None:
-                    rows = [r for r in rows if r["character_id"] in (character_id, "")]
+                    rows = [r for r in rows if r["character_id"] in (character_id, USER_WIDE)]
                 if not rows:
                     continue
                 if len(terms) == 1 and not capped:
@@ -297,9 +295,9 @@ class SearchReads:
                 score = bm25(tfs, len(row["text"]), avg_length, idfs)
                 scored.append((score, row["at_ms"] or 0, {"kind": name, **row}))
         scored.sort(key=lambda item: (-item[0], -item[1]))
-        results = []
+        results: list[SearchHit] = []
         for position, (score, _, row) in enumerate(scored[:limit], 1):
-            item: dict[str, Any] = {
+            item: SearchHit = {
                 "kind": row["kind"],
                 "id": row["id"],
                 "character_id": row["character_id"],
@@ -313,7 +311,7 @@ class SearchReads:
                 item["agent_id"] = row["agent_id"]
                 item["role"] = row["role"]
             elif row["kind"] == "fact":
-                item["scope"] = "user" if row["character_id"] == "" else "character"
+                item["scope"] = fact_scope(row["character_id"])
                 item["pinned"] = bool(row["pinned"])
             results.append(item)
         return {
@@ -326,12 +324,18 @@ class SearchReads:
             "results": results,
         }
 
-    def search_mentions(
-        self, q: str, *, role: str = "user", character_id: str | None = None, limit: int = 100
-    ) -> dict[str, Any]:
+    def mentions(
+        self,
+        q: str,
+        *,
+        role: MentionRole = "user",
+        character_id: str | None = None,
+        limit: int = 100,
+    ) -> Mentions:
         """Which users' messages contain `q` (one phrase), how many, and when first and last."""
         phrase = q.strip()
-        filters, params = "", []
+        filters, params = "", list[str]()
+        method: SearchMethod
         if role != "any":
             filters += " AND m.role = ?"
             params.append(role)
@@ -344,18 +348,14 @@ class SearchReads:
         )
         if len(phrase) >= MIN_FTS_CHARS:
             method, scanned = "fts", None
-            source = (
-                "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?"
-            )
+            source = "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?"
             first: list[Any] = [f"content : ({fts_phrase(phrase)})"]
         else:
             method = "substring"
             newest = self._one("SELECT max(id) AS id FROM messages")
             floor = (newest["id"] or 0) - MENTIONS_SCAN_ROWS if newest else 0
             scanned = int(
-                self.conn.execute(
-                    "SELECT count(*) FROM messages WHERE id > ?", (floor,)
-                ).fetchone()[0]
+                self.conn.execute("SELECT count(*) FROM messages WHERE id > ?", (floor,)).fetchone()[0]
             )
             source = "FROM messages m WHERE m.id > ? AND m.content LIKE ? ESCAPE '\\'"
             first = [floor, like_pattern(phrase)]
@@ -368,10 +368,17 @@ class SearchReads:
             f"SELECT count(DISTINCT m.user_id) AS users, count(*) AS messages {source}{filters}",
             (*first, *params),
         ) or {"users": 0, "messages": 0}
-        users = [
-            {**row, "characters": sorted(json.loads(row["characters"] or "[]"))} for row in rows
+        users: list[MentionUser] = [
+            {
+                "user_id": row["user_id"],
+                "messages": row["messages"],
+                "first_ms": row["first_ms"],
+                "last_ms": row["last_ms"],
+                "characters": sorted(json.loads(row["characters"] or "[]")),
+            }
+            for row in rows
         ]
-        answer: dict[str, Any] = {
+        answer: Mentions = {
             "q": q,
             "role": role,
             "character_id": character_id,
@@ -385,29 +392,7 @@ class SearchReads:
             answer["complete"] = floor <= 0
         return answer
 
-    def search_index_size(self) -> dict[str, int]:
-        """Rows of each index's segment table (each about one page): what a full merge rewrites."""
-        return {
-            name: int(
-                self.conn.execute(f"SELECT count(*) FROM {kind.table}_fts_data").fetchone()[0]
-            )
-            for name, kind in SOURCES.items()
-        }
-
-    def search_state(self) -> dict[str, int]:
-        """What the search index owes: dead rows since the last merge, forgets to scrub."""
-        return {
-            row["name"]: row["value"] for row in self._all("SELECT name, value FROM search_state")
-        }
-
-
-class SearchWrites:
-    """Bringing the message index up to date (it trails the messages table by design)."""
-
-    if TYPE_CHECKING:
-        conn: sqlite3.Connection
-
-    def index_messages(self, limit: int) -> int:
+    def catch_up(self, limit: int) -> int:
         """Index up to `limit` messages stored since the last call; returns how many."""
         upto = self.conn.execute(
             "SELECT value FROM search_state WHERE name = 'messages_indexed_upto'"
@@ -432,7 +417,77 @@ class SearchWrites:
             "WHERE m.id > ? AND m.id <= ? ORDER BY m.id",
             (upto, last),
         ).rowcount
+        self.conn.execute("UPDATE search_state SET value = ? WHERE name = 'messages_indexed_upto'", (last,))
+        return int(indexed)
+
+
+# FTS5 keeps its segment structure in this row of %_data.
+STRUCTURE_ROWID = 10
+
+
+class SearchIndex(Repository):
+    """The indexes' upkeep: what they owe after deletes, merging them, dropping a pair's token."""
+
+    __slots__ = ()
+
+    def size(self) -> dict[str, int]:
+        """Rows of each index's segment table (each about one page): what a full merge rewrites."""
+        return {
+            name: self._count(f"SELECT count(*) FROM {kind.table}_fts_data") for name, kind in SOURCES.items()
+        }
+
+    def state(self) -> SearchState:
+        """What the search index owes: dead rows since the last merge, forgets to scrub."""
+        values = dict(self.conn.execute("SELECT name, value FROM search_state").fetchall())
+        return {
+            "dead_rows": values.get("dead_rows", 0),
+            "scrub_owed": values.get("scrub_owed", 0),
+            "messages_indexed_upto": values.get("messages_indexed_upto", 0),
+        }
+
+    def note_dead_rows(self, count: int) -> None:
+        """Count index entries deleted since the last full merge."""
+        if count:
+            self.conn.execute("UPDATE search_state SET value = value + ? WHERE name = 'dead_rows'", (count,))
+
+    def owe_scrub(self) -> None:
+        """A forget left text in old index segments: a full merge is owed."""
+        self.conn.execute("UPDATE search_state SET value = value + 1 WHERE name = 'scrub_owed'")
+
+    def merge_step(self, kind: SearchKind, pages: int) -> bool:
+        """Merge about `pages` pages of one index towards a single segment; False when it
+        already is one (then no deleted entry is left in it)."""
+        fts = f"{SOURCES[kind].table}_fts"
+        before = self._structure(fts)
+        self.conn.execute(f"INSERT INTO {fts} ({fts}, rank) VALUES ('merge', ?)", (-pages,))
+        return self._structure(fts) != before
+
+    def _structure(self, fts: str) -> bytes | None:
+        """The index's segment structure record, to tell whether a merge changed anything."""
+        row = self.conn.execute(f"SELECT block FROM {fts}_data WHERE id = ?", (STRUCTURE_ROWID,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def optimize(self) -> None:
+        """Rewrite every index as one segment: deleted entries leave the file now."""
+        for kind in SOURCES.values():
+            fts = f"{kind.table}_fts"
+            self.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+        self.conn.execute("UPDATE search_state SET value = 0 WHERE name != 'messages_indexed_upto'")
+
+    def scrubbed(self, owed: int, dead_rows: int) -> None:
+        """A full merge finished: what was owed when it began is paid."""
         self.conn.execute(
-            "UPDATE search_state SET value = ? WHERE name = 'messages_indexed_upto'", (last,)
+            "UPDATE search_state SET value = max(0, value - CASE name WHEN 'scrub_owed' THEN ? "
+            "WHEN 'dead_rows' THEN ? ELSE 0 END)",
+            (owed, dead_rows),
         )
-        return indexed
+
+    def drop_pairs(self, user_id: str, character_id: str | None) -> None:
+        """Forget the owner tokens of a user's pairs (or of one pair)."""
+        if character_id is None:
+            self.conn.execute("DELETE FROM search_pairs WHERE user_id = ?", (user_id,))
+        else:
+            self.conn.execute(
+                "DELETE FROM search_pairs WHERE user_id = ? AND character_id = ?",
+                (user_id, character_id),
+            )

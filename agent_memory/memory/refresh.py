@@ -1,0 +1,106 @@
+"""Live refresh: keep a running agent's memory current while its call goes on.
+
+When a pair's summary or facts change while one of its agents runs, the whole
+system_messages list (the caller's own, then fresh memory) is sent to the agent, at most
+once per `refresh_interval_s` per agent. The memory is shaped for the LLM style the agent
+was started with, and its recent transcript leaves out the agent's own turns: they are in
+its short-term memory already. What is decided and recorded here is the platform's
+business only in the last step: `AgentControl.update_system_messages`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Protocol
+
+from agent_memory.condense.base import CondenseResult
+from agent_memory.core.styles import DEFAULT_STYLE
+from agent_memory.errors import AgentMemoryError, Conflict, NotFound
+from agent_memory.memory.service import Memory
+from agent_memory.store import now_ms
+
+log = logging.getLogger(__name__)
+
+SystemMessages = list[dict[str, Any]]
+# A failed push is tried again after the refresh interval, but not sooner than this.
+MIN_RETRY_S = 5
+
+
+class AgentControl(Protocol):
+    """What a platform offers to change a running agent (Agora: its update endpoint)."""
+
+    async def update_system_messages(self, agent_id: str, system_messages: SystemMessages) -> Any:
+        """Replace the running agent's whole system messages list."""
+        ...
+
+
+class Refresher:
+    """Decides when a running agent's memory is pushed, builds it, and records what went."""
+
+    def __init__(self, memory: Memory, control: AgentControl) -> None:
+        """Refresh the agents of `memory`'s pairs through `control`."""
+        self.memory = memory
+        self.settings = memory.settings
+        self.store = memory.store
+        self.control = control
+
+    async def on_condensed(self, user_id: str, character_id: str, result: CondenseResult) -> None:
+        """A pair's memory changed: ask for a push into each of its running agents."""
+        interval_ms = round(self.settings.refresh_interval_s * 1000)
+
+        def request(tx: Any) -> int:
+            agents = tx.running_agents_of(user_id, character_id)
+            for agent in agents:
+                earliest = (agent["last_push_ms"] or 0) + interval_ms
+                tx.request_push(agent["agent_id"], max(now_ms(), earliest))
+            return len(agents)
+
+        await self.store.write(request)
+
+    async def push_quietly(self, agent_id: str) -> None:
+        """A due push: a failure is logged and the push asked for again later."""
+        try:
+            await self.push(agent_id)
+        except AgentMemoryError as exc:
+            log.warning("refresh of %s failed: %s", agent_id, exc.message)
+            retry_at = now_ms() + round(max(self.settings.refresh_interval_s, MIN_RETRY_S) * 1000)
+            await self.store.write(lambda tx: tx.request_push(agent_id, retry_at))
+
+    async def push(self, agent_id: str, *, force: bool = False) -> SystemMessages:
+        """Send the full system_messages list to a running agent; returns what was sent.
+
+        Without `force` a list equal to the last one sent is not sent again.
+        """
+        watch = await self.store.read(lambda view: view.get_watch(agent_id))
+        if watch is None:
+            raise NotFound(f"agent {agent_id} is not followed by this service")
+        if watch["base_system_messages"] is None:
+            raise Conflict(
+                f"agent {agent_id} was not started through this service with its system "
+                "messages (or it was started from a Studio pipeline without them), so they are "
+                "unknown and an update would erase them; start it with POST /v1/agents or "
+                "register it with POST /v1/sessions/{agent_id}/watch giving its system_messages"
+            )
+        if watch["status"] != "watching":
+            raise Conflict(f"agent {agent_id} is not running ({watch['stop_reason']})")
+        session = await self.store.read(lambda view: view.get_session(agent_id))
+        if session is None:
+            raise NotFound(f"no session for agent {agent_id} yet")
+        context = await self.memory.system_messages(
+            session["user_id"],
+            session["character_id"],
+            max_tokens=watch["max_tokens"],
+            persona=watch["persona"],
+            style=watch["style"] or DEFAULT_STYLE,
+            exclude_agent_id=agent_id,
+        )
+        messages = json.loads(watch["base_system_messages"]) + context.system_messages
+        if not force and watch["last_pushed"] and json.loads(watch["last_pushed"]) == messages:
+            await self.store.write(lambda tx: tx.pushed(agent_id, None))
+            return messages
+        await self.control.update_system_messages(agent_id, messages)
+        await self.store.write(lambda tx: tx.pushed(agent_id, messages))
+        log.info("pushed %d system messages (%d tokens) into agent %s",
+                 len(messages), context.tokens, agent_id)  # fmt: skip
+        return messages

@@ -1,0 +1,60 @@
+"""The Agora platform's one entry point into the web app: webhook, routes, client, poller."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from agent_memory.memory.refresh import Refresher
+from agent_memory.memory.service import Memory
+from agent_memory.platforms.agora.client import AgoraClient
+from agent_memory.platforms.agora.keys import AGORA, POLLER, REFRESHER
+from agent_memory.platforms.agora.poller import Poller
+from agent_memory.platforms.agora.routes import AgentRoutes
+from agent_memory.platforms.agora.webhook import AgoraReceiver
+
+log = logging.getLogger(__name__)
+
+
+def install(app: web.Application, memory: Memory) -> None:
+    """Add `POST /webhooks/agora`, the agent and render routes, and the client and poller.
+
+    Call it after the app's store and job runner contexts are added: following agents
+    needs the database open, and refreshes listen to the job runner.
+    """
+    settings = memory.settings
+    receiver = AgoraReceiver(settings, memory.accept_event)
+    app.router.add_post("/webhooks/agora", receiver.handle)
+    app.router.add_routes(AgentRoutes(memory).table())
+
+    async def agora_context(app: web.Application) -> AsyncIterator[None]:
+        """One HTTP session for Agora's REST API; follow running agents when Agora is configured."""
+        async with aiohttp.ClientSession() as session:
+            client = AgoraClient(settings, session)
+            refresher = Refresher(memory, client)
+            poller = Poller(memory, client, refresher)
+            app[AGORA] = client
+            app[REFRESHER] = refresher
+            app[POLLER] = poller
+            if memory.jobs is not None:
+                memory.jobs.listeners.append(refresher.on_condensed)
+            if settings.agora_configured:
+                await poller.start()
+            else:
+                log.info("Agora REST credentials not set: running agents are not followed")
+            yield
+            await poller.stop()
+
+    app.cleanup_ctx.append(agora_context)
+    if settings.webhook_secret:
+        return
+    if settings.insecure_webhooks:
+        log.warning(
+            "webhook signatures are NOT checked (--insecure-dev-webhooks): anyone who can "
+            "reach this port can write memory; never run like this in production"
+        )
+    else:
+        log.warning("AGORA_WEBHOOK_SECRET is not set: Agora callbacks will be refused until it is")

@@ -1,0 +1,262 @@
+"""Agora's HTTP routes: start agents with memory, follow, refresh and stop them; render messages.
+
+`POST /v1/agents` takes Agora's join body, adds memory (and our labels) to it, starts the
+agent and follows it; `POST /v1/render/openai-messages` turns a custom-LLM request's
+messages into plain OpenAI messages.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any, Literal, NamedTuple
+
+from aiohttp import web
+from pydantic import BaseModel, Field, ValidationError
+
+from agent_memory.core.styles import style_of_llm
+from agent_memory.errors import AgoraError, Conflict, InvalidField
+from agent_memory.memory.service import Memory
+from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
+from agent_memory.platforms.agora.events import session_event
+from agent_memory.platforms.agora.keys import AGORA, REFRESHER
+from agent_memory.platforms.agora.payloads import AgentJoined
+from agent_memory.store import now_ms
+from agent_memory.web.http import json_response, read_model, validation_message
+from agent_memory.web.shapes import session_json
+
+log = logging.getLogger(__name__)
+
+SystemMessages = list[dict[str, Any]]
+
+
+class StartBody(BaseModel):
+    """`POST /v1/agents`: whose memory, how much of it, and Agora's join body."""
+
+    user_id: str = Field(min_length=1, max_length=256)
+    character_id: str = Field(min_length=1, max_length=256)
+    persona: str | None = Field(None, max_length=20_000)
+    max_tokens: int | None = Field(None, ge=50, le=200_000)
+    join: dict[str, Any] = Field(description="Agora's join body: name, properties, …")
+
+
+class WatchBody(BaseModel):
+    """`POST /v1/sessions/{agent_id}/watch`: follow an agent started elsewhere."""
+
+    user_id: str | None = Field(None, min_length=1, max_length=256)
+    character_id: str | None = Field(None, min_length=1, max_length=256)
+    # The agent's own system messages; given (even []), refreshes may replace the list.
+    system_messages: SystemMessages | None = None
+    persona: str | None = Field(None, max_length=20_000)
+    max_tokens: int | None = Field(None, ge=50, le=200_000)
+    # The agent's llm.style: the shape refreshed memory is sent in.
+    style: Literal["openai", "gemini", "anthropic"] | None = None
+
+
+# A Studio pipeline join (top-level `pipeline_id`) takes its LLM settings from the saved
+# pipeline, and `properties` fields override them (Agora's agent SDKs, "AI Studio pipeline IDs").
+PIPELINE_KEEPS_ITS_PROMPT = (
+    "the join names a pipeline_id and carries no properties.llm.system_messages: the Studio "
+    "pipeline's own system messages are unknown here and an llm.system_messages list would "
+    "replace them, so memory was not injected and refreshes are off for this agent. To inject "
+    "memory, give properties.llm.system_messages (the pipeline's prompt and anything else); "
+    "memory is added after them."
+)
+
+
+class MemoryPlan(NamedTuple):
+    """Whether memory goes into a join body, in which style, and if not, why not."""
+
+    inject: bool
+    style: str
+    reason: str | None
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    """`value` if it is an object (absent counts as empty), else a 422 naming `where`."""
+    if not isinstance(value if value is not None else {}, dict):
+        raise InvalidField(f"{where} must be an object")
+    return value or {}
+
+
+def plan_memory(join: dict[str, Any]) -> MemoryPlan:
+    """Check the join body's shape and decide whether and how memory goes into it."""
+    properties = _object(join.get("properties"), "join.properties")
+    _object(properties.get("labels"), "join.properties.labels")
+    llm = _object(properties.get("llm"), "join.properties.llm")
+    own = llm.get("system_messages")
+    if own is not None and (not isinstance(own, list) or not all(isinstance(m, dict) for m in own)):
+        raise InvalidField("join.properties.llm.system_messages must be a list of message objects")
+    style = style_of_llm(llm)
+    if join.get("pipeline_id") and own is None:
+        return MemoryPlan(False, style, PIPELINE_KEEPS_ITS_PROMPT)
+    return MemoryPlan(True, style, None)
+
+
+def with_memory(
+    join: dict[str, Any], labels: dict[str, str], memory: SystemMessages | None
+) -> tuple[dict[str, Any], SystemMessages | None]:
+    """Agora's join body with our labels added and memory after the caller's system messages.
+
+    With `memory` None the llm block is left exactly as given (absent stays absent); the
+    second value, the caller's own system messages, is then None: refreshes are impossible.
+    """
+    body = copy.deepcopy(join)
+    properties = body.setdefault("properties", {})
+    properties["labels"] = {**(properties.get("labels") or {}), **labels}
+    if memory is None:
+        return body, None
+    llm = properties.setdefault("llm", {})
+    own = list(llm.get("system_messages") or [])
+    llm["system_messages"] = own + memory
+    return body, own
+
+
+class RenderBody(BaseModel):
+    """`POST /v1/render/openai-messages`: a custom-LLM request's messages and how to render them."""
+
+    messages: list[dict[str, Any]] = Field(max_length=5000)
+    options: RenderOptions = Field(default_factory=RenderOptions)
+
+
+class AgentRoutes:
+    """The handlers of Agora's routes, over the `Memory` that `install` gives them."""
+
+    def __init__(self, memory: Memory) -> None:
+        self.memory = memory
+
+    def table(self) -> list[web.RouteDef]:
+        """The routes, to add to the app."""
+        return [
+            web.post("/v1/agents", self.start_agent),
+            web.post("/v1/agents/{agent_id}/refresh", self.refresh_agent),
+            web.post("/v1/agents/{agent_id}/leave", self.leave_agent),
+            web.post("/v1/sessions/{agent_id}/watch", self.watch_session),
+            web.delete("/v1/sessions/{agent_id}/watch", self.unwatch_session),
+            web.post("/v1/render/openai-messages", self.render_messages),
+        ]
+
+    async def start_agent(self, request: web.Request) -> web.Response:
+        """Start an agent through Agora with the pair's memory in its system messages, and follow it."""
+        memory = self.memory
+        settings = memory.settings
+        body = await read_model(request, StartBody)
+        plan = plan_memory(body.join)
+        max_tokens = body.max_tokens or settings.context_max_tokens
+        context = None
+        if plan.inject:
+            context = await memory.system_messages(
+                body.user_id,
+                body.character_id,
+                max_tokens=max_tokens,
+                persona=body.persona,
+                style=plan.style,
+            )
+        labels = {
+            settings.label_user_key: body.user_id,
+            settings.label_character_key: body.character_id,
+        }
+        join, own = with_memory(body.join, labels, context.system_messages if context else None)
+        answer = await request.app[AGORA].join(join)
+        if not answer.get("agent_id"):
+            raise AgoraError(
+                "Agora join answered 200 without an agent_id; the agent may be running unfollowed",
+                http_status=200,
+                detail=str(answer)[:200],
+            )
+        agent_id = str(answer["agent_id"])
+        properties = join["properties"]
+        joined = AgentJoined.model_validate(
+            {
+                "agent_id": agent_id,
+                "channel": properties.get("channel"),
+                "name": join.get("name"),
+                "labels": properties["labels"],
+                "start_ts": answer.get("create_ts"),
+            }
+        )
+        event = session_event(joined)
+        ingestor = memory.ingestor
+
+        def record(tx: Any) -> dict[str, Any]:
+            ingestor.bind(tx, agent_id, body.user_id, body.character_id)
+            session = ingestor.ensure_session(tx, event, now_ms())
+            tx.watch(
+                agent_id, "join", first_poll_ms=now_ms(), base_system_messages=own,
+                persona=body.persona, max_tokens=max_tokens, style=plan.style,
+            )  # fmt: skip
+            return session
+
+        session = await memory.store.write(record)
+        if not plan.inject:
+            log.info("agent %s started from a pipeline without memory: %s", agent_id, plan.reason)
+        return json_response(
+            {
+                "agent_id": agent_id,
+                "agora": answer,
+                "session": session_json(session),
+                "system_messages": (properties.get("llm") or {}).get("system_messages"),
+                "memory": {"injected": plan.inject, "style": plan.style, "reason": plan.reason},
+                "memory_tokens": context.tokens if context else 0,
+                "included": context.included if context else {},
+            },
+            status=201,
+        )
+
+    async def refresh_agent(self, request: web.Request) -> web.Response:
+        """Push the agent's memory into it now, even if unchanged."""
+        agent_id = request.match_info["agent_id"]
+        messages = await request.app[REFRESHER].push(agent_id, force=True)
+        return json_response({"agent_id": agent_id, "system_messages": messages})
+
+    async def leave_agent(self, request: web.Request) -> web.Response:
+        """Ask Agora to stop the agent."""
+        agent_id = request.match_info["agent_id"]
+        answer = await request.app[AGORA].leave(agent_id)
+        # Following ends with the 102/103 or the 404 that comes after a leave.
+        return json_response({"agent_id": agent_id, "agora": answer})
+
+    async def watch_session(self, request: web.Request) -> web.Response:
+        """Follow an agent started elsewhere; with its system messages, refresh it too."""
+        agent_id = request.match_info["agent_id"]
+        body = await read_model(request, WatchBody)
+        memory = self.memory
+        ingestor = memory.ingestor
+        if (body.user_id is None) != (body.character_id is None):
+            raise InvalidField("give both user_id and character_id, or neither")
+
+        def record(tx: Any) -> tuple[str, dict[str, Any] | None]:
+            if body.user_id and body.character_id:
+                ingestor.bind(tx, agent_id, body.user_id, body.character_id)
+            result = tx.watch(
+                agent_id, "manual", first_poll_ms=now_ms(),
+                base_system_messages=body.system_messages, persona=body.persona,
+                max_tokens=body.max_tokens, style=body.style,
+            )  # fmt: skip
+            return result, tx.get_watch(agent_id)
+
+        result, watch = await memory.store.write(record)
+        created = result == "created"
+        if watch is None:
+            raise Conflict(f"agent {agent_id} has already stopped; there is nothing to follow")
+        return json_response(
+            {"agent_id": agent_id, "following": watch["status"] == "watching", "created": created,
+             "refresh_enabled": watch["base_system_messages"] is not None},
+            status=201 if created else 200,
+        )  # fmt: skip
+
+    async def unwatch_session(self, request: web.Request) -> web.Response:
+        """Stop following an agent."""
+        agent_id = request.match_info["agent_id"]
+        memory = self.memory
+        stopped = await memory.store.write(lambda tx: tx.unwatch(agent_id, "stopped by request"))
+        return json_response({"agent_id": agent_id, "stopped": stopped})
+
+    async def render_messages(self, request: web.Request) -> web.Response:
+        """A custom-LLM request's messages as OpenAI messages: system, tool and image parts kept."""
+        body = await read_model(request, RenderBody)
+        try:
+            messages = to_openai_messages(body.messages, body.options)
+        except ValidationError as exc:
+            raise InvalidField(f"messages: {validation_message(exc)}") from None
+        return json_response({"messages": messages})

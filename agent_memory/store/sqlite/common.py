@@ -1,0 +1,60 @@
+"""What every SQLite repository shares: its connection and row helpers."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from agent_memory.core.clock import now_ms
+from agent_memory.core.jsonutil import dumps
+
+# Storage time and JSON are core's; re-exported for the repositories.
+__all__ = ["CHUNK", "Repository", "dumps", "loads_object", "marks", "now_ms"]
+
+# Ids per `IN (...)`, below SQLite's variable limit.
+CHUNK = 500
+
+
+def loads_object(text: str | None) -> dict[str, Any]:
+    """A stored JSON object; {} for none (or for text that is not one)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def marks(count: int) -> str:
+    """`?, ?, ...` for `count` parameters."""
+    return ", ".join("?" * count)
+
+
+class Repository:
+    """One aggregate's SQL over a connection (a reader's, or the writer's inside its transaction)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.conn.execute(sql, params)]
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        row = self.conn.execute(sql, params).fetchone()
+        return dict(row) if row is not None else None
+
+    def _count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """The single integer a `count(*)` query answers."""
+        return int(self.conn.execute(sql, params).fetchone()[0])
+
+    def _set(self, table: str, key: str, value: Any, changes: dict[str, Any]) -> None:
+        """`UPDATE table SET changes WHERE key = value` (column names are ours, never input)."""
+        if not changes:
+            return
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        self.conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value))

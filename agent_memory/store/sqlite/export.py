@@ -1,0 +1,133 @@
+"""The export: one consistent snapshot of everything held about a user, as plain rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agent_memory.store.sqlite.common import CHUNK, Repository
+from agent_memory.store.sqlite.facts import USER_WIDE, fact_scope
+from agent_memory.store.types import Report
+
+
+def _parsed(value: str | None) -> Any:
+    """Stored JSON as a value; text that is not JSON as it is."""
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value  # kept as stored
+
+
+class SQLiteExport(Repository):
+    """Everything held about one user, as plain rows (the export's JSON shape)."""
+
+    __slots__ = ()
+
+    def user(self, user_id: str) -> Report | None:
+        """One consistent snapshot of a user's sessions, messages, summaries, facts and more."""
+        began = not self.conn.in_transaction
+        if began:
+            # One read transaction: every table is seen at the same commit.
+            self.conn.execute("BEGIN")
+        try:
+            return self._export(user_id)
+        finally:
+            if began:
+                self.conn.execute("COMMIT")
+
+    def _export(self, user_id: str) -> Report | None:
+        """The export's reads, inside the caller's read transaction."""
+        sessions = self._all(
+            "SELECT * FROM sessions WHERE user_id = ? ORDER BY start_ms, agent_id", (user_id,)
+        )
+        messages = self._all(
+            "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
+            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, created_ms "
+            "FROM messages WHERE user_id = ? ORDER BY character_id, at_ms, seq, id",
+            (user_id,),
+        )
+        facts = self._all(
+            "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms FROM facts "
+            "WHERE user_id = ? ORDER BY character_id, created_ms, id",
+            (user_id,),
+        )
+        summaries = self._all(
+            "SELECT character_id, text, watermark_id, covered_until_ms, message_count, method, "
+            "model, meta, created_ms, updated_ms FROM summaries WHERE user_id = ? ORDER BY character_id",
+            (user_id,),
+        )
+        bindings = self._all(
+            "SELECT agent_id, character_id, created_ms FROM bindings WHERE user_id = ? ORDER BY agent_id",
+            (user_id,),
+        )
+        if not (sessions or messages or facts or summaries or bindings):
+            return None
+        agent_ids = [row["agent_id"] for row in sessions]
+        jobs = self._all(
+            "SELECT kind, character_id, status, due_ms, pending_messages, attempts, last_error, "
+            "created_ms, updated_ms FROM jobs WHERE user_id = ? ORDER BY character_id, kind",
+            (user_id,),
+        )
+        watched = list(self._per_agent("SELECT * FROM watched_agents WHERE agent_id IN ({})", agent_ids))
+        metrics = list(
+            self._per_agent(
+                "SELECT agent_id, turn_id, metric, value_ms, at_ms FROM agent_metrics "
+                "WHERE agent_id IN ({}) ORDER BY agent_id, turn_id, metric",
+                agent_ids,
+            )
+        )
+        raw = list(
+            self._per_agent(
+                "SELECT notice_id, event_type, product_id, notify_ms, received_ms, agent_id, status, "
+                "error, body FROM inbox WHERE agent_id IN ({}) AND status != 'forgotten' "
+                "ORDER BY received_ms, notice_id",
+                agent_ids,
+            )
+        )
+        for row in sessions:
+            row["labels"] = _parsed(row["labels"])
+        for row in messages:
+            row["interrupted"] = bool(row["interrupted"])
+            row["gap_before"] = bool(row["gap_before"])
+            row["extra"] = _parsed(row["extra"])
+        for row in facts:
+            row["scope"] = fact_scope(row["character_id"])
+            row["pinned"] = bool(row["pinned"])
+        for row in summaries:
+            row["meta"] = _parsed(row["meta"])
+        for row in watched:
+            row["base_system_messages"] = _parsed(row["base_system_messages"])
+            row["last_pushed"] = _parsed(row["last_pushed"])
+        for row in raw:
+            row["body"] = _parsed(row["body"])
+        characters = sorted(
+            {row["character_id"] for row in (*sessions, *messages, *summaries)}
+            | {row["character_id"] for row in facts if row["character_id"] != USER_WIDE}
+        )
+        return {
+            "user_id": user_id,
+            "characters": characters,
+            "counts": {
+                "sessions": len(sessions), "messages": len(messages), "facts": len(facts),
+                "summaries": len(summaries), "bindings": len(bindings), "jobs": len(jobs),
+                "followed_agents": len(watched), "metrics": len(metrics), "raw_callbacks": len(raw),
+            },
+            "sessions": sessions,
+            "messages": messages,
+            "summaries": summaries,
+            "facts": facts,
+            "bindings": bindings,
+            "jobs": jobs,
+            "followed_agents": watched,
+            "metrics": metrics,
+            "raw_callbacks": raw,
+        }  # fmt: skip
+
+    def _per_agent(self, sql: str, agent_ids: Sequence[str]) -> Iterable[dict[str, Any]]:
+        """Run `sql` (with an `IN ({})`) over agent ids in chunks below SQLite's variable limit."""
+        for start in range(0, len(agent_ids), CHUNK):
+            chunk = agent_ids[start : start + CHUNK]
+            yield from self._all(sql.format(", ".join("?" for _ in chunk)), chunk)

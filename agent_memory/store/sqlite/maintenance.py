@@ -1,0 +1,278 @@
+"""Forgetting, retention and space: what makes deletion real and keeps the database bounded.
+
+Every retention step does a bounded amount of work so that `agent_memory.memory.retention`
+can run each in its own short write transaction and the writer is never held for long.
+The rule that protects memory: a message is removed only when its id is at or below its
+pair's summary watermark, i.e. a committed summary covers it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from agent_memory.store.sqlite.common import CHUNK, Repository, marks
+from agent_memory.store.sqlite.search import SearchIndex
+from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
+
+
+@dataclass(frozen=True)
+class Held:
+    """A table holding users' data: what a forget receipt calls it, and how its rows are found."""
+
+    receipt: str
+    table: str
+    # pair: by user_id (and character_id); agent: by the forgotten sessions' agent ids;
+    # raw: raw events, by agent id or by the labels they carried (blanked, not deleted).
+    by: Literal["pair", "agent", "raw"]
+
+
+# Every table that holds what a user said, or what was learned or recorded about them, in the
+# order forget clears them (watches and metrics are found through the sessions' agent ids,
+# read before the sessions go). A table added to the schema belongs here or in NOT_HELD.
+HELD: tuple[Held, ...] = (
+    Held("messages", "messages", "pair"),
+    Held("facts", "facts", "pair"),  # a pair's forget: user-wide facts are not the pair's
+    Held("summaries", "summaries", "pair"),
+    Held("jobs", "jobs", "pair"),
+    Held("followed_agents", "watched_agents", "agent"),
+    Held("sessions", "sessions", "pair"),
+    Held("bindings", "bindings", "pair"),
+    Held("channel_bindings", "channel_bindings", "pair"),
+    Held("raw_callbacks", "inbox", "raw"),
+    Held("metrics", "agent_metrics", "agent"),
+)
+# Tables that hold no user's data of their own. The search indexes mirror messages, facts
+# and summaries by trigger; forget drops the user's pair tokens and scrubs the indexes.
+NOT_HELD = ("_sqlite_migrations", "sqlite_sequence", "search_state", "search_pairs")
+SEARCH_INDEXED = ("messages", "facts", "summaries")
+
+KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or to be reprocessed
+# A forget optimizes the search index on the spot while the index is this small (rows of
+# its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above
+# it the retention job scrubs the index in short merge steps shortly afterwards.
+INLINE_SCRUB_MAX_ROWS = 4000
+COUNTED = ("messages", "sessions", "facts", "summaries", "jobs", "inbox")
+NO_SHRINK_ADVICE = (
+    "the database was created without auto_vacuum: freed pages are reused but the file does "
+    "not shrink; run `PRAGMA auto_vacuum=INCREMENTAL; VACUUM;` once while the service is stopped"
+)
+
+
+class SQLiteMaintenance(Repository):
+    """Forget, bounded purges, the search index's upkeep and giving space back."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self.index = SearchIndex(conn)
+
+    # figures
+
+    def schema(self) -> list[str]:
+        """The migrations the database has, in order."""
+        return [row[0] for row in self.conn.execute("SELECT name FROM _sqlite_migrations ORDER BY id")]
+
+    def counts(self) -> dict[str, int]:
+        return {table: self._count(f"SELECT count(*) FROM [{table}]") for table in COUNTED}
+
+    def storage_stats(self) -> StorageStats:
+        """Size of the database file, SQLite's page counts and its auto-vacuum mode (2: incremental)."""
+        pragma = {
+            name: self._count(f"PRAGMA {name}")
+            for name in ("page_size", "page_count", "freelist_count", "auto_vacuum")
+        }
+        return {
+            "bytes": pragma["page_size"] * pragma["page_count"],
+            "advice": None if pragma["auto_vacuum"] == 2 else NO_SHRINK_ADVICE,
+            "page_size": pragma["page_size"],
+            "page_count": pragma["page_count"],
+            "freelist_count": pragma["freelist_count"],
+            "auto_vacuum": pragma["auto_vacuum"],
+        }
+
+    def search_state(self) -> SearchState:
+        return self.index.state()
+
+    # forgetting
+
+    def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
+        """Delete everything held for a pair, or for a user when `character_id` is None."""
+        where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
+        params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
+        agent_ids = [
+            row[0] for row in self.conn.execute(f"SELECT agent_id FROM sessions WHERE {where}", params)
+        ]
+        receipt: ForgetReceipt = {}
+        for held in HELD:
+            if held.by == "pair":
+                deleted = self.conn.execute(f"DELETE FROM {held.table} WHERE {where}", params).rowcount
+            elif held.by == "agent":
+                deleted = self._delete_by_agent(held.table, agent_ids)
+            else:
+                deleted = self._blank_raw(user_id, character_id, agent_ids)
+            receipt[held.receipt] = deleted
+        self.index.drop_pairs(user_id, character_id)
+        # The triggers removed one index entry per deleted message, fact and summary; each
+        # stays in its old index segment until that segment is merged.
+        indexed = sum(receipt[table] for table in SEARCH_INDEXED)
+        pending = 0
+        if indexed:
+            if sum(self.index.size().values()) <= INLINE_SCRUB_MAX_ROWS:
+                self.index.optimize()
+            else:
+                self.index.note_dead_rows(indexed)
+                self.index.owe_scrub()
+                pending = 1
+        receipt["search_index_rows"] = indexed
+        receipt["search_index_scrub_pending"] = pending
+        return receipt
+
+    def _delete_by_agent(self, table: str, agent_ids: Sequence[str]) -> int:
+        deleted = 0
+        for start in range(0, len(agent_ids), CHUNK):
+            chunk = agent_ids[start : start + CHUNK]
+            deleted += self.conn.execute(
+                f"DELETE FROM {table} WHERE agent_id IN ({marks(len(chunk))})", chunk
+            ).rowcount
+        return deleted
+
+    def _blank_raw(self, user_id: str, character_id: str | None, agent_ids: Sequence[str]) -> int:
+        """Blank the raw events of the forgotten sessions and those labelled with the user (or
+        pair): the event id stays, so a redelivery is still recognised, but its text goes."""
+        blank = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE "
+        blanked = 0
+        for start in range(0, len(agent_ids), CHUNK):
+            chunk = agent_ids[start : start + CHUNK]
+            blanked += self.conn.execute(
+                blank + f"agent_id IN ({marks(len(chunk))}) AND status != 'forgotten'", chunk
+            ).rowcount
+        labelled, params = (
+            ("label_user = ?", (user_id,)) if character_id is None
+            else ("label_user = ? AND label_character = ?", (user_id, character_id))
+        )  # fmt: skip
+        blanked += self.conn.execute(blank + labelled + " AND status != 'forgotten'", params).rowcount
+        return blanked
+
+    # retention
+
+    def purge_messages(
+        self,
+        *,
+        after: tuple[str, str] | None,
+        now_ms: int,
+        keep_latest: int,
+        max_age_ms: int,
+        budget: int,
+        pairs_per_call: int = 500,
+    ) -> PurgeStep:
+        """Delete up to `budget` covered messages beyond the pairs' limits, pair by pair in key
+        order after `after`; only pairs with a summary can have covered messages."""
+        if not keep_latest and not max_age_ms:
+            return PurgeStep(0, None, True)
+        where, params = ("", ()) if after is None else (" WHERE (user_id, character_id) > (?, ?)", after)
+        pairs = self.conn.execute(
+            f"SELECT user_id, character_id, watermark_id FROM summaries{where} "
+            "ORDER BY user_id, character_id LIMIT ?",
+            (*params, pairs_per_call),
+        ).fetchall()
+        deleted, resume, done = 0, after, len(pairs) < pairs_per_call
+        for user, character, watermark_id in pairs:
+            key = (user, character)
+            room = budget - deleted
+            limit_id = watermark_id or 0  # ids are never reused (AUTOINCREMENT)
+            ids: set[int] = set()
+            if max_age_ms:
+                ids.update(
+                    row[0]
+                    for row in self.conn.execute(
+                        "SELECT id FROM messages WHERE user_id = ? AND character_id = ? "
+                        "AND at_ms < ? AND id <= ? LIMIT ?",
+                        (*key, now_ms - max_age_ms, limit_id, room + 1),
+                    )
+                )
+            if keep_latest:
+                # "Latest" as the context builder reads them: by time, then position.
+                ids.update(
+                    row[0]
+                    for row in self.conn.execute(
+                        "SELECT id FROM (SELECT id FROM messages WHERE user_id = ? "
+                        "AND character_id = ? ORDER BY at_ms DESC, seq DESC LIMIT -1 OFFSET ?) "
+                        "WHERE id <= ? LIMIT ?",
+                        (*key, keep_latest, limit_id, room + 1),
+                    )
+                )
+            chosen = sorted(ids)[:room]
+            self._delete_ids("messages", "id", chosen)
+            deleted += len(chosen)
+            if len(ids) > room:
+                done = False  # this pair has more: the next call starts with it again
+                break
+            resume = key
+            if deleted >= budget:
+                done = False
+                break
+        self.index.note_dead_rows(deleted)
+        return PurgeStep(deleted, resume, done)
+
+    def _delete_ids(self, table: str, key: str, ids: Sequence[int]) -> None:
+        """Delete rows by key in chunks below SQLite's variable limit."""
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start : start + CHUNK]
+            self.conn.execute(f"DELETE FROM {table} WHERE {key} IN ({marks(len(chunk))})", chunk)
+
+    def purge_raw_events(self, *, older_than_ms: int, budget: int) -> int:
+        """Delete up to `budget` processed raw events received before `older_than_ms`."""
+        deleted = 0
+        for status in self._inbox_statuses():
+            if status in KEEP_INBOX_STATUSES or deleted >= budget:
+                continue
+            deleted += self.conn.execute(
+                "DELETE FROM inbox WHERE rowid IN (SELECT rowid FROM inbox "
+                "WHERE status = ? AND received_ms < ? LIMIT ?)",
+                (status, older_than_ms, budget - deleted),
+            ).rowcount
+        return deleted
+
+    def _inbox_statuses(self) -> list[str]:
+        """The distinct statuses, one index probe each (no full scan)."""
+        statuses: list[str] = []
+        while True:
+            row = self.conn.execute(
+                "SELECT min(status) FROM inbox WHERE status > ?",
+                (statuses[-1] if statuses else "",),
+            ).fetchone()
+            if row[0] is None:
+                return statuses
+            statuses.append(row[0])
+
+    def purge_metrics(self, *, older_than_ms: int, budget: int) -> int:
+        """Delete up to `budget` per-turn metrics recorded before `older_than_ms`."""
+        return self.conn.execute(
+            "DELETE FROM agent_metrics WHERE (agent_id, turn_id, metric) IN "
+            "(SELECT agent_id, turn_id, metric FROM agent_metrics WHERE at_ms < ? LIMIT ?)",
+            (older_than_ms, budget),
+        ).rowcount
+
+    # the search index
+
+    def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
+        """Merge about `pages` pages of one index; False when it already is one segment."""
+        return self.index.merge_step(kind, pages)
+
+    def search_scrubbed(self, owed: int, dead_rows: int) -> None:
+        """A full merge finished: what was owed when it began is paid."""
+        self.index.scrubbed(owed, dead_rows)
+
+    # space
+
+    def reclaim_space(self, pages: int) -> int:
+        """Give up to `pages` free pages back to the file system; returns how many."""
+        free = self._count("PRAGMA freelist_count")
+        for _ in range(min(free, pages)):
+            # Python's sqlite3 steps a PRAGMA once, and each step frees one page.
+            self.conn.execute("PRAGMA incremental_vacuum(1)")
+        return free - self._count("PRAGMA freelist_count")

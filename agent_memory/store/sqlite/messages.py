@@ -1,0 +1,129 @@
+"""Messages: each session's transcript, read by pair in conversation order or by session."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agent_memory.core.domain import Message, MessageFingerprint
+from agent_memory.store.sqlite.common import Repository, marks
+from agent_memory.store.types import MessageChanges, NewMessage
+
+# What an insert writes, in order (`id` is assigned; AUTOINCREMENT: never reused).
+MESSAGE_COLUMNS = (
+    "agent_id", "user_id", "character_id", "seq", "role", "content", "turn_id", "ts_ms",
+    "at_ms", "source", "speaker", "interrupted", "interrupt_ms", "original", "fp",
+    "gap_before", "extra", "created_ms", "kind",
+)  # fmt: skip
+INSERT_MESSAGE = f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({marks(len(MESSAGE_COLUMNS))})"
+# Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
+_message_values = operator.itemgetter(*MESSAGE_COLUMNS)
+_NO_MESSAGE_VALUES: dict[str, Any] = {column: None for column in MESSAGE_COLUMNS} | {"kind": "turn"}
+
+# What a read returns, in `Message`'s order.
+READ_COLUMNS = (
+    "id, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
+    "source, speaker, interrupted, interrupt_ms, original, gap_before, extra"
+)
+FINGERPRINT_COLUMNS = (
+    "id, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original"
+)
+# Memory, summaries and transcripts read what was said; tool calls and results are kept
+# (export, GET …/messages) but were never said.
+SPOKEN = "kind = 'turn'"
+
+
+def message_of(row: Sequence[Any]) -> Message:
+    """A `READ_COLUMNS` row as a message."""
+    (
+        id_, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms,
+        source, speaker, interrupted, interrupt_ms, original, gap_before, extra,
+    ) = row  # fmt: skip
+    return Message(
+        id_, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms,
+        source, speaker, bool(interrupted), interrupt_ms, original, bool(gap_before), extra,
+    )  # fmt: skip
+
+
+def fingerprint_of(row: Sequence[Any]) -> MessageFingerprint:
+    """A `FINGERPRINT_COLUMNS` row."""
+    id_, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original = row
+    return MessageFingerprint(
+        id_, seq, fp, bool(gap_before), turn_id, ts_ms, source, speaker, bool(interrupted),
+        interrupt_ms, original,
+    )  # fmt: skip
+
+
+class SQLiteMessages(Repository):
+    """The `messages` table (its search index follows by trigger, see search.py)."""
+
+    __slots__ = ()
+
+    def _messages(self, sql: str, params: Sequence[Any]) -> list[Message]:
+        return [message_of(row) for row in self.conn.execute(sql, params)]
+
+    def latest(
+        self, user_id: str, character_id: str, limit: int, *, spoken_only: bool = True
+    ) -> list[Message]:
+        """The pair's `limit` latest spoken turns (or all items), oldest first."""
+        spoken = f" AND {SPOKEN}" if spoken_only else ""
+        rows = self._messages(
+            f"SELECT {READ_COLUMNS} FROM messages WHERE user_id = ? AND character_id = ?"
+            f"{spoken} ORDER BY at_ms DESC, seq DESC LIMIT ?",
+            (user_id, character_id, limit),
+        )
+        rows.reverse()
+        return rows
+
+    def after(self, user_id: str, character_id: str, watermark_id: int, limit: int) -> list[Message]:
+        """Spoken turns stored after the watermark (by id), in conversation order."""
+        return self._messages(
+            f"SELECT {READ_COLUMNS} FROM messages "
+            f"WHERE user_id = ? AND character_id = ? AND id > ? AND {SPOKEN} "
+            "ORDER BY at_ms, seq LIMIT ?",
+            (user_id, character_id, watermark_id, limit),
+        )
+
+    def count_after(self, user_id: str, character_id: str, watermark_id: int) -> int:
+        """How many spoken turns were stored after the watermark."""
+        return self._count(
+            f"SELECT count(*) FROM messages WHERE user_id = ? AND character_id = ? AND id > ? AND {SPOKEN}",
+            (user_id, character_id, watermark_id),
+        )
+
+    def of_session(self, agent_id: str) -> list[Message]:
+        return self._messages(
+            f"SELECT {READ_COLUMNS} FROM messages WHERE agent_id = ? ORDER BY seq", (agent_id,)
+        )
+
+    def fingerprints(self, agent_id: str) -> list[MessageFingerprint]:
+        """What window merging needs of a session's stored messages, in order."""
+        return [
+            fingerprint_of(row)
+            for row in self.conn.execute(
+                f"SELECT {FINGERPRINT_COLUMNS} FROM messages WHERE agent_id = ? ORDER BY seq",
+                (agent_id,),
+            )
+        ]
+
+    def tail(self, agent_id: str, count: int) -> list[MessageFingerprint]:
+        """The last `count` of what window merging needs, in order."""
+        rows = [
+            fingerprint_of(row)
+            for row in self.conn.execute(
+                f"SELECT {FINGERPRINT_COLUMNS} FROM messages WHERE agent_id = ? ORDER BY seq DESC LIMIT ?",
+                (agent_id, count),
+            )
+        ]
+        rows.reverse()
+        return rows
+
+    def insert(self, rows: Iterable[NewMessage]) -> None:
+        """Insert new messages in one statement (a missing column is NULL)."""
+        self.conn.executemany(
+            INSERT_MESSAGE, [_message_values({**_NO_MESSAGE_VALUES, **row}) for row in rows]
+        )
+
+    def update(self, message_id: int, changes: MessageChanges) -> None:
+        self._set("messages", "id", message_id, dict(changes))

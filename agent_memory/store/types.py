@@ -1,0 +1,170 @@
+"""What a store takes and answers besides the domain objects: new rows, changes, reports.
+
+Shared by every backend (`agent_memory.store.protocols`); the reports are the JSON shapes the
+HTTP API and the CLI hand on as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+from agent_memory.core.domain import IdentitySource, MessageKind, SessionStatus
+
+# What search looks through, and whose messages a mention query counts.
+SearchKind = Literal["message", "fact", "summary"]
+SEARCH_KINDS: Final[tuple[SearchKind, ...]] = ("message", "fact", "summary")
+MentionRole = Literal["user", "assistant", "any"]
+# fts: through the trigram index; substring: a bounded scan (words under three characters).
+SearchMethod = Literal["fts", "substring"]
+MENTION_ROLES: Final[tuple[MentionRole, ...]] = ("user", "assistant", "any")
+
+# Statistics and exports are reports: nested JSON objects the API returns as they are.
+Report = dict[str, Any]
+# What forgetting deleted, by what the HTTP receipt calls each kind of record.
+ForgetReceipt = dict[str, int]
+
+
+class NewMessage(TypedDict, total=False):
+    """A message to insert; a missing column is NULL (`kind` defaults to turn)."""
+
+    agent_id: str
+    user_id: str
+    character_id: str
+    seq: int
+    role: str
+    kind: MessageKind
+    content: str
+    turn_id: int | None
+    ts_ms: int | None
+    at_ms: int
+    source: str | None
+    speaker: str | None
+    interrupted: int
+    interrupt_ms: int | None
+    original: str | None
+    fp: str
+    gap_before: int
+    # JSON text of what the platform sent beyond the columns.
+    extra: str | None
+    created_ms: int
+
+
+class MessageChanges(TypedDict, total=False):
+    """Fields a later copy of a stored message adds or corrects."""
+
+    turn_id: int | None
+    ts_ms: int | None
+    at_ms: int
+    source: str | None
+    speaker: str | None
+    interrupted: int
+    interrupt_ms: int | None
+    original: str | None
+    gap_before: int
+
+
+class SessionChanges(TypedDict, total=False):
+    """Fields of a session to change."""
+
+    identity_source: IdentitySource
+    status: SessionStatus
+    channel: str | None
+    name: str | None
+    stop_reason: str | None
+    start_ms: int | None
+    stop_ms: int | None
+    labels: Mapping[str, Any]
+    rtc_uid: str | None
+    message_count: int
+    gap_count: int
+    error_count: int
+    updated_ms: int
+    token_warning_ms: int | None
+    turn_count: int | None
+    turns_truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeStep:
+    """What one bounded message purge did, and where the next one resumes."""
+
+    deleted: int
+    resume_after: tuple[str, str] | None
+    done: bool
+
+
+class StorageStats(TypedDict):
+    """How big the database is, and whether freed space goes back to the file system."""
+
+    bytes: int
+    # How to make the database give freed space back, when it cannot as it is.
+    advice: str | None
+    # SQLite's own figures (auto_vacuum 2: incremental).
+    page_size: NotRequired[int]
+    page_count: NotRequired[int]
+    freelist_count: NotRequired[int]
+    auto_vacuum: NotRequired[int]
+
+
+class SearchState(TypedDict):
+    """What the search index owes: entries deleted since its last full merge, forgets to scrub."""
+
+    dead_rows: int
+    scrub_owed: int
+    messages_indexed_upto: int
+
+
+class SearchHit(TypedDict):
+    """One search result: a message, fact or summary (the fields after `score` by kind)."""
+
+    kind: SearchKind
+    id: int
+    character_id: str
+    snippet: str
+    text: str
+    at_ms: int | None
+    rank: int
+    score: float
+    agent_id: NotRequired[str]
+    role: NotRequired[str]
+    scope: NotRequired[Literal["user", "character"]]
+    pinned: NotRequired[bool]
+
+
+class UserSearch(TypedDict):
+    """A user's matches, best first, and how they were found."""
+
+    user_id: str
+    character_id: str | None
+    q: str
+    terms: list[str]
+    method: SearchMethod
+    # More matched than were ranked: the oldest were left out.
+    truncated: bool
+    results: list[SearchHit]
+
+
+class MentionUser(TypedDict):
+    """One user whose messages contain the phrase."""
+
+    user_id: str
+    messages: int
+    first_ms: int | None
+    last_ms: int | None
+    characters: list[str]
+
+
+class Mentions(TypedDict):
+    """Which users' messages contain a phrase (the substring method says how far it read)."""
+
+    q: str
+    role: MentionRole
+    character_id: str | None
+    method: SearchMethod
+    total_users: int
+    total_messages: int
+    users: list[MentionUser]
+    scanned_messages: NotRequired[int]
+    complete: NotRequired[bool]

@@ -1,0 +1,136 @@
+"""What the HTTP API accepts: request bodies and query parameters, with their limits.
+
+Each parser answers a 422 (`InvalidField`) that says what is wrong; the CLI reuses the
+channel check so that both accept the same names.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, Field
+
+from agent_memory.core.domain import JobStatus
+from agent_memory.core.facts import MAX_FACT_CHARS
+from agent_memory.errors import InvalidField
+from agent_memory.memory.service import JOB_STATUSES
+from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS, MentionRole, SearchKind
+from agent_memory.web.http import int_query
+
+# A persona travels in the query string (web/app.py lets a line this long through).
+MAX_PERSONA_CHARS = 20_000
+MAX_QUERY_CHARS = 500
+MAX_MS = 2**53
+MAX_CHANNEL_BYTES = 64  # Agora's limit for a channel name
+
+ChoiceT = TypeVar("ChoiceT", bound=str)
+
+
+class FactBody(BaseModel):
+    """`POST …/facts`: a fact said by hand."""
+
+    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS)
+    scope: Literal["character", "user"] = "character"
+
+
+class BindBody(BaseModel):
+    """`POST …/bind`: the pair an agent run or a channel belongs to."""
+
+    user_id: str = Field(min_length=1, max_length=256)
+    character_id: str = Field(min_length=1, max_length=256)
+
+
+def pair(request: web.Request) -> tuple[str, str]:
+    """The (user_id, character_id) of the path."""
+    return request.match_info["user_id"], request.match_info["character_id"]
+
+
+def persona_query(request: web.Request) -> str | None:
+    """The optional `persona` parameter, at most MAX_PERSONA_CHARS long."""
+    persona = request.query.get("persona") or None
+    if persona and len(persona) > MAX_PERSONA_CHARS:
+        raise InvalidField(f"persona is at most {MAX_PERSONA_CHARS} characters")
+    return persona
+
+
+def check_channel(channel: str) -> str:
+    """A channel name that can be bound, or a 422 that says what is wrong with it."""
+    if not channel:
+        raise InvalidField("channel must not be empty")
+    if len(channel.encode()) > MAX_CHANNEL_BYTES:
+        raise InvalidField(
+            f"channel must be at most {MAX_CHANNEL_BYTES} bytes (Agora's limit for channel names), "
+            f"got {len(channel.encode())}"
+        )
+    return channel
+
+
+def channel_of(request: web.Request) -> str:
+    """The checked channel name of the path."""
+    return check_channel(request.match_info["channel"])
+
+
+def job_status_query(request: web.Request) -> JobStatus | None:
+    """The optional `status` filter of the job list."""
+    status = request.query.get("status") or None
+    if status is None:
+        return None
+    return one_of(JOB_STATUSES, status, f"status must be one of {', '.join(JOB_STATUSES)}, got {status!r}")
+
+
+def one_of(allowed: tuple[ChoiceT, ...], value: str, message: str) -> ChoiceT:
+    """`value` as the allowed choice it equals, or a 422 with `message`."""
+    for choice in allowed:
+        if value == choice:
+            return choice
+    raise InvalidField(message)
+
+
+def query_text(request: web.Request) -> str:
+    """The `q` parameter: required, not blank, not too long."""
+    q = request.query.get("q", "")
+    if not q.strip():
+        raise InvalidField("q is required: give the words to search for, e.g. ?q=wedding")
+    if len(q) > MAX_QUERY_CHARS:
+        raise InvalidField(f"q is at most {MAX_QUERY_CHARS} characters, got {len(q)}")
+    return q
+
+
+def optional_text(request: web.Request, name: str) -> str | None:
+    """A query parameter, or None when absent or empty."""
+    value = request.query.get(name, "")
+    return value if value != "" else None
+
+
+def optional_ms(request: web.Request, name: str) -> int | None:
+    """An optional epoch-milliseconds query parameter."""
+    if not request.query.get(name):
+        return None
+    return int_query(request, name, 0, low=0, high=MAX_MS)
+
+
+def kinds_query(request: web.Request) -> tuple[SearchKind, ...]:
+    """The `kinds` parameter: which of message, fact, summary to search."""
+    raw = request.query.get("kinds", "")
+    if not raw:
+        return SEARCH_KINDS
+    wrong = f"kinds is a comma-separated list of {', '.join(SEARCH_KINDS)}; got {raw!r}"
+    names = tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
+    if not names:
+        raise InvalidField(wrong)
+    return tuple(one_of(SEARCH_KINDS, name, wrong) for name in names)
+
+
+def role_query(request: web.Request) -> MentionRole:
+    """The `role` parameter of the mentions search."""
+    role = request.query.get("role", "user")
+    return one_of(MENTION_ROLES, role, f"role must be one of {', '.join(MENTION_ROLES)}, got {role!r}")
+
+
+def window(request: web.Request) -> tuple[int | None, int | None]:
+    """The optional `since_ms`/`until_ms` window of the stats endpoints."""
+    since_ms, until_ms = optional_ms(request, "since_ms"), optional_ms(request, "until_ms")
+    if since_ms is not None and until_ms is not None and since_ms >= until_ms:
+        raise InvalidField(f"since_ms ({since_ms}) must be before until_ms ({until_ms})")
+    return since_ms, until_ms

@@ -1,0 +1,90 @@
+"""The platform seam: memory takes in neutral events, whichever platform made them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import agent_event
+
+from agent_memory.core.events import (
+    HistoryWindow,
+    IncomingMessage,
+    Outcome,
+    RawEvent,
+    SessionEvent,
+)
+from agent_memory.memory.service import Memory
+from agent_memory.platforms.agora.events import parse_callback
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore
+
+LABELS = {"user_id": "u-neutral", "character_id": "c"}
+
+
+@pytest.fixture
+async def memory(tmp_path: Any) -> Any:
+    store = SQLiteStore(tmp_path / "events.db")
+    store.open()
+    yield Memory(Settings(summary_delay_s=3600), store)
+    store.close()
+
+
+def raw(event_id: str, agent_id: str = "N1") -> RawEvent:
+    return RawEvent(event_id=event_id, event_type=1, body="{}", received_ms=1, agent_id=agent_id)
+
+
+def said(*lines: str, start: int = 0) -> list[IncomingMessage]:
+    return [
+        IncomingMessage(role="user" if i % 2 == 0 else "assistant", content=text, turn_id=start + i)
+        for i, text in enumerate(lines)
+    ]
+
+
+async def texts(memory: Memory, agent_id: str) -> list[str]:
+    rows = await memory.store.read(lambda view: view.session_messages(agent_id))
+    return [row["content"] for row in rows]
+
+
+async def test_a_platform_free_run_becomes_one_session_and_transcript(memory: Memory) -> None:
+    joined = SessionEvent("joined", "N1", channel="room", labels=LABELS)
+    assert (await memory.accept_event(raw("n-1"), joined)).status == "done"
+    window = HistoryWindow("N1", messages=said("hello", "hi there"))
+    assert (await memory.merge_window(window, 1)).new_messages == 2
+    history = SessionEvent("history", "N1", labels=LABELS, messages=said("hello", "hi there", "bye"))
+    outcome = await memory.accept_event(raw("n-2"), history)
+    assert (outcome.status, outcome.new_messages, outcome.user_id) == ("done", 1, "u-neutral")
+    assert await texts(memory, "N1") == ["hello", "hi there", "bye"]
+    session = await memory.session("N1")
+    assert (session["status"], session["channel"], session["identity_source"]) == (
+        "stopped",
+        "room",
+        "labels",
+    )
+    # The same event id again is a redelivery: nothing is applied twice.
+    assert (await memory.accept_event(raw("n-2"), history)).status == "duplicate"
+
+
+async def test_an_outcome_is_recorded_and_parts_set_aside_make_it_partial(memory: Memory) -> None:
+    ignored = await memory.accept_event(raw("n-3", "N2"), Outcome("ignored", detail="not ours"))
+    assert ignored.status == "ignored"
+    left = SessionEvent("left", "N2", labels=LABELS, failed=True, stop_reason="lost", skipped=["x: bad"])
+    outcome = await memory.accept_event(raw("n-4", "N2"), left)
+    assert outcome.status == "partial" and "x: bad" in (outcome.detail or "")
+    session = await memory.session("N2")
+    assert (session["status"], session["stop_reason"]) == ("failed", "lost")
+    rows = await memory.store.read(lambda view: [view.get_inbox("n-3"), view.get_inbox("n-4")])
+    assert [row["status"] for row in rows] == ["ignored", "partial"]
+
+
+async def test_a_speech_time_relative_to_the_start_dates_the_message(memory: Memory) -> None:
+    # Agora's custom-LLM speech_start_ms below 10^11 is ms since the agent started.
+    envelope = agent_event(103, "N3", labels=LABELS, start_ts=1_763_690_000,
+                           contents=[{"role": "user", "content": "hi", "speech_start_ms": 2500}])  # fmt: skip
+    raw_event, event = parse_callback(json.dumps(envelope), 1, follow=False)
+    assert isinstance(event, SessionEvent) and event.kind == "history"
+    assert (event.messages[0].ts_ms, event.messages[0].elapsed_ms) == (None, 2500)
+    await memory.accept_event(raw_event, event)
+    rows = await memory.store.read(lambda view: view.session_messages("N3"))
+    assert rows[0]["ts_ms"] == 1_763_690_000_000 + 2500

@@ -1,0 +1,258 @@
+"""The `Memory` service in process, on a real SQLite file: the use-cases HTTP and CLI both call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agent_memory.condense import make_condenser
+from agent_memory.core.events import IncomingMessage, RawEvent, SessionEvent
+from agent_memory.errors import InvalidField, NotFound
+from agent_memory.memory.jobs import CondenseJobs
+from agent_memory.memory.retention import Retention
+from agent_memory.memory.service import EXPORT_FORMAT, Memory, SummaryState
+from agent_memory.settings import Settings
+from agent_memory.store import SQLiteStore
+
+START_MS = 1_763_690_000_000
+SECRET_WORD = "MarmaladeHeron5521"
+KEPT_WORD = "PineconeOtter8830"
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[Memory]:
+    """A Memory over a fresh database, with an offline job runner and retention."""
+    settings = Settings(db_path=tmp_path / "memory.db", summary_delay_s=3600)
+    store = SQLiteStore(settings.db_path)
+    store.open()
+    jobs = CondenseJobs(settings, store, make_condenser(settings))
+    memory = Memory(settings, store, jobs=jobs, retention=Retention(settings, store))
+    try:
+        yield memory
+    finally:
+        await jobs.stop()
+        store.close()
+
+
+def history(agent_id: str, user: str, character: str, *lines: str) -> tuple[RawEvent, SessionEvent]:
+    """A finished run's whole transcript (alternating user/assistant), as a platform reports it."""
+    labels = {"user_id": user, "character_id": character}
+    messages = [
+        IncomingMessage(
+            role="user" if index % 2 == 0 else "assistant",
+            content=line,
+            turn_id=index // 2 + 1,
+            ts_ms=START_MS + index * 1000,
+        )
+        for index, line in enumerate(lines)
+    ]
+    raw = RawEvent(
+        event_id=f"{agent_id}:history",
+        event_type=103,
+        body=json.dumps({"agent_id": agent_id, "labels": labels, "contents": lines}),
+        received_ms=START_MS,
+        agent_id=agent_id,
+        labels=labels,
+    )
+    event = SessionEvent(
+        kind="history", agent_id=agent_id, start_ms=START_MS, labels=labels, messages=messages
+    )
+    return raw, event
+
+
+async def seed(memory: Memory, agent_id: str, user: str, character: str, *lines: str) -> None:
+    outcome = await memory.accept_event(*history(agent_id, user, character, *lines))
+    assert outcome.status == "done" and outcome.new_messages == len(lines), outcome
+
+
+def on_disk(memory: Memory) -> bytes:
+    """The database file and its WAL, as anyone with disk access reads them."""
+    path = Path(memory.settings.db_path)
+    wal = path.with_name(path.name + "-wal")
+    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+async def test_an_event_is_taken_in_once(memory: Memory) -> None:
+    raw, event = history("A1", "u-ann", "luna", "hello there", "hi Ann")
+    assert (await memory.accept_event(raw, event)).new_messages == 2
+    again = await memory.accept_event(raw, event)
+    assert again.status == "duplicate" and again.new_messages == 0
+    assert [m["content"] for m in await memory.messages("u-ann", "luna", 10)] == ["hello there", "hi Ann"]
+    assert (await memory.session("A1"))["user_id"] == "u-ann"
+
+
+async def test_system_messages_hold_facts_and_turns_and_can_leave_out_a_run(memory: Memory) -> None:
+    await seed(memory, "EARLIER", "u-ann", "luna", "my cat is Miso", "what a lovely name")
+    await seed(memory, "RUNNING", "u-ann", "luna", "I am calling again", "welcome back")
+    await memory.add_fact("u-ann", "luna", "Ann's cat is called Miso")
+    context = await memory.system_messages("u-ann", "luna", persona="You are Luna.")
+    text = "\n".join(m["content"] for m in context.system_messages)
+    assert context.system_messages[0]["content"] == "You are Luna."
+    assert "Ann's cat is called Miso" in text and "welcome back" in text
+    assert context.max_tokens == memory.settings.context_max_tokens
+    without = await memory.system_messages("u-ann", "luna", exclude_agent_id="RUNNING")
+    text = "\n".join(m["content"] for m in without.system_messages)
+    assert "welcome back" not in text and "my cat is Miso" in text
+    assert without.included["excluded_agent_id"] == "RUNNING"
+
+
+async def test_a_fact_said_by_hand_is_pinned_deduplicated_and_scoped(memory: Memory) -> None:
+    added = await memory.add_fact("u-ann", "luna", "  Ann is  vegetarian ")
+    assert added.created and added.fact["pinned"] and added.fact["origin"] == "manual"
+    assert added.fact["text"] == "Ann is vegetarian"
+    same = await memory.add_fact("u-ann", "luna", "ann is vegetarian.")
+    assert not same.created and same.fact["id"] == added.fact["id"]
+    await memory.add_fact("u-ann", "luna", "Ann lives in Lisbon", scope="user")
+    # A user-wide fact is remembered with every character; a character's fact with that one only.
+    assert [f["text"] for f in await memory.facts("u-ann", "kai")] == ["Ann lives in Lisbon"]
+    assert len(await memory.facts("u-ann", "luna")) == 2
+    with pytest.raises(InvalidField):
+        await memory.add_fact("u-ann", "luna", " ... ")
+    await memory.delete_fact(added.fact["id"])
+    with pytest.raises(NotFound):
+        await memory.delete_fact(added.fact["id"])
+
+
+async def test_forgetting_a_user_leaves_nothing_readable_on_disk(memory: Memory) -> None:
+    await seed(memory, "GONE", "u-gone", "luna", f"my password is {SECRET_WORD}", "noted")
+    await seed(memory, "KEEP", "u-keep", "luna", f"my word is {KEPT_WORD}", "noted")
+    await memory.add_fact("u-gone", "luna", f"The code word is {SECRET_WORD}", scope="user")
+    await memory.bind_channel("room-gone", "u-gone", "luna")
+    await memory.condense("u-gone", "luna")
+    assert (await memory.summary("u-gone", "luna")).summary is not None
+    assert SECRET_WORD.encode() in on_disk(memory)
+
+    receipt = await memory.forget("u-gone")
+
+    assert receipt["messages"] == 2 and receipt["facts"] == 1 and receipt["summaries"] == 1
+    assert receipt["sessions"] == 1 and receipt["channel_bindings"] == 1 and receipt["raw_callbacks"] == 1
+    assert await memory.messages("u-gone", "luna", 100) == []
+    assert await memory.facts("u-gone", "luna") == []
+    assert await memory.summary("u-gone", "luna") == SummaryState(None, 0)
+    assert await memory.channel_binding("room-gone") is None
+    with pytest.raises(NotFound):
+        await memory.export("u-gone")
+    # The WAL was checkpointed into the file and truncated, and the words are nowhere in either.
+    wal = Path(memory.settings.db_path).with_name("memory.db-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    data = on_disk(memory)
+    assert SECRET_WORD.encode() not in data and SECRET_WORD.casefold().encode() not in data
+    # Someone else's memory stays.
+    assert KEPT_WORD.encode() in data
+    assert len(await memory.messages("u-keep", "luna", 100)) == 2
+
+
+async def test_forgetting_a_pair_keeps_the_users_other_pairs_and_user_wide_facts(memory: Memory) -> None:
+    await seed(memory, "A-LUNA", "u-ann", "luna", "luna talk", "yes")
+    await seed(memory, "A-KAI", "u-ann", "kai", "kai talk", "yes")
+    await memory.add_fact("u-ann", "luna", "likes tea", scope="user")
+    receipt = await memory.forget("u-ann", "luna")
+    assert receipt["messages"] == 2 and receipt["facts"] == 0
+    assert await memory.messages("u-ann", "luna", 10) == []
+    assert len(await memory.messages("u-ann", "kai", 10)) == 2
+    assert [f["text"] for f in await memory.facts("u-ann", "kai")] == ["likes tea"]
+
+
+async def test_export_is_one_versioned_document_of_everything_held(memory: Memory) -> None:
+    await seed(memory, "A1", "u-ann", "luna", "export me", "sure")
+    await memory.add_fact("u-ann", "luna", "Ann likes exports")
+    document = await memory.export("u-ann")
+    assert document["format"] == EXPORT_FORMAT and document["exported_ms"] > START_MS
+    assert document["counts"]["messages"] == 2 and document["counts"]["facts"] == 1
+    with pytest.raises(NotFound, match="nothing is held about user nobody"):
+        await memory.export("nobody")
+
+
+async def test_condense_now_makes_the_job_due_and_condense_runs_it(memory: Memory) -> None:
+    await seed(memory, "A1", "u-ann", "luna", "I adopted a dog named Biscuit", "congratulations")
+    assert (await memory.summary("u-ann", "luna")).uncovered == 2
+    job = await memory.condense_now("u-ann", "luna")
+    assert job is not None and job["status"] == "pending" and job["due_ms"] <= job["updated_ms"] + 1
+    assert [row["id"] for row in await memory.list_jobs("pending")] == [job["id"]]
+    condensed = await memory.condense("u-ann", "luna")
+    assert condensed.summary is not None and condensed.summary["method"] == "offline"
+    # A finished job with nothing left to condense is gone; one that failed would say why.
+    assert condensed.job is None or condensed.job["last_error"] is None
+    state = await memory.summary("u-ann", "luna")
+    assert state.summary is not None and state.uncovered == 0
+
+
+async def test_the_job_runner_drains(memory: Memory) -> None:
+    assert memory.jobs is not None
+    await seed(memory, "A1", "u-ann", "luna", "drain me", "ok")
+    await seed(memory, "B1", "u-bob", "luna", "and me", "ok")
+    await memory.condense_now("u-ann", "luna")
+    await memory.condense_now("u-bob", "luna")
+    assert await memory.jobs.sweep() == 2
+    await memory.jobs.drained()
+    for user in ("u-ann", "u-bob"):
+        assert (await memory.summary(user, "luna")).uncovered == 0
+
+
+async def test_only_a_dead_job_can_be_retried(memory: Memory) -> None:
+    await seed(memory, "A1", "u-ann", "luna", "hello", "hi")
+    job = await memory.condense_now("u-ann", "luna")
+    assert job is not None
+    with pytest.raises(NotFound, match="no dead job"):
+        await memory.retry_job(job["id"])
+    await memory.store.write(lambda tx: tx.fail_job(job["id"], "boom", retry_at_ms=None))
+    assert [row["id"] for row in await memory.list_jobs("dead")] == [job["id"]]
+    revived = await memory.retry_job(job["id"])
+    assert revived["status"] == "pending" and revived["id"] == job["id"]
+
+
+async def test_search_sees_what_was_just_taken_in(memory: Memory) -> None:
+    await seed(memory, "A1", "u-ann", "luna", "we planned the wedding in June", "how exciting")
+    await memory.add_fact("u-ann", "luna", "Ann's wedding is in June")
+    answer = await memory.search("u-ann", "wedding")
+    assert {item["kind"] for item in answer["results"]} == {"message", "fact"}
+    only_facts = await memory.search("u-ann", "wedding", kinds=("fact",))
+    assert [item["kind"] for item in only_facts["results"]] == ["fact"]
+    mentions = await memory.mentions("wedding")
+    assert [row["user_id"] for row in mentions["users"]] == ["u-ann"]
+
+
+async def test_bindings_move_sessions_and_can_be_read_and_removed(memory: Memory) -> None:
+    await seed(memory, "A1", "u-ann", "luna", "hello", "hi")
+    moved = await memory.bind("A1", "u-zoe", "luna")
+    assert moved["user_id"] == "u-zoe" and moved["identity_source"] == "binding"
+    assert len(await memory.messages("u-zoe", "luna", 10)) == 2
+    bound = await memory.bind_channel("room-7", "u-zoe", "kai")
+    assert bound.binding["user_id"] == "u-zoe" and bound.moved == []
+    assert (await memory.channel_binding("room-7") or {})["character_id"] == "kai"
+    assert (await memory.unbind_channel("room-7") or {})["channel"] == "room-7"
+    assert await memory.unbind_channel("room-7") is None
+    with pytest.raises(NotFound):
+        await memory.session("NOBODY")
+
+
+async def test_statistics_answer_not_found_for_strangers(memory: Memory) -> None:
+    await seed(memory, "A1", "u-ann", "luna", "hello", "hi")
+    assert (await memory.user_stats("u-ann"))["sessions"] == 1
+    assert (await memory.character_stats("luna"))["sessions"] == 1
+    assert "sessions" in await memory.overall_stats()
+    with pytest.raises(NotFound):
+        await memory.user_stats("nobody")
+    with pytest.raises(NotFound):
+        await memory.character_stats("nobody")
+
+
+async def test_purge_runs_retention_and_reports(memory: Memory) -> None:
+    await seed(memory, "A1", "u-ann", "luna", "hello", "hi")
+    report = await memory.purge()
+    assert report["messages"] == 0  # nothing is covered by a summary yet, so nothing may go
+    assert len(await memory.messages("u-ann", "luna", 10)) == 2
+
+
+async def test_recorded_events_can_be_applied_again(memory: Memory) -> None:
+    raw, event = history("A1", "u-ann", "luna", "hello", "hi")
+    await memory.accept_event(raw, event)
+    await memory.store.write(lambda tx: tx.set_inbox_status(raw.event_id, "failed", "test"))
+    [row] = await memory.recorded_events(["failed", "partial"], 10)
+    assert row["notice_id"] == raw.event_id
+    outcome = await memory.reapply_event(raw, event)
+    assert outcome.status == "done" and outcome.new_messages == 0  # already merged: nothing doubles
+    assert await memory.recorded_events(["failed"], 10) == []

@@ -1,0 +1,170 @@
+"""The store's repositories on a real SQLite file: domain objects in and out, the one place a
+user-wide fact is encoded, the one list of tables forget clears, and the search index's upkeep."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_memory.core.domain import (
+    CONDENSE,
+    ChannelBinding,
+    Fact,
+    InboxEntry,
+    Message,
+    MessageFingerprint,
+    Session,
+    Summary,
+)
+from agent_memory.settings import Settings
+from agent_memory.store import Store, Transaction, open_store
+from agent_memory.store.sqlite import SQLiteView
+from agent_memory.store.sqlite.facts import fact_character
+from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
+from agent_memory.store.types import NewMessage
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = open_store(Settings(db_path=tmp_path / "store.db"))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def session(agent_id: str = "A1", user_id: str = "u1", character_id: str = "luna") -> Session:
+    return Session(
+        agent_id=agent_id, user_id=user_id, character_id=character_id, identity_source="labels",
+        status="running", channel="room", start_ms=1_000, labels={"user_id": user_id},
+    )  # fmt: skip
+
+
+def message(seq: int, content: str, agent_id: str = "A1", user_id: str = "u1", **more: object) -> NewMessage:
+    row: NewMessage = {
+        "agent_id": agent_id, "user_id": user_id, "character_id": "luna", "seq": seq,
+        "role": "user" if seq % 2 == 0 else "assistant", "content": content, "at_ms": 1_000 + seq,
+        "fp": f"fp{seq}", "created_ms": 5,
+    }  # fmt: skip
+    row.update(more)  # type: ignore[typeddict-item]
+    return row
+
+
+async def test_every_table_is_cleared_by_forget_or_holds_nothing_of_a_user(store: Store) -> None:
+    def tables(view: SQLiteView) -> set[str]:
+        rows = view.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        # The search indexes (and their shadow tables) follow their tables by trigger.
+        return {row[0] for row in rows if "_fts" not in row[0]}
+
+    found = await store.read(tables)  # type: ignore[arg-type]
+    assert found == {held.table for held in HELD} | set(NOT_HELD)
+
+
+async def test_repositories_give_back_what_they_were_given(store: Store) -> None:
+    original = session()
+    await store.write(lambda tx: tx.sessions.insert(original))
+    assert await store.read(lambda view: view.sessions.get("A1")) == original
+    await store.write(lambda tx: tx.sessions.update("A1", {"status": "stopped", "turns_truncated": True}))
+    changed = await store.read(lambda view: view.sessions.get("A1"))
+    assert changed is not None and changed.status == "stopped" and changed.turns_truncated is True
+
+    summary = Summary(
+        user_id="u1", character_id="luna", text="They met.", watermark_id=3, covered_until_ms=9,
+        message_count=3, method="offline", model=None, created_ms=1, updated_ms=2,
+        meta={"tokens_sent": 0},
+    )  # fmt: skip
+    await store.write(lambda tx: tx.summaries.put(summary))
+    assert await store.read(lambda view: view.summaries.get("u1", "luna")) == summary
+
+    entry = InboxEntry(event_id="n1", event_type=103, received_ms=7, body="{}", status="done", agent_id="A1")
+    assert await store.write(lambda tx: tx.inbox.insert(entry)) is True
+    assert await store.write(lambda tx: tx.inbox.insert(entry)) is False  # a redelivery
+    assert await store.read(lambda view: view.inbox.get("n1")) == entry
+
+    bound = await store.write(lambda tx: tx.bindings.bind_channel("room", "u1", "luna"))
+    assert isinstance(bound, ChannelBinding) and bound.user_id == "u1"
+    assert await store.read(lambda view: view.sessions.in_channel("room", ("labels",))) == [changed]
+
+
+async def test_messages_come_back_typed_and_in_conversation_order(store: Store) -> None:
+    rows = [
+        message(0, "hello"),
+        message(1, "hi", interrupted=1, original="hi there", extra='{"speech_start_ms": 5}'),
+        message(2, "", kind="tool_call", extra='{"tool_calls": [{"id": "c1"}]}'),
+    ]
+    await store.write(lambda tx: tx.messages.insert(rows))
+    spoken = await store.read(lambda view: view.messages.latest("u1", "luna", 10))
+    assert [m.content for m in spoken] == ["hello", "hi"]
+    assert all(isinstance(m, Message) and m.spoken for m in spoken)
+    assert spoken[1].interrupted is True and spoken[1].extra == {"speech_start_ms": 5}
+    everything = await store.read(lambda view: view.messages.latest("u1", "luna", 10, spoken_only=False))
+    assert everything[-1].kind == "tool_call" and everything[-1].extra["tool_calls"] == [{"id": "c1"}]
+    assert await store.read(lambda view: view.messages.count_after("u1", "luna", 0)) == 2
+    tail = await store.read(lambda view: view.messages.tail("A1", 2))
+    assert [f.seq for f in tail] == [1, 2] and isinstance(tail[0], MessageFingerprint)
+    await store.write(lambda tx: tx.messages.update(tail[0].id, {"gap_before": 1}))
+    assert (await store.read(lambda view: view.messages.fingerprints("A1")))[1].gap_before is True
+
+
+async def test_a_user_wide_fact_belongs_to_every_character(store: Store) -> None:
+    def remember(tx: Transaction) -> tuple[Fact, Fact]:
+        wide, _ = tx.facts.add("u1", "luna", "Lives in Oslo", scope="user", pinned=False, origin="llm")
+        own, _ = tx.facts.add(
+            "u1", "luna", "Calls Luna 'moon'", scope="character", pinned=False, origin="llm"
+        )
+        return wide, own
+
+    wide, own = await store.write(remember)
+    assert (wide.scope, wide.character_id) == ("user", None)
+    assert (own.scope, own.character_id) == ("character", "luna")
+    assert await store.read(lambda view: view.facts.of_pair("u1", "atlas")) == [wide]
+    assert await store.read(lambda view: view.facts.of_pair("u1", "luna")) == [wide, own]
+    # Said again by hand: the same fact, now pinned.
+    again, created = await store.write(
+        lambda tx: tx.facts.add("u1", "atlas", "lives in oslo.", scope="user", pinned=True, origin="manual")
+    )
+    assert not created and again.id == wide.id and again.pinned
+    # A pair's model-made facts go when its memory is rebuilt; the user-wide ones stay.
+    assert await store.write(lambda tx: tx.facts.delete_unpinned("u1", "luna")) == 1
+    assert [f.id for f in await store.read(lambda view: view.facts.of_pair("u1", "luna"))] == [wide.id]
+    with pytest.raises(ValueError):
+        fact_character("character", "")
+
+
+async def test_the_queue_claims_postpones_and_finishes(store: Store) -> None:
+    timing = {"delay_ms": 0, "max_wait_ms": 0, "max_messages": 1, "new_messages": 3}
+    await store.write(lambda tx: tx.jobs.schedule(CONDENSE, "u1", "luna", **timing))
+    (job,) = await store.read(lambda view: view.jobs.due(CONDENSE, 2**62, 10))
+    claimed = await store.write(lambda tx: tx.jobs.claim(job.id))
+    assert claimed is not None and claimed.status == "running"
+    assert await store.write(lambda tx: tx.jobs.claim(job.id)) is None  # one claim at a time
+    # Superseded: pending again, and not counted as an attempt.
+    await store.write(lambda tx: tx.jobs.postpone(job.id, 0))
+    postponed = await store.read(lambda view: view.jobs.by_id(job.id))
+    assert postponed is not None and (postponed.status, postponed.attempts) == ("pending", 0)
+    claimed = await store.write(lambda tx: tx.jobs.claim(job.id))
+    assert claimed is not None
+    assert await store.write(lambda tx: tx.jobs.finish(claimed, again_at_ms=0)) is True
+    assert await store.read(lambda view: view.jobs.by_status()) == []
+
+
+async def test_forget_clears_every_held_table_and_keeps_the_index_watermark(store: Store) -> None:
+    await store.write(lambda tx: tx.sessions.insert(session("B1", "u2")))
+    await store.write(lambda tx: tx.messages.insert([message(0, "bye osaka", "B1", "u2")]))
+    await store.write(lambda tx: tx.sessions.insert(session()))
+    await store.write(lambda tx: tx.messages.insert([message(0, "hello kyoto"), message(1, "kyoto again")]))
+    await store.catch_up_search()
+    indexed = (await store.read(lambda view: view.maintenance.search_state()))["messages_indexed_upto"]
+    receipt = await store.write(lambda tx: tx.maintenance.forget("u2", None))
+    assert list(receipt) == [held.receipt for held in HELD] + [
+        "search_index_rows", "search_index_scrub_pending"
+    ]  # fmt: skip
+    assert (receipt["messages"], receipt["sessions"], receipt["search_index_rows"]) == (1, 1, 1)
+    # The forget rewrote the (small) index; what was already indexed is not indexed again.
+    state = await store.read(lambda view: view.maintenance.search_state())
+    assert state == {"dead_rows": 0, "scrub_owed": 0, "messages_indexed_upto": indexed}
+    assert await store.catch_up_search() == 0
+    found = await store.read(lambda view: view.search.user("u1", "kyoto"))
+    assert len(found["results"]) == 2
