@@ -18,11 +18,14 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import InboxStatus
+from agent_memory.core.jsonutil import dumps
 from agent_memory.errors import AgentMemoryError, InvalidJSON, NotFound
-from agent_memory.memory.service import Memory
+from agent_memory.memory.service import Condensed, Memory
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore, dumps, now_ms
+from agent_memory.store import Store, open_store
 
 T = TypeVar("T")
 
@@ -84,13 +87,12 @@ def with_memory(
     use: Callable[[Memory], Awaitable[T]],
     *,
     settings: Settings | None = None,
-    build: Callable[[Settings, SQLiteStore], Memory] = Memory,
+    build: Callable[[Settings, Store], Memory] = Memory,
 ) -> T:
     """Open the store, run `use` on a `Memory` over it, and close the store."""
     settings = settings or settings_from(args)
     configure_logging(args.log_level or "WARNING")
-    store = SQLiteStore(settings.db_path)
-    store.open()
+    store = open_store(settings)
 
     async def run() -> T:
         return await use(build(settings, store))
@@ -201,20 +203,20 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    rows = with_memory(args, lambda memory: memory.list_jobs(args.status, args.limit))
-    if not rows:
+    jobs = with_memory(args, lambda memory: memory.list_jobs(args.status, args.limit))
+    if not jobs:
         print("no jobs" + (f" with status {args.status}" if args.status else ""))
-    for row in rows:
-        due = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["due_ms"] / 1000))
-        print(f"{row['id']:>6} {row['status']:<8} {row['user_id']}/{row['character_id']} "
-              f"due {due} UTC, attempts {row['attempts']}, {row['pending_messages']} new messages"
-              + (f"\n       last error: {row['last_error']}" if row["last_error"] else ""))  # fmt: skip
+    for job in jobs:
+        due = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(job.due_ms / 1000))
+        print(f"{job.id:>6} {job.status:<8} {job.user_id}/{job.character_id} "
+              f"due {due} UTC, attempts {job.attempts}, {job.pending_messages} new messages"
+              + (f"\n       last error: {job.last_error}" if job.last_error else ""))  # fmt: skip
     return 0
 
 
 def cmd_retry_job(args: argparse.Namespace) -> int:
-    row = with_memory(args, lambda memory: memory.retry_job(args.job_id))
-    print(f"job {row['id']} for {row['user_id']}/{row['character_id']} is pending again")
+    job = with_memory(args, lambda memory: memory.retry_job(args.job_id))
+    print(f"job {job.id} for {job.user_id}/{job.character_id} is pending again")
     return 0
 
 
@@ -222,10 +224,10 @@ def cmd_condense(args: argparse.Namespace) -> int:
     from agent_memory.condense import make_condenser
     from agent_memory.memory.jobs import CondenseJobs
 
-    def build(settings: Settings, store: SQLiteStore) -> Memory:
+    def build(settings: Settings, store: Store) -> Memory:
         return Memory(settings, store, jobs=CondenseJobs(settings, store, make_condenser(settings)))
 
-    async def condense(memory: Memory) -> Any:
+    async def condense(memory: Memory) -> Condensed:
         try:
             return await memory.condense(args.user_id, args.character_id)
         finally:
@@ -234,15 +236,15 @@ def cmd_condense(args: argparse.Namespace) -> int:
 
     condensed = with_memory(args, condense, build=build)
     job, summary = condensed.job, condensed.summary
-    if job is not None and job["last_error"]:
-        print(f"condensing failed: {job['last_error']} (job {job['id']} is {job['status']})",
+    if job is not None and job.last_error:
+        print(f"condensing failed: {job.last_error} (job {job.id} is {job.status})",
               file=sys.stderr)  # fmt: skip
         return 1
-    print(summary["text"] if summary else "nothing to condense")
+    print(summary.text if summary else "nothing to condense")
     return 0
 
 
-REPROCESSED = ("failed", "partial")
+REPROCESSED: tuple[InboxStatus, ...] = ("failed", "partial")
 LATENCY_TABLES = {"latency_ms": "latency (ms)", "latency_stages_ms": "latency by stage (ms)"}
 
 
@@ -255,23 +257,23 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
 
     async def run(memory: Memory) -> None:
         nonlocal new_messages, count
-        rows = await memory.recorded_events(wanted, args.limit)
-        count = len(rows)
-        for index, row in enumerate(rows, 1):
+        entries = await memory.recorded_events(wanted, args.limit)
+        count = len(entries)
+        for index, entry in enumerate(entries, 1):
             try:
-                raw, event = parse_callback(row["body"], row["received_ms"], follow=settings.agora_configured)
+                raw, event = parse_callback(entry.body, entry.received_ms, follow=settings.agora_configured)
             except InvalidJSON as exc:
                 statuses["unreadable"] += 1
-                print(f"\n{row['notice_id']}: still not an envelope: {exc.message}", file=sys.stderr)
+                print(f"\n{entry.event_id}: still not an envelope: {exc.message}", file=sys.stderr)
                 continue
             outcome = await memory.reapply_event(raw, event)
             statuses[outcome.status] += 1
             new_messages += outcome.new_messages
             if outcome.status in REPROCESSED:
                 # What is left is what this version cannot apply: say what, for each callback.
-                print(f"\n{row['notice_id']}: still {outcome.status}: {outcome.detail}",
+                print(f"\n{entry.event_id}: still {outcome.status}: {outcome.detail}",
                       file=sys.stderr)  # fmt: skip
-            print(f"\r{index}/{len(rows)} reprocessed", end="", file=sys.stderr)
+            print(f"\r{index}/{len(entries)} reprocessed", end="", file=sys.stderr)
         print(file=sys.stderr)
 
     with_memory(args, run, settings=settings)
@@ -384,7 +386,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     }
     settings = settings_from(args).model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
-    def build(settings: Settings, store: SQLiteStore) -> Memory:
+    def build(settings: Settings, store: Store) -> Memory:
         return Memory(settings, store, retention=Retention(settings, store))
 
     def progress(line: str) -> None:

@@ -119,8 +119,7 @@ class Settings(BaseModel):
             return cls(**values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{ENVIRONMENT.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}"
-                for err in exc.errors()
+                f"{ENVIRONMENT.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in exc.errors()
             )
             raise InvalidField(f"invalid settings: {problems}") from exc
 

@@ -50,12 +50,13 @@ from _common import (
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from agent_memory.core.clock import now_ms  # noqa: E402
 from agent_memory.memory.ingest import Ingestor  # noqa: E402
 from agent_memory.memory.service import Memory  # noqa: E402
 from agent_memory.platforms.agora.client import AgoraClient  # noqa: E402
 from agent_memory.platforms.agora.poller import Poller  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
-from agent_memory.store import SQLiteStore, now_ms  # noqa: E402
+from agent_memory.store.sqlite import SQLiteStore  # noqa: E402
 
 APP_ID, CUSTOMER_ID, CUSTOMER_SECRET = "benchapp", "bench-cid", "bench-csec"
 BASE_MS = 1_795_000_000_000

@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from agent_memory.core.context import build_context  # noqa: E402
 from agent_memory.core.domain import Session, Summary  # noqa: E402
-from agent_memory.memory.ingest import message_row  # noqa: E402
+from agent_memory.memory.ingest import arrival, stored_form  # noqa: E402
 from agent_memory.memory.service import load_context  # noqa: E402
 from agent_memory.platforms.agora.events import session_event  # noqa: E402
 from agent_memory.platforms.agora.payloads import AgentHistory  # noqa: E402
@@ -119,19 +119,8 @@ def session_rows(
         )
     )
     stamp = start_ms + count * 10_000
-    messages: list[NewMessage] = [
-        {
-            **message_row(message, start_ms),  # type: ignore[typeddict-item]
-            "agent_id": agent_id,
-            "user_id": user_id,
-            "character_id": character_id,
-            "seq": seq,
-            "gap_before": 0,
-            "created_ms": stamp,
-        }
-        for seq, message in enumerate(history.messages)
-    ]
-    stop_ms = messages[-1]["at_ms"] + 2000 if messages else start_ms
+    items = [arrival(message, start_ms) for message in history.messages]
+    stop_ms = items[-1].at_ms + 2000 if items else start_ms
     session = Session(
         agent_id=agent_id,
         user_id=user_id,
@@ -144,10 +133,13 @@ def session_rows(
         stop_ms=stop_ms,
         labels={"user_id": user_id, "character_id": character_id},
         rtc_uid=uid,
-        message_count=len(messages),
+        message_count=len(items),
         first_seen_ms=start_ms,
         updated_ms=stop_ms,
     )
+    messages: list[NewMessage] = [
+        stored_form(item, session, seq, False, stamp) for seq, item in enumerate(items)
+    ]
     return session, messages
 
 
@@ -313,9 +305,9 @@ async def time_in_process(path: Path, requests: int, warmup: int) -> dict[str, A
 
             def read(view: Any, user: str = user, character: str = character) -> tuple[Any, Any, Any]:
                 return (
-                    view.list_facts(user, character),
-                    view.get_summary(user, character),
-                    view.latest_messages(user, character, settings.context_recent_messages),
+                    view.facts.of_pair(user, character),
+                    view.summaries.get(user, character),
+                    view.messages.latest(user, character, settings.context_recent_messages),
                 )
 
             reads: list[float] = []
@@ -456,6 +448,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "http_big_ms": rounded(remote["big"]["http"]),
         "http_small_ms": rounded(remote["small"]["http"]),
         "http_errors": remote["big"]["errors"] + remote["small"]["errors"],
+        "server_cpu_big_ms": round(remote["big"]["server_cpu_ms_per_request"], 3),
+        "server_cpu_small_ms": round(remote["small"]["server_cpu_ms_per_request"], 3),
         "big_included": local["big"]["included"],
         "other_cores": round(max(local_other, remote["other_cores"]), 2),
         "machine": info,

@@ -1,23 +1,33 @@
-"""Shared fixtures: real SQLite files in tmp_path, the real app on a real loopback port."""
+"""Shared fixtures and helpers: real SQLite files in tmp_path, the real app on a real loopback port.
+
+Tests send, read and wait through the helpers here (one of each), and read through the store's
+repositories or the HTTP API, never through private attributes.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
+from fakes.agora_server import FakeAgora
 
-from agent_memory.web.app import create_app
-from agent_memory.settings import Settings
-from agent_memory.web.keys import STORE
-from agent_memory.store import SQLiteStore
+from agent_memory.core.domain import InboxEntry, Message, Session, Watch
+from agent_memory.platforms.agora.keys import POLLER
 from agent_memory.platforms.agora.signatures import agora_headers
+from agent_memory.settings import Settings
+from agent_memory.store import Store, open_store
+from agent_memory.store.sqlite import SQLiteStore, SQLiteTransaction
+from agent_memory.web.app import create_app
+from agent_memory.web.keys import JOBS, STORE
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SECRET = "test-notification-secret"
@@ -50,7 +60,7 @@ class Service:
         self.url = str(server.make_url("")).rstrip("/")
 
     @property
-    def store(self) -> SQLiteStore:
+    def store(self) -> Store:
         return self.server.app[STORE]
 
     async def callback(
@@ -122,6 +132,23 @@ async def service(start_service: Any) -> Service:
     return await start_service()
 
 
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    """An open store over a fresh database file, without the service around it."""
+    opened = open_store(Settings(db_path=db_path))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAgora]:
+    """The fake Agora REST server on loopback (test_condense's own `fake` is the fake LLM)."""
+    async with FakeAgora(app_id="app", customer_id="cid", customer_secret="csec") as server:
+        yield server
+
+
 def agent_event(
     event_type: int,
     agent_id: str,
@@ -167,12 +194,217 @@ def turns(count: int, *, start_ms: int = 1_763_690_000_000, prefix: str = "") ->
     return messages
 
 
-async def wait_for(check: Any, timeout: float = 15.0) -> Any:
-    """Await `check()` until it is truthy: a deadline for background work, not a timing assertion."""
+def said(*lines: str, start_ms: int = 1_763_690_000_000) -> list[dict[str, Any]]:
+    """Alternating user/assistant messages with the given contents, turn ids and ms timestamps."""
+    return [
+        {
+            "role": "user" if index % 2 == 0 else "assistant",
+            "content": line,
+            "turn_id": index // 2 + 1,
+            "timestamp": start_ms + index * 1000,
+        }
+        for index, line in enumerate(lines)
+    ]
+
+
+def conversation(
+    count: int, tag: str = "live", start: int = 0, base_ms: int = 1_795_000_000_000
+) -> list[dict[str, Any]]:
+    """Messages `start`..`count-1` of a live call: unique contents, ms timestamps, turn ids."""
+    messages = []
+    for index in range(start, count):
+        role = "user" if index % 2 == 0 else "assistant"
+        messages.append(
+            {
+                "role": role,
+                "content": f"{tag} {role} message {index}",
+                "turn_id": index // 2 + 1,
+                "timestamp": base_ms + index * 1000,
+                "metadata": {"source": "asr", "user": "1001"} if role == "user" else {"source": "llm"},
+            }
+        )
+    return messages
+
+
+# -- driving the service ---------------------------------------------------------------------
+
+
+async def deliver(
+    service: Service, *envelopes: dict[str, Any] | bytes, expect: str | tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """Send callbacks in order; each must be answered 200 (and with status `expect` when given).
+
+    Returns the last answer.
+    """
+    answer: dict[str, Any] = {}
+    for envelope in envelopes:
+        status, answer = await service.callback(envelope)
+        assert status == 200, answer
+        if expect is not None:
+            expected = (expect,) if isinstance(expect, str) else expect
+            assert answer["status"] in expected, answer
+    return answer
+
+
+async def load_conversations(service: Service, *names: str) -> None:
+    """Deliver every callback of the named fixtures/conversations files, in order."""
+    for name in names:
+        await deliver(service, *load_fixture(f"conversations/{name}.json"))
+
+
+async def seed(
+    service: Service, user: str, character: str, agent_id: str, contents: list[dict[str, Any]]
+) -> None:
+    """Store one 103 of `contents` for the pair; every message must be new."""
+    labels = {"user_id": user, "character_id": character}
+    answer = await deliver(
+        service, agent_event(103, agent_id, labels=labels, contents=contents), expect="done"
+    )
+    assert answer["new_messages"] == len(contents), answer
+
+
+async def condense(service: Service) -> None:
+    """Run every due condense job now and wait for them."""
+    await service.server.app[JOBS].run_due_now()
+
+
+async def poll(service: Service) -> None:
+    """Make every followed agent due now and run one poll sweep to completion."""
+
+    def due(tx: SQLiteTransaction) -> None:
+        tx.conn.execute("UPDATE watched_agents SET next_poll_ms = 0 WHERE status = 'watching'")
+
+    await on_sqlite(service.store).write(due)
+    await service.server.app[POLLER].run_due_now()
+
+
+def agora_settings(fake: FakeAgora, **overrides: Any) -> dict[str, Any]:
+    """Settings that point the service at the fake Agora, with every scheduler slowed to an hour."""
+    return {
+        "agora_app_id": "app",
+        "agora_customer_id": "cid",
+        "agora_customer_secret": "csec",
+        "agora_api_base": fake.base_url,
+        "agora_max_retries": 0,
+        "agora_timeout_s": 5,
+        "poll_interval_s": 3600,
+        "refresh_interval_s": 3600,
+        "summary_delay_s": 0,
+        "job_sweep_s": 3600,
+        **overrides,
+    }
+
+
+async def live(start_service: Any, fake: FakeAgora, **overrides: Any) -> Service:
+    """The service with Agora configured; its poll and condense schedulers paused."""
+    service: Service = await start_service(**agora_settings(fake, **overrides))
+    poller = service.server.app[POLLER]
+    assert poller.scheduler is not None, "the poller must start when Agora is configured"
+    poller.scheduler.pause()
+    jobs = service.server.app[JOBS]
+    if jobs.scheduler is not None:
+        jobs.scheduler.pause()
+    return service
+
+
+def pushed_list(update: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The system_messages of an agent update sent to Agora, which must carry nothing else."""
+    _, body = update
+    assert list(body) == ["properties"] and list(body["properties"]) == ["llm"]
+    return body["properties"]["llm"]["system_messages"]
+
+
+# -- reading what the service holds ----------------------------------------------------------
+
+
+async def stored(service: Service, agent_id: str) -> list[Message]:
+    """A session's stored items (turns and tool traffic), in order."""
+    return await service.store.read(lambda view: view.messages.of_session(agent_id))
+
+
+async def session_of(service: Service, agent_id: str) -> Session | None:
+    """The agent run's session, if one is stored."""
+    return await service.store.read(lambda view: view.sessions.get(agent_id))
+
+
+async def watch_of(service: Service, agent_id: str) -> Watch | None:
+    """How the service follows a running agent, if it does."""
+    return await service.store.read(lambda view: view.watches.get(agent_id))
+
+
+async def inbox_of(service: Service, notice_id: str) -> InboxEntry | None:
+    """The raw callback as received, by its noticeId."""
+    return await service.store.read(lambda view: view.inbox.get(notice_id))
+
+
+async def counts(service: Service) -> dict[str, int]:
+    """Rows held of each main kind (messages, sessions, facts, summaries, jobs, inbox)."""
+    return await service.store.read(lambda view: view.maintenance.counts())
+
+
+def on_sqlite(store: Store) -> SQLiteStore:
+    """The store as the SQLite backend it is in these tests, for the checks that run SQL."""
+    assert isinstance(store, SQLiteStore), store
+    return store
+
+
+async def integrity_check(store: Store) -> None:
+    """FTS5's own consistency check of each search index."""
+
+    def check(tx: SQLiteTransaction) -> None:
+        for table in ("messages", "facts", "summaries"):
+            tx.conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('integrity-check')")
+
+    await on_sqlite(store).write(check)
+
+
+def on_disk(db_path: Path | str) -> bytes:
+    """The database file and its WAL, as anyone with disk access reads them."""
+    path = Path(db_path)
+    wal = path.with_name(path.name + "-wal")
+    return b"".join(part.read_bytes() for part in (path, wal) if part.exists())
+
+
+def nearest_rank(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile, computed independently of the service's statistics."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
+
+
+def assert_error(status: int, body: dict[str, Any], expected_status: int, code: str) -> str:
+    """The one error shape, {"error": {"code", "message"}}, with this status and code; returns the message."""
+    assert status == expected_status, body
+    assert set(body) == {"error"} and set(body["error"]) >= {"code", "message"}, body
+    assert body["error"]["code"] == code, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
+    return body["error"]["message"]
+
+
+async def wait_for(
+    check: Callable[[], Any],
+    timeout: float = 15.0,
+    *,
+    failure: str = "condition not met before the deadline",
+) -> Any:
+    """Call (and await) `check()` until it is truthy: a deadline for background work, not a timing test."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        result = await check()
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
         if result:
             return result
         await asyncio.sleep(0.05)
-    raise AssertionError("condition not met before the deadline")
+    raise AssertionError(failure)
+
+
+def stored_message(seq: int, role: str, content: str, *, at_ms: int, **fields: Any) -> Message:
+    """A spoken turn as the store hands it back (to rendering, context and condensers)."""
+    values: dict[str, Any] = {
+        "id": seq, "agent_id": "agent-1", "user_id": "u-1", "character_id": "luna", "seq": seq,
+        "role": role, "kind": "turn", "content": content, "turn_id": (seq + 1) // 2,
+        "ts_ms": at_ms, "at_ms": at_ms, "source": None, "speaker": None, "interrupted": False,
+        "interrupt_ms": None, "original": None, "gap_before": False,
+    }  # fmt: skip
+    values.update(fields)
+    return Message(**values)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sqlite3
 import subprocess
 import sys
@@ -15,40 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import agent_event, load_fixture
+from conftest import agent_event, deliver, inbox_of, load_fixture, nearest_rank, stored
 from sqlite_utils import Database
 
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.platforms.agora.events import history_window
 from agent_memory.platforms.agora.payloads import HistoryResponse, to_ms
-from agent_memory.store import SQLiteStore
+from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
 
 TOOLS = "agora/103_tool_calls.json"
 STAGE_OF = {"asr": "asr_ttlw", "llm": "llm_ttfb", "tts": "tts_ttfb"}
-
-
-async def stored(service: Any, agent_id: str) -> list[dict[str, Any]]:
-    """Every stored row of a session, in order, with its extra JSON parsed."""
-    rows = await service.store.read(
-        lambda view: view._all("SELECT * FROM messages WHERE agent_id = ? ORDER BY seq", (agent_id,))
-    )
-    for row in rows:
-        row["extra"] = json.loads(row["extra"]) if row["extra"] else {}
-    return rows
-
-
-async def inbox(service: Any, notice_id: str) -> dict[str, Any]:
-    row = await service.store.read(lambda view: view.get_inbox(notice_id))
-    assert row is not None
-    return row
-
-
-async def send(service: Any, envelope: dict[str, Any], expected: str = "done") -> dict[str, Any]:
-    status, answer = await service.callback(envelope)
-    assert status == 200, answer
-    assert answer["status"] == expected, answer
-    return answer
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -57,11 +33,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "agent_memory.cli", *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-
-
-def nearest_rank(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
 
 
 def expected_summary(values: list[float]) -> dict[str, Any]:
@@ -82,32 +53,33 @@ def expected_summary(values: list[float]) -> dict[str, Any]:
 async def test_a_103_with_tool_calls_keeps_all_its_turns(service) -> None:
     envelope = load_fixture(TOOLS)
     contents = envelope["payload"]["contents"]
-    answer = await send(service, envelope)
+    answer = await deliver(service, envelope, expect="done")
     assert answer["new_messages"] == len(contents)
     rows = await stored(service, envelope["payload"]["agent_id"])
-    assert [row["kind"] for row in rows] == [
+    assert [row.kind for row in rows] == [
         "turn", "tool_call", "tool_result", "turn", "turn", "turn"
     ]  # fmt: skip
     for row, item in zip(rows, contents, strict=True):
-        assert row["role"] == item["role"]
-        assert row["turn_id"] == item["turn_id"]
-        assert row["ts_ms"] == to_ms(item["timestamp"])
-        if row["kind"] == "turn":
-            assert row["content"] == item["content"]
-            assert row["source"] == item["metadata"]["source"]
+        assert row.role == item["role"]
+        assert row.turn_id == item["turn_id"]
+        assert row.ts_ms == to_ms(item["timestamp"])
+        if row.kind == "turn":
+            assert row.content == item["content"]
+            assert row.source == item["metadata"]["source"]
         else:
             # Never said: no text a transcript or search could pick up; the data is in extra.
-            assert row["content"] == ""
-            assert row["extra"]["content"] == item["content"]
-    assert rows[1]["extra"]["tool_calls"] == contents[1]["tool_calls"]
-    assert rows[2]["extra"]["tool_call_id"] == contents[2]["tool_call_id"]
-    assert (await inbox(service, envelope["noticeId"]))["status"] == "done"
+            assert row.content == ""
+            assert row.extra["content"] == item["content"]
+    assert rows[1].extra["tool_calls"] == contents[1]["tool_calls"]
+    assert rows[2].extra["tool_call_id"] == contents[2]["tool_call_id"]
+    entry = await inbox_of(service, envelope["noticeId"])
+    assert entry is not None and entry.status == "done"
 
 
 async def test_tool_items_are_exposed_with_their_kind_and_never_spoken(service) -> None:
     envelope = load_fixture(TOOLS)
     contents = envelope["payload"]["contents"]
-    await send(service, envelope)
+    await deliver(service, envelope, expect="done")
     status, body = await service.api("GET", "/v1/users/u-tools/characters/luna/messages")
     assert status == 200, body
     messages = body["messages"]
@@ -142,18 +114,18 @@ async def test_tool_items_align_when_windows_overlap(service) -> None:
             for m in contents[:4]]  # fmt: skip
     first = agent_event(103, payload["agent_id"], notice_id="head", labels=payload["labels"],
                         contents=head)  # fmt: skip
-    assert (await send(service, first))["new_messages"] == 4
-    assert (await send(service, envelope))["new_messages"] == 2
+    assert (await deliver(service, first, expect="done"))["new_messages"] == 4
+    assert (await deliver(service, envelope, expect="done"))["new_messages"] == 2
     rows = await stored(service, payload["agent_id"])
     assert len(rows) == len(contents)
-    assert [r["turn_id"] for r in rows] == [m["turn_id"] for m in contents]  # enriched in place
+    assert [r.turn_id for r in rows] == [m["turn_id"] for m in contents]  # enriched in place
     # The same empty assistant content with another tool call is another message.
     other = json.loads(json.dumps(contents[:2]))
     other[1]["tool_calls"][0]["function"]["arguments"] = '{"city": "Lyon"}'
     other[1]["timestamp"] += 60_000
     later = agent_event(103, payload["agent_id"], notice_id="lyon", labels=payload["labels"],
                         contents=[*contents, other[1]])  # fmt: skip
-    assert (await send(service, later))["new_messages"] == 1
+    assert (await deliver(service, later, expect="done"))["new_messages"] == 1
 
 
 # A part that cannot be applied never discards the valid rest
@@ -172,19 +144,20 @@ async def test_unusable_items_are_set_aside_and_the_rest_is_applied(service, cap
     ]  # fmt: skip
     envelope = agent_event(103, "PARTIAL", labels={"user_id": "u-p", "character_id": "c"},
                            contents=contents)  # fmt: skip
-    answer = await send(service, envelope, "partial")
+    answer = await deliver(service, envelope, expect="partial")
     assert answer["new_messages"] == 3
     rows = await stored(service, "PARTIAL")
-    assert [(r["role"], r["kind"], r["content"]) for r in rows] == [
+    assert [(r.role, r.kind, r.content) for r in rows] == [
         ("user", "turn", "first"), ("assistant", "tool_call", ""), ("assistant", "turn", "last"),
     ]  # fmt: skip
     # The unreadable turn id is kept as sent; the message is not lost for it.
-    assert rows[2]["turn_id"] is None and rows[2]["extra"]["turn_id_as_sent"] == "not a number"
-    row = await inbox(service, envelope["noticeId"])
-    assert row["status"] == "partial"
-    assert json.loads(row["body"]) == envelope
+    assert rows[2].turn_id is None and rows[2].extra["turn_id_as_sent"] == "not a number"
+    row = await inbox_of(service, envelope["noticeId"])
+    assert row is not None
+    assert row.status == "partial"
+    assert json.loads(row.body) == envelope
     for index in (1, 2, 4):
-        assert f"contents[{index}]" in row["error"]
+        assert f"contents[{index}]" in row.error
     assert any("PARTIAL" in r.getMessage() and "contents[1]" in r.getMessage()
                for r in caplog.records if r.levelno == logging.WARNING)  # fmt: skip
     # A non-object payload still fails whole; both show in the stats.
@@ -199,9 +172,9 @@ async def test_unusable_items_are_set_aside_and_the_rest_is_applied(service, cap
 async def test_110_errors_that_are_not_objects_are_set_aside(service) -> None:
     envelope = load_fixture("agora/110_agent_error.json")
     envelope["payload"]["errors"].append("garbage")
-    await send(service, envelope, "partial")
-    s = await service.store.read(lambda view: view.get_session(envelope["payload"]["agent_id"]))
-    assert s["error_count"] == 2
+    await deliver(service, envelope, expect="partial")
+    s = await service.store.read(lambda view: view.sessions.get(envelope["payload"]["agent_id"]))
+    assert s.error_count == 2
 
 
 def test_reprocess_recovers_what_an_older_version_failed(tmp_path: Path) -> None:
@@ -244,7 +217,7 @@ def test_reprocess_recovers_what_an_older_version_failed(tmp_path: Path) -> None
 async def test_documented_111_yields_latency_percentiles_per_stage(service) -> None:
     envelope = load_fixture("agora/111_agent_metrics.json")
     metrics = envelope["payload"]["metrics"]
-    await send(service, envelope)
+    await deliver(service, envelope, expect="done")
     status, stats = await service.api("GET", "/v1/stats")
     assert status == 200, stats
     for name in ("asr_ttlw", "llm_ttfb", "tts_ttfb"):
@@ -267,8 +240,8 @@ async def test_documented_112_records_turn_timing_and_truncation(service, caplog
     # A 111 for the same turn first: a metric both name is counted once.
     first = agent_event(111, payload["agent_id"], notice_id="m-111",
                         metrics=[{"turn_id": 1, "tts_ttfb": 300, "asr_ttlw": 200, "llm_ttfb": 400}])  # fmt: skip
-    await send(service, first)
-    await send(service, envelope)
+    await deliver(service, first, expect="done")
+    await deliver(service, envelope, expect="done")
     status, body = await service.api("GET", f"/v1/sessions/{payload['agent_id']}")
     assert status == 200, body
     assert body["session"]["turn_count"] == payload["total_turn_count"]
@@ -283,15 +256,15 @@ async def test_documented_112_records_turn_timing_and_truncation(service, caplog
     stages = stats["latency_stages_ms"]
     assert stages["end_to_end"]["max"] == turn["metrics"]["e2e_latency_ms"]
     assert stages["end_to_end"]["derived"] == 0  # measured by Agora
-    rows = await service.store.read(lambda view: view._all(
-        "SELECT metric, at_ms FROM agent_metrics WHERE metric = 'e2e_latency_ms'"))  # fmt: skip
-    assert rows == [{"metric": "e2e_latency_ms", "at_ms": turn["start"]["start_at"]}]
+    rows = await service.store.read(lambda view: view.conn.execute(
+        "SELECT metric, at_ms FROM agent_metrics WHERE metric = 'e2e_latency_ms'").fetchall())  # fmt: skip
+    assert [tuple(row) for row in rows] == [("e2e_latency_ms", turn["start"]["start_at"])]
 
 
 async def test_early_shapes_of_111_and_112_are_still_read(service) -> None:
-    await send(service, load_fixture("agora/tolerance_111_turns_shape.json"))
+    await deliver(service, load_fixture("agora/tolerance_111_turns_shape.json"), expect="done")
     old = load_fixture("agora/tolerance_112_start_stop_ts_shape.json")
-    await send(service, old)
+    await deliver(service, old, expect="done")
     status, stats = await service.api("GET", "/v1/stats")
     assert status == 200, stats
     durations = [float(t["stop_ts"] - t["start_ts"]) for t in old["payload"]["turns"]]
@@ -306,12 +279,12 @@ async def test_early_shapes_of_111_and_112_are_still_read(service) -> None:
 
 async def test_104_is_recorded_on_the_session_with_a_warning(service, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
-    await send(service, load_fixture("agora/101_agent_joined.json"))
+    await deliver(service, load_fixture("agora/101_agent_joined.json"), expect="done")
     warning = load_fixture("agora/104_token_expiring.json")
     agent = warning["payload"]["agent_id"]
     _status, body = await service.api("GET", f"/v1/sessions/{agent}")
     assert body["session"]["token_expiring"] is False and body["session"]["token_warning_ms"] is None
-    await send(service, warning)
+    await deliver(service, warning, expect="done")
     _status, body = await service.api("GET", f"/v1/sessions/{agent}")
     assert body["session"]["token_expiring"] is True
     assert body["session"]["token_warning_ms"] == warning["notifyMs"]
@@ -323,13 +296,13 @@ async def test_104_is_recorded_on_the_session_with_a_warning(service, caplog) ->
 async def test_speech_start_dates_a_custom_llm_message(service) -> None:
     envelope = load_fixture("agora/103_custom_llm_speech_times.json")
     contents = envelope["payload"]["contents"]
-    await send(service, envelope)
+    await deliver(service, envelope, expect="done")
     rows = await stored(service, envelope["payload"]["agent_id"])
-    assert [r["ts_ms"] for r in rows] == [m["speech_start_ms"] for m in contents]
-    assert [r["at_ms"] for r in rows] == [m["speech_start_ms"] for m in contents]
+    assert [r.ts_ms for r in rows] == [m["speech_start_ms"] for m in contents]
+    assert [r.at_ms for r in rows] == [m["speech_start_ms"] for m in contents]
     for row, item in zip(rows, contents, strict=True):
         for name in ("speech_start_ms", "speech_end_ms", "speech_algorithmic_delay"):
-            assert row["extra"].get(name) == item.get(name)
+            assert row.extra.get(name) == item.get(name)
     _status, body = await service.api("GET", "/v1/users/u-custom/characters/luna/messages")
     assert [(m["ts_ms"], m["timestamp_known"]) for m in body["messages"]] == [
         (m["speech_start_ms"], True) for m in contents
@@ -345,9 +318,9 @@ async def test_speech_start_is_read_by_magnitude_and_a_timestamp_wins(service) -
     ]  # fmt: skip
     envelope = agent_event(103, "SPEECH", labels={"user_id": "u-s", "character_id": "c"},
                            contents=contents, start_ts=start_ts)  # fmt: skip
-    await send(service, envelope)
+    await deliver(service, envelope, expect="done")
     rows = await stored(service, "SPEECH")
-    assert [r["ts_ms"] for r in rows] == [
+    assert [r.ts_ms for r in rows] == [
         start_ts * 1000 + 4_250, 1_763_690_012_346, 1_763_690_020_000
     ]  # fmt: skip
 
@@ -355,21 +328,25 @@ async def test_speech_start_is_read_by_magnitude_and_a_timestamp_wins(service) -
 async def test_turn_id_zero_fills_a_missing_turn_id(service) -> None:
     labels = {"user_id": "u-zero", "character_id": "c"}
     bare = [{"role": "assistant", "content": "Hello there."}, {"role": "user", "content": "Hi."}]
-    await send(service, agent_event(103, "ZERO", notice_id="bare", labels=labels, contents=bare))
+    await deliver(
+        service, agent_event(103, "ZERO", notice_id="bare", labels=labels, contents=bare), expect="done"
+    )
     full = [{**bare[0], "turn_id": 0}, {**bare[1], "turn_id": 1}]
-    answer = await send(service, agent_event(103, "ZERO", notice_id="full", labels=labels, contents=full))
+    answer = await deliver(
+        service, agent_event(103, "ZERO", notice_id="full", labels=labels, contents=full), expect="done"
+    )
     assert answer["new_messages"] == 0
-    assert [r["turn_id"] for r in await stored(service, "ZERO")] == [0, 1]
+    assert [r.turn_id for r in await stored(service, "ZERO")] == [0, 1]
 
 
 async def test_a_docs_portal_envelope_with_product_1_is_read(service, caplog) -> None:
     caplog.set_level(logging.INFO, logger="agent_memory.platforms.agora.events")
     envelope = load_fixture("agora/docs_portal_103_product_1.json")
     payload = envelope["payload"]
-    answer = await send(service, envelope)
+    answer = await deliver(service, envelope, expect="done")
     assert answer["new_messages"] == len(payload["contents"])
     rows = await stored(service, payload["agent_id"])
-    assert [(r["role"], r["content"]) for r in rows] == [
+    assert [(r.role, r.content) for r in rows] == [
         (m["role"], m["content"]) for m in payload["contents"]
     ]
     assert any("productId 1" in r.getMessage() and payload["agent_id"] in r.getMessage()
@@ -379,14 +356,14 @@ async def test_a_docs_portal_envelope_with_product_1_is_read(service, caplog) ->
 async def test_rtc_and_other_products_are_kept_not_used_and_logged(service, caplog) -> None:
     caplog.set_level(logging.INFO, logger="agent_memory.platforms.agora.events")
     rtc = load_fixture("agora/tolerance_rtc_111_product_1.json")
-    await send(service, rtc, "ignored")
+    await deliver(service, rtc, expect="ignored")
     recording = agent_event(103, "REC-1", contents=[{"role": "user", "content": "x"}])
     recording["productId"] = 3
-    await send(service, recording, "ignored")
+    await deliver(service, recording, expect="ignored")
     not_ours = agent_event(105, "RTC-AGENT")
     not_ours["productId"] = 1
-    await send(service, not_ours, "ignored")
-    counts = await service.store.read(lambda view: view.counts())
+    await deliver(service, not_ours, expect="ignored")
+    counts = await service.store.read(lambda view: view.maintenance.counts())
     assert (counts["sessions"], counts["messages"], counts["inbox"]) == (0, 0, 3)
     levels = {r.levelno for r in caplog.records if rtc["noticeId"] in r.getMessage()}
     assert levels == {logging.INFO}
@@ -413,11 +390,11 @@ def test_a_database_from_before_message_kinds_opens_and_keeps_working(tmp_path: 
     store = SQLiteStore(path)
     store.open()
     try:
-        rows = store.read_now(lambda view: view.latest_messages("u-old", "luna", 10))
-        assert [(r["kind"], r["content"]) for r in rows] == [("turn", "an old line")]
-        session = store.read_now(lambda view: view.get_session("OLD"))
-        assert (session["token_warning_ms"], session["turns_truncated"]) == (None, 0)
-        names = store.read_now(lambda view: view.schema_migrations())
+        rows = store.read_now(lambda view: view.messages.latest("u-old", "luna", 10))
+        assert [(r.kind, r.content) for r in rows] == [("turn", "an old line")]
+        session = store.read_now(lambda view: view.sessions.get("OLD"))
+        assert (session.token_warning_ms, session.turns_truncated) == (None, False)
+        names = store.read_now(lambda view: view.maintenance.schema())
         assert {"m006_message_kinds", "m007_session_notices"} <= set(names)
     finally:
         store.close()
@@ -427,7 +404,7 @@ def test_a_database_from_before_message_kinds_opens_and_keeps_working(tmp_path: 
 async def test_odd_content_never_fails_a_message(service, content) -> None:
     envelope = agent_event(103, "ODD", labels={"user_id": "u-odd", "character_id": "c"},
                            contents=[{"role": "user", "content": content}])  # fmt: skip
-    await send(service, envelope)
+    await deliver(service, envelope, expect="done")
     assert len(await stored(service, "ODD")) == 1
 
 
@@ -444,7 +421,7 @@ async def test_a_polled_window_with_a_bad_item_keeps_the_rest(tmp_path: Path, ma
         window = history_window("POLLED", answer)
         outcome = await store.write(lambda tx: ingestor.merge_window(tx, window, 1))
         assert (outcome.status, outcome.new_messages) == ("partial", 2)
-        rows = store.read_now(lambda view: view.session_messages("POLLED"))
-        assert [r["content"] for r in rows] == ["one", "two"]
+        rows = store.read_now(lambda view: view.messages.of_session("POLLED"))
+        assert [r.content for r in rows] == ["one", "two"]
     finally:
         store.close()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 from collections import defaultdict
 from typing import Any
 
 import pytest
-from conftest import CONVERSATIONS, agent_event, load_fixture
+from conftest import CONVERSATIONS, agent_event, deliver, load_conversations, load_fixture, nearest_rank
 
 from agent_memory.cli import main
 from agent_memory.platforms.agora.payloads import to_ms
@@ -68,11 +67,6 @@ def expected_for(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def nearest_rank(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[math.ceil(fraction * len(ordered)) - 1]
-
-
 def metrics_envelopes(
     runs: dict[str, dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
@@ -93,21 +87,14 @@ def metrics_envelopes(
     return envelopes, values
 
 
-async def deliver(service: Any, envelopes: list[dict[str, Any]]) -> None:
-    for envelope in envelopes:
-        status, body = await service.callback(envelope)
-        assert status == 200, body
-
-
 async def loaded(
     service: Any,
 ) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, str], list[float]]]:
     runs = fixture_sessions()
-    for name in CONVERSATIONS:
-        await deliver(service, load_fixture(f"conversations/{name}.json"))
+    await load_conversations(service, *CONVERSATIONS)
     envelopes, values = metrics_envelopes(runs)
-    await deliver(service, envelopes)
-    await deliver(service, envelopes[:2])  # redelivered: the same noticeIds, counted once
+    await deliver(service, *envelopes)
+    await deliver(service, *envelopes[:2])  # redelivered: the same noticeIds, counted once
     return runs, values
 
 
@@ -161,8 +148,7 @@ async def test_favourite_characters_are_ordered_by_sessions_then_messages(servic
         return agent_event(103, agent_id, labels=labels, contents=contents, stop_ts=1_763_690_060)
 
     await deliver(
-        service,
-        [run("F1", "luna", 2), run("F2", "atlas", 1), run("F3", "atlas", 1), run("F4", "mira", 5)],
+        service, run("F1", "luna", 2), run("F2", "atlas", 1), run("F3", "atlas", 1), run("F4", "mira", 5)
     )
     _status, stats = await service.api("GET", "/v1/users/u-fan/stats")
     assert [(c["character_id"], c["sessions"], c["messages"]) for c in stats["favourite_characters"]] == [
@@ -228,7 +214,7 @@ async def test_a_time_window_counts_only_the_sessions_started_in_it(service) -> 
 
 async def test_111_metrics_are_kept_per_turn_and_a_resent_turn_replaces(service) -> None:
     # The early `payload.turns` shape is still read (tolerance fixture).
-    await deliver(service, [load_fixture("agora/tolerance_111_turns_shape.json")])
+    await deliver(service, load_fixture("agora/tolerance_111_turns_shape.json"))
     metrics = [
         {"turn_id": 3, "asr_ttlw": 500, "llm_ttfb": "600", "llm_ttfs": None, "tts_ttfb": True},
         {"turn_id": "4", "asr_ttlw": 100, "custom_ms": 7},
@@ -308,6 +294,6 @@ async def test_talk_time_leaves_out_runs_with_placeholder_times(service) -> None
                        start_ts=1_763_690_000, stop_ts=1_763_690_300, status="STOPPED")  # fmt: skip
     placeholder = agent_event(102, "DOCS", labels={"user_id": "u-t", "character_id": "luna"},
                               start_ts=1000, stop_ts=1_672_531_200, status="STOPPED")  # fmt: skip
-    await deliver(service, [real, placeholder])
+    await deliver(service, real, placeholder)
     _status, stats = await service.api("GET", "/v1/users/u-t/stats")
     assert stats["sessions"] == 2 and stats["talk_ms"] == 300_000

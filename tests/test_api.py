@@ -6,12 +6,23 @@ import asyncio
 import json
 import sqlite3
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from conftest import TOKEN, agent_event, load_fixture, turns
+from conftest import (
+    TOKEN,
+    agent_event,
+    assert_error,
+    counts,
+    deliver,
+    load_conversations,
+    load_fixture,
+    on_disk,
+    said,
+    seed,
+    turns,
+    wait_for,
+)
 from fakes.openai_server import FakeOpenAI
 
 from agent_memory.core.tokens import count_message_tokens
@@ -21,48 +32,11 @@ PERSONA = "You are Luna, a warm and curious companion. Keep answers short."
 FILLER = "and then we talked for a while about the weather, the city and the weekend plans"
 
 
-async def deliver(service: Any, envelope: dict[str, Any]) -> dict[str, Any]:
-    status, answer = await service.callback(envelope)
-    assert status == 200, answer
-    return answer
-
-
-async def seed(
-    service: Any, user: str, character: str, agent_id: str, contents: list[dict[str, Any]]
-) -> None:
-    answer = await deliver(
-        service,
-        agent_event(103, agent_id, labels={"user_id": user, "character_id": character}, contents=contents),
-    )
-    assert answer["status"] == "done" and answer["new_messages"] == len(contents)
-
-
-def said(*lines: str, start_ms: int = 1_763_690_000_000) -> list[dict[str, Any]]:
-    """Alternating user/assistant messages with the given contents."""
-    return [
-        {
-            "role": "user" if index % 2 == 0 else "assistant",
-            "content": line,
-            "turn_id": index // 2 + 1,
-            "timestamp": start_ms + index * 1000,
-        }
-        for index, line in enumerate(lines)
-    ]
-
-
 def long_turns(count: int) -> list[dict[str, Any]]:
     messages = turns(count)
     for index, message in enumerate(messages):
         message["content"] = f"{message['content']} {FILLER} (#{index})"
     return messages
-
-
-def assert_error(status: int, body: dict[str, Any], expected_status: int, code: str) -> str:
-    assert status == expected_status, body
-    assert set(body) == {"error"} and set(body["error"]) >= {"code", "message"}, body
-    assert body["error"]["code"] == code, body
-    assert body["error"]["message"]
-    return body["error"]["message"]
 
 
 async def system_messages(service: Any, user: str, character: str, **params: Any) -> dict[str, Any]:
@@ -100,7 +74,7 @@ async def test_a_refused_request_writes_nothing(service):
         "POST", "/v1/users/u/characters/c/facts", token="wrong", json={"text": "sneaky"}
     )
     assert_error(status, body, 401, "unauthorized")
-    assert (await service.store.read(lambda v: v.counts()))["facts"] == 0
+    assert (await counts(service))["facts"] == 0
 
 
 async def test_without_a_configured_token_v1_is_open(start_service):
@@ -249,8 +223,7 @@ async def test_interrupted_reply_is_rendered_with_the_unheard_rest(service):
 
 
 async def test_several_speakers_in_one_channel_are_told_apart(service):
-    for envelope in load_fixture("conversations/multiuser_channel.json"):
-        await deliver(service, envelope)
+    await load_conversations(service, "multiuser_channel")
     transcript = (await system_messages(service, "u-team", "host"))["system_messages"][-1]["content"]
     assert "User 2001: Hi, it's Jordan." in transcript
     assert "User 2002: Priya here, hi!" in transcript
@@ -343,9 +316,9 @@ async def test_facts_add_list_render_and_delete(service):
     ]  # fmt: skip
     status, body = await service.api("GET", "/v1/users/u-facts/characters/kai/facts")
     assert {f["text"] for f in body["facts"]} == {"Plays chess with Kai", "Lives in Lisbon"}
-    rows = await service.store.read(lambda v: v.list_facts("u-facts", "luna"))
-    assert {(r["character_id"], r["text"]) for r in rows} == {
-        ("luna", "Has an exam on the 22nd"), ("", "Lives in Lisbon"),
+    rows = await service.store.read(lambda v: v.facts.of_pair("u-facts", "luna"))
+    assert {(r.character_id, r.text) for r in rows} == {
+        ("luna", "Has an exam on the 22nd"), (None, "Lives in Lisbon"),
     }  # fmt: skip
 
     rendered = (await system_messages(service, "u-facts", "luna"))["system_messages"][0]["content"]
@@ -354,7 +327,7 @@ async def test_facts_add_list_render_and_delete(service):
 
     status, body = await service.api("DELETE", f"/v1/facts/{fact['id']}")
     assert (status, body) == (200, {"deleted": fact["id"]})
-    assert await service.store.read(lambda v: v.get_fact(fact["id"])) is None
+    assert await service.store.read(lambda v: v.facts.get(fact["id"])) is None
     status, body = await service.api("DELETE", f"/v1/facts/{fact['id']}")
     assert str(fact["id"]) in assert_error(status, body, 404, "not_found")
     status, body = await service.api("GET", f"{pair}/facts")
@@ -395,7 +368,7 @@ async def test_delete_fact_with_an_impossible_id_is_a_client_error(service, raw)
 async def test_invalid_fact_body_is_refused(service, kwargs, status, code, mentions):
     got, body = await service.api("POST", "/v1/users/u/characters/c/facts", **kwargs)
     assert mentions in assert_error(got, body, status, code)
-    assert (await service.store.read(lambda v: v.counts()))["facts"] == 0
+    assert (await counts(service))["facts"] == 0
 
 
 # sessions
@@ -419,8 +392,7 @@ async def test_known_session_reports_who_and_how(service):
 
 
 async def test_binding_moves_an_unlabelled_session_to_the_new_pair(service):
-    for envelope in load_fixture("conversations/nolabels.json"):
-        await deliver(service, envelope)
+    await load_conversations(service, "nolabels")
     agent = "Y4DQXL6904KUVE06GXOQ2AQHB"
     status, body = await service.api("GET", "/v1/users/rtc:3003/characters/default/messages")
     assert len(body["messages"]) == 9
@@ -434,8 +406,8 @@ async def test_binding_moves_an_unlabelled_session_to_the_new_pair(service):
     assert len(body["messages"]) == 9 and all(m["agent_id"] == agent for m in body["messages"])
     status, body = await service.api("GET", "/v1/users/rtc:3003/characters/default/messages")
     assert body["messages"] == []
-    rows = await service.store.read(lambda v: v.session_messages(agent))
-    assert {(r["user_id"], r["character_id"]) for r in rows} == {("u-carol", "luna")}
+    rows = await service.store.read(lambda v: v.messages.of_session(agent))
+    assert {(r.user_id, r.character_id) for r in rows} == {("u-carol", "luna")}
     status, body = await service.api("GET", f"/v1/sessions/{agent}")
     assert (body["session"]["user_id"], body["session"]["identity_source"]) == ("u-carol", "binding")
     # A later unlabelled callback of the run does not move it back to the fallback.
@@ -452,28 +424,18 @@ async def test_binding_before_any_callback_places_the_session(service):
     await deliver(service, agent_event(103, "EARLY-1", contents=turns(4)))
     status, body = await service.api("GET", "/v1/users/u-early/characters/kai/messages")
     assert len(body["messages"]) == 4
-    session = await service.store.read(lambda v: v.get_session("EARLY-1"))
-    assert session["identity_source"] == "binding"
+    session = await service.store.read(lambda v: v.sessions.get("EARLY-1"))
+    assert session is not None and session.identity_source == "binding"
 
 
 @pytest.mark.parametrize("payload", [{}, {"user_id": "u"}, {"user_id": "", "character_id": "c"}])
 async def test_invalid_bind_body_is_422(service, payload):
     status, body = await service.api("POST", "/v1/sessions/X/bind", json=payload)
     assert_error(status, body, 422, "invalid_field")
-    assert await service.store.read(lambda v: v.get_binding("X")) is None
+    assert await service.store.read(lambda v: v.bindings.of_agent("X")) is None
 
 
 # forgetting
-
-
-def db_bytes(service: Any) -> bytes:
-    """The raw bytes of the database file and its WAL, as anyone with disk access sees them."""
-    path = Path(service.settings.db_path)
-    data = path.read_bytes()
-    wal = path.with_name(path.name + "-wal")
-    if wal.exists():
-        data += wal.read_bytes()
-    return data
 
 
 def found(data: bytes, marker: str) -> bool:
@@ -523,7 +485,7 @@ async def seed_forget_world(service: Any) -> dict[str, dict[str, Any]]:
     ):
         status, _ = await service.api("POST", path, json={"text": text, "scope": scope})
         assert status == 201
-    data = db_bytes(service)
+    data = on_disk(service.settings.db_path)
     for marker in (GONE_EN, GONE_ZH, GONE_FACT, GONE_USER_FACT, KEEP_EN, KEEP_ZH):
         assert found(data, marker), f"{marker} is not on disk"  # the scan can see what is stored
     return envelopes
@@ -551,9 +513,9 @@ async def test_forget_a_pair_removes_it_and_keeps_the_rest(service):
     status, body = await service.api("GET", "/v1/sessions/GONE-KAI")
     assert status == 200
 
-    row = await service.store.read(lambda v: v.get_inbox(envelopes["gone-luna"]["noticeId"]))
-    assert row is not None and row["status"] == "forgotten" and row["body"] == ""
-    data = db_bytes(service)
+    row = await service.store.read(lambda v: v.inbox.get(envelopes["gone-luna"]["noticeId"]))
+    assert row is not None and row.status == "forgotten" and row.body == ""
+    data = on_disk(service.settings.db_path)
     for marker in (GONE_EN, GONE_ZH, GONE_FACT):
         assert not found(data, marker), f"{marker} is still on disk"
     for marker in (KEEP_EN, KEEP_ZH, GONE_USER_FACT):
@@ -577,7 +539,7 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
         assert body["system_messages"] == []
     status, body = await service.api("GET", "/v1/users/u-keep/characters/luna/messages")
     assert len(body["messages"]) == 30
-    stored = await service.store.read(lambda v: v.counts())
+    stored = await counts(service)
     assert (stored["messages"], stored["sessions"], stored["facts"], stored["jobs"]) == (30, 1, 1, 1)
     with closing(sqlite3.connect(f"file:{service.settings.db_path}?mode=ro", uri=True)) as conn:
         statuses = dict(
@@ -587,7 +549,7 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
     assert statuses == {"GONE-LUNA": "forgotten", "GONE-KAI": "forgotten", "KEEP-LUNA": "done"}
     assert leftovers == 0
 
-    data = db_bytes(service)
+    data = on_disk(service.settings.db_path)
     for marker in (GONE_EN, GONE_ZH, GONE_FACT, GONE_USER_FACT):
         assert not found(data, marker), f"{marker} is still on disk"
     for marker in (KEEP_EN, KEEP_ZH):
@@ -600,9 +562,9 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
     assert (status, answer["status"], answer["new_messages"]) == (200, "duplicate", 0)
     status, body = await service.api("GET", "/v1/users/u-gone/characters/luna/messages")
     assert body["messages"] == []
-    assert await service.store.read(lambda v: v.get_session("GONE-LUNA")) is None
+    assert await service.store.read(lambda v: v.sessions.get("GONE-LUNA")) is None
     await service.store.checkpoint()
-    data = db_bytes(service)
+    data = on_disk(service.settings.db_path)
     assert not found(data, GONE_EN), "redelivery brought the text back"
     assert not found(data, GONE_ZH), "redelivery brought the text back"
 
@@ -616,12 +578,12 @@ async def test_forget_a_user_also_wipes_raw_callbacks_applied_in_part(service):
                            contents=contents)  # fmt: skip
     answer = await deliver(service, envelope)
     assert answer["status"] == "partial"
-    assert found(db_bytes(service), GONE_EN), "the raw body is stored"
+    assert found(on_disk(service.settings.db_path), GONE_EN), "the raw body is stored"
     status, _ = await service.api("DELETE", "/v1/users/u-gone")
     assert status == 200
-    row = await service.store.read(lambda v: v.get_inbox(envelope["noticeId"]))
-    assert row is not None and GONE_EN not in row["body"]
-    assert not found(db_bytes(service), GONE_EN), "the failed callback's text is still on disk"
+    row = await service.store.read(lambda v: v.inbox.get(envelope["noticeId"]))
+    assert row is not None and GONE_EN not in row.body
+    assert not found(on_disk(service.settings.db_path), GONE_EN), "the failed callback's text is still on disk"
 
 
 class GatedOpenAI(FakeOpenAI):
@@ -632,10 +594,9 @@ class GatedOpenAI(FakeOpenAI):
         self.arrived = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def _chat_completions(self, request: web.Request) -> web.Response:
+    async def before_answer(self, body: dict[str, Any]) -> None:
         self.arrived.set()
         await self.release.wait()
-        return await super()._chat_completions(request)
 
 
 # A condense result whose pair was forgotten while the model answered is dropped, not stored.
@@ -658,7 +619,7 @@ async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back
         await asyncio.wait_for(service.server.app[JOBS].drained(), 10)
         assert llm.calls == 1
         stored = await service.store.read(
-            lambda v: (v.get_summary("u-race", "luna"), v.list_facts("u-race", "luna"))
+            lambda v: (v.summaries.get("u-race", "luna"), v.facts.of_pair("u-race", "luna"))
         )
         assert stored == (None, [])
         status, body = await service.api("GET", "/v1/users/u-race/characters/luna/system-messages")
@@ -669,12 +630,13 @@ async def condensed(service: Any, user: str, character: str) -> dict[str, Any]:
     """Ask for the pair's condense now and wait until its summary is committed."""
     status, _ = await service.api("POST", f"/v1/users/{user}/characters/{character}/condense")
     assert status == 202
-    for _ in range(400):
-        status, body = await service.api("GET", f"/v1/users/{user}/characters/{character}/summary")
-        if body["summary"] is not None and body["messages_not_yet_covered"] == 0:
-            return body
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"{user}/{character} was not condensed")
+
+    async def covered() -> dict[str, Any] | None:
+        _status, body = await service.api("GET", f"/v1/users/{user}/characters/{character}/summary")
+        return body if body["summary"] is not None and body["messages_not_yet_covered"] == 0 else None
+
+    body: dict[str, Any] = await wait_for(covered, 10, failure=f"{user}/{character} was not condensed")
+    return body
 
 
 NOLABELS_AGENT = "Y4DQXL6904KUVE06GXOQ2AQHB"
@@ -685,8 +647,7 @@ NOLABELS_PHRASE = "Edinburgh every Friday"
 # leaves nothing of it under the session's earlier (fallback) pair.
 async def test_binding_a_condensed_session_takes_its_memory_along(start_service):
     service = await start_service(job_sweep_s=0.05)
-    for envelope in load_fixture("conversations/nolabels.json"):
-        await deliver(service, envelope)
+    await load_conversations(service, "nolabels")
     summary = await condensed(service, "rtc:3003", "default")
     assert NOLABELS_PHRASE in summary["summary"]["text"]  # the fallback pair was condensed
     status, _ = await service.api(
@@ -699,14 +660,13 @@ async def test_binding_a_condensed_session_takes_its_memory_along(start_service)
     rendered = await system_messages(service, "rtc:3003", "default")
     assert NOLABELS_PHRASE not in json.dumps(rendered)
     # ... and u-carol's words are gone from disk.
-    assert not found(db_bytes(service), NOLABELS_PHRASE), f"{NOLABELS_PHRASE!r} is still on disk"
+    assert not found(on_disk(service.settings.db_path), NOLABELS_PHRASE), f"{NOLABELS_PHRASE!r} is still on disk"
 
 
 # Messages bound into a pair whose summary is past their ids still count as not yet covered.
 async def test_messages_bound_into_a_condensed_pair_are_not_counted_as_covered(start_service):
     service = await start_service(job_sweep_s=0.05)
-    for envelope in load_fixture("conversations/nolabels.json"):  # ids 1..9, at rtc:3003
-        await deliver(service, envelope)
+    await load_conversations(service, "nolabels")  # ids 1..9, at rtc:3003
     await seed(service, "u-carol", "luna", "CAROL-LATER", turns(6))  # ids 10..15
     await condensed(service, "u-carol", "luna")
     status, _ = await service.api(

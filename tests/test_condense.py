@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from conftest import stored_message
 
 from agent_memory.condense import make_condenser
 from agent_memory.condense.base import (
@@ -22,6 +23,7 @@ from agent_memory.condense.base import (
 from agent_memory.condense.offline import OfflineCondenser
 from agent_memory.condense.openai_compatible import LLMCondenser
 from agent_memory.condense.prompt import output_json_schema
+from agent_memory.core.domain import Message
 from agent_memory.core.facts import MAX_FACT_CHARS
 from agent_memory.core.render import render_transcript
 from agent_memory.errors import LLMBadOutput, LLMError, LLMUnavailable
@@ -31,16 +33,13 @@ from tests.fakes.openai_server import FakeOpenAI, Reply, estimate_prompt_tokens
 DAY_MS = 1_793_736_900_000  # 2026-11-03 20:15 UTC
 
 
-def msg(seq: int, role: str, content: str, **extra: Any) -> dict[str, Any]:
-    """A stored message dict as the store hands it to condensers."""
-    at = DAY_MS + seq * 7_000
-    return {
-        "id": seq, "agent_id": "agent-1", "user_id": "u-alice", "character_id": "luna",
-        "seq": seq, "role": role, "content": content, "turn_id": (seq + 1) // 2,
-        "ts_ms": at, "at_ms": at, "source": "asr" if role == "user" else "llm",
-        "speaker": "1001" if role == "user" else None, "interrupted": 0, "interrupt_ms": None,
-        "original": None, "gap_before": 0, **extra,
-    }  # fmt: skip
+def msg(seq: int, role: str, content: str, **extra: Any) -> Message:
+    """Alice's message as the store hands it to condensers."""
+    return stored_message(
+        seq, role, content, at_ms=DAY_MS + seq * 7_000, user_id="u-alice",
+        source="asr" if role == "user" else "llm", speaker="1001" if role == "user" else None,
+        **extra,
+    )  # fmt: skip
 
 
 FACTS = [
@@ -55,7 +54,7 @@ CONVERSATION = [
         3,
         "assistant",
         "The 22nd, so about two weeks",
-        interrupted=1,
+        interrupted=True,
         original="The 22nd, so about two weeks from now. We can start practising tonight.",
     ),
     msg(4, "user", "I switched to day shifts, by the way."),
@@ -68,7 +67,7 @@ GOOD = {
 }
 
 
-def job(messages: list[dict[str, Any]] = CONVERSATION, **overrides: Any) -> CondenseInput:
+def job(messages: list[Message] = CONVERSATION, **overrides: Any) -> CondenseInput:
     """A condensing job for Alice and Luna."""
     values: dict[str, Any] = {
         "user_id": "u-alice",

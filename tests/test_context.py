@@ -1,8 +1,10 @@
 """The context builder: order, budget, determinism."""
 
 import pytest
+from conftest import stored_message
 
 from agent_memory.core.context import build_context
+from agent_memory.core.domain import Fact, Summary
 from agent_memory.errors import InvalidField
 from agent_memory.core.tokens import count_message_tokens
 
@@ -10,23 +12,24 @@ DAY = 1_763_690_000_000
 
 
 def message(index, content=None, **extra):
-    row = {
-        "id": index, "role": "user" if index % 2 == 0 else "assistant",
-        "content": content if content is not None else f"message number {index} about the garden",
-        "ts_ms": DAY + index * 60_000, "at_ms": DAY + index * 60_000, "speaker": None,
-        "interrupted": 0, "original": None, "gap_before": 0,
-    }  # fmt: skip
-    row.update(extra)
-    return row
+    role = "user" if index % 2 == 0 else "assistant"
+    text = content if content is not None else f"message number {index} about the garden"
+    return stored_message(index, role, text, at_ms=DAY + index * 60_000, turn_id=None, **extra)
+
+
+def fact(id_, text, pinned, updated_ms):
+    return Fact(id_, "u", "luna", text, pinned, "manual" if pinned else "llm", 1, updated_ms)
 
 
 FACTS = [
-    {"id": 1, "text": "The user's cat is called Miso", "pinned": 1, "updated_ms": 1},
-    {"id": 2, "text": "The user's exam is on the 22nd", "pinned": 0, "updated_ms": 5},
-    {"id": 3, "text": "The user works night shifts", "pinned": 0, "updated_ms": 3},
+    fact(1, "The user's cat is called Miso", pinned=True, updated_ms=1),
+    fact(2, "The user's exam is on the 22nd", pinned=False, updated_ms=5),
+    fact(3, "The user works night shifts", pinned=False, updated_ms=3),
 ]
-SUMMARY = {"text": "They talked about gardening. " * 20, "updated_ms": DAY, "covered_until_ms": DAY,
-           "method": "llm"}  # fmt: skip
+SUMMARY = Summary(
+    user_id="u", character_id="luna", text="They talked about gardening. " * 20, watermark_id=1,
+    covered_until_ms=DAY, message_count=1, method="llm", model="m", created_ms=DAY, updated_ms=DAY,
+)  # fmt: skip
 
 
 def test_order_is_persona_facts_summary_recent():
@@ -73,7 +76,7 @@ def test_deterministic():
 def test_empty_contents_are_never_rendered_and_interruptions_are_marked():
     messages = [
         message(0, ""),
-        message(1, "Why did the scarecrow ", interrupted=1,
+        message(1, "Why did the scarecrow ", interrupted=True,
                 original="Why did the scarecrow win an award?"),
         message(2, "   "),
     ]  # fmt: skip

@@ -18,16 +18,16 @@ from agent_memory.core.events import (
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore
+from agent_memory.store import open_store
 
 LABELS = {"user_id": "u-neutral", "character_id": "c"}
 
 
 @pytest.fixture
 async def memory(tmp_path: Any) -> Any:
-    store = SQLiteStore(tmp_path / "events.db")
-    store.open()
-    yield Memory(Settings(summary_delay_s=3600), store)
+    settings = Settings(db_path=tmp_path / "events.db", summary_delay_s=3600)
+    store = open_store(settings)
+    yield Memory(settings, store)
     store.close()
 
 
@@ -35,7 +35,8 @@ def raw(event_id: str, agent_id: str = "N1") -> RawEvent:
     return RawEvent(event_id=event_id, event_type=1, body="{}", received_ms=1, agent_id=agent_id)
 
 
-def said(*lines: str, start: int = 0) -> list[IncomingMessage]:
+def incoming(*lines: str, start: int = 0) -> list[IncomingMessage]:
+    """Alternating user/assistant messages as a platform hands them to memory."""
     return [
         IncomingMessage(role="user" if i % 2 == 0 else "assistant", content=text, turn_id=start + i)
         for i, text in enumerate(lines)
@@ -43,21 +44,21 @@ def said(*lines: str, start: int = 0) -> list[IncomingMessage]:
 
 
 async def texts(memory: Memory, agent_id: str) -> list[str]:
-    rows = await memory.store.read(lambda view: view.session_messages(agent_id))
-    return [row["content"] for row in rows]
+    rows = await memory.store.read(lambda view: view.messages.of_session(agent_id))
+    return [row.content for row in rows]
 
 
 async def test_a_platform_free_run_becomes_one_session_and_transcript(memory: Memory) -> None:
     joined = SessionEvent("joined", "N1", channel="room", labels=LABELS)
     assert (await memory.accept_event(raw("n-1"), joined)).status == "done"
-    window = HistoryWindow("N1", messages=said("hello", "hi there"))
+    window = HistoryWindow("N1", messages=incoming("hello", "hi there"))
     assert (await memory.merge_window(window, 1)).new_messages == 2
-    history = SessionEvent("history", "N1", labels=LABELS, messages=said("hello", "hi there", "bye"))
+    history = SessionEvent("history", "N1", labels=LABELS, messages=incoming("hello", "hi there", "bye"))
     outcome = await memory.accept_event(raw("n-2"), history)
     assert (outcome.status, outcome.new_messages, outcome.user_id) == ("done", 1, "u-neutral")
     assert await texts(memory, "N1") == ["hello", "hi there", "bye"]
     session = await memory.session("N1")
-    assert (session["status"], session["channel"], session["identity_source"]) == (
+    assert (session.status, session.channel, session.identity_source) == (
         "stopped",
         "room",
         "labels",
@@ -73,9 +74,9 @@ async def test_an_outcome_is_recorded_and_parts_set_aside_make_it_partial(memory
     outcome = await memory.accept_event(raw("n-4", "N2"), left)
     assert outcome.status == "partial" and "x: bad" in (outcome.detail or "")
     session = await memory.session("N2")
-    assert (session["status"], session["stop_reason"]) == ("failed", "lost")
-    rows = await memory.store.read(lambda view: [view.get_inbox("n-3"), view.get_inbox("n-4")])
-    assert [row["status"] for row in rows] == ["ignored", "partial"]
+    assert (session.status, session.stop_reason) == ("failed", "lost")
+    rows = await memory.store.read(lambda view: [view.inbox.get("n-3"), view.inbox.get("n-4")])
+    assert [row.status for row in rows] == ["ignored", "partial"]
 
 
 async def test_a_speech_time_relative_to_the_start_dates_the_message(memory: Memory) -> None:
@@ -86,5 +87,5 @@ async def test_a_speech_time_relative_to_the_start_dates_the_message(memory: Mem
     assert isinstance(event, SessionEvent) and event.kind == "history"
     assert (event.messages[0].ts_ms, event.messages[0].elapsed_ms) == (None, 2500)
     await memory.accept_event(raw_event, event)
-    rows = await memory.store.read(lambda view: view.session_messages("N3"))
-    assert rows[0]["ts_ms"] == 1_763_690_000_000 + 2500
+    rows = await memory.store.read(lambda view: view.messages.of_session("N3"))
+    assert rows[0].ts_ms == 1_763_690_000_000 + 2500

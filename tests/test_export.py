@@ -6,16 +6,10 @@ import asyncio
 import json
 from typing import Any
 
-from conftest import CONVERSATIONS, agent_event, load_fixture
+from conftest import CONVERSATIONS, agent_event, load_conversations, load_fixture
 
 from agent_memory.cli import main
-
-
-async def load_all(service: Any) -> None:
-    for name in CONVERSATIONS:
-        for envelope in load_fixture(f"conversations/{name}.json"):
-            status, body = await service.callback(envelope)
-            assert status == 200, body
+from agent_memory.core.domain import Summary
 
 
 def alice_fixture() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -31,7 +25,7 @@ def alice_fixture() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
 
 
 async def test_export_holds_everything_about_the_user(service) -> None:
-    await load_all(service)
+    await load_conversations(service, *CONVERSATIONS)
     labels = {"user_id": "u-alice", "character_id": "luna"}
     agent = "366YCNGT3TP2WA6A62BUEAWSB"
     status, _ = await service.callback(
@@ -48,12 +42,10 @@ async def test_export_holds_everything_about_the_user(service) -> None:
         "/v1/users/u-alice/characters/luna/facts",
         json={"text": "Has a cat named Miso", "scope": "user"},
     )
-    await service.store.write(
-        lambda tx: tx.set_summary({"user_id": "u-alice", "character_id": "luna", "text": "Alice is a nurse.",
-                                   "watermark_id": 3, "covered_until_ms": 5, "message_count": 3,
-                                   "method": "offline", "model": "t", "meta": '{"tokens_sent": 0}',
-                                   "created_ms": 1, "updated_ms": 2})
-    )  # fmt: skip
+    summary = Summary(user_id="u-alice", character_id="luna", text="Alice is a nurse.", watermark_id=3,
+                      covered_until_ms=5, message_count=3, method="offline", model="t", created_ms=1,
+                      updated_ms=2, meta={"tokens_sent": 0})  # fmt: skip
+    await service.store.write(lambda tx: tx.summaries.put(summary))
     status, doc = await service.api("GET", "/v1/users/u-alice/export")
     assert status == 200, doc
     messages, envelopes = alice_fixture()
@@ -94,7 +86,7 @@ async def test_export_holds_everything_about_the_user(service) -> None:
 async def test_export_of_unknown_or_forgotten_users_is_404(service) -> None:
     status, body = await service.api("GET", "/v1/users/nobody/export")
     assert status == 404 and body["error"]["code"] == "not_found"
-    await load_all(service)
+    await load_conversations(service, *CONVERSATIONS)
     assert (await service.api("GET", "/v1/users/u-kim/export"))[0] == 200
     assert (await service.api("DELETE", "/v1/users/u-kim"))[0] == 200
     status, body = await service.api("GET", "/v1/users/u-kim/export")
@@ -114,7 +106,7 @@ async def test_a_binding_alone_is_exported(service) -> None:
 
 
 async def test_cli_export_writes_the_same_document(service, tmp_path, capsys) -> None:
-    await load_all(service)
+    await load_conversations(service, *CONVERSATIONS)
     _status, api_doc = await service.api("GET", "/v1/users/u-wang/export")
     out = tmp_path / "wang.json"
     db = str(service.settings.db_path)

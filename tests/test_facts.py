@@ -6,13 +6,14 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import stored_message
 from sqlite_utils import Database
 
 from agent_memory.condense.base import CondenseInput, CondenseOutput, FactAdd, FactIn, FactUpdate, sanitize
 from agent_memory.condense.offline import condense_offline
 from agent_memory.core.facts import MAX_FACT_CHARS, clean_text, fact_key
 from agent_memory.errors import InvalidField
-from agent_memory.store import SQLiteStore
+from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
 
 PAIR = "/v1/users/u-keys/characters/luna"
@@ -96,7 +97,7 @@ def test_sanitize_cleans_texts_and_drops_what_is_no_fact() -> None:
 
 
 def test_offline_condenser_does_not_repeat_a_fact_equal_by_the_key() -> None:
-    said = {"id": 1, "role": "user", "content": "My name is Alice.", "at_ms": 1_793_736_900_000}
+    said = stored_message(1, "user", "My name is Alice.", at_ms=1_793_736_900_000)
     fresh = CondenseInput(user_id="u", character_id="c", messages=[said])
     (added,) = condense_offline(fresh).add_facts
     known = [FactIn(id=1, text="ＴＨＥ ＵＳＥＲ’Ｓ ＮＡＭＥ ＩＳ ＡＬＩＣＥ…", scope="user")]

@@ -7,17 +7,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fakes.agora_server import FakeAgora
 
-from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.errors import AgoraNotFound
+from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.settings import Settings
-from tests.fakes.agora_server import FakeAgora
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAgora]:
-    async with FakeAgora(app_id="app", customer_id="cid", customer_secret="csec") as server:
-        yield server
 
 
 @pytest.fixture
@@ -41,7 +35,8 @@ async def client(fake: FakeAgora, sleeps: list[float]) -> AsyncIterator[AgoraCli
         yield AgoraClient(settings, session, sleep=no_sleep)
 
 
-def turns(start: int, stop: int) -> list[dict[str, Any]]:
+def numbered(start: int, stop: int) -> list[dict[str, Any]]:
+    """User messages `start`..`stop-1`, each its own turn."""
     return [{"role": "user", "content": f"message {i}", "turn_id": i} for i in range(start, stop)]
 
 
@@ -49,9 +44,9 @@ async def test_history_is_a_sliding_window_of_max_history(
     fake: FakeAgora, client: AgoraClient
 ) -> None:
     fake.add_agent("A1", max_history=4)
-    fake.say("A1", turns(0, 3))
+    fake.say("A1", numbered(0, 3))
     first = await client.history("A1")
-    fake.say("A1", turns(3, 7))
+    fake.say("A1", numbered(3, 7))
     second = await client.history("A1")
     assert [m.content for m in first.contents] == ["message 0", "message 1", "message 2"]
     assert [m.turn_id for m in second.contents] == [3, 4, 5, 6]

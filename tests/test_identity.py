@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
-from conftest import agent_event, load_fixture
-from fakes.agora_server import FakeAgora
+from conftest import agent_event, deliver, load_fixture, poll, session_of
 
 from agent_memory.cli import main
 from agent_memory.platforms.agora.keys import POLLER
@@ -28,6 +27,8 @@ AGENT_101 = DOCS_101["payload"]["agent_id"]  # in channel "xxxxx"
 AGENT_103 = DOCS_103["payload"]["agent_id"]  # in channel "xxxx"
 DOCS_TEXTS = ["hello.", "hi, how can I help you?"]
 PAIR = {"user_id": "u-42", "character_id": "luna"}
+# Each callback here is applied, or recognised as a redelivery.
+send = partial(deliver, expect=("done", "duplicate"))
 
 
 def history_in(channel: str, agent_id: str, contents: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
@@ -35,7 +36,7 @@ def history_in(channel: str, agent_id: str, contents: list[dict[str, Any]], **kw
     return agent_event(103, agent_id, channel=channel, contents=contents, **kwargs)
 
 
-def said(tag: str, uid: str | None = None) -> list[dict[str, Any]]:
+def hello(tag: str, uid: str | None = None) -> list[dict[str, Any]]:
     """Two turns as real history carries them: role and content (and the speaker's uid if given)."""
     user: dict[str, Any] = {"role": "user", "content": f"{tag}: hello"}
     if uid is not None:
@@ -43,21 +44,10 @@ def said(tag: str, uid: str | None = None) -> list[dict[str, Any]]:
     return [user, {"role": "assistant", "content": f"{tag}: hi there"}]
 
 
-async def send(service: Any, envelope: dict[str, Any]) -> dict[str, Any]:
-    status, body = await service.callback(envelope)
-    assert status == 200 and body["status"] in ("done", "duplicate"), body
-    return body
-
-
-async def session(service: Any, agent_id: str) -> dict[str, Any]:
-    row = await service.store.read(lambda view: view.get_session(agent_id))
-    assert row is not None, agent_id
-    return row
-
-
 async def identity(service: Any, agent_id: str) -> tuple[str, str, str]:
-    row = await session(service, agent_id)
-    return row["user_id"], row["character_id"], row["identity_source"]
+    row = await session_of(service, agent_id)
+    assert row is not None, agent_id
+    return row.user_id, row.character_id, row.identity_source
 
 
 async def texts_of(service: Any, user_id: str, character_id: str) -> list[str]:
@@ -95,7 +85,7 @@ async def test_a_call_without_a_user_label_warns_once_naming_the_fix(service, ca
     later = {"labels": DOCS_LABELS, "channel": "xxxxx", "name": "my-agent", "start_ts": 1737111452}
     await send(service, agent_event(110, AGENT_101, errors=[{"module": "llm", "code": 503}], **later))
     await send(service, agent_event(102, AGENT_101, status="STOPPED", message="OK", stop_ts=1737111455, **later))
-    await send(service, agent_event(103, AGENT_101, contents=said("docs"), **later))
+    await send(service, agent_event(103, AGENT_101, contents=hello("docs"), **later))
 
     (warning,) = unidentified_warnings(caplog, AGENT_101)
     for part in (
@@ -117,8 +107,8 @@ async def test_a_call_without_a_user_label_warns_once_naming_the_fix(service, ca
 
 async def test_a_call_identified_by_its_speaker_uid_also_warns_once(service, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
-    await send(service, history_in("room-uid", "UID-CALL", said("uid", "3003"), labels=DOCS_LABELS))
-    await send(service, history_in("room-uid", "UID-CALL", said("uid", "3003"), notice_id="again"))
+    await send(service, history_in("room-uid", "UID-CALL", hello("uid", "3003"), labels=DOCS_LABELS))
+    await send(service, history_in("room-uid", "UID-CALL", hello("uid", "3003"), notice_id="again"))
     (warning,) = unidentified_warnings(caplog, "UID-CALL")
     assert "kept under rtc:3003/default" in warning and "channel room-uid" in warning
     assert await identity(service, "UID-CALL") == ("rtc:3003", "default", "rtc")
@@ -141,8 +131,8 @@ async def test_label_keys_set_to_the_integrators_own_identify_the_call(start_ser
 async def test_stats_count_the_sessions_no_label_or_binding_identified(service, capsys) -> None:
     await send(service, DOCS_101)  # channel:xxxxx
     await send(service, DOCS_103)  # channel:xxxx
-    await send(service, history_in("room-uid", "UID-CALL", said("uid", "3003")))  # rtc:3003
-    await send(service, history_in("room-9", "LABELLED", said("ok"), labels={**DOCS_LABELS, **PAIR}))
+    await send(service, history_in("room-uid", "UID-CALL", hello("uid", "3003")))  # rtc:3003
+    await send(service, history_in("room-9", "LABELLED", hello("ok"), labels={**DOCS_LABELS, **PAIR}))
     status, stats = await service.api("GET", "/v1/stats")
     assert status == 200
     assert stats["sessions"] == 4
@@ -176,14 +166,14 @@ async def test_an_empty_service_counts_no_unidentified_sessions(service) -> None
 async def test_binding_a_channel_moves_its_earlier_calls_and_ties_later_ones(service, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     await send(service, DOCS_103)  # channel:xxxx
-    await send(service, history_in("xxxx", "UID-IN-XXXX", said("uid", "3003")))  # rtc:3003
-    await send(service, history_in("xxxx", "LABELLED-IN-XXXX", said("labelled"),
+    await send(service, history_in("xxxx", "UID-IN-XXXX", hello("uid", "3003")))  # rtc:3003
+    await send(service, history_in("xxxx", "LABELLED-IN-XXXX", hello("labelled"),
                                    labels={"user_id": "u-other", "character_id": "mira"}))  # fmt: skip
     status, _ = await service.api(
         "POST", "/v1/sessions/BOUND-IN-XXXX/bind", json={"user_id": "u-bound", "character_id": "mira"}
     )
     assert status == 200
-    await send(service, history_in("xxxx", "BOUND-IN-XXXX", said("bound")))
+    await send(service, history_in("xxxx", "BOUND-IN-XXXX", hello("bound")))
 
     body = await bind(service, "xxxx")
     assert {k: body["binding"][k] for k in ("channel", "user_id", "character_id")} == {
@@ -205,7 +195,7 @@ async def test_binding_a_channel_moves_its_earlier_calls_and_ties_later_ones(ser
     caplog.clear()
     later = {"labels": DOCS_LABELS, "channel": "xxxx", "start_ts": 1_763_800_000}
     await send(service, agent_event(101, "LATER-IN-XXXX", **later))
-    await send(service, agent_event(103, "LATER-IN-XXXX", contents=said("later"), **later))
+    await send(service, agent_event(103, "LATER-IN-XXXX", contents=hello("later"), **later))
     assert await identity(service, "LATER-IN-XXXX") == ("u-42", "luna", "channel_binding")
     assert (await texts_of(service, "u-42", "luna"))[-2:] == ["later: hello", "later: hi there"]
     assert unidentified_warnings(caplog, "LATER-IN-XXXX") == []
@@ -233,7 +223,7 @@ async def test_rebinding_moves_what_the_channel_tied_and_unbinding_leaves_it(ser
     await send(service, agent_event(102, AGENT_103, channel="xxxx", labels=DOCS_LABELS, status="STOPPED"))
     assert await identity(service, AGENT_103) == ("u-b", "luna", "channel_binding")
     # A new call in the unbound channel falls back again, and says so.
-    await send(service, history_in("xxxx", "AFTER-UNBIND", said("after"), labels=DOCS_LABELS))
+    await send(service, history_in("xxxx", "AFTER-UNBIND", hello("after"), labels=DOCS_LABELS))
     assert await identity(service, "AFTER-UNBIND") == ("channel:xxxx", "default", "channel")
     assert len(unidentified_warnings(caplog, "AFTER-UNBIND")) == 1
     status, body = await service.api("DELETE", "/v1/channels/xxxx/bind")
@@ -242,7 +232,7 @@ async def test_rebinding_moves_what_the_channel_tied_and_unbinding_leaves_it(ser
 
 async def test_a_channel_name_in_another_script_binds(service) -> None:
     channel = "房间" * 10  # 60 bytes: within Agora's 64
-    await send(service, history_in(channel, "CJK-CHANNEL", said("cjk")))
+    await send(service, history_in(channel, "CJK-CHANNEL", hello("cjk")))
     assert (await bind(service, channel))["moved_sessions"] == ["CJK-CHANNEL"]
     assert await identity(service, "CJK-CHANNEL") == ("u-42", "luna", "channel_binding")
 
@@ -268,7 +258,7 @@ async def test_forgetting_a_pair_or_a_user_deletes_their_channel_bindings(servic
     assert (await service.api("GET", "/v1/channels/room-b/bind"))[0] == 404
     assert (await service.api("GET", "/v1/channels/room-c/bind"))[0] == 200
     # The forgotten user's channel no longer gathers anything for them.
-    await send(service, history_in("xxxx", "AFTER-FORGET", said("after")))
+    await send(service, history_in("xxxx", "AFTER-FORGET", hello("after")))
     assert await identity(service, "AFTER-FORGET") == ("channel:xxxx", "default", "channel")
     assert await texts_of(service, "u-f", "luna") == []
 
@@ -294,7 +284,7 @@ async def test_forgetting_a_pair_or_a_user_deletes_their_channel_bindings(servic
 async def test_bad_channel_binding_requests_get_a_clear_4xx(
     service, method, path, kwargs, status, code, words
 ) -> None:
-    await send(service, history_in("room", "IN-ROOM", said("room")))
+    await send(service, history_in("room", "IN-ROOM", hello("room")))
     got, body = await service.api(method, path, **kwargs)
     assert got == status, body
     assert body["error"]["code"] == code and words in body["error"]["message"], body
@@ -330,22 +320,6 @@ async def test_cli_binds_shows_and_unbinds_a_channel(service, capsys) -> None:
 # a running call followed through Agora's history
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAgora]:
-    async with FakeAgora(app_id="app", customer_id="cid", customer_secret="csec") as server:
-        yield server
-
-
-async def poll(service: Any) -> None:
-    """Make every followed agent due now and run one sweep to completion."""
-
-    def due(tx: Any) -> None:
-        tx.conn.execute("UPDATE watched_agents SET next_poll_ms = 0 WHERE status = 'watching'")
-
-    await service.store.write(due)
-    await service.server.app[POLLER].run_due_now()
-
-
 async def test_polled_history_of_an_unlabelled_call_follows_its_channel(start_service, fake) -> None:
     service = await start_service(
         agora_app_id="app", agora_customer_id="cid", agora_customer_secret="csec",
@@ -356,14 +330,14 @@ async def test_polled_history_of_an_unlabelled_call_follows_its_channel(start_se
     agent = "POLLED000000000000000001"
     fake.add_agent(agent)
     await send(service, agent_event(101, agent, channel="solo-room", labels=DOCS_LABELS))
-    fake.say(agent, said("first"))
+    fake.say(agent, hello("first"))
     await poll(service)
     # A history read names no channel: the session keeps the one its 101 gave.
     assert await identity(service, agent) == ("channel:solo-room", "default", "channel")
     assert await texts_of(service, "channel:solo-room", "default") == ["first: hello", "first: hi there"]
 
     assert (await bind(service, "solo-room"))["moved_sessions"] == [agent]
-    fake.say(agent, said("second"))
+    fake.say(agent, hello("second"))
     await poll(service)
     assert await identity(service, agent) == ("u-42", "luna", "channel_binding")
     assert await texts_of(service, "u-42", "luna") == [

@@ -6,26 +6,15 @@ import asyncio
 import time
 from typing import Any
 
-from conftest import agent_event, load_fixture, turns, wait_for
+from conftest import agent_event, condense, deliver, load_fixture, turns, wait_for
 from fakes.openai_server import FakeOpenAI, Reply
 
 from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult
 from agent_memory.core.domain import CONDENSE, Job, Summary
 from agent_memory.memory.jobs import CondenseJobs
-from agent_memory.web.keys import JOBS
 
 ALICE = "/v1/users/u-alice/characters/luna"
 NO_SWEEP = {"job_sweep_s": 3600}  # tests drive the jobs themselves unless they test the scheduler
-
-
-async def deliver(service, fixture: str) -> None:
-    for envelope in load_fixture(fixture):
-        status, _ = await service.callback(envelope)
-        assert status == 200
-
-
-async def condense(service) -> None:
-    await service.server.app[JOBS].run_due_now()
 
 
 async def job_of(service, user: str = "u-alice", character: str = "luna") -> Job | None:
@@ -52,7 +41,7 @@ UPDATE = {
 
 async def test_offline_condenser_without_llm_gives_summary_and_remembered_facts(start_service):
     service = await start_service(summary_delay_s=0, **NO_SWEEP)
-    await deliver(service, "conversations/en_luna_companion.json")
+    await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
     await condense(service)
     _, body = await service.api("GET", ALICE + "/summary")
     assert body["summary"]["method"] == "offline"
@@ -68,7 +57,7 @@ async def test_offline_condenser_without_llm_gives_summary_and_remembered_facts(
 
 async def test_chinese_remember_request_becomes_a_fact_offline(start_service):
     service = await start_service(summary_delay_s=0, **NO_SWEEP)
-    await deliver(service, "conversations/zh_xiaoyu_tutor.json")
+    await deliver(service, *load_fixture("conversations/zh_xiaoyu_tutor.json"))
     await condense(service)
     _, facts = await service.api("GET", "/v1/users/u-wang/characters/xiaoyu/facts")
     assert any("22号有考试" in fact["text"] for fact in facts["facts"])
@@ -113,7 +102,7 @@ async def test_llm_condenses_only_new_messages_each_time(start_service):
 async def test_llm_failure_keeps_memory_and_retries_then_recovers(start_service):
     async with FakeOpenAI() as fake:
         service = await start_service(**llm_settings(fake))
-        await deliver(service, "conversations/en_luna_companion.json")
+        await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
         fake.script(500)
         await condense(service)
         job = await job_of(service)
@@ -137,7 +126,7 @@ async def test_llm_failure_keeps_memory_and_retries_then_recovers(start_service)
 async def test_rate_limit_honours_retry_after(start_service):
     async with FakeOpenAI(retry_after=120) as fake:
         service = await start_service(**llm_settings(fake))
-        await deliver(service, "conversations/en_luna_companion.json")
+        await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
         fake.script(429)
         before = time.time() * 1000
         await condense(service)
@@ -148,7 +137,7 @@ async def test_rate_limit_honours_retry_after(start_service):
 async def test_timeout_is_a_retryable_failure(start_service):
     async with FakeOpenAI(hang_s=5) as fake:
         service = await start_service(**llm_settings(fake, llm_timeout_s=0.3))
-        await deliver(service, "conversations/en_luna_companion.json")
+        await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
         fake.script("hang")
         await condense(service)
         job = await job_of(service)
@@ -158,7 +147,7 @@ async def test_timeout_is_a_retryable_failure(start_service):
 async def test_malformed_output_is_never_half_applied_and_job_dies_then_is_retried(start_service):
     async with FakeOpenAI() as fake:
         service = await start_service(**llm_settings(fake, job_max_attempts=2))
-        await deliver(service, "conversations/en_luna_companion.json")
+        await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
         fake.script("malformed", "malformed", "malformed", Reply(content='{"summary": 5}'))
         await condense(service)
         await service.api("POST", ALICE + "/condense")
@@ -187,7 +176,7 @@ async def test_pinned_facts_survive_the_model(start_service):
         service = await start_service(**llm_settings(fake))
         _status, body = await service.api("POST", ALICE + "/facts", json={"text": "Alice is allergic to peanuts", "scope": "user"})
         pinned_id = body["fact"]["id"]
-        await deliver(service, "conversations/en_luna_companion.json")
+        await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
         fake.script({**UPDATE, "remove_facts": [pinned_id], "update_facts": [{"id": pinned_id, "text": "gone"}]})
         await condense(service)
         _, facts = await service.api("GET", ALICE + "/facts")
@@ -223,8 +212,8 @@ async def test_debounce_pushes_the_job_back_and_max_messages_makes_it_due(start_
 
 async def test_restart_finds_pending_and_interrupted_jobs_again(start_service, make_settings):
     first = await start_service(summary_delay_s=0, **NO_SWEEP)
-    await deliver(first, "conversations/en_luna_companion.json")
-    await deliver(first, "conversations/zh_xiaoyu_tutor.json")
+    await deliver(first, *load_fixture("conversations/en_luna_companion.json"))
+    await deliver(first, *load_fixture("conversations/zh_xiaoyu_tutor.json"))
     # One job is claimed and then the process "dies" before finishing it.
     job = await job_of(first, "u-wang", "xiaoyu")
     claimed = await first.store.write(lambda tx: tx.jobs.claim(job.id))
@@ -254,7 +243,7 @@ class CondensedMeanwhile:
         if self.calls == 1:
             halfway = job.messages[len(job.messages) // 2]
             summary = Summary(
-                job.user_id, job.character_id, "condensed elsewhere", halfway["id"], halfway["at_ms"],
+                job.user_id, job.character_id, "condensed elsewhere", halfway.id, halfway.at_ms,
                 len(job.messages) // 2, "offline", None, 1, 1,
             )  # fmt: skip
             await self.store.write(lambda tx: tx.summaries.put(summary))
@@ -268,7 +257,7 @@ class CondensedMeanwhile:
 
 async def test_a_job_superseded_while_it_ran_runs_again_without_counting_an_attempt(start_service):
     service = await start_service(summary_delay_s=0, **NO_SWEEP)
-    await deliver(service, "conversations/en_luna_companion.json")
+    await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
     condenser = CondensedMeanwhile(service.store)
     jobs = CondenseJobs(service.settings, service.store, condenser)
 

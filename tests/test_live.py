@@ -9,81 +9,29 @@ One test (the restart) lets the real schedulers run and waits for outcomes.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import agent_event, load_fixture, wait_for
-from fakes.agora_server import FakeAgent, FakeAgora
+from conftest import (
+    agent_event,
+    agora_settings,
+    condense,
+    conversation,
+    live,
+    load_fixture,
+    poll,
+    pushed_list,
+    session_of,
+    stored,
+    wait_for,
+    watch_of,
+)
+from fakes.agora_server import FakeAgent
 
 from agent_memory.platforms.agora.keys import POLLER
-from agent_memory.web.keys import JOBS
 
 BASE_MS = 1_795_000_000_000
 HOUR_MS = 3_600_000
-
-
-def agora_settings(fake: FakeAgora, **overrides: Any) -> dict[str, Any]:
-    return {
-        "agora_app_id": "app",
-        "agora_customer_id": "cid",
-        "agora_customer_secret": "csec",
-        "agora_api_base": fake.base_url,
-        "agora_max_retries": 0,
-        "agora_timeout_s": 5,
-        "poll_interval_s": 3600,
-        "refresh_interval_s": 3600,
-        "summary_delay_s": 0,
-        "job_sweep_s": 3600,
-        **overrides,
-    }
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAgora]:
-    async with FakeAgora(app_id="app", customer_id="cid", customer_secret="csec") as server:
-        yield server
-
-
-async def live(start_service: Any, fake: FakeAgora, **overrides: Any) -> Any:
-    """The service with Agora configured; its poll and condense schedulers paused."""
-    service = await start_service(**agora_settings(fake, **overrides))
-    poller = service.server.app[POLLER]
-    assert poller.scheduler is not None, "the poller must start when Agora is configured"
-    poller.scheduler.pause()
-    jobs = service.server.app[JOBS]
-    if jobs.scheduler is not None:
-        jobs.scheduler.pause()
-    return service
-
-
-def conversation(
-    count: int, tag: str = "live", start: int = 0, base_ms: int = BASE_MS
-) -> list[dict[str, Any]]:
-    """Messages `start`..`count-1` of a call: unique contents, ms timestamps, turn ids."""
-    messages = []
-    for index in range(start, count):
-        role = "user" if index % 2 == 0 else "assistant"
-        messages.append(
-            {
-                "role": role,
-                "content": f"{tag} {role} message {index}",
-                "turn_id": index // 2 + 1,
-                "timestamp": base_ms + index * 1000,
-                "metadata": {"source": "asr", "user": "1001"} if role == "user" else {"source": "llm"},
-            }
-        )
-    return messages
-
-
-async def poll(service: Any) -> None:
-    """Make every followed agent due now and run one sweep to completion."""
-
-    def due(tx: Any) -> None:
-        tx.conn.execute("UPDATE watched_agents SET next_poll_ms = 0 WHERE status = 'watching'")
-
-    await service.store.write(due)
-    await service.server.app[POLLER].run_due_now()
 
 
 async def sweep(service: Any) -> None:
@@ -91,24 +39,8 @@ async def sweep(service: Any) -> None:
     await service.server.app[POLLER].run_due_now()
 
 
-async def condense(service: Any) -> None:
-    await service.server.app[JOBS].run_due_now()
-
-
-async def stored(service: Any, agent_id: str) -> list[dict[str, Any]]:
-    return await service.store.read(lambda view: view.session_messages(agent_id))
-
-
 async def contents_of(service: Any, agent_id: str) -> list[str]:
-    return [row["content"] for row in await stored(service, agent_id)]
-
-
-async def watch_of(service: Any, agent_id: str) -> dict[str, Any] | None:
-    return await service.store.read(lambda view: view.get_watch(agent_id))
-
-
-async def session_of(service: Any, agent_id: str) -> dict[str, Any] | None:
-    return await service.store.read(lambda view: view.get_session(agent_id))
+    return [row.content for row in await stored(service, agent_id)]
 
 
 async def pair_messages(service: Any, user: str, character: str) -> list[dict[str, Any]]:
@@ -136,7 +68,7 @@ async def test_call_is_followed_from_its_101_and_every_turn_is_kept(start_servic
     status, body = await service.callback(agent_event(101, agent, labels=LABELS))
     assert status == 200 and body.get("status", "done") == "done"
     watch = await watch_of(service, agent)
-    assert watch is not None and watch["status"] == "watching" and watch["origin"] == "callback"
+    assert watch is not None and watch.status == "watching" and watch.origin == "callback"
 
     full = conversation(30)
     # 30 messages in steps of at most 7, so each window of 8 overlaps what is stored.
@@ -153,7 +85,7 @@ async def test_call_is_followed_from_its_101_and_every_turn_is_kept(start_servic
     assert [m["ts_ms"] for m in messages] == [m["timestamp"] for m in full]
     assert not any(m["gap_before"] for m in messages)
     session = await session_of(service, agent)
-    assert session["status"] == "running" and session["message_count"] == 30
+    assert session.status == "running" and session.message_count == 30
 
     # The agent stops: 102 ends following, the late 103 carries only the last 8.
     fake.stop(agent)
@@ -162,19 +94,19 @@ async def test_call_is_followed_from_its_101_and_every_turn_is_kept(start_servic
     )
     assert status == 200
     watch = await watch_of(service, agent)
-    assert watch["status"] == "stopped" and "left" in watch["stop_reason"]
+    assert watch.status == "stopped" and "left" in watch.stop_reason
     status, _ = await service.callback(
         agent_event(103, agent, labels=LABELS, contents=full[-8:], stop_ts=1_795_000_100)
     )
     assert status == 200
 
     rows = await stored(service, agent)
-    assert texts(rows) == texts(full)
-    assert len({row["id"] for row in rows}) == 30
+    assert [row.content for row in rows] == texts(full)
+    assert len({row.id for row in rows}) == 30
     session = await session_of(service, agent)
-    assert session["status"] == "stopped" and session["message_count"] == 30
-    assert session["gap_count"] == 0
-    assert (await watch_of(service, agent))["status"] == "stopped"
+    assert session.status == "stopped" and session.message_count == 30
+    assert session.gap_count == 0
+    assert (await watch_of(service, agent)).status == "stopped"
 
     # Nothing polls a stopped agent any more.
     before = fake.count("/history")
@@ -198,16 +130,16 @@ async def test_long_call_fixture_windows_merge_into_the_whole_call(start_service
         assert fake.agents[agent].messages[-size:] == window["contents"]
         await poll(service)
     rows = await stored(service, agent)
-    assert texts(rows) == texts(full)
-    interrupted = [row for row in rows if row["interrupted"]]
-    assert [row["turn_id"] for row in interrupted] == [9, 19, 29, 39]
-    assert all(row["original"] and row["original"].startswith(row["content"]) for row in interrupted)
-    assert {row["speaker"] for row in rows if row["role"] == "user"} == {"1001"}
+    assert [row.content for row in rows] == texts(full)
+    interrupted = [row for row in rows if row.interrupted]
+    assert [row.turn_id for row in interrupted] == [9, 19, 29, 39]
+    assert all(row.original and row.original.startswith(row.content) for row in interrupted)
+    assert {row.speaker for row in rows if row.role == "user"} == {"1001"}
 
     await service.callback(agent_event(103, agent, labels=recorded["labels"], contents=full[-size:]))
-    assert texts(await stored(service, agent)) == texts(full)
+    assert await contents_of(service, agent) == texts(full)
     session = await session_of(service, agent)
-    assert session["message_count"] == 80 and session["gap_count"] == 0
+    assert session.message_count == 80 and session.gap_count == 0
 
 
 async def test_101_without_agora_settings_is_not_followed(start_service):
@@ -235,9 +167,9 @@ async def test_window_that_overlaps_nothing_records_a_gap_and_doubles_nothing(st
     expected = texts(full[:6] + full[10:18])
     assert await contents_of(service, agent) == expected
     session = await session_of(service, agent)
-    assert session["gap_count"] == 1 and session["message_count"] == 14
+    assert session.gap_count == 1 and session.message_count == 14
     rows = await stored(service, agent)
-    assert [row["content"] for row in rows if row["gap_before"]] == ["gap user message 10"]
+    assert [row.content for row in rows if row.gap_before] == ["gap user message 10"]
 
     # Polling goes on normally after the gap, and the 103 doubles nothing.
     fake.say(agent, full[18:24])
@@ -246,7 +178,7 @@ async def test_window_that_overlaps_nothing_records_a_gap_and_doubles_nothing(st
     await service.callback(agent_event(103, agent, labels=LABELS, contents=full[-8:]))
     assert await contents_of(service, agent) == texts(full[:6] + full[10:24])
     session = await session_of(service, agent)
-    assert session["gap_count"] == 1 and session["message_count"] == 20
+    assert session.gap_count == 1 and session.message_count == 20
 
     messages = await pair_messages(service, "u-live", "luna")
     assert [m["content"] for m in messages if m["gap_before"]] == ["gap user message 10"]
@@ -275,7 +207,7 @@ async def test_repeated_idle_reminders_are_all_kept(start_service, fake):
         fake.say(agent, full[len(fake.agents[agent].messages) : upto])
         await poll(service)
     rows = await stored(service, agent)
-    assert [row["ts_ms"] for row in rows] == [m["timestamp"] for m in full]
+    assert [row.ts_ms for row in rows] == [m["timestamp"] for m in full]
 
 
 # -- (c) 404, 429, 503 ----------------------------------------------------------------------
@@ -293,9 +225,9 @@ async def test_404_while_polling_stops_following_and_the_session(start_service, 
     fake.stop(agent)  # no 102 ever comes: the callback was lost
     await poll(service)
     watch = await watch_of(service, agent)
-    assert watch["status"] == "stopped" and "404" in watch["stop_reason"]
+    assert watch.status == "stopped" and "404" in watch.stop_reason
     session = await session_of(service, agent)
-    assert session["status"] == "stopped" and "not found" in session["stop_reason"]
+    assert session.status == "stopped" and "not found" in session.stop_reason
     assert len(await stored(service, agent)) == 4
 
     requests = fake.count("/history")
@@ -314,7 +246,7 @@ async def test_429_with_retry_after_is_retried_within_one_poll(start_service, fa
     assert fake.count(f"/agents/{agent}/history") == 2
     assert await contents_of(service, agent) == texts(conversation(3, tag="busy"))
     watch = await watch_of(service, agent)
-    assert watch["failures"] == 0 and watch["last_error"] is None and watch["polls"] == 1
+    assert watch.failures == 0 and watch.last_error is None and watch.polls == 1
 
 
 async def test_failed_polls_back_off_and_polling_resumes(start_service, fake):
@@ -328,24 +260,24 @@ async def test_failed_polls_back_off_and_polling_resumes(start_service, fake):
     fake.fail_next("/history", 503, times=1)
     await poll(service)
     watch = await watch_of(service, agent)
-    assert watch["status"] == "watching" and watch["failures"] == 1
-    assert "503" in watch["last_error"]
+    assert watch.status == "watching" and watch.failures == 1
+    assert "503" in watch.last_error
     # Doubled once: at least 0.8 × 20 s away, where a plain interval is at most 12 s.
-    assert watch["next_poll_ms"] - watch["updated_ms"] >= 16_000
+    assert watch.next_poll_ms - watch.updated_ms >= 16_000
     assert await stored(service, agent) == []
 
     fake.fail_next("/history", 429, times=1)
     await poll(service)
     watch = await watch_of(service, agent)
-    assert watch["failures"] == 2 and "429" in watch["last_error"]
+    assert watch.failures == 2 and "429" in watch.last_error
     # Doubled again (40 s) but capped at 30 s, less the jitter: never a minute of lost turns.
-    assert 24_000 <= watch["next_poll_ms"] - watch["updated_ms"] <= 36_000
+    assert 24_000 <= watch.next_poll_ms - watch.updated_ms <= 36_000
 
     fake.say(agent, full[4:8])
     await poll(service)
     watch = await watch_of(service, agent)
-    assert watch["failures"] == 0 and watch["last_error"] is None and watch["polls"] == 1
-    assert watch["next_poll_ms"] - watch["updated_ms"] <= 12_000
+    assert watch.failures == 0 and watch.last_error is None and watch.polls == 1
+    assert watch.next_poll_ms - watch.updated_ms <= 12_000
     assert await contents_of(service, agent) == texts(full)
 
 
@@ -361,25 +293,25 @@ async def test_following_survives_a_restart_without_a_new_101(start_service, fak
     first = await start_service(**agora_settings(fake, **settings))
     await first.callback(agent_event(101, agent, labels=LABELS))
     fake.say(agent, full[:6])
-    await wait_for(lambda: _has(first, agent, 6))
+    await wait_for(lambda: has_stored(first, agent, 6))
     await first.session.close()
     await first.server.close()  # the poller stops, the store closes
 
     fake.say(agent, full[6:12])  # the call goes on while the service is down
     requests = fake.count("/history")
     second = await start_service(**agora_settings(fake, **settings))
-    await wait_for(lambda: _has(second, agent, 12))
+    await wait_for(lambda: has_stored(second, agent, 12))
     assert fake.count("/history") > requests
-    assert (await watch_of(second, agent))["status"] == "watching"
+    assert (await watch_of(second, agent)).status == "watching"
 
     fake.say(agent, full[12:18])
-    await wait_for(lambda: _has(second, agent, 18))
+    await wait_for(lambda: has_stored(second, agent, 18))
     fake.stop(agent)
     await second.callback(agent_event(102, agent, labels=LABELS, status="STOPPED"))
     await second.callback(agent_event(103, agent, labels=LABELS, contents=full[-8:]))
     assert await contents_of(second, agent) == texts(full)
     session = await session_of(second, agent)
-    assert session["gap_count"] == 0 and session["message_count"] == 18
+    assert session.gap_count == 0 and session.message_count == 18
     inbox = await second.store.read(
         lambda view: view.conn.execute(
             "SELECT event_type FROM inbox WHERE agent_id = ? ORDER BY received_ms", (agent,)
@@ -388,7 +320,7 @@ async def test_following_survives_a_restart_without_a_new_101(start_service, fak
     assert [row[0] for row in inbox] == [101, 102, 103]
 
 
-async def _has(service: Any, agent_id: str, count: int) -> bool:
+async def has_stored(service: Any, agent_id: str, count: int) -> bool:
     return len(await stored(service, agent_id)) >= count
 
 
@@ -470,8 +402,8 @@ async def test_start_agent_joins_with_labels_and_memory_and_follows_it(start_ser
     assert session["session"]["user_id"] == "u-e" and session["session"]["character_id"] == "luna"
     assert session["session"]["status"] == "running"
     watch = await watch_of(service, agent_id)
-    assert watch["status"] == "watching" and watch["origin"] == "join"
-    assert json.loads(watch["base_system_messages"]) == own and watch["persona"] == persona
+    assert watch.status == "watching" and watch.origin == "join"
+    assert watch.base_system_messages == own and watch.persona == persona
 
     now = conversation(4, tag="now", base_ms=BASE_MS + HOUR_MS)
     fake.say(agent_id, now)
@@ -544,18 +476,18 @@ async def test_start_agent_keeps_refresh_when_its_101_arrives_first(start_servic
     )
     assert status == 201
     agent_id = answer["agent_id"]
-    inbox = await service.store.read(lambda view: view.get_inbox(f"{agent_id}:101"))
-    assert inbox is not None and inbox["status"] == "done"  # the 101 really came first
+    inbox = await service.store.read(lambda view: view.inbox.get(f"{agent_id}:101"))
+    assert inbox is not None and inbox.status == "done"  # the 101 really came first
     own = body["properties"]["llm"]["system_messages"]
     watch = await watch_of(service, agent_id)
-    assert watch["status"] == "watching" and json.loads(watch["base_system_messages"]) == own
+    assert watch.status == "watching" and watch.base_system_messages == own
     status, refreshed = await service.api("POST", f"/v1/agents/{agent_id}/refresh")
     assert status == 200, refreshed
     assert pushed_list(fake.updates[-1]) == refreshed["system_messages"]
     assert refreshed["system_messages"][: len(own)] == own
 
 
-# Regression: a join body of the wrong shape was sent on, or answered 500.
+# A join body of the wrong shape is refused with 422 before anything is sent to Agora.
 @pytest.mark.parametrize("where", ["system_messages", "properties", "labels", "llm"])
 async def test_start_agent_rejects_a_malformed_join_body(start_service, fake, where):
     service = await live(start_service, fake)
@@ -598,12 +530,6 @@ async def memory_now(
     return body["system_messages"]
 
 
-def pushed_list(update: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    _, body = update
-    assert list(body) == ["properties"] and list(body["properties"]) == ["llm"]
-    return body["properties"]["llm"]["system_messages"]
-
-
 async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(start_service, fake):
     service = await live(start_service, fake)
     persona = "You are Luna."
@@ -615,10 +541,10 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
     await poll(service)
     assert fake.updates == []  # new turns alone push nothing
     await condense(service)
-    summary = await service.store.read(lambda view: view.get_summary("u-f", "luna"))
-    assert summary is not None and summary["method"] == "offline"
+    summary = await service.store.read(lambda view: view.summaries.get("u-f", "luna"))
+    assert summary is not None and summary.method == "offline"
     watch = await watch_of(service, agent)
-    assert watch["push_due_ms"] is not None and watch["last_push_ms"] is None
+    assert watch.push_due_ms is not None and watch.last_push_ms is None
     await sweep(service)
 
     assert len(fake.updates) == 1 and fake.updates[0][0] == agent
@@ -629,7 +555,7 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
     assert first[1]["content"] == persona
     assert any(m["content"].startswith("Summary of your earlier") for m in first)
     watch = await watch_of(service, agent)
-    assert watch["push_due_ms"] is None and json.loads(watch["last_pushed"]) == first
+    assert watch.push_due_ms is None and watch.last_pushed == first
 
     # Two more condenses inside the interval: no update, one push waiting for the interval.
     for upto in (12, 18):
@@ -639,7 +565,7 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
         await sweep(service)
         assert len(fake.updates) == 1
     watch = await watch_of(service, agent)
-    assert watch["push_due_ms"] >= watch["last_push_ms"] + HOUR_MS
+    assert watch.push_due_ms >= watch.last_push_ms + HOUR_MS
 
     # The interval passes (the clock is moved back for this agent): the waiting push goes.
     def an_hour_ago(tx: Any) -> None:
@@ -681,14 +607,14 @@ async def test_condensing_during_a_call_starts_after_n_new_messages(start_servic
     await poll(service)
     await condense(service)
     await sweep(service)
-    assert await service.store.read(lambda view: view.get_summary("u-n", "luna")) is None
+    assert await service.store.read(lambda view: view.summaries.get("u-n", "luna")) is None
     assert fake.updates == []
 
     fake.say(agent, full[6:12])  # 12 new messages: over summary_max_messages, due at once
     await poll(service)
     await condense(service)
-    summary = await service.store.read(lambda view: view.get_summary("u-n", "luna"))
-    assert summary is not None and summary["message_count"] == 12
+    summary = await service.store.read(lambda view: view.summaries.get("u-n", "luna"))
+    assert summary is not None and summary.message_count == 12
     await sweep(service)
     assert [agent_id for agent_id, _ in fake.updates] == [agent]
 
@@ -765,7 +691,7 @@ async def test_manual_watch_follows_and_binds_and_delete_stops(start_service, fa
     status, stopped = await service.api("DELETE", f"/v1/sessions/{agent}/watch")
     assert status == 200 and stopped == {"agent_id": agent, "stopped": True}
     watch = await watch_of(service, agent)
-    assert watch["status"] == "stopped" and watch["stop_reason"] == "stopped by request"
+    assert watch.status == "stopped" and watch.stop_reason == "stopped by request"
     requests = fake.count("/history")
     fake.say(agent, full[5:12])
     await poll(service)
@@ -831,7 +757,7 @@ async def test_manual_watch_can_resume_after_delete(start_service, fake):
     assert await stored(service, agent) == []  # not followed while stopped
     status, answer = await service.api("POST", f"/v1/sessions/{agent}/watch", json=body)
     assert status in (200, 201) and answer["following"] is True
-    assert (await watch_of(service, agent))["status"] == "watching"
+    assert (await watch_of(service, agent)).status == "watching"
     await poll(service)
     assert await contents_of(service, agent) == texts(conversation(3, tag="resumed"))
 
@@ -867,11 +793,11 @@ async def test_a_long_call_through_a_small_window_with_outages_and_a_restart(sta
     await service.callback(agent_event(102, agent, labels=LABELS, status="STOPPED", message="OK"))
     await service.callback(agent_event(103, agent, labels=LABELS, contents=said[-32:]))
     rows = await stored(service, agent)
-    assert [r["content"] for r in rows] == [m["content"] for m in full]
+    assert [r.content for r in rows] == [m["content"] for m in full]
     session = await session_of(service, agent)
-    assert (session["message_count"], session["gap_count"], session["status"]) == (400, 0, "stopped")
-    interrupted = [r for r in rows if r["interrupted"]]
+    assert (session.message_count, session.gap_count, session.status) == (400, 0, "stopped")
+    interrupted = [r for r in rows if r.interrupted]
     if not bare:
         assert len(interrupted) == len([m for m in full if m["metadata"].get("interrupted")])
-        assert all(r["original"].endswith(" and then more") for r in interrupted)
-    assert (await watch_of(service, agent))["status"] == "stopped"
+        assert all(r.original.endswith(" and then more") for r in interrupted)
+    assert (await watch_of(service, agent)).status == "stopped"

@@ -12,17 +12,8 @@ from agent_memory.memory.ingest import Ingestor
 from agent_memory.platforms.agora.events import parse_callback, session_event
 from agent_memory.platforms.agora.payloads import AgentHistory
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore
 
 LABELS = {"user_id": "u1", "character_id": "c1"}
-
-
-@pytest.fixture
-def store(tmp_path):
-    store = SQLiteStore(tmp_path / "merge.db")
-    store.open()
-    yield store
-    store.close()
 
 
 @pytest.fixture
@@ -43,8 +34,8 @@ async def merge(store, ingestor, agent_id, contents, labels=LABELS):
 
 
 async def transcript(store, agent_id):
-    rows = await store.read(lambda view: view.session_messages(agent_id))
-    return [row["content"] for row in rows]
+    rows = await store.read(lambda view: view.messages.of_session(agent_id))
+    return [row.content for row in rows]
 
 
 @pytest.mark.parametrize(
@@ -90,9 +81,9 @@ async def test_sliding_windows_merge_into_one_exact_transcript(store, ingestor, 
         await merge(store, ingestor, "LONG", window["contents"])
     assert await transcript(store, "LONG") == full_conversation()
     assert len(full_conversation()) == total == 80
-    session = await store.read(lambda view: view.get_session("LONG"))
-    assert session["message_count"] == 80
-    assert session["gap_count"] == 0
+    session = await store.read(lambda view: view.sessions.get("LONG"))
+    assert session.message_count == 80
+    assert session.gap_count == 0
 
 
 async def test_redelivered_window_changes_nothing(store, ingestor):
@@ -111,11 +102,11 @@ async def test_text_only_poll_then_detailed_103_enriches_instead_of_doubling(sto
     await merge(store, ingestor, "A", bare)
     outcome = await merge(store, ingestor, "A", detailed)
     assert outcome.new_messages == 2
-    rows = await store.read(lambda view: view.session_messages("A"))
-    assert [r["content"] for r in rows] == [m["content"] for m in detailed]
-    assert [r["turn_id"] for r in rows] == [1, 1, 2, 2, 3, 3]
-    assert rows[3]["interrupted"] == 1 and rows[3]["original"] == "assistant line 3 and more"
-    assert rows[3]["ts_ms"] == detailed[3]["timestamp"]
+    rows = await store.read(lambda view: view.messages.of_session("A"))
+    assert [r.content for r in rows] == [m["content"] for m in detailed]
+    assert [r.turn_id for r in rows] == [1, 1, 2, 2, 3, 3]
+    assert rows[3].interrupted and rows[3].original == "assistant line 3 and more"
+    assert rows[3].ts_ms == detailed[3]["timestamp"]
 
 
 async def test_window_that_overlaps_nothing_records_a_gap(store, ingestor):
@@ -123,11 +114,11 @@ async def test_window_that_overlaps_nothing_records_a_gap(store, ingestor):
     await merge(store, ingestor, "A", messages[:32])
     outcome = await merge(store, ingestor, "A", messages[60:92])
     assert outcome.gap and outcome.new_messages == 32
-    rows = await store.read(lambda view: view.session_messages("A"))
+    rows = await store.read(lambda view: view.messages.of_session("A"))
     assert len(rows) == 64
-    assert [r["gap_before"] for r in rows].count(1) == 1 and rows[32]["gap_before"] == 1
-    session = await store.read(lambda view: view.get_session("A"))
-    assert session["gap_count"] == 1
+    assert [r.gap_before for r in rows].count(True) == 1 and rows[32].gap_before
+    session = await store.read(lambda view: view.sessions.get("A"))
+    assert session.gap_count == 1
 
 
 async def test_older_window_without_overlap_goes_before_by_time(store, ingestor):
@@ -168,12 +159,12 @@ async def test_every_split_of_a_conversation_into_overlapping_windows_merges_exa
 
 async def test_binding_moves_a_fallback_session_and_labels_win_later(store, ingestor):
     await merge(store, ingestor, "A", [{"role": "user", "content": "hi", "metadata": {"user": "42"}}], labels={})
-    session = await store.read(lambda view: view.get_session("A"))
-    assert (session["user_id"], session["identity_source"]) == ("rtc:42", "rtc")
+    session = await store.read(lambda view: view.sessions.get("A"))
+    assert (session.user_id, session.identity_source) == ("rtc:42", "rtc")
     await store.write(lambda tx: ingestor.bind(tx, "A", "alice", "luna"))
-    rows = await store.read(lambda view: view.latest_messages("alice", "luna", 10))
-    assert [r["content"] for r in rows] == ["hi"]
-    assert await store.read(lambda view: view.latest_messages("rtc:42", "default", 10)) == []
+    rows = await store.read(lambda view: view.messages.latest("alice", "luna", 10))
+    assert [r.content for r in rows] == ["hi"]
+    assert await store.read(lambda view: view.messages.latest("rtc:42", "default", 10)) == []
 
 
 async def test_unreadable_contents_keep_the_raw_callback_and_say_so(store, ingestor):
@@ -181,8 +172,8 @@ async def test_unreadable_contents_keep_the_raw_callback_and_say_so(store, inges
     raw, event = parse_callback(body, 1, follow=False)
     outcome = await store.write(lambda tx: ingestor.accept(tx, raw, event))
     assert outcome.status == "partial"
-    row = await store.read(lambda view: view.get_inbox("BAD:103"))
-    assert row["body"] == body and row["status"] == "partial" and "contents" in row["error"]
+    row = await store.read(lambda view: view.inbox.get("BAD:103"))
+    assert row.body == body and row.status == "partial" and "contents" in row.error
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -203,23 +194,23 @@ async def test_random_windows_in_random_order_give_the_union_in_order(store, ing
     for start, stop in windows:
         await merge(store, ingestor, "R", messages[start:stop])
     assert await transcript(store, "R") == [messages[i]["content"] for i in covered]
-    rows = await store.read(lambda view: view.session_messages("R"))
+    rows = await store.read(lambda view: view.messages.of_session("R"))
     # Continuity is known only where one window held both neighbours.
     breaks = [
         not any(start <= covered[i - 1] and covered[i] < stop for start, stop in windows)
         for i in range(1, len(covered))
     ]
-    assert [bool(r["gap_before"]) for r in rows[1:]] == breaks
-    session = await store.read(lambda view: view.get_session("R"))
-    assert session["gap_count"] == sum(breaks)
+    assert [r.gap_before for r in rows[1:]] == breaks
+    session = await store.read(lambda view: view.sessions.get("R"))
+    assert session.gap_count == sum(breaks)
 
 
 async def test_message_ids_are_never_reused_after_the_newest_are_forgotten(store, ingestor):
     await merge(store, ingestor, "B", turns(4), labels={"user_id": "b", "character_id": "c"})
     await merge(store, ingestor, "A", turns(4, prefix="a "), labels={"user_id": "a", "character_id": "c"})
-    highest = max(r["id"] for r in await store.read(lambda view: view.session_messages("A")))
-    await store.write(lambda tx: tx.forget("a", None))
+    highest = max(r.id for r in await store.read(lambda view: view.messages.of_session("A")))
+    await store.write(lambda tx: tx.maintenance.forget("a", None))
     await merge(store, ingestor, "B2", turns(2, prefix="new "), labels={"user_id": "b", "character_id": "c"})
-    fresh = await store.read(lambda view: view.session_messages("B2"))
+    fresh = await store.read(lambda view: view.messages.of_session("B2"))
     # A reused id would sit under a watermark that covered the forgotten messages.
-    assert min(r["id"] for r in fresh) > highest
+    assert min(r.id for r in fresh) > highest

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import stored_message
 
 from agent_memory.condense.base import CondenseInput, CondenseResult, FactAdd, FactIn
 from agent_memory.condense.offline import (
@@ -18,31 +19,26 @@ from agent_memory.condense.offline import (
     remember_requests,
 )
 from agent_memory.core.clock import to_ms
+from agent_memory.core.domain import Message
 
 DAY_MS = 1_793_736_900_000  # 2026-11-03 20:15 UTC
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "conversations"
 
 
-def msg(seq: int, role: str, content: str, at_ms: int | None = None) -> dict[str, Any]:
-    """A stored message dict as the store hands it to condensers."""
-    at = at_ms if at_ms is not None else DAY_MS + seq * 7_000
-    return {
-        "id": seq, "agent_id": "agent-1", "user_id": "u-1", "character_id": "luna",
-        "seq": seq, "role": role, "content": content, "turn_id": (seq + 1) // 2,
-        "ts_ms": at, "at_ms": at, "source": None, "speaker": None, "interrupted": 0,
-        "interrupt_ms": None, "original": None, "gap_before": 0,
-    }  # fmt: skip
+def msg(seq: int, role: str, content: str, at_ms: int | None = None) -> Message:
+    """A message as the store hands it to condensers."""
+    return stored_message(seq, role, content, at_ms=at_ms if at_ms is not None else DAY_MS + seq * 7_000)
 
 
-def dialogue(*lines: str, start: int = 1) -> list[dict[str, Any]]:
+def dialogue(*lines: str, start: int = 1) -> list[Message]:
     """Alternating assistant/user messages, the assistant first."""
     return [
         msg(start + i, "assistant" if i % 2 == 0 else "user", line) for i, line in enumerate(lines)
     ]
 
 
-async def condense(
-    messages: list[dict[str, Any]],
+async def run_offline(
+    messages: list[Message],
     previous_summary: str | None = None,
     facts: list[FactIn] | None = None,
 ) -> CondenseResult:
@@ -77,7 +73,7 @@ CHINESE = dialogue(
 
 # -- facts ---------------------------------------------------------------------------------
 async def test_english_remember_request_becomes_fact() -> None:
-    result = await condense(ENGLISH)
+    result = await run_offline(ENGLISH)
 
     assert result.method == "offline" and result.model == "offline"
     assert result.tokens_sent == 0 and result.fallback_reason is None
@@ -86,7 +82,7 @@ async def test_english_remember_request_becomes_fact() -> None:
 
 
 async def test_chinese_remember_request_becomes_fact() -> None:
-    result = await condense(CHINESE)
+    result = await run_offline(CHINESE)
 
     # The assistant's "我记住了:你22号…" is an acknowledgement, not a second fact.
     assert result.add_facts == [FactAdd(text="用户说：我22号有考试,是HSK五级", scope="user")]
@@ -151,7 +147,7 @@ async def test_facts_are_deduplicated_against_existing_and_each_other() -> None:
         start=len(ENGLISH) + 1,
     )
 
-    result = await condense(messages, facts=existing)
+    result = await run_offline(messages, facts=existing)
 
     assert result.add_facts == [
         FactAdd(text="The user's sister's wedding is on December 14th", scope="user")
@@ -160,14 +156,14 @@ async def test_facts_are_deduplicated_against_existing_and_each_other() -> None:
 
 
 async def test_assistant_lines_never_make_facts() -> None:
-    result = await condense(dialogue("Remember that my name is Luna.", "Nice."))
+    result = await run_offline(dialogue("Remember that my name is Luna.", "Nice."))
 
     assert result.add_facts == []
 
 
 # -- the summary ---------------------------------------------------------------------------
 async def test_english_summary_is_labelled_dated_and_quotes_salient_lines() -> None:
-    result = await condense(ENGLISH)
+    result = await run_offline(ENGLISH)
 
     summary = result.summary
     assert summary.startswith(LABEL)
@@ -187,13 +183,13 @@ async def test_summary_span_covers_several_days() -> None:
         msg(2, "user", "My flight was delayed by 3 hours.", at_ms=DAY_MS + 2 * 86_400_000),
     ]
 
-    result = await condense(messages)
+    result = await run_offline(messages)
 
     assert "2026-11-03 20:15 – 2026-11-05 20:15 UTC: 2 exchanges." in result.summary
 
 
 async def test_chinese_conversation_gets_chinese_summary() -> None:
-    result = await condense(CHINESE)
+    result = await run_offline(CHINESE)
 
     lines = result.summary.splitlines()
     assert lines[0] == LABEL
@@ -214,30 +210,30 @@ async def test_empty_messages_are_ignored() -> None:
     blanks = [msg(20, "user", ""), msg(21, "user", "   "), msg(22, "assistant", "")]
     with_blanks = [*ENGLISH, *blanks]
 
-    result = await condense(with_blanks)
+    result = await run_offline(with_blanks)
 
-    assert result == await condense(ENGLISH)
+    assert result == await run_offline(ENGLISH)
     assert "3 exchanges" in result.summary
 
 
 async def test_nothing_said_keeps_the_memory_unchanged() -> None:
-    result = await condense([msg(1, "user", "  "), msg(2, "assistant", "")], "Earlier summary.")
+    result = await run_offline([msg(1, "user", "  "), msg(2, "assistant", "")], "Earlier summary.")
 
     assert result.summary == "Earlier summary."
     assert result.add_facts == []
-    assert (await condense([], None)).summary == ""
+    assert (await run_offline([], None)).summary == ""
 
 
 async def test_deterministic() -> None:
     facts = [FactIn(id=1, text="The user has two cats.", scope="user")]
-    first = await condense(ENGLISH + CHINESE, "Earlier summary.", facts)
+    first = await run_offline(ENGLISH + CHINESE, "Earlier summary.", facts)
     second = await OfflineCondenser().condense(
         CondenseInput(
             user_id="u-1",
             character_id="luna",
             previous_summary="Earlier summary.",
             facts=facts,
-            messages=[dict(m) for m in ENGLISH + CHINESE],
+            messages=[copy.copy(m) for m in ENGLISH + CHINESE],
         )
     )
 
@@ -251,7 +247,7 @@ async def test_long_previous_summary_is_bounded_oldest_dropped_first() -> None:
         f"Paragraph {n}: " + "the user talked about many things. " * 8 for n in range(40)
     )
 
-    result = await condense(ENGLISH, previous)
+    result = await run_offline(ENGLISH, previous)
 
     assert len(result.summary) <= SUMMARY_MAX_CHARS
     assert "Paragraph 39:" in result.summary  # the newest past is kept
@@ -263,7 +259,7 @@ async def test_long_previous_summary_is_bounded_oldest_dropped_first() -> None:
 async def test_long_single_paragraph_is_cut_by_sentences() -> None:
     previous = " ".join(f"Sentence {n} says a thing about the user." for n in range(300))
 
-    result = await condense(ENGLISH, previous)
+    result = await run_offline(ENGLISH, previous)
 
     assert len(result.summary) <= SUMMARY_MAX_CHARS
     assert "Sentence 299 says a thing about the user." in result.summary
@@ -277,7 +273,7 @@ async def test_rolling_offline_summaries_stay_bounded_with_one_label() -> None:
         lines = [
             f"Round {round_}: I tried {round_} new recipes and my oven broke on the {round_ + 1}th."
         ]
-        result = await condense([msg(1, "assistant", "Hi!"), msg(2, "user", lines[0])], summary)
+        result = await run_offline([msg(1, "assistant", "Hi!"), msg(2, "user", lines[0])], summary)
         summary = result.summary
         assert len(summary) <= SUMMARY_MAX_CHARS
 
@@ -289,36 +285,35 @@ async def test_rolling_offline_summaries_stay_bounded_with_one_label() -> None:
 async def test_long_statements_are_clipped() -> None:
     long_line = "I love hiking in the mountains near my home town and " * 20
 
-    result = await condense(dialogue("Hi", long_line))
+    result = await run_offline(dialogue("Hi", long_line))
 
     assert len(result.summary) <= SUMMARY_MAX_CHARS
     assert "…" in result.summary
 
 
 # -- the example conversations -------------------------------------------------------------
-def load_fixture(name: str) -> list[dict[str, Any]]:
-    """Stored-message dicts from the Agora callback envelopes of one example conversation."""
+def conversation_messages(name: str) -> list[Message]:
+    """Stored messages from the Agora callback envelopes of one example conversation."""
     path = FIXTURES / name
     if not path.exists():
         pytest.skip(f"{name} is not there")
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     for envelope in json.loads(path.read_text(encoding="utf-8")):
         payload = envelope.get("payload") or {}
         for item in payload.get("contents") or []:
             metadata = item.get("metadata") or {}
             at = to_ms(item.get("timestamp")) or to_ms(envelope.get("notifyMs")) or DAY_MS
-            message = msg(len(messages) + 1, item["role"], item.get("content") or "", at_ms=at)
-            message.update(
-                interrupted=int(bool(metadata.get("interrupted"))),
-                original=metadata.get("original"),
-            )
+            message = stored_message(
+                len(messages) + 1, item["role"], item.get("content") or "", at_ms=at,
+                interrupted=bool(metadata.get("interrupted")), original=metadata.get("original"),
+            )  # fmt: skip
             messages.append(message)
     return messages
 
 
 async def test_example_conversations() -> None:
-    english = await condense(load_fixture("en_luna_companion.json"))
-    chinese = await condense(load_fixture("zh_xiaoyu_tutor.json"))
+    english = await run_offline(conversation_messages("en_luna_companion.json"))
+    chinese = await run_offline(conversation_messages("zh_xiaoyu_tutor.json"))
 
     assert any("December 14th" in fact.text for fact in english.add_facts)
     assert "The user said:" in english.summary

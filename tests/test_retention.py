@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import agent_event
+from conftest import agent_event, condense, integrity_check, on_disk, seed, wait_for
 
 import agent_memory.store.sqlite.maintenance as maintenance
 from agent_memory.cli import main
@@ -20,8 +19,7 @@ from agent_memory.core.domain import InboxEntry, Message, Summary
 from agent_memory.memory.retention import DAY_MS, Retention
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
-from agent_memory.store.sqlite import SQLiteTransaction
-from agent_memory.web.keys import JOBS, RETENTION
+from agent_memory.web.keys import RETENTION
 
 NO_SWEEP = {"job_sweep_s": 3600}
 
@@ -35,15 +33,8 @@ def lines(count: int, *, start_ms: int, prefix: str = "line", size: int = 0) -> 
     ]  # fmt: skip
 
 
-async def seed(
-    service: Any, user: str, character: str, agent_id: str, contents: list[dict[str, Any]]
-) -> None:
-    labels = {"user_id": user, "character_id": character}
-    status, body = await service.callback(agent_event(103, agent_id, labels=labels, contents=contents))
-    assert status == 200 and body["new_messages"] == len(contents), body
-
-
-async def stored(store: Store, user: str, character: str) -> list[Message]:
+async def held(store: Store, user: str, character: str) -> list[Message]:
+    """The pair's spoken turns the store still holds, oldest first."""
     return await store.read(lambda view: view.messages.latest(user, character, 100_000))
 
 
@@ -73,15 +64,15 @@ async def test_uncovered_messages_stay_over_the_limit_and_go_once_covered(start_
     await seed(service, "u-r", "luna", "AGENT-R1", lines(20, start_ms=now_ms() - 60_000))
     report = await purge(service)
     assert report["messages"] == 0
-    rows = await stored(service.store, "u-r", "luna")
+    rows = await held(service.store, "u-r", "luna")
     assert len(rows) == 20  # over the limit, but no summary covers any of them
     await cover(service.store, "u-r", "luna", rows[11].id)  # the oldest 12
     assert (await purge(service))["messages"] == 12
-    kept = await stored(service.store, "u-r", "luna")
+    kept = await held(service.store, "u-r", "luna")
     assert [r.content for r in kept] == [r.content for r in rows[12:]]  # 8: 3 not covered
     await cover(service.store, "u-r", "luna", rows[-1].id)
     assert (await purge(service))["messages"] == 3
-    assert [r.content for r in await stored(service.store, "u-r", "luna")] == [r.content for r in rows[15:]]
+    assert [r.content for r in await held(service.store, "u-r", "luna")] == [r.content for r in rows[15:]]
     assert (await purge(service))["messages"] == 0
     await integrity_check(service.store)
     # What went is gone from search too; what stayed is found.
@@ -95,21 +86,21 @@ async def test_uncovered_messages_stay_over_the_limit_and_go_once_covered(start_
 async def test_condensed_messages_are_purged_down_to_the_limit(start_service) -> None:
     service = await start_service(retention_max_messages=4, summary_delay_s=0, **NO_SWEEP)
     await seed(service, "u-c", "luna", "AGENT-C1", lines(12, start_ms=now_ms() - 60_000))
-    await service.server.app[JOBS].run_due_now()
+    await condense(service)
     condensed = await service.store.read(lambda view: view.summaries.get("u-c", "luna"))
     assert condensed is not None and condensed.method == "offline"
     report = await purge(service)
     assert report["messages"] == 8
-    assert len(await stored(service.store, "u-c", "luna")) == 4
+    assert len(await held(service.store, "u-c", "luna")) == 4
     # A new call: the old covered messages are no longer among the latest 4 and go; the new
     # ones are not covered until condensed, so all 6 stay, whatever the limit says.
     await seed(service, "u-c", "luna", "AGENT-C2", lines(6, start_ms=now_ms(), prefix="new"))
     assert (await purge(service))["messages"] == 4
-    assert [r.content.split()[0] for r in await stored(service.store, "u-c", "luna")] == ["new"] * 6
+    assert [r.content.split()[0] for r in await held(service.store, "u-c", "luna")] == ["new"] * 6
     _status, _ = await service.api("POST", "/v1/users/u-c/characters/luna/condense")
-    await service.server.app[JOBS].run_due_now()
+    await condense(service)
     assert (await purge(service))["messages"] == 2
-    assert [r.content.split()[0] for r in await stored(service.store, "u-c", "luna")] == ["new"] * 4
+    assert [r.content.split()[0] for r in await held(service.store, "u-c", "luna")] == ["new"] * 4
 
 
 async def test_age_limit_removes_only_old_covered_messages(start_service) -> None:
@@ -117,13 +108,13 @@ async def test_age_limit_removes_only_old_covered_messages(start_service) -> Non
     old, young = now_ms() - 40 * DAY_MS, now_ms() - DAY_MS
     await seed(service, "u-a", "luna", "AGENT-A1", lines(6, start_ms=old, prefix="old"))
     await seed(service, "u-a", "luna", "AGENT-A2", lines(4, start_ms=young, prefix="young"))
-    rows = await stored(service.store, "u-a", "luna")
+    rows = await held(service.store, "u-a", "luna")
     await cover(service.store, "u-a", "luna", max(r.id for r in rows))
     # Late-arriving old messages are above the watermark: not covered, so they stay.
     await seed(service, "u-a", "luna", "AGENT-A3", lines(2, start_ms=old, prefix="late"))
     report = await purge(service)
     assert report["messages"] == 6
-    left = sorted(r.content.split()[0] for r in await stored(service.store, "u-a", "luna"))
+    left = sorted(r.content.split()[0] for r in await held(service.store, "u-a", "luna"))
     assert left == ["late"] * 2 + ["young"] * 4
 
 
@@ -134,12 +125,12 @@ async def test_other_pairs_and_both_limits_together(start_service) -> None:
         await seed(service, user, "luna", f"AGENT-{user}", lines(8, start_ms=start, prefix=user))
     await seed(service, "u-p", "atlas", "AGENT-p-atlas", lines(8, start_ms=now_ms() - 60_000))
     for user, character in (("u-p", "luna"), ("u-p", "atlas")):
-        rows = await stored(service.store, user, character)
+        rows = await held(service.store, user, character)
         await cover(service.store, user, character, max(r.id for r in rows))
     assert (await purge(service))["messages"] == 8 + 5  # old luna: all; young atlas: beyond 3
-    assert len(await stored(service.store, "u-p", "luna")) == 0
-    assert len(await stored(service.store, "u-p", "atlas")) == 3
-    assert len(await stored(service.store, "u-q", "luna")) == 8  # no summary: untouched
+    assert len(await held(service.store, "u-p", "luna")) == 0
+    assert len(await held(service.store, "u-p", "atlas")) == 3
+    assert len(await held(service.store, "u-q", "luna")) == 8  # no summary: untouched
 
 
 async def test_raw_callbacks_expire_once_processed(start_service) -> None:
@@ -198,20 +189,21 @@ async def test_purge_in_small_batches_and_space_is_given_back(tmp_path: Path) ->
 async def test_the_purge_runs_on_its_schedule(start_service) -> None:
     service = await start_service(retention_max_messages=2, retention_sweep_s=0.2)
     await seed(service, "u-s", "luna", "AGENT-S1", lines(6, start_ms=now_ms() - 60_000))
-    rows = await stored(service.store, "u-s", "luna")
+    rows = await held(service.store, "u-s", "luna")
     await cover(service.store, "u-s", "luna", rows[-1].id)
-    deadline = time.monotonic() + 10
     retention = service.server.app[RETENTION]
-    while retention.last_report is None or retention.last_report["messages"] == 0:
-        assert time.monotonic() < deadline, "the scheduled purge did not run"
-        await asyncio.sleep(0.05)
-    assert len(await stored(service.store, "u-s", "luna")) == 2
+    await wait_for(
+        lambda: retention.last_report is not None and retention.last_report["messages"] != 0,
+        10,
+        failure="the scheduled purge did not run",
+    )
+    assert len(await held(service.store, "u-s", "luna")) == 2
 
 
 async def test_cli_purge_prints_what_it_removed(start_service, capsys) -> None:
     service = await start_service()
     await seed(service, "u-cli", "luna", "AGENT-CLI", lines(10, start_ms=now_ms() - 60_000))
-    rows = await stored(service.store, "u-cli", "luna")
+    rows = await held(service.store, "u-cli", "luna")
     await cover(service.store, "u-cli", "luna", rows[-1].id)
     db = str(service.settings.db_path)
     assert await asyncio.to_thread(main, ["purge", "--db", db, "--max-messages", "3"]) == 0
@@ -235,10 +227,6 @@ def trigrams(text: str) -> set[bytes]:
     """What a trigram index stores of `text`: three-character pieces, case-folded."""
     folded = text.lower()
     return {folded[i : i + 3].encode() for i in range(len(folded) - 2)}
-
-
-def on_disk(db_path: Path) -> bytes:
-    return b"".join(path.read_bytes() for path in (db_path, Path(f"{db_path}-wal")) if path.exists())
 
 
 async def remember_secrets(service: Any, user: str) -> None:
@@ -267,16 +255,6 @@ async def remember_secrets(service: Any, user: str) -> None:
     for marker in MARKERS.values():
         status, found = await service.api("GET", f"/v1/users/{user}/search", params={"q": marker})
         assert found["results"], marker
-
-
-async def integrity_check(store: Store) -> None:
-    """FTS5's own consistency check of each search index."""
-
-    def check(tx: SQLiteTransaction) -> None:
-        for table in ("messages", "facts", "summaries"):
-            tx.conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('integrity-check')")
-
-    await store.write(check)
 
 
 def assert_no_trace(db_path: Path) -> None:
@@ -340,10 +318,12 @@ async def test_the_scrub_after_a_forget_runs_on_its_own(start_service, db_path, 
     await remember_secrets(service, "u-later")
     _status, body = await service.api("DELETE", "/v1/users/u-later")
     assert body["deleted"]["search_index_scrub_pending"] == 1
-    deadline = time.monotonic() + 10
-    while (await service.store.read(lambda view: view.maintenance.search_state()))["scrub_owed"]:
-        assert time.monotonic() < deadline, "the scrub did not run"
-        await asyncio.sleep(0.05)
+
+    async def scrubbed() -> bool:
+        state = await service.store.read(lambda view: view.maintenance.search_state())
+        return not state["scrub_owed"]
+
+    await wait_for(scrubbed, 10, failure="the scrub did not run")
     await service.store.checkpoint()
     assert_no_trace(db_path)
 

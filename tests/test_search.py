@@ -10,21 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import agent_event, load_fixture
+from conftest import integrity_check, load_conversations, load_fixture, said, seed
 from sqlite_utils import Database
 
 from agent_memory.core.domain import Summary
-from agent_memory.store.sqlite import SQLiteStore, SQLiteTransaction
+from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
 
-CONVERSATIONS = ("en_luna_companion", "zh_xiaoyu_tutor", "ko_minjun_mixed", "multiuser_channel")
-
-
-async def load(service: Any, *names: str) -> None:
-    for name in names:
-        for envelope in load_fixture(f"conversations/{name}.json"):
-            status, body = await service.callback(envelope)
-            assert status == 200, body
+# The conversation fixtures whose callbacks name their user.
+LABELLED = ("en_luna_companion", "zh_xiaoyu_tutor", "ko_minjun_mixed", "multiuser_channel")
 
 
 def fixture_messages(name: str) -> list[dict[str, Any]]:
@@ -45,22 +39,8 @@ async def search(service: Any, user: str, q: str, **params: Any) -> dict[str, An
     return body
 
 
-def said(*lines: str, start_ms: int = 1_763_690_000_000) -> list[dict[str, Any]]:
-    return [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": line, "turn_id": i // 2 + 1,
-         "timestamp": start_ms + i * 1000}
-        for i, line in enumerate(lines)
-    ]  # fmt: skip
-
-
-async def seed(service: Any, user: str, character: str, agent_id: str, *lines: str) -> None:
-    labels = {"user_id": user, "character_id": character}
-    status, body = await service.callback(agent_event(103, agent_id, labels=labels, contents=said(*lines)))
-    assert status == 200 and body["new_messages"] == len(lines), body
-
-
 async def test_english_search_finds_what_was_said_with_marked_snippets(service) -> None:
-    await load(service, *CONVERSATIONS)
+    await load_conversations(service, *LABELLED)
     body = await search(service, "u-alice", "Miso")
     expected = [m for m in fixture_messages("en_luna_companion") if "miso" in m["content"].lower()]
     messages = [r for r in body["results"] if r["kind"] == "message"]
@@ -98,7 +78,7 @@ async def test_english_search_finds_what_was_said_with_marked_snippets(service) 
 
 
 async def test_chinese_is_found_by_substring_including_two_character_words(service) -> None:
-    await load(service, *CONVERSATIONS)
+    await load_conversations(service, *LABELLED)
     zh = [m["content"] for m in fixture_messages("zh_xiaoyu_tutor")]
     for q, method in (
         ("西湖边", "fts"),
@@ -120,7 +100,7 @@ async def test_chinese_is_found_by_substring_including_two_character_words(servi
 
 
 async def test_korean_and_mixed_words_are_found(service) -> None:
-    await load(service, *CONVERSATIONS)
+    await load_conversations(service, *LABELLED)
     ko = [m["content"] for m in fixture_messages("ko_minjun_mixed")]
     for q in ("떡볶이", "presentation", "민준", "great job"):
         body = await search(service, "u-kim", q)
@@ -132,8 +112,8 @@ async def test_korean_and_mixed_words_are_found(service) -> None:
 
 
 async def test_search_per_character_and_user_wide_facts(service) -> None:
-    await seed(service, "u-1", "luna", "AGENT-L", "I love hiking in the Alps", "The Alps are lovely")
-    await seed(service, "u-1", "atlas", "AGENT-A", "Hiking tomorrow with Bob", "Have fun hiking")
+    await seed(service, "u-1", "luna", "AGENT-L", said("I love hiking in the Alps", "The Alps are lovely"))
+    await seed(service, "u-1", "atlas", "AGENT-A", said("Hiking tomorrow with Bob", "Have fun hiking"))
     for scope, text in (
         ("user", "Hiking boots are size 42"),
         ("character", "Prefers hiking at dawn"),
@@ -160,7 +140,7 @@ async def test_search_per_character_and_user_wide_facts(service) -> None:
 
 
 async def test_summaries_are_searched_and_a_replaced_summary_leaves_the_index(service) -> None:
-    await seed(service, "u-2", "luna", "AGENT-S", "hello there", "hi there")
+    await seed(service, "u-2", "luna", "AGENT-S", said("hello there", "hi there"))
     await service.store.catch_up_search()  # messages are indexed after they commit
     # The owner tokens of the user's pairs (SQLite's index detail), kept through replacements.
     pairs = await service.store.read(lambda view: view.search.pair_tokens("u-2"))
@@ -182,20 +162,19 @@ async def test_summaries_are_searched_and_a_replaced_summary_leaves_the_index(se
     # Replacing the summary (INSERT OR REPLACE) leaves the pair's token, so its messages stay found.
     assert await service.store.read(lambda view: view.search.pair_tokens("u-2")) == pairs
     assert len((await search(service, "u-2", "there"))["results"]) == 2
-    await integrity_check(service)
+    await integrity_check(service.store)
     _status, _ = await service.api("DELETE", "/v1/users/u-2")
     assert (await search(service, "u-2", "there"))["results"] == []
-    await integrity_check(service)
+    await integrity_check(service.store)
 
 
 async def test_ranking_prefers_more_and_denser_matches(service) -> None:
-    await seed(
-        service, "u-3", "luna", "AGENT-R",
+    await seed(service, "u-3", "luna", "AGENT-R", said(
         "coffee",
         "I had a long day at work and then, much later in the evening, some coffee with a friend",
         "coffee coffee, more coffee please",
         "nothing to see here",
-    )  # fmt: skip
+    ))  # fmt: skip
     body = await search(service, "u-3", "coffee")
     assert [r["text"] for r in body["results"]] == [
         "coffee coffee, more coffee please",
@@ -234,7 +213,7 @@ async def test_unknown_user_gets_an_empty_answer_and_the_token_is_required(servi
 
 
 async def test_fts_syntax_in_a_query_is_just_text(service) -> None:
-    await seed(service, "u-4", "luna", "AGENT-Q", 'she said "NEAR(a b)" OR maybe *stars*', "ok")
+    await seed(service, "u-4", "luna", "AGENT-Q", said('she said "NEAR(a b)" OR maybe *stars*', "ok"))
     for q in ('"NEAR(a', "OR maybe", "*stars*", 'said "NEAR'):
         body = await search(service, "u-4", q)
         assert [r["text"] for r in body["results"]] == ['she said "NEAR(a b)" OR maybe *stars*'], q
@@ -243,8 +222,10 @@ async def test_fts_syntax_in_a_query_is_just_text(service) -> None:
 
 
 async def test_operators_see_who_mentioned_a_keyword(service) -> None:
-    await load(service, *CONVERSATIONS)
-    await seed(service, "u-bob", "atlas", "AGENT-B1", "My cat Miso? No, my cat is called Pixel.", "Nice")
+    await load_conversations(service, *LABELLED)
+    await seed(
+        service, "u-bob", "atlas", "AGENT-B1", said("My cat Miso? No, my cat is called Pixel.", "Nice")
+    )
     status, body = await service.api("GET", "/v1/search/mentions", params={"q": "miso"})
     assert status == 200, body
     alice_user_lines = [
@@ -278,7 +259,7 @@ async def test_operators_see_who_mentioned_a_keyword(service) -> None:
 
 
 async def test_the_index_follows_moves_and_deletes(service) -> None:
-    await seed(service, "u-5", "luna", "AGENT-M", "the password is swordfish", "noted")
+    await seed(service, "u-5", "luna", "AGENT-M", said("the password is swordfish", "noted"))
     assert (await search(service, "u-5", "swordfish"))["results"]
     status, _ = await service.api(
         "POST", "/v1/sessions/AGENT-M/bind", json={"user_id": "u-6", "character_id": "atlas"}
@@ -298,15 +279,7 @@ async def test_the_index_follows_moves_and_deletes(service) -> None:
     status, _ = await service.api("DELETE", f"/v1/facts/{fact_id}")
     assert status == 200
     assert {r["kind"] for r in (await search(service, "u-6", "swordfish"))["results"]} == {"message"}
-    await integrity_check(service)
-
-
-async def integrity_check(service: Any) -> None:
-    def check(tx: SQLiteTransaction) -> None:
-        for table in ("messages", "facts", "summaries"):
-            tx.conn.execute(f"INSERT INTO {table}_fts ({table}_fts) VALUES ('integrity-check')")
-
-    await service.store.write(check)
+    await integrity_check(service.store)
 
 
 def test_migration_indexes_an_existing_database(tmp_path: Path) -> None:

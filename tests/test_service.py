@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from conftest import on_disk
 
 from agent_memory.condense import make_condenser
 from agent_memory.core.events import IncomingMessage, RawEvent, SessionEvent
@@ -15,7 +16,7 @@ from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Retention
 from agent_memory.memory.service import EXPORT_FORMAT, Memory, SummaryState
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore
+from agent_memory.store import open_store
 
 START_MS = 1_763_690_000_000
 SECRET_WORD = "MarmaladeHeron5521"
@@ -26,8 +27,7 @@ KEPT_WORD = "PineconeOtter8830"
 async def memory(tmp_path: Path) -> AsyncIterator[Memory]:
     """A Memory over a fresh database, with an offline job runner and retention."""
     settings = Settings(db_path=tmp_path / "memory.db", summary_delay_s=3600)
-    store = SQLiteStore(settings.db_path)
-    store.open()
+    store = open_store(settings)
     jobs = CondenseJobs(settings, store, make_condenser(settings))
     memory = Memory(settings, store, jobs=jobs, retention=Retention(settings, store))
     try:
@@ -68,20 +68,13 @@ async def seed(memory: Memory, agent_id: str, user: str, character: str, *lines:
     assert outcome.status == "done" and outcome.new_messages == len(lines), outcome
 
 
-def on_disk(memory: Memory) -> bytes:
-    """The database file and its WAL, as anyone with disk access reads them."""
-    path = Path(memory.settings.db_path)
-    wal = path.with_name(path.name + "-wal")
-    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
-
-
 async def test_an_event_is_taken_in_once(memory: Memory) -> None:
     raw, event = history("A1", "u-ann", "luna", "hello there", "hi Ann")
     assert (await memory.accept_event(raw, event)).new_messages == 2
     again = await memory.accept_event(raw, event)
     assert again.status == "duplicate" and again.new_messages == 0
-    assert [m["content"] for m in await memory.messages("u-ann", "luna", 10)] == ["hello there", "hi Ann"]
-    assert (await memory.session("A1"))["user_id"] == "u-ann"
+    assert [m.content for m in await memory.messages("u-ann", "luna", 10)] == ["hello there", "hi Ann"]
+    assert (await memory.session("A1")).user_id == "u-ann"
 
 
 async def test_system_messages_hold_facts_and_turns_and_can_leave_out_a_run(memory: Memory) -> None:
@@ -101,19 +94,19 @@ async def test_system_messages_hold_facts_and_turns_and_can_leave_out_a_run(memo
 
 async def test_a_fact_said_by_hand_is_pinned_deduplicated_and_scoped(memory: Memory) -> None:
     added = await memory.add_fact("u-ann", "luna", "  Ann is  vegetarian ")
-    assert added.created and added.fact["pinned"] and added.fact["origin"] == "manual"
-    assert added.fact["text"] == "Ann is vegetarian"
+    assert added.created and added.fact.pinned and added.fact.origin == "manual"
+    assert added.fact.text == "Ann is vegetarian"
     same = await memory.add_fact("u-ann", "luna", "ann is vegetarian.")
-    assert not same.created and same.fact["id"] == added.fact["id"]
+    assert not same.created and same.fact.id == added.fact.id
     await memory.add_fact("u-ann", "luna", "Ann lives in Lisbon", scope="user")
     # A user-wide fact is remembered with every character; a character's fact with that one only.
-    assert [f["text"] for f in await memory.facts("u-ann", "kai")] == ["Ann lives in Lisbon"]
+    assert [f.text for f in await memory.facts("u-ann", "kai")] == ["Ann lives in Lisbon"]
     assert len(await memory.facts("u-ann", "luna")) == 2
     with pytest.raises(InvalidField):
         await memory.add_fact("u-ann", "luna", " ... ")
-    await memory.delete_fact(added.fact["id"])
+    await memory.delete_fact(added.fact.id)
     with pytest.raises(NotFound):
-        await memory.delete_fact(added.fact["id"])
+        await memory.delete_fact(added.fact.id)
 
 
 async def test_forgetting_a_user_leaves_nothing_readable_on_disk(memory: Memory) -> None:
@@ -123,7 +116,7 @@ async def test_forgetting_a_user_leaves_nothing_readable_on_disk(memory: Memory)
     await memory.bind_channel("room-gone", "u-gone", "luna")
     await memory.condense("u-gone", "luna")
     assert (await memory.summary("u-gone", "luna")).summary is not None
-    assert SECRET_WORD.encode() in on_disk(memory)
+    assert SECRET_WORD.encode() in on_disk(memory.settings.db_path)
 
     receipt = await memory.forget("u-gone")
 
@@ -138,7 +131,7 @@ async def test_forgetting_a_user_leaves_nothing_readable_on_disk(memory: Memory)
     # The WAL was checkpointed into the file and truncated, and the words are nowhere in either.
     wal = Path(memory.settings.db_path).with_name("memory.db-wal")
     assert not wal.exists() or wal.stat().st_size == 0
-    data = on_disk(memory)
+    data = on_disk(memory.settings.db_path)
     assert SECRET_WORD.encode() not in data and SECRET_WORD.casefold().encode() not in data
     # Someone else's memory stays.
     assert KEPT_WORD.encode() in data
@@ -153,7 +146,7 @@ async def test_forgetting_a_pair_keeps_the_users_other_pairs_and_user_wide_facts
     assert receipt["messages"] == 2 and receipt["facts"] == 0
     assert await memory.messages("u-ann", "luna", 10) == []
     assert len(await memory.messages("u-ann", "kai", 10)) == 2
-    assert [f["text"] for f in await memory.facts("u-ann", "kai")] == ["likes tea"]
+    assert [f.text for f in await memory.facts("u-ann", "kai")] == ["likes tea"]
 
 
 async def test_export_is_one_versioned_document_of_everything_held(memory: Memory) -> None:
@@ -170,12 +163,13 @@ async def test_condense_now_makes_the_job_due_and_condense_runs_it(memory: Memor
     await seed(memory, "A1", "u-ann", "luna", "I adopted a dog named Biscuit", "congratulations")
     assert (await memory.summary("u-ann", "luna")).uncovered == 2
     job = await memory.condense_now("u-ann", "luna")
-    assert job is not None and job["status"] == "pending" and job["due_ms"] <= job["updated_ms"] + 1
-    assert [row["id"] for row in await memory.list_jobs("pending")] == [job["id"]]
+    assert job is not None and job.status == "pending" and job.updated_ms is not None
+    assert job.due_ms <= job.updated_ms + 1
+    assert [row.id for row in await memory.list_jobs("pending")] == [job.id]
     condensed = await memory.condense("u-ann", "luna")
-    assert condensed.summary is not None and condensed.summary["method"] == "offline"
+    assert condensed.summary is not None and condensed.summary.method == "offline"
     # A finished job with nothing left to condense is gone; one that failed would say why.
-    assert condensed.job is None or condensed.job["last_error"] is None
+    assert condensed.job is None or condensed.job.last_error is None
     state = await memory.summary("u-ann", "luna")
     assert state.summary is not None and state.uncovered == 0
 
@@ -197,11 +191,11 @@ async def test_only_a_dead_job_can_be_retried(memory: Memory) -> None:
     job = await memory.condense_now("u-ann", "luna")
     assert job is not None
     with pytest.raises(NotFound, match="no dead job"):
-        await memory.retry_job(job["id"])
-    await memory.store.write(lambda tx: tx.fail_job(job["id"], "boom", retry_at_ms=None))
-    assert [row["id"] for row in await memory.list_jobs("dead")] == [job["id"]]
-    revived = await memory.retry_job(job["id"])
-    assert revived["status"] == "pending" and revived["id"] == job["id"]
+        await memory.retry_job(job.id)
+    await memory.store.write(lambda tx: tx.jobs.fail(job.id, "boom", retry_at_ms=None))
+    assert [row.id for row in await memory.list_jobs("dead")] == [job.id]
+    revived = await memory.retry_job(job.id)
+    assert revived.status == "pending" and revived.id == job.id
 
 
 async def test_search_sees_what_was_just_taken_in(memory: Memory) -> None:
@@ -218,12 +212,15 @@ async def test_search_sees_what_was_just_taken_in(memory: Memory) -> None:
 async def test_bindings_move_sessions_and_can_be_read_and_removed(memory: Memory) -> None:
     await seed(memory, "A1", "u-ann", "luna", "hello", "hi")
     moved = await memory.bind("A1", "u-zoe", "luna")
-    assert moved["user_id"] == "u-zoe" and moved["identity_source"] == "binding"
+    assert moved is not None and moved.user_id == "u-zoe" and moved.identity_source == "binding"
+    assert await memory.bind("NOT-YET", "u-zoe", "luna") is None  # it starts there when it comes
     assert len(await memory.messages("u-zoe", "luna", 10)) == 2
     bound = await memory.bind_channel("room-7", "u-zoe", "kai")
-    assert bound.binding["user_id"] == "u-zoe" and bound.moved == []
-    assert (await memory.channel_binding("room-7") or {})["character_id"] == "kai"
-    assert (await memory.unbind_channel("room-7") or {})["channel"] == "room-7"
+    assert bound.binding.user_id == "u-zoe" and bound.moved == []
+    binding = await memory.channel_binding("room-7")
+    assert binding is not None and binding.character_id == "kai"
+    unbound = await memory.unbind_channel("room-7")
+    assert unbound is not None and unbound.channel == "room-7"
     assert await memory.unbind_channel("room-7") is None
     with pytest.raises(NotFound):
         await memory.session("NOBODY")
@@ -250,9 +247,9 @@ async def test_purge_runs_retention_and_reports(memory: Memory) -> None:
 async def test_recorded_events_can_be_applied_again(memory: Memory) -> None:
     raw, event = history("A1", "u-ann", "luna", "hello", "hi")
     await memory.accept_event(raw, event)
-    await memory.store.write(lambda tx: tx.set_inbox_status(raw.event_id, "failed", "test"))
-    [row] = await memory.recorded_events(["failed", "partial"], 10)
-    assert row["notice_id"] == raw.event_id
+    await memory.store.write(lambda tx: tx.inbox.set_status(raw.event_id, "failed", "test"))
+    [entry] = await memory.recorded_events(["failed", "partial"], 10)
+    assert entry.event_id == raw.event_id
     outcome = await memory.reapply_event(raw, event)
     assert outcome.status == "done" and outcome.new_messages == 0  # already merged: nothing doubles
     assert await memory.recorded_events(["failed"], 10) == []

@@ -3,7 +3,9 @@ user-wide fact is encoded, the one list of tables forget clears, and the search 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,15 +26,6 @@ from agent_memory.store.sqlite import SQLiteView
 from agent_memory.store.sqlite.facts import fact_character
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
 from agent_memory.store.types import NewMessage
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = open_store(Settings(db_path=tmp_path / "store.db"))
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def session(agent_id: str = "A1", user_id: str = "u1", character_id: str = "luna") -> Session:
@@ -168,3 +161,29 @@ async def test_forget_clears_every_held_table_and_keeps_the_index_watermark(stor
     assert await store.catch_up_search() == 0
     found = await store.read(lambda view: view.search.user("u1", "kyoto"))
     assert len(found["results"]) == 2
+
+
+async def test_a_write_waits_for_another_process_writing_the_same_file(tmp_path: Path) -> None:
+    """A CLI command beside the running service: neither's write fails with "database is locked",
+    even when one transaction reads before it writes while the other writes in between."""
+    settings = Settings(db_path=tmp_path / "shared.db")
+    service, cli = open_store(settings), open_store(settings)
+    inside = threading.Event()
+
+    def read_then_write(tx: Transaction) -> None:
+        tx.sessions.get("S1")  # a read first, as the search catch-up does
+        inside.set()
+        time.sleep(0.3)  # the other writer tries to commit meanwhile
+        tx.sessions.insert(session("S1"))
+
+    async def other_write() -> None:
+        await asyncio.to_thread(inside.wait, 5)
+        await cli.write(lambda tx: tx.sessions.insert(session("C1")))
+
+    try:
+        await asyncio.gather(service.write(read_then_write), other_write())
+        found = await cli.read(lambda view: (view.sessions.get("S1"), view.sessions.get("C1")))
+        assert all(found)
+    finally:
+        service.close()
+        cli.close()

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-from conftest import agent_event, load_fixture
-from fakes.agora_server import FakeAgora
-from test_live import conversation, live, poll, pushed_list, stored, watch_of
+from conftest import (
+    agent_event,
+    conversation,
+    live,
+    load_fixture,
+    poll,
+    pushed_list,
+    stored,
+    watch_of,
+)
 
 from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.memory.service import load_context
@@ -27,12 +33,6 @@ from agent_memory.core.styles import shape_system_messages, style_from_query, st
 SCARECROW = "Why did the scarecrow win an award? Because he was outstanding in his field!"
 EXTENDED = {"turn_id", "timestamp", "metadata", "speech_start_ms", "speech_end_ms",
             "speech_algorithmic_delay"}  # fmt: skip
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAgora]:
-    async with FakeAgora(app_id="app", customer_id="cid", customer_secret="csec") as server:
-        yield server
 
 
 def custom_llm_messages() -> list[dict[str, Any]]:
@@ -268,7 +268,7 @@ async def test_start_and_refresh_send_memory_in_the_agents_style(start_service, 
         k: v for k, v in llm.items() if k != "system_messages"
     }
     agent_id = answer["agent_id"]
-    assert (await watch_of(service, agent_id))["style"] == style
+    assert (await watch_of(service, agent_id)).style == style
 
     status, refreshed = await service.api("POST", f"/v1/agents/{agent_id}/refresh")
     assert status == 200, refreshed
@@ -300,7 +300,7 @@ async def test_manual_watch_takes_the_style_for_refreshes(start_service, fake):
     status, refreshed = await service.api("POST", f"/v1/agents/{agent}/refresh")
     assert status == 200, refreshed
     assert refreshed["system_messages"][0] == own[0]
-    assert (await watch_of(service, agent))["style"] == "gemini"
+    assert (await watch_of(service, agent)).style == "gemini"
     assert all("parts" in m for m in refreshed["system_messages"][1:])
     status, bad = await service.api(
         "POST", "/v1/sessions/STYLEWATCH2/watch", json={**body, "style": "dify"}
@@ -380,7 +380,7 @@ async def test_a_pipeline_join_gets_no_llm_block_and_says_why(start_service, fak
     assert answer["system_messages"] is None and answer["memory_tokens"] == 0
     agent_id = answer["agent_id"]
     watch = await watch_of(service, agent_id)
-    assert watch["status"] == "watching" and watch["base_system_messages"] is None
+    assert watch is not None and watch.status == "watching" and watch.base_system_messages is None
 
     # Followed (its turns are kept), but never refreshed: the pipeline's prompt is unknown.
     fake.say(agent_id, conversation(2, tag="pipe"))

@@ -8,10 +8,11 @@ the messages since its watermark into an update: a new rolling summary and fact 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from agent_memory.core.domain import Message
 from agent_memory.core.facts import MAX_FACT_CHARS, clean_text, fact_key
 from agent_memory.errors import InvalidField
 
@@ -40,7 +41,8 @@ class CondenseInput(BaseModel):
     character_id: str
     previous_summary: str | None = None
     facts: list[FactIn] = Field(default_factory=list)
-    messages: list[dict[str, Any]] = Field(default_factory=list)
+    # The stored turns since the watermark, in conversation order.
+    messages: list[Message] = Field(default_factory=list)
 
 
 # -- what comes out ------------------------------------------------------------------------

@@ -11,8 +11,8 @@ self-introductions ("my name is …", "我叫…"); facts are never updated or r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Literal
 
 from agent_memory.condense.base import (
     CondenseInput,
@@ -24,6 +24,7 @@ from agent_memory.condense.base import (
     unchanged,
 )
 from agent_memory.core.clock import format_day, format_minute
+from agent_memory.core.domain import Message
 from agent_memory.core.facts import MAX_FACT_CHARS, fact_key
 from agent_memory.core.tokens import count_tokens
 
@@ -75,15 +76,15 @@ def clip(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:，、") + ELLIPSIS
 
 
-def message_at(message: Mapping[str, Any]) -> int:
+def message_at(message: Message) -> int:
     """When the message was said, as render.py dates it."""
-    return int(message.get("ts_ms") or message["at_ms"])
+    return message.ts_ms or message.at_ms
 
 
-def spoken(messages: Iterable[Mapping[str, Any]]) -> Iterator[tuple[Mapping[str, Any], str]]:
+def spoken(messages: Iterable[Message]) -> Iterator[tuple[Message, str]]:
     """Messages with something said, and their stripped text; empty ASR results are skipped."""
     for message in messages:
-        text = " ".join(str(message.get("content") or "").split())
+        text = " ".join(message.content.split())
         if text:
             yield message, text
 
@@ -417,9 +418,9 @@ def carry_forward(previous: str, room: int) -> str:
     return ELLIPSIS + text
 
 
-def summarize(previous: str | None, said: Sequence[tuple[Mapping[str, Any], str]]) -> str:
+def summarize(previous: str | None, said: Sequence[tuple[Message, str]]) -> str:
     """The labelled offline summary: the bounded past plus a paragraph on what was `said`."""
-    user_texts = [text for message, text in said if message.get("role") == "user"]
+    user_texts = [text for message, text in said if message.role == "user"]
     language = detect_language(user_texts or [text for _, text in said])
     times = [message_at(message) for message, _ in said]
     span = time_span(min(times), max(times))
@@ -439,7 +440,7 @@ def condense_offline(job: CondenseInput) -> CondenseOutput:
     if not said:
         # Nothing new was said: the memory stays exactly as it is.
         return unchanged(job)
-    user_texts = [text for message, text in said if message.get("role") == "user"]
+    user_texts = [text for message, text in said if message.role == "user"]
     facts = extract_facts(user_texts, existing=(fact.text for fact in job.facts))
     # The same gate as the LLM's answer: cleaned texts, one fact per key.
     output = CondenseOutput(summary=summarize(job.previous_summary, said), add_facts=facts)

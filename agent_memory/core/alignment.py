@@ -1,11 +1,12 @@
 """Transcript alignment: where a window of messages sits in a stored transcript.
 
-Pure functions over message rows (dicts with the storage columns `fp`, `ts_ms`, `turn_id`,
-`seq`, `id`, `gap_before`). Each message is fingerprinted by role and content (the fields
-every source sends); a window is placed where it agrees with the stored transcript on every
-overlapping position, and only what lies outside the stored part is new. Overlapping
-messages that arrive with more detail (turn, time, interruption) enrich the stored row. A
-window that overlaps nothing is placed by time, as a new part after a gap.
+Pure functions. The stored transcript is a session's `MessageFingerprint`s in order; the
+window is anything `Comparable` (ingest's incoming messages). Each message is fingerprinted
+by role and content (the fields every source sends); a window is placed where it agrees with
+the stored transcript on every overlapping position, and only what lies outside the stored
+part is new. Overlapping messages that arrive with more detail (turn, time, interruption)
+enrich the stored row. A window that overlaps nothing is placed by time, as a new part after
+a gap.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from agent_memory.core.domain import MessageChanges, MessageFingerprint
 
 # Repeated contents ("ok", "") may stand in many places; a window is placed by the
 # most recent ones only.
@@ -37,13 +40,44 @@ def canonical(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
+class Comparable(Protocol):
+    """What alignment compares of a message: its fingerprint, and its time and turn when known."""
+
+    @property
+    def fp(self) -> str: ...
+    @property
+    def ts_ms(self) -> int | None: ...
+    @property
+    def turn_id(self) -> int | None: ...
+
+
+class Enrichable(Comparable, Protocol):
+    """A later copy of a message: the fields it may add to or correct in the stored one."""
+
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def speaker(self) -> str | None: ...
+    @property
+    def interrupted(self) -> bool: ...
+    @property
+    def interrupt_ms(self) -> int | None: ...
+    @property
+    def original(self) -> str | None: ...
+
+
 # A message as alignment sees it: its fingerprint, and its time and turn when known.
 Key = tuple[str, int | None, int | None]
 
 
-def key_of(row: dict[str, Any]) -> Key:
-    """What alignment compares of a stored or incoming row."""
-    return (row["fp"], row["ts_ms"], row["turn_id"])
+def key_of(message: Comparable) -> Key:
+    """What alignment compares of a stored or incoming message."""
+    return (message.fp, message.ts_ms, message.turn_id)
+
+
+def keys_of(messages: Sequence[Comparable]) -> list[Key]:
+    """`key_of` each message, in order."""
+    return [(m.fp, m.ts_ms, m.turn_id) for m in messages]
 
 
 def same_message(a: Key | str, b: Key | str) -> bool:
@@ -82,24 +116,28 @@ def align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | Non
     return None
 
 
-ENRICHABLE = ("turn_id", "ts_ms", "source", "speaker", "interrupted", "interrupt_ms", "original")
+def enrichment(stored: MessageFingerprint, incoming: Enrichable) -> MessageChanges:
+    """The fields a later copy of a stored message adds or corrects.
 
-
-def has_value(key: str, value: Any) -> bool:
-    """Whether a later copy's field says something: turn 0 is a turn, time 0 and "not
-    interrupted" are not (a copy without the flag must not clear it)."""
-    return value is not None and (value != 0 or key == "turn_id")
-
-
-def enrichment(stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
-    """The fields a later copy of a stored message adds or corrects."""
-    changes = {
-        key: incoming[key]
-        for key in ENRICHABLE
-        if has_value(key, incoming[key]) and incoming[key] != stored[key]
-    }
-    if "ts_ms" in changes:
-        changes["at_ms"] = changes["ts_ms"]
+    A field the copy leaves empty says nothing: turn 0 is a turn, but time 0 and "not
+    interrupted" are not (a copy without the flag must not clear it).
+    """
+    changes: MessageChanges = {}
+    if incoming.turn_id is not None and incoming.turn_id != stored.turn_id:
+        changes["turn_id"] = incoming.turn_id
+    if incoming.ts_ms and incoming.ts_ms != stored.ts_ms:
+        # When it was said is also where it sits in conversation order.
+        changes["ts_ms"] = changes["at_ms"] = incoming.ts_ms
+    if incoming.source is not None and incoming.source != stored.source:
+        changes["source"] = incoming.source
+    if incoming.speaker is not None and incoming.speaker != stored.speaker:
+        changes["speaker"] = incoming.speaker
+    if incoming.interrupted and not stored.interrupted:
+        changes["interrupted"] = True
+    if incoming.interrupt_ms and incoming.interrupt_ms != stored.interrupt_ms:
+        changes["interrupt_ms"] = incoming.interrupt_ms
+    if incoming.original is not None and incoming.original != stored.original:
+        changes["original"] = incoming.original
     return changes
 
 
@@ -107,43 +145,47 @@ def enrichment(stored: dict[str, Any], incoming: dict[str, Any]) -> dict[str, An
 # window that fills the gap can be numbered in place.
 GAP_ROOM = 1 << 20
 
+# Where one window message goes: its seq, the stored message it is (None: new), and
+# whether a gap comes before it.
+Position = tuple[int, MessageFingerprint | None, bool]
 
-@dataclass
+
+@dataclass(slots=True)
 class Placement:
-    """Where each message of a window goes: (seq, stored row or None, gap_before)."""
+    """Where each message of a window goes."""
 
-    positions: list[tuple[int, dict[str, Any] | None, bool]]
-    gap_after_id: int | None  # a stored row that now follows a gap
+    positions: list[Position]
+    gap_after_id: int | None  # a stored message that now follows a gap
     gap_count: int
     new_gap: bool
 
 
-def segments_of(stored: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def segments_of(stored: Sequence[MessageFingerprint]) -> list[list[MessageFingerprint]]:
     """The stored transcript cut at its gaps."""
-    segments: list[list[dict[str, Any]]] = []
+    segments: list[list[MessageFingerprint]] = []
     for row in stored:
-        if not segments or row["gap_before"]:
+        if not segments or row.gap_before:
             segments.append([])
         segments[-1].append(row)
     return segments
 
 
 def map_window(
-    stored: Sequence[dict[str, Any]], incoming: Sequence[dict[str, Any]]
-) -> list[dict[str, Any] | None]:
-    """The stored row each window message is, aligning against each gap-free segment."""
-    window = [key_of(row) for row in incoming]
-    mapping: list[dict[str, Any] | None] = [None] * len(incoming)
+    stored: Sequence[MessageFingerprint], incoming: Sequence[Comparable]
+) -> list[MessageFingerprint | None]:
+    """The stored message each window message is, aligning against each gap-free segment."""
+    window = keys_of(incoming)
+    mapping: list[MessageFingerprint | None] = [None] * len(incoming)
     for segment in segments_of(stored):
-        offset = align([key_of(row) for row in segment], window)
+        offset = align(keys_of(segment), window)
         if offset is None:
             continue
         for j in range(max(0, -offset), min(len(window), len(segment) - offset)):
             mapping[j] = mapping[j] or segment[offset + j]
-    mapped_seqs = [row["seq"] for row in mapping if row is not None]
+    mapped_seqs = [row.seq for row in mapping if row is not None]
     if mapped_seqs != sorted(mapped_seqs):
         # Segments disagree (repeated contents): trust the single best alignment only.
-        offset = align([key_of(row) for row in stored], window)
+        offset = align(keys_of(stored), window)
         mapping = [
             stored[offset + j] if offset is not None and 0 <= offset + j < len(stored) else None
             for j in range(len(window))
@@ -151,27 +193,27 @@ def map_window(
     return mapping
 
 
-def place_window(stored: Sequence[dict[str, Any]], incoming: Sequence[dict[str, Any]]) -> Placement:
+def place_window(stored: Sequence[MessageFingerprint], incoming: Sequence[Comparable]) -> Placement:
     """Number a window's messages relative to what is stored, and mark the gaps."""
     if not stored:
         return Placement([(j, None, False) for j in range(len(incoming))], None, 0, False)
-    gaps_before = sum(1 for row in stored if row["gap_before"])
+    gaps_before = sum(1 for row in stored if row.gap_before)
     mapping = map_window(stored, incoming)
     first = next((j for j, row in enumerate(mapping) if row is not None), None)
     if first is None:
         return _place_apart(stored, incoming, gaps_before)
-    taken = {row["seq"] for row in stored}
+    taken = {row.seq for row in stored}
     anchor = mapping[first]
     assert anchor is not None
-    positions: list[tuple[int, dict[str, Any] | None, bool]] = []
+    positions: list[Position] = []
     for j in range(first):
-        positions.append((anchor["seq"] - (first - j), None, False))
-    previous_seq = anchor["seq"] - 1
+        positions.append((anchor.seq - (first - j), None, False))
+    previous_seq = anchor.seq - 1
     for j in range(first, len(incoming)):
         row = mapping[j]
         if row is not None:
-            positions.append((row["seq"], row, bool(row["gap_before"]) and j == 0))
-            previous_seq = row["seq"]
+            positions.append((row.seq, row, row.gap_before and j == 0))
+            previous_seq = row.seq
         else:
             previous_seq += 1
             positions.append((previous_seq, None, False))
@@ -180,53 +222,51 @@ def place_window(stored: Sequence[dict[str, Any]], incoming: Sequence[dict[str, 
         # No room where the window belongs: keep it, after everything, as a separate part.
         return _place_apart(stored, incoming, gaps_before, force_after=True)
     lowest_seq, highest_seq = positions[0][0], positions[-1][0]
-    earlier = [row for row in stored if row["seq"] < lowest_seq]
-    later = [row for row in stored if row["seq"] > highest_seq]
+    earlier = any(row.seq < lowest_seq for row in stored)
+    later = [row for row in stored if row.seq > highest_seq]
     if positions[0][1] is None and earlier:
         seq, _, _ = positions[0]
         positions[0] = (seq, None, True)
     gap_after_id = None
-    if positions[-1][1] is None and later and not later[0]["gap_before"]:
-        gap_after_id = later[0]["id"]
+    if positions[-1][1] is None and later and not later[0].gap_before:
+        gap_after_id = later[0].id
     # Recount: gaps the window closed go, the ones at its edges stay or appear.
-    closed = {row["id"] for j, row in enumerate(mapping) if row is not None and j > 0}
-    remaining = sum(1 for row in stored if row["gap_before"] and row["id"] not in closed)
+    closed = {row.id for j, row in enumerate(mapping) if row is not None and j > 0}
+    remaining = sum(1 for row in stored if row.gap_before and row.id not in closed)
     gap_count = remaining + int(positions[0][2] and positions[0][1] is None) + int(gap_after_id is not None)
     return Placement(positions, gap_after_id, gap_count, gap_count > gaps_before)
 
 
 def _place_apart(
-    stored: Sequence[dict[str, Any]],
-    incoming: Sequence[dict[str, Any]],
+    stored: Sequence[MessageFingerprint],
+    incoming: Sequence[Comparable],
     gaps_before: int,
     *,
     force_after: bool = False,
 ) -> Placement:
     """A window that overlaps nothing: before or after the stored parts, by time, as a new part."""
     count = len(incoming)
-    window_last = max((row["ts_ms"] for row in incoming if row["ts_ms"]), default=None)
+    window_last = max((row.ts_ms for row in incoming if row.ts_ms), default=None)
     segments = segments_of(stored)
     index = len(segments)  # the new part goes before segments[index]
     if window_last is not None and not force_after:
         for k, segment in enumerate(segments):
-            first_ts = min((row["ts_ms"] for row in segment if row["ts_ms"]), default=None)
+            first_ts = min((row.ts_ms for row in segment if row.ts_ms), default=None)
             if first_ts is not None and window_last < first_ts:
                 index = k
                 break
     if index == len(segments):
-        start = segments[-1][-1]["seq"] + GAP_ROOM
+        start = segments[-1][-1].seq + GAP_ROOM
     elif index == 0:
-        start = segments[0][0]["seq"] - GAP_ROOM - count
+        start = segments[0][0].seq - GAP_ROOM - count
     else:
-        low, high = segments[index - 1][-1]["seq"], segments[index][0]["seq"]
+        low, high = segments[index - 1][-1].seq, segments[index][0].seq
         start = low + (high - low - count) // 2
         if high - low <= count + 1:
             return _place_apart(stored, incoming, gaps_before, force_after=True)
-    positions: list[tuple[int, dict[str, Any] | None, bool]] = [
-        (start + j, None, j == 0 and index > 0) for j in range(count)
-    ]
+    positions: list[Position] = [(start + j, None, j == 0 and index > 0) for j in range(count)]
     gap_after_id = None
-    if index < len(segments) and not segments[index][0]["gap_before"]:
-        gap_after_id = segments[index][0]["id"]
+    if index < len(segments) and not segments[index][0].gap_before:
+        gap_after_id = segments[index][0].id
     gap_count = gaps_before + int(index > 0) + int(gap_after_id is not None)
     return Placement(positions, gap_after_id, gap_count, True)

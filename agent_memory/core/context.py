@@ -10,11 +10,12 @@ leaves out the running call's own turns there: the agent already holds them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_memory.core.clock import format_datetime
+from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.render import day_header, join_entries, transcript_entries
 from agent_memory.core.styles import DEFAULT_STYLE, shape_system_messages
 from agent_memory.core.tokens import count_message_tokens, count_tokens
@@ -46,17 +47,17 @@ class Context:
         }
 
 
-def facts_message(facts: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join([FACTS_HEADING, *(f"- {fact['text']}" for fact in facts)])
+def facts_message(facts: Sequence[Fact]) -> str:
+    return "\n".join([FACTS_HEADING, *(f"- {fact.text}" for fact in facts)])
 
 
-def summary_message(summary: Mapping[str, Any], text: str | None = None) -> str:
-    freshness = f"updated {format_datetime(summary['updated_ms'])}"
-    if summary.get("covered_until_ms"):
-        freshness += f", covering the conversation until {format_datetime(summary['covered_until_ms'])}"
-    if summary.get("method") == "offline":
+def summary_message(summary: Summary, text: str | None = None) -> str:
+    freshness = f"updated {format_datetime(summary.updated_ms)}"
+    if summary.covered_until_ms:
+        freshness += f", covering the conversation until {format_datetime(summary.covered_until_ms)}"
+    if summary.method == "offline":
         freshness += ", made without a language model"
-    return f"{SUMMARY_HEADING} ({freshness}):\n{text if text is not None else summary['text']}"
+    return f"{SUMMARY_HEADING} ({freshness}):\n{text if text is not None else summary.text}"
 
 
 def _shorten(text: str, budget: int) -> str:
@@ -79,12 +80,12 @@ def _shorten(text: str, budget: int) -> str:
     return cut.rstrip() + " …"
 
 
-def _fact_importance(fact: Mapping[str, Any]) -> tuple[int, int, int]:
+def _fact_importance(fact: Fact) -> tuple[bool, int, int]:
     # Pinned facts matter most, then the newest.
-    return (int(bool(fact.get("pinned"))), int(fact.get("updated_ms") or 0), int(fact["id"]))
+    return (fact.pinned, fact.updated_ms, fact.id)
 
 
-def _fit_facts(facts: Sequence[Mapping[str, Any]], budget: int) -> list[Mapping[str, Any]]:
+def _fit_facts(facts: Sequence[Fact], budget: int) -> list[Fact]:
     kept = list(facts)
     while kept and count_message_tokens(facts_message(kept)) > budget:
         least = min(kept, key=_fact_importance)
@@ -92,7 +93,7 @@ def _fit_facts(facts: Sequence[Mapping[str, Any]], budget: int) -> list[Mapping[
     return kept
 
 
-def _fit_recent(messages: Sequence[Mapping[str, Any]], budget: int) -> tuple[str | None, int]:
+def _fit_recent(messages: Sequence[Message], budget: int) -> tuple[str | None, int]:
     """The transcript of the newest messages that fits; returns (text, messages used).
 
     Each line is rendered and counted once, and the transcript grows from the newest line
@@ -123,9 +124,9 @@ def _fit_recent(messages: Sequence[Mapping[str, Any]], budget: int) -> tuple[str
 
 def build_context(
     *,
-    facts: Sequence[Mapping[str, Any]],
-    summary: Mapping[str, Any] | None,
-    messages: Sequence[Mapping[str, Any]],
+    facts: Sequence[Fact],
+    summary: Summary | None,
+    messages: Sequence[Message],
     max_tokens: int,
     persona: str | None = None,
     style: str = DEFAULT_STYLE,
@@ -150,13 +151,13 @@ def build_context(
 
     summary_text = None
     summary_shortened = False
-    if summary and summary.get("text", "").strip():
+    if summary and summary.text.strip():
         summary_text = summary_message(summary)
         cost = count_message_tokens(summary_text)
         if cost > budget:
-            room = budget - (cost - count_tokens(summary["text"]))
+            room = budget - (cost - count_tokens(summary.text))
             if room >= MIN_SUMMARY_TOKENS:
-                summary_text = summary_message(summary, _shorten(summary["text"], room))
+                summary_text = summary_message(summary, _shorten(summary.text, room))
                 summary_shortened = True
             else:
                 summary_text = None
@@ -181,4 +182,3 @@ def build_context(
             "messages_available": len(messages),
         },
     )
-

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict
 
 from agent_memory.core.events import IdentitySource, MessageKind, MetricRow, OutcomeStatus
 from agent_memory.core.records import record
@@ -31,6 +31,7 @@ __all__ = [
     "JobKind",
     "JobStatus",
     "Message",
+    "MessageChanges",
     "MessageFingerprint",
     "MessageKind",
     "MetricRow",
@@ -149,6 +150,20 @@ class MessageFingerprint:
     interrupted: bool
     interrupt_ms: int | None
     original: str | None
+
+
+class MessageChanges(TypedDict, total=False):
+    """Fields a later copy of a stored message adds or corrects (`core.alignment.enrichment`)."""
+
+    turn_id: int | None
+    ts_ms: int | None
+    at_ms: int
+    source: str | None
+    speaker: str | None
+    interrupted: bool
+    interrupt_ms: int | None
+    original: str | None
+    gap_before: bool
 
 
 @record

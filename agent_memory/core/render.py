@@ -3,39 +3,39 @@
 `transcript_lines` is the compact dated transcript used in system_messages and sent to
 the condensing LLM; interrupted replies show what the user heard and what was meant.
 (A platform's own message format is rendered in its folder, e.g.
-`platforms/agora/custom_llm.py`.)
+`platforms/agora/custom_llm.py`, with `speaker_label` and `said_text`.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+
+from agent_memory.core.domain import Message
 
 ROLE_NAMES = {"user": "User", "assistant": "Assistant"}
 
 
-def speaker_label(message: Mapping[str, Any], several_speakers: bool) -> str:
+def speaker_label(role: str, speaker: str | None, several_speakers: bool) -> str:
     """`User`, `Assistant`, or `User 1001` when several users share the channel."""
-    role = message["role"]
     name = ROLE_NAMES.get(role, role.capitalize())
-    if several_speakers and role == "user" and message.get("speaker"):
-        return f"{name} {message['speaker']}"
+    if several_speakers and role == "user" and speaker:
+        return f"{name} {speaker}"
     return name
 
 
-def has_several_speakers(messages: Iterable[Mapping[str, Any]]) -> bool:
-    speakers = {m.get("speaker") for m in messages if m["role"] == "user" and m.get("speaker")}
+def has_several_speakers(messages: Iterable[Message]) -> bool:
+    speakers = {m.speaker for m in messages if m.role == "user" and m.speaker}
     return len(speakers) > 1
 
 
-def message_text(message: Mapping[str, Any]) -> str:
+def said_text(content: str, interrupted: bool, original: str | None) -> str:
     """The content, with an interrupted reply marked and what was meant appended."""
-    content = message["content"].strip()
-    if not message.get("interrupted"):
+    content = content.strip()
+    if not interrupted:
         return content
-    original = (message.get("original") or "").strip()
+    original = (original or "").strip()
     if original and original != content:
         if content and original.startswith(content):
             return (
@@ -45,12 +45,10 @@ def message_text(message: Mapping[str, Any]) -> str:
     return f"{content}… [interrupted by the user]"
 
 
-def is_renderable(message: Mapping[str, Any]) -> bool:
+def is_renderable(message: Message) -> bool:
     """Empty contents, tool calls and tool results are kept in storage but never rendered."""
-    said = bool((message["content"] or "").strip()) or bool(
-        message.get("interrupted") and (message.get("original") or "").strip()
-    )
-    return said and message.get("kind", "turn") == "turn"
+    said = bool(message.content.strip()) or bool(message.interrupted and (message.original or "").strip())
+    return said and message.kind == "turn"
 
 
 GAP_LINE = "(… part of the conversation was not recorded …)"
@@ -69,16 +67,17 @@ def day_header(day: str) -> str:
     return f"— {day} —"
 
 
-def transcript_entries(messages: Sequence[Mapping[str, Any]]) -> list[Entry]:
+def transcript_entries(messages: Sequence[Message]) -> list[Entry]:
     """The renderable messages as transcript lines, without day headers."""
     several = has_several_speakers(messages)
     entries = []
     for index, message in enumerate(messages):
         if not is_renderable(message):
             continue
-        at = datetime.fromtimestamp((message.get("ts_ms") or message["at_ms"]) / 1000, UTC)
-        line = f"[{at:%H:%M}] {speaker_label(message, several)}: {message_text(message)}"
-        if message.get("gap_before"):
+        at = datetime.fromtimestamp((message.ts_ms or message.at_ms) / 1000, UTC)
+        speaker = speaker_label(message.role, message.speaker, several)
+        line = f"[{at:%H:%M}] {speaker}: {said_text(message.content, message.interrupted, message.original)}"
+        if message.gap_before:
             line = f"{GAP_LINE}\n{line}"
         entries.append(Entry(index, f"{at:%Y-%m-%d}", line))
     return entries
@@ -94,10 +93,10 @@ def join_entries(entries: Sequence[Entry]) -> Iterator[str]:
         yield entry.text
 
 
-def transcript_lines(messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+def transcript_lines(messages: Sequence[Message]) -> Iterator[str]:
     """One line per renderable message, with a date header whenever the day changes."""
     return join_entries(transcript_entries(messages))
 
 
-def render_transcript(messages: Sequence[Mapping[str, Any]]) -> str:
+def render_transcript(messages: Sequence[Message]) -> str:
     return "\n".join(transcript_lines(messages))

@@ -21,23 +21,28 @@ from agent_memory.core.alignment import (
     canonical,
     enrichment,
     fingerprint,
-    key_of,
+    keys_of,
     place_window,
 )
-from agent_memory.core.domain import CONDENSE
+from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import CONDENSE, ChannelBinding, InboxEntry, MessageChanges, Session
 from agent_memory.core.events import (
     TURN,
     HistoryWindow,
     Identity,
     IdentitySource,
     IncomingMessage,
+    MessageKind,
     Outcome,
     RawEvent,
     SessionEvent,
     storable,
 )
+from agent_memory.core.jsonutil import dumps
+from agent_memory.core.records import record
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteTransaction, dumps, now_ms
+from agent_memory.store import Transaction
+from agent_memory.store.types import NewMessage, SessionChanges
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +54,28 @@ FALLBACK_SOURCES: tuple[IdentitySource, ...] = ("rtc", "channel")
 MAX_DETAIL_NOTES = 20
 
 
-def message_row(message: IncomingMessage, at_ms: int) -> dict[str, Any]:
-    """Storage columns of one incoming message (without placement).
+@record
+class Arrival:
+    """An incoming message in the form it is stored in, before it is placed in its session."""
+
+    role: str
+    kind: MessageKind
+    content: str
+    turn_id: int | None
+    ts_ms: int | None
+    at_ms: int
+    source: str | None
+    speaker: str | None
+    interrupted: bool
+    interrupt_ms: int | None
+    original: str | None
+    fp: str
+    # What the platform sent beyond the columns, as JSON text.
+    extra_json: str | None
+
+
+def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
+    """One incoming message as it is stored (without its place).
 
     `at_ms` is the session's start: it dates a message that carries no time of its own.
     Tool calls and results keep their text and tool data in `extra`, not in `content`:
@@ -67,21 +92,12 @@ def message_row(message: IncomingMessage, at_ms: int) -> dict[str, Any]:
     timestamp = message.ts_ms
     if timestamp is None and message.elapsed_ms is not None:
         timestamp = at_ms + message.elapsed_ms
-    return {
-        "role": message.role,
-        "content": content,
-        "kind": message.kind,
-        "turn_id": message.turn_id,
-        "ts_ms": timestamp,
-        "at_ms": timestamp or at_ms,
-        "source": message.source,
-        "speaker": message.speaker,
-        "interrupted": int(message.interrupted),
-        "interrupt_ms": message.interrupt_ms,
-        "original": message.original,
-        "fp": fingerprint(message.role, message.content, tool),
-        "extra": dumps(extra) if extra else None,
-    }
+    return Arrival(
+        message.role, message.kind, content, message.turn_id, timestamp, timestamp or at_ms,
+        message.source, message.speaker, message.interrupted, message.interrupt_ms,
+        message.original, fingerprint(message.role, message.content, tool),
+        dumps(extra) if extra else None,
+    )  # fmt: skip
 
 
 def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
@@ -104,6 +120,31 @@ def _label(labels: Mapping[str, Any], key: str) -> str | None:
     return None if value is None else str(value)
 
 
+def stored_form(item: Arrival, session: Session, seq: int, gap_before: bool, created_ms: int) -> NewMessage:
+    """A placed arrival as the row a store inserts."""
+    return {
+        "agent_id": session.agent_id,
+        "user_id": session.user_id,
+        "character_id": session.character_id,
+        "seq": seq,
+        "role": item.role,
+        "kind": item.kind,
+        "content": item.content,
+        "turn_id": item.turn_id,
+        "ts_ms": item.ts_ms,
+        "at_ms": item.at_ms,
+        "source": item.source,
+        "speaker": item.speaker,
+        "interrupted": item.interrupted,
+        "interrupt_ms": item.interrupt_ms,
+        "original": item.original,
+        "fp": item.fp,
+        "gap_before": gap_before,
+        "extra": item.extra_json,
+        "created_ms": created_ms,
+    }
+
+
 class Ingestor:
     """Applies events to the store; one instance per service, used on the writer thread."""
 
@@ -112,41 +153,41 @@ class Ingestor:
 
     # events
 
-    def accept(self, tx: SQLiteTransaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
+    def accept(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
         """Record a raw event under its id and apply it, in one transaction.
 
         `event` is what the platform made of it (off the writer thread): a neutral event,
         or the outcome of one that is not used.
         """
-        if tx.inbox_has(raw.event_id):
+        if tx.inbox.has(raw.event_id):
             return Outcome("duplicate", agent_id=raw.agent_id)
         outcome = self._apply(tx, raw, event)
         # Written once, with its final status: an update would rewrite (and zero) the raw body.
-        tx.insert_inbox(
-            {
-                "notice_id": raw.event_id,
-                "event_type": storable(raw.event_type) or 0,
-                "product_id": storable(raw.product_id),
-                "notify_ms": storable(raw.notify_ms),
-                "received_ms": raw.received_ms,
-                "agent_id": raw.agent_id,
+        tx.inbox.insert(
+            InboxEntry(
+                event_id=raw.event_id,
+                event_type=storable(raw.event_type) or 0,
+                received_ms=raw.received_ms,
+                body=raw.body,
+                status=outcome.status,
+                product_id=storable(raw.product_id),
+                notify_ms=storable(raw.notify_ms),
+                agent_id=raw.agent_id,
                 # Whose words these are, even if the event never becomes a session: forget finds them.
-                "label_user": _label(raw.labels, self.settings.label_user_key),
-                "label_character": _label(raw.labels, self.settings.label_character_key),
-                "body": raw.body,
-                "status": outcome.status,
-                "error": outcome.detail,
-            }
+                label_user=_label(raw.labels, self.settings.label_user_key),
+                label_character=_label(raw.labels, self.settings.label_character_key),
+                error=outcome.detail,
+            )
         )
         return outcome
 
-    def reapply(self, tx: SQLiteTransaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
+    def reapply(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
         """Apply again an event already recorded (reprocessing), recording the outcome."""
         outcome = self._apply(tx, raw, event)
-        tx.set_inbox_status(raw.event_id, outcome.status, outcome.detail)
+        tx.inbox.set_status(raw.event_id, outcome.status, outcome.detail)
         return outcome
 
-    def _apply(self, tx: SQLiteTransaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
+    def _apply(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
         """Apply an event; a failure is rolled back and returned, never raised."""
         if isinstance(event, Outcome):
             return event
@@ -160,67 +201,63 @@ class Ingestor:
             return outcome
         return set_aside(outcome, event.skipped, f"callback {raw.event_id} (type {raw.event_type})")
 
-    def apply_event(self, tx: SQLiteTransaction, event: SessionEvent, stamp: int) -> Outcome:
+    def apply_event(self, tx: Transaction, event: SessionEvent, stamp: int) -> Outcome:
         """Apply one session event to sessions, messages, watches and metrics.
 
         `stamp` is when the platform says it happened: it dates what has no time of its own.
         """
         session = self.ensure_session(tx, event, stamp)
-        agent_id = session["agent_id"]
-        changes: dict[str, Any] = {"updated_ms": now_ms()}
+        agent_id = session.agent_id
+        changes: SessionChanges = {"updated_ms": now_ms()}
         if event.kind == "history":
             outcome = self.merge(tx, session, event.messages, stamp)
             # The whole transcript comes after the run stopped, whether or not `left` came yet.
-            if session["status"] == "running":
+            if session.status == "running":
                 changes["status"] = "stopped"
-            if event.stop_ms and not session["stop_ms"]:
+            if event.stop_ms and not session.stop_ms:
                 changes["stop_ms"] = event.stop_ms
-            tx.update_session(agent_id, changes)
-            tx.unwatch(agent_id, "history delivered")
+            tx.sessions.update(agent_id, changes)
+            tx.watches.unfollow(agent_id, "history delivered")
             return outcome
         if event.kind == "joined" and event.follow:
-            tx.watch(agent_id, "callback", first_poll_ms=now_ms())
+            tx.watches.follow(agent_id, "callback", first_poll_ms=now_ms())
         elif event.kind == "left":
-            tx.unwatch(agent_id, f"agent left ({event.stop_status})" if event.stop_status else "agent left")
+            reason = f"agent left ({event.stop_status})" if event.stop_status else "agent left"
+            tx.watches.unfollow(agent_id, reason)
             changes["status"] = "failed" if event.failed else "stopped"
             changes["stop_reason"] = event.stop_reason
-            changes["stop_ms"] = event.stop_ms or session["stop_ms"] or stamp
+            changes["stop_ms"] = event.stop_ms or session.stop_ms or stamp
         elif event.kind == "errors":
-            changes["error_count"] = session["error_count"] + event.error_count
+            changes["error_count"] = session.error_count + event.error_count
         elif event.kind == "metrics":
-            tx.record_agent_metrics(agent_id, event.metrics, stamp)
+            tx.analytics.record_metrics(agent_id, event.metrics, stamp)
         elif event.kind == "turns_finished":
-            tx.record_agent_metrics(agent_id, event.metrics, stamp)
+            tx.analytics.record_metrics(agent_id, event.metrics, stamp)
             if event.turn_count is not None:
                 changes["turn_count"] = storable(event.turn_count)
             if event.truncated:
-                changes["turns_truncated"] = 1
+                changes["turns_truncated"] = True
         elif event.kind == "token_expiring":
             changes["token_warning_ms"] = stamp
             self.warn_token_expiring(tx, session, event)
         if event.advice and event.kind != "token_expiring":
             log.info("agent %s: %s", agent_id, event.advice)
-        tx.update_session(agent_id, changes)
-        return Outcome(
-            "done",
-            agent_id=agent_id,
-            user_id=session["user_id"],
-            character_id=session["character_id"],
-        )
+        tx.sessions.update(agent_id, changes)
+        return Outcome("done", agent_id=agent_id, user_id=session.user_id, character_id=session.character_id)
 
     @staticmethod
-    def warn_token_expiring(tx: SQLiteTransaction, session: dict[str, Any], event: SessionEvent) -> None:
+    def warn_token_expiring(tx: Transaction, session: Session, event: SessionEvent) -> None:
         """Say that an agent's credentials are about to expire, with the platform's advice."""
-        watch = tx.get_watch(session["agent_id"])
-        started_here = watch is not None and watch["origin"] == "join"
+        watch = tx.watches.get(session.agent_id)
+        started_here = watch is not None and watch.origin == "join"
         log.warning(
             "agent %s in channel %s%s: %s",
-            session["agent_id"], session["channel"] or event.channel or "-",
+            session.agent_id, session.channel or event.channel or "-",
             " (started by this service)" if started_here else "",
             event.advice or "its credentials are about to expire",
         )  # fmt: skip
 
-    def merge_window(self, tx: SQLiteTransaction, window: HistoryWindow, stamp: int) -> Outcome:
+    def merge_window(self, tx: Transaction, window: HistoryWindow, stamp: int) -> Outcome:
         """Merge a history window read from the platform while the agent runs."""
         session = self.ensure_session(tx, window, stamp)
         outcome = self.merge(tx, session, window.messages, stamp)
@@ -232,7 +269,7 @@ class Ingestor:
 
     def resolve_identity(
         self,
-        tx: SQLiteTransaction,
+        tx: Transaction,
         event: SessionEvent | HistoryWindow,
         known_uid: str | None = None,
         known_channel: str | None = None,
@@ -247,19 +284,13 @@ class Ingestor:
         if user:
             character = labels.get(self.settings.label_character_key) or self.settings.default_character
             return Identity(user_id=user, character_id=character, source="labels"), known_uid
-        binding = tx.get_binding(event.agent_id)
+        binding = tx.bindings.of_agent(event.agent_id)
         if binding is not None:
-            identity = Identity(
-                user_id=binding["user_id"], character_id=binding["character_id"], source="binding"
-            )
-            return identity, known_uid
+            return Identity(binding.user_id, binding.character_id, "binding"), known_uid
         channel = event.channel or known_channel
-        bound = tx.get_channel_binding(channel) if channel else None
+        bound = tx.bindings.of_channel(channel) if channel else None
         if bound is not None:
-            identity = Identity(
-                user_id=bound["user_id"], character_id=bound["character_id"], source="channel_binding"
-            )
-            return identity, known_uid
+            return Identity(bound.user_id, bound.character_id, "channel_binding"), known_uid
         uid = known_uid or next((m.speaker for m in event.messages if m.role == "user" and m.speaker), None)
         character = self.settings.default_character
         if uid:
@@ -283,33 +314,31 @@ class Ingestor:
             settings.label_character_key, event.agent_id, channel,
         )  # fmt: skip
 
-    def ensure_session(
-        self, tx: SQLiteTransaction, event: SessionEvent | HistoryWindow, stamp: int
-    ) -> dict[str, Any]:
+    def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:
         """The event's session, created or moved to a better-founded identity."""
         agent_id = event.agent_id
-        session = tx.get_session(agent_id)
+        session = tx.sessions.get(agent_id)
         identity, uid = self.resolve_identity(
-            tx, event, session["rtc_uid"] if session else None,
-            session["channel"] if session else None,
-        )  # fmt: skip
+            tx, event, session.rtc_uid if session else None, session.channel if session else None
+        )
         if session is None:
-            row = {
-                "agent_id": agent_id,
-                "user_id": identity.user_id,
-                "character_id": identity.character_id,
-                "identity_source": identity.source,
-                "channel": event.channel,
-                "name": event.name,
-                "status": "running",
-                "start_ms": event.start_ms or stamp,
-                "stop_ms": event.stop_ms if isinstance(event, SessionEvent) else None,
-                "labels": dumps(event.labels) if event.labels else None,
-                "rtc_uid": uid,
-                "first_seen_ms": now_ms(),
-                "updated_ms": now_ms(),
-            }
-            tx.insert_session(row)
+            created = now_ms()
+            session = Session(
+                agent_id=agent_id,
+                user_id=identity.user_id,
+                character_id=identity.character_id,
+                identity_source=identity.source,
+                status="running",
+                channel=event.channel,
+                name=event.name,
+                start_ms=event.start_ms or stamp,
+                stop_ms=event.stop_ms if isinstance(event, SessionEvent) else None,
+                labels=dict(event.labels),
+                rtc_uid=uid,
+                first_seen_ms=created,
+                updated_ms=created,
+            )
+            tx.sessions.insert(session)
             log.info(
                 "session %s for %s/%s (%s)", agent_id, identity.user_id, identity.character_id,
                 identity.source,
@@ -317,90 +346,84 @@ class Ingestor:
             if identity.source in FALLBACK_SOURCES:
                 # Here, where the session is created: once per session, not once per callback.
                 self.warn_unidentified(event, identity)
-            return {**row, "stop_reason": None, "message_count": 0, "gap_count": 0, "error_count": 0}
-        changes: dict[str, Any] = {}
-        for column, value in (("channel", event.channel), ("name", event.name), ("rtc_uid", uid)):
-            if value and not session[column]:
-                changes[column] = value
-        if event.start_ms and event.start_ms != session["start_ms"]:
+            return session
+        changes: SessionChanges = {}
+        if event.channel and not session.channel:
+            changes["channel"] = event.channel
+        if event.name and not session.name:
+            changes["name"] = event.name
+        if uid and not session.rtc_uid:
+            changes["rtc_uid"] = uid
+        if event.start_ms and event.start_ms != session.start_ms:
             changes["start_ms"] = event.start_ms
-        if event.labels and not session["labels"]:
-            changes["labels"] = dumps(event.labels)
-        tx.update_session(agent_id, changes)
-        moved = (identity.user_id, identity.character_id) != (
-            session["user_id"],
-            session["character_id"],
-        )
-        if moved and IDENTITY_RANK[identity.source] >= IDENTITY_RANK[session["identity_source"]]:
+        if event.labels and not session.labels:
+            changes["labels"] = event.labels
+        tx.sessions.update(agent_id, changes)
+        moved = (identity.user_id, identity.character_id) != (session.user_id, session.character_id)
+        if moved and IDENTITY_RANK[identity.source] >= IDENTITY_RANK[session.identity_source]:
             self.move_session(tx, session, identity)
         elif not changes:
             return session
-        return tx.get_session(agent_id) or session
+        return tx.sessions.get(agent_id) or session
 
-    def move_session(self, tx: SQLiteTransaction, session: dict[str, Any], identity: Identity) -> None:
+    def move_session(self, tx: Transaction, session: Session, identity: Identity) -> None:
         """Give a session, and its messages, to another (user, character)."""
-        old_summary = tx.get_summary(session["user_id"], session["character_id"])
-        stored = tx.session_fingerprints(session["agent_id"]) if old_summary is not None else []
-        if (
-            old_summary is not None
-            and stored
-            and min(row["id"] for row in stored) <= old_summary["watermark_id"]
-        ):
+        user_id, character_id, agent_id = session.user_id, session.character_id, session.agent_id
+        old_summary = tx.summaries.get(user_id, character_id)
+        stored = tx.messages.fingerprints(agent_id) if old_summary is not None else []
+        if old_summary is not None and stored and min(row.id for row in stored) <= old_summary.watermark_id:
             # The old pair's summary holds this session's words: rebuild it without them.
-            reset = tx.reset_condensed(session["user_id"], session["character_id"])
+            reset = {
+                "summaries": tx.summaries.delete(user_id, character_id),
+                "facts": tx.facts.delete_unpinned(user_id, character_id),
+            }
             log.info("summary of %s/%s reset: it covered moved session %s (%s)",
-                     session["user_id"], session["character_id"], session["agent_id"], reset)  # fmt: skip
-            remaining = tx.count_messages_after(session["user_id"], session["character_id"], 0)
+                     user_id, character_id, agent_id, reset)  # fmt: skip
+            remaining = tx.messages.count_after(user_id, character_id, 0)
             if remaining:
-                self.schedule_condense(tx, session["user_id"], session["character_id"], remaining)
-        moved = tx.move_session(session["agent_id"], identity.user_id, identity.character_id)
-        tx.update_session(session["agent_id"], {"identity_source": identity.source})
+                self.schedule_condense(tx, user_id, character_id, remaining)
+        moved = tx.sessions.move(agent_id, identity.user_id, identity.character_id)
+        tx.sessions.update(agent_id, {"identity_source": identity.source})
         log.info(
             "session %s moved from %s/%s to %s/%s (%s, %d messages)",
-            session["agent_id"], session["user_id"], session["character_id"],
-            identity.user_id, identity.character_id, identity.source, moved,
+            agent_id, user_id, character_id, identity.user_id, identity.character_id,
+            identity.source, moved,
         )  # fmt: skip
         if moved:
             self.schedule_condense(tx, identity.user_id, identity.character_id, moved)
 
-    def bind(self, tx: SQLiteTransaction, agent_id: str, user_id: str, character_id: str) -> dict[str, Any]:
-        """Tie an agent run to a user and character; an existing session moves at once."""
-        tx.set_binding(agent_id, user_id, character_id)
-        session = tx.get_session(agent_id)
-        if session is not None and (session["user_id"], session["character_id"]) != (
-            user_id,
-            character_id,
-        ):
-            self.move_session(
-                tx, session, Identity(user_id=user_id, character_id=character_id, source="binding")
-            )
-        elif session is not None:
-            tx.update_session(agent_id, {"identity_source": "binding"})
-        return tx.get_session(agent_id) or {
-            "agent_id": agent_id,
-            "user_id": user_id,
-            "character_id": character_id,
-            "identity_source": "binding",
-            "status": "unknown",
-        }
+    def bind(self, tx: Transaction, agent_id: str, user_id: str, character_id: str) -> Session | None:
+        """Tie an agent run to a user and character; an existing session moves at once.
+
+        Returns the run's session, None when it has not been seen yet (it starts there).
+        """
+        tx.bindings.bind_agent(agent_id, user_id, character_id)
+        session = tx.sessions.get(agent_id)
+        if session is None:
+            return None
+        if (session.user_id, session.character_id) != (user_id, character_id):
+            self.move_session(tx, session, Identity(user_id, character_id, "binding"))
+        else:
+            tx.sessions.update(agent_id, {"identity_source": "binding"})
+        return tx.sessions.get(agent_id)
 
     def bind_channel(
-        self, tx: SQLiteTransaction, channel: str, user_id: str, character_id: str
-    ) -> tuple[dict[str, Any], list[str]]:
+        self, tx: Transaction, channel: str, user_id: str, character_id: str
+    ) -> tuple[ChannelBinding, list[str]]:
         """Tie a channel to a user and character; returns the binding and the sessions moved.
 
         The channel's sessions that only it identified (under `channel:<name>` or `rtc:<uid>`,
         or tied by an earlier binding of this channel) move at once; labelled and bound runs stay.
         """
-        binding = tx.set_channel_binding(channel, user_id, character_id)
+        binding = tx.bindings.bind_channel(channel, user_id, character_id)
         identity = Identity(user_id=user_id, character_id=character_id, source="channel_binding")
         moved: list[str] = []
-        for session in tx.channel_sessions(channel, (*FALLBACK_SOURCES, "channel_binding")):
-            if (session["user_id"], session["character_id"]) != (user_id, character_id):
+        for session in tx.sessions.in_channel(channel, (*FALLBACK_SOURCES, "channel_binding")):
+            if (session.user_id, session.character_id) != (user_id, character_id):
                 self.move_session(tx, session, identity)
-                moved.append(session["agent_id"])
-            elif session["identity_source"] != "channel_binding":
-                tx.update_session(session["agent_id"], {"identity_source": "channel_binding"})
+                moved.append(session.agent_id)
+            elif session.identity_source != "channel_binding":
+                tx.sessions.update(session.agent_id, {"identity_source": "channel_binding"})
         if moved:
             log.info(
                 "channel %s bound to %s/%s: %d sessions moved", channel, user_id, character_id, len(moved)
@@ -410,84 +433,69 @@ class Ingestor:
     # windows
 
     def merge(
-        self,
-        tx: SQLiteTransaction,
-        session: dict[str, Any],
-        messages: Sequence[IncomingMessage],
-        stamp: int,
+        self, tx: Transaction, session: Session, messages: Sequence[IncomingMessage], stamp: int
     ) -> Outcome:
         """Merge one window of a session's transcript into what is stored of it."""
-        agent_id = session["agent_id"]
-        base_ms = session["start_ms"] or stamp
-        incoming = [message_row(message, base_ms) for message in messages]
+        agent_id = session.agent_id
+        base_ms = session.start_ms or stamp
+        incoming = [arrival(message, base_ms) for message in messages]
         placed = self._place(tx, session, incoming)
         created_ms = now_ms()
-        new_rows: list[dict[str, Any]] = []
-        for row, (seq, existing, gap_before) in zip(incoming, placed.positions, strict=True):
+        new_rows: list[NewMessage] = []
+        spoken = 0
+        for item, (seq, existing, gap_before) in zip(incoming, placed.positions, strict=True):
             if existing is not None:
-                changes = enrichment(existing, row)
-                if existing["gap_before"] and not gap_before:
-                    changes["gap_before"] = 0  # this window proves the gap was none
-                tx.update_message(existing["id"], changes)
+                changes: MessageChanges = enrichment(existing, item)
+                if existing.gap_before and not gap_before:
+                    changes["gap_before"] = False  # this window proves the gap was none
+                tx.messages.update(existing.id, changes)
                 continue
-            new_rows.append(
-                {
-                    **row,
-                    "agent_id": agent_id,
-                    "user_id": session["user_id"],
-                    "character_id": session["character_id"],
-                    "seq": seq,
-                    "gap_before": int(gap_before),
-                    "created_ms": created_ms,
-                }
-            )
+            new_rows.append(stored_form(item, session, seq, gap_before, created_ms))
+            spoken += item.kind == TURN
         if placed.gap_after_id is not None:
-            tx.update_message(placed.gap_after_id, {"gap_before": 1})
-        tx.insert_messages(new_rows)
+            tx.messages.update(placed.gap_after_id, {"gap_before": True})
+        tx.messages.insert(new_rows)
         gaps = placed.gap_count
-        if new_rows or gaps != session["gap_count"]:
-            tx.update_session(
-                agent_id,
-                {"message_count": session["message_count"] + len(new_rows), "gap_count": gaps},
+        if new_rows or gaps != session.gap_count:
+            tx.sessions.update(
+                agent_id, {"message_count": session.message_count + len(new_rows), "gap_count": gaps}
             )
-            session["message_count"] += len(new_rows)
         if placed.new_gap:
             log.warning(
                 "session %s: a window of %d messages overlaps nothing stored; gap recorded",
                 agent_id, len(incoming),
             )  # fmt: skip
-        spoken = sum(1 for row in new_rows if row["kind"] == TURN)
         if spoken:
-            self.schedule_condense(tx, session["user_id"], session["character_id"], spoken)
+            self.schedule_condense(tx, session.user_id, session.character_id, spoken)
         return Outcome(
             "done",
             agent_id=agent_id,
             new_messages=len(new_rows),
             gap=placed.new_gap,
-            user_id=session["user_id"],
-            character_id=session["character_id"],
+            user_id=session.user_id,
+            character_id=session.character_id,
         )
 
     @staticmethod
-    def _place(tx: SQLiteTransaction, session: dict[str, Any], incoming: list[dict[str, Any]]) -> Placement:
+    def _place(tx: Transaction, session: Session, incoming: list[Arrival]) -> Placement:
         """Place a window against the stored tail when that explains it, else the whole session."""
-        agent_id, count = session["agent_id"], session["message_count"]
+        agent_id, count = session.agent_id, session.message_count
         if not count:
             return place_window([], incoming)
         # A poll's window overlaps the newest messages: reading a long call whole each time
         # would make every merge cost as much as the call so far.
         tail_size = 2 * len(incoming) + 16
-        if count > tail_size and not session["gap_count"]:
-            tail = tx.session_tail(agent_id, tail_size)
-            offset = align([key_of(row) for row in tail], [key_of(row) for row in incoming])
+        if count > tail_size and not session.gap_count:
+            tail = tx.messages.tail(agent_id, tail_size)
+            offset = align(keys_of(tail), keys_of(incoming))
             if offset is not None and offset >= 0:
                 return place_window(tail, incoming)
-        return place_window(tx.session_fingerprints(agent_id), incoming)
+        return place_window(tx.messages.fingerprints(agent_id), incoming)
 
-    def schedule_condense(self, tx: SQLiteTransaction, user_id: str, character_id: str, new: int) -> None:
+    def schedule_condense(self, tx: Transaction, user_id: str, character_id: str, new: int) -> None:
         """Debounce the pair's condense job (the database is the queue)."""
         settings = self.settings
-        tx.schedule_job(
+        tx.jobs.schedule(
             CONDENSE,
             user_id,
             character_id,

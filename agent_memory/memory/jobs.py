@@ -19,11 +19,11 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult, Condenser, FactIn
+from agent_memory.condense.base import CondenseInput, CondenseOutput, Condenser, CondenseResult, FactIn
 from agent_memory.core.clock import Backoff, now_ms
-from agent_memory.core.domain import CONDENSE, Fact, Job, Summary
-from agent_memory.errors import LLMError, LLMUnavailable
+from agent_memory.core.domain import CONDENSE, Fact, Job, Message, Summary
 from agent_memory.core.render import is_renderable
+from agent_memory.errors import LLMError, LLMUnavailable
 from agent_memory.memory.schedule import start_interval
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store, Transaction
@@ -37,7 +37,7 @@ BACKOFF = Backoff(BACKOFF_BASE_S, BACKOFF_CAP_S, jitter=0.5)
 # More messages than this since the watermark are condensed over several calls.
 MAX_MESSAGES_PER_CALL = 400
 
-# Told of every committed condense result (live refresh listens).
+
 class Forgotten(Exception):
     """The pair was forgotten while its job ran; the result is dropped."""
 
@@ -46,13 +46,14 @@ class Superseded(Exception):
     """The pair's summary changed while its job ran; the result is dropped, the job runs again."""
 
 
+# Told of every committed condense result (live refresh listens).
 Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
 
 
 def apply_result(
     tx: Transaction,
     job: Job,
-    messages: list[dict[str, Any]],
+    messages: list[Message],
     result: CondenseResult,
     previous: Summary | None,
 ) -> dict[str, int]:
@@ -66,8 +67,8 @@ def apply_result(
         # Someone condensed these messages meanwhile (a forget, or a manual retry): drop ours.
         raise Superseded(f"the summary of {user_id}/{character_id} changed while its job ran")
     stamp = now_ms()
-    watermark = max(row["id"] for row in messages)
-    covered_until = max(row["at_ms"] for row in messages)
+    watermark = max(message.id for message in messages)
+    covered_until = max(message.at_ms for message in messages)
     tx.summaries.put(
         Summary(
             user_id=user_id,
@@ -195,15 +196,13 @@ class CondenseJobs:
     async def _condense(self, job: Job) -> None:
         user_id, character_id = job.user_id, job.character_id
 
-        def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[dict[str, Any]]]:
+        def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[Message]]:
             summary = view.summaries.get(user_id, character_id)
             watermark = summary.watermark_id if summary else 0
-            # Messages stay rows until rendering and the condensers take `Message` (phase 2).
-            after = view.messages_after  # type: ignore[attr-defined]
             return (
                 summary,
                 view.facts.of_pair(user_id, character_id),
-                after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1),
+                view.messages.after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1),
             )
 
         previous, facts, messages = await self.store.read(read)
@@ -231,8 +230,7 @@ class CondenseJobs:
                 character_id=character_id,
                 previous_summary=previous.text if previous else None,
                 facts=[
-                    FactIn(id=fact.id, text=fact.text, scope=fact.scope, pinned=fact.pinned)
-                    for fact in facts
+                    FactIn(id=fact.id, text=fact.text, scope=fact.scope, pinned=fact.pinned) for fact in facts
                 ],
                 messages=messages,
             )
@@ -277,4 +275,3 @@ class CondenseJobs:
                 exc_info=not isinstance(exc, LLMError),
             )  # fmt: skip
         await self.store.write(lambda tx: tx.jobs.fail(job.id, reason, retry_at_ms=retry_at))
-

@@ -10,15 +10,15 @@ business only in the last step: `AgentControl.update_system_messages`.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Protocol
 
 from agent_memory.condense.base import CondenseResult
+from agent_memory.core.clock import now_ms
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.errors import AgentMemoryError, Conflict, NotFound
 from agent_memory.memory.service import Memory
-from agent_memory.store import now_ms
+from agent_memory.store import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,11 @@ class Refresher:
         """A pair's memory changed: ask for a push into each of its running agents."""
         interval_ms = round(self.settings.refresh_interval_s * 1000)
 
-        def request(tx: Any) -> int:
-            agents = tx.running_agents_of(user_id, character_id)
+        def request(tx: Transaction) -> int:
+            agents = tx.watches.running_for(user_id, character_id)
             for agent in agents:
-                earliest = (agent["last_push_ms"] or 0) + interval_ms
-                tx.request_push(agent["agent_id"], max(now_ms(), earliest))
+                earliest = (agent.last_push_ms or 0) + interval_ms
+                tx.watches.request_push(agent.agent_id, max(now_ms(), earliest))
             return len(agents)
 
         await self.store.write(request)
@@ -65,42 +65,43 @@ class Refresher:
         except AgentMemoryError as exc:
             log.warning("refresh of %s failed: %s", agent_id, exc.message)
             retry_at = now_ms() + round(max(self.settings.refresh_interval_s, MIN_RETRY_S) * 1000)
-            await self.store.write(lambda tx: tx.request_push(agent_id, retry_at))
+            await self.store.write(lambda tx: tx.watches.request_push(agent_id, retry_at))
 
     async def push(self, agent_id: str, *, force: bool = False) -> SystemMessages:
         """Send the full system_messages list to a running agent; returns what was sent.
 
         Without `force` a list equal to the last one sent is not sent again.
         """
-        watch = await self.store.read(lambda view: view.get_watch(agent_id))
+        watch = await self.store.read(lambda view: view.watches.get(agent_id))
         if watch is None:
             raise NotFound(f"agent {agent_id} is not followed by this service")
-        if watch["base_system_messages"] is None:
+        base = watch.base_system_messages
+        if base is None:
             raise Conflict(
                 f"agent {agent_id} was not started through this service with its system "
                 "messages (or it was started from a Studio pipeline without them), so they are "
                 "unknown and an update would erase them; start it with POST /v1/agents or "
                 "register it with POST /v1/sessions/{agent_id}/watch giving its system_messages"
             )
-        if watch["status"] != "watching":
-            raise Conflict(f"agent {agent_id} is not running ({watch['stop_reason']})")
-        session = await self.store.read(lambda view: view.get_session(agent_id))
+        if watch.status != "watching":
+            raise Conflict(f"agent {agent_id} is not running ({watch.stop_reason})")
+        session = await self.store.read(lambda view: view.sessions.get(agent_id))
         if session is None:
             raise NotFound(f"no session for agent {agent_id} yet")
         context = await self.memory.system_messages(
-            session["user_id"],
-            session["character_id"],
-            max_tokens=watch["max_tokens"],
-            persona=watch["persona"],
-            style=watch["style"] or DEFAULT_STYLE,
+            session.user_id,
+            session.character_id,
+            max_tokens=watch.max_tokens,
+            persona=watch.persona,
+            style=watch.style or DEFAULT_STYLE,
             exclude_agent_id=agent_id,
         )
-        messages = json.loads(watch["base_system_messages"]) + context.system_messages
-        if not force and watch["last_pushed"] and json.loads(watch["last_pushed"]) == messages:
-            await self.store.write(lambda tx: tx.pushed(agent_id, None))
+        messages = base + context.system_messages
+        if not force and watch.last_pushed_json and watch.last_pushed == messages:
+            await self.store.write(lambda tx: tx.watches.pushed(agent_id, None))
             return messages
         await self.control.update_system_messages(agent_id, messages)
-        await self.store.write(lambda tx: tx.pushed(agent_id, messages))
+        await self.store.write(lambda tx: tx.watches.pushed(agent_id, messages))
         log.info("pushed %d system messages (%d tokens) into agent %s",
                  len(messages), context.tokens, agent_id)  # fmt: skip
         return messages

@@ -2,8 +2,8 @@
 
 `Memory` is the application layer. Each method is one use-case over the store (and the
 job runner or retention where it needs them); the web routes and CLI commands only parse
-their input, call it, and shape or print what it returns. Rows are the store's rows until
-the store returns domain objects.
+their input, call it, and shape or print what it returns: domain objects
+(`core.domain`) and the store's reports, never database rows.
 """
 
 from __future__ import annotations
@@ -11,25 +11,42 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from agent_memory.core.clock import now_ms
 from agent_memory.core.context import Context, build_context
-from agent_memory.core.domain import CONDENSE, FactScope, JobStatus
+from agent_memory.core.domain import (
+    CONDENSE,
+    ChannelBinding,
+    Fact,
+    FactScope,
+    InboxEntry,
+    InboxStatus,
+    Job,
+    JobStatus,
+    Message,
+    Session,
+    Summary,
+)
 from agent_memory.core.events import HistoryWindow, Outcome, RawEvent, SessionEvent
-from agent_memory.core.facts import clean_text, fact_key
+from agent_memory.core.facts import clean_text
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.errors import NotFound
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Progress, Retention
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore, now_ms
-from agent_memory.store.types import SEARCH_KINDS, ForgetReceipt, MentionRole, Report, SearchKind
+from agent_memory.store import ReadView, Store, Transaction
+from agent_memory.store.types import (
+    SEARCH_KINDS,
+    ForgetReceipt,
+    MentionRole,
+    Mentions,
+    Report,
+    SearchKind,
+    UserSearch,
+)
 
 log = logging.getLogger(__name__)
-
-# A stored row as the store answers it today.
-Row = dict[str, Any]
 
 EXPORT_FORMAT = "agent-memory-export/1"
 JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "dead")
@@ -39,7 +56,7 @@ JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "dead")
 class SummaryState:
     """A pair's summary (None before the first condense) and how many messages it does not cover."""
 
-    summary: Row | None
+    summary: Summary | None
     uncovered: int
 
 
@@ -47,7 +64,7 @@ class SummaryState:
 class AddedFact:
     """A fact said by hand, and whether it is new (False: the same fact was already held)."""
 
-    fact: Row
+    fact: Fact
     created: bool
 
 
@@ -55,7 +72,7 @@ class AddedFact:
 class ChannelBound:
     """A channel's binding and the sessions that moved to its pair."""
 
-    binding: Row
+    binding: ChannelBinding
     moved: list[str]
 
 
@@ -63,8 +80,8 @@ class ChannelBound:
 class Condensed:
     """A pair's summary and condense job after condensing it now."""
 
-    summary: Row | None
-    job: Row | None
+    summary: Summary | None
+    job: Job | None
 
 
 class Memory:
@@ -73,7 +90,7 @@ class Memory:
     def __init__(
         self,
         settings: Settings,
-        store: SQLiteStore,
+        store: Store,
         *,
         jobs: CondenseJobs | None = None,
         retention: Retention | None = None,
@@ -89,7 +106,7 @@ class Memory:
 
     async def schema_migrations(self) -> list[str]:
         """The applied schema migrations (answering proves the database is reachable)."""
-        return await self.store.read(lambda view: view.schema_migrations())
+        return await self.store.read(lambda view: view.maintenance.schema())
 
     # memory out
 
@@ -115,50 +132,48 @@ class Memory:
             exclude_agent_id=exclude_agent_id,
         )
 
-    async def messages(self, user_id: str, character_id: str, limit: int) -> list[Row]:
+    async def messages(self, user_id: str, character_id: str, limit: int) -> list[Message]:
         """The pair's `limit` latest messages, oldest first, tool calls and results included."""
         return await self.store.read(
-            lambda view: view.latest_messages(user_id, character_id, limit, spoken_only=False)
+            lambda view: view.messages.latest(user_id, character_id, limit, spoken_only=False)
         )
 
     async def summary(self, user_id: str, character_id: str) -> SummaryState:
         """The pair's summary and the count of messages it does not cover yet."""
 
-        def read(view: Any) -> SummaryState:
-            row = view.get_summary(user_id, character_id)
-            watermark = row["watermark_id"] if row else 0
-            return SummaryState(row, view.count_messages_after(user_id, character_id, watermark))
+        def read(view: ReadView) -> SummaryState:
+            summary = view.summaries.get(user_id, character_id)
+            watermark = summary.watermark_id if summary else 0
+            return SummaryState(summary, view.messages.count_after(user_id, character_id, watermark))
 
         return await self.store.read(read)
 
     # facts
 
-    async def facts(self, user_id: str, character_id: str) -> list[Row]:
+    async def facts(self, user_id: str, character_id: str) -> list[Fact]:
         """The facts remembered for the pair, the user-wide ones included."""
-        return await self.store.read(lambda view: view.list_facts(user_id, character_id))
+        return await self.store.read(lambda view: view.facts.of_pair(user_id, character_id))
 
     async def add_fact(
         self, user_id: str, character_id: str, text: str, scope: FactScope = "character"
     ) -> AddedFact:
         """Remember a fact said by hand: pinned, so condensing never changes or removes it."""
         cleaned = clean_text(text)
-        key = fact_key(cleaned)
-        held_by = "" if scope == "user" else character_id
         fact, created = await self.store.write(
-            lambda tx: tx.add_fact(user_id, held_by, cleaned, key, pinned=True, origin="manual")
+            lambda tx: tx.facts.add(user_id, character_id, cleaned, scope=scope, pinned=True, origin="manual")
         )
         return AddedFact(fact, created)
 
     async def delete_fact(self, fact_id: int) -> None:
         """Forget one fact, or NotFound."""
-        if not await self.store.write(lambda tx: tx.delete_fact(fact_id)):
+        if not await self.store.write(lambda tx: tx.facts.delete(fact_id)):
             raise NotFound(f"no fact with id {fact_id}")
 
     # forgetting
 
     async def forget(self, user_id: str, character_id: str | None = None) -> ForgetReceipt:
         """Delete everything held about a user (or one of its pairs); returns counts per table."""
-        receipt = await self.store.write(lambda tx: tx.forget(user_id, character_id))
+        receipt = await self.store.write(lambda tx: tx.maintenance.forget(user_id, character_id))
         # Until the WAL is checkpointed the forgotten text still sits in it.
         await self.store.checkpoint()
         log.info("forgot %s/%s: %s", user_id, character_id or "*", receipt)
@@ -166,15 +181,18 @@ class Memory:
 
     # sessions and bindings
 
-    async def session(self, agent_id: str) -> Row:
+    async def session(self, agent_id: str) -> Session:
         """One agent run's session, or NotFound."""
-        row = await self.store.read(lambda view: view.get_session(agent_id))
-        if row is None:
+        session = await self.store.read(lambda view: view.sessions.get(agent_id))
+        if session is None:
             raise NotFound(f"no session for agent {agent_id}")
-        return row
+        return session
 
-    async def bind(self, agent_id: str, user_id: str, character_id: str) -> Row:
-        """Tie an agent run to a pair; a session it already has moves there at once."""
+    async def bind(self, agent_id: str, user_id: str, character_id: str) -> Session | None:
+        """Tie an agent run to a pair; a session it already has moves there at once.
+
+        Returns the run's session, None when the run has not been seen yet (it starts there).
+        """
         return await self.store.write(lambda tx: self.ingestor.bind(tx, agent_id, user_id, character_id))
 
     async def bind_channel(self, channel: str, user_id: str, character_id: str) -> ChannelBound:
@@ -184,35 +202,35 @@ class Memory:
         )
         return ChannelBound(binding, moved)
 
-    async def channel_binding(self, channel: str) -> Row | None:
+    async def channel_binding(self, channel: str) -> ChannelBinding | None:
         """The pair a channel is bound to, if any."""
-        return await self.store.read(lambda view: view.get_channel_binding(channel))
+        return await self.store.read(lambda view: view.bindings.of_channel(channel))
 
-    async def unbind_channel(self, channel: str) -> Row | None:
+    async def unbind_channel(self, channel: str) -> ChannelBinding | None:
         """Remove a channel's binding (sessions it tied stay); the removed binding, if any."""
-        return await self.store.write(lambda tx: tx.delete_channel_binding(channel))
+        return await self.store.write(lambda tx: tx.bindings.unbind_channel(channel))
 
     # condensing
 
-    async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[Row]:
+    async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
         """Condense jobs, optionally of one status."""
-        return await self.store.read(lambda view: view.jobs(status, limit))
+        return await self.store.read(lambda view: view.jobs.by_status(status, limit))
 
-    async def retry_job(self, job_id: int) -> Row:
+    async def retry_job(self, job_id: int) -> Job:
         """Make a dead job pending now, or NotFound."""
-        if not await self.store.write(lambda tx: tx.revive_job(job_id)):
+        if not await self.store.write(lambda tx: tx.jobs.revive(job_id)):
             raise NotFound(f"no dead job with id {job_id}")
-        job = await self.store.read(lambda view: view.get_job_by_id(job_id))
+        job = await self.store.read(lambda view: view.jobs.by_id(job_id))
         if job is None:
             raise NotFound(f"job {job_id} was deleted meanwhile")
         return job
 
-    async def condense_now(self, user_id: str, character_id: str) -> Row | None:
+    async def condense_now(self, user_id: str, character_id: str) -> Job | None:
         """Make the pair's condense job due now (creating it); returns the job."""
 
-        def due(tx: Any) -> Row | None:
-            tx.make_due(CONDENSE, user_id, character_id)
-            return tx.get_job(CONDENSE, user_id, character_id)
+        def due(tx: Transaction) -> Job | None:
+            tx.jobs.make_due(CONDENSE, user_id, character_id)
+            return tx.jobs.get(CONDENSE, user_id, character_id)
 
         return await self.store.write(due)
 
@@ -222,12 +240,12 @@ class Memory:
             raise RuntimeError("this Memory was built without a job runner")
         job = await self.condense_now(user_id, character_id)
         if job is not None:
-            await self.jobs.run(job["id"])
+            await self.jobs.run(job.id)
         return Condensed(
             *await self.store.read(
                 lambda view: (
-                    view.get_summary(user_id, character_id),
-                    view.get_job(CONDENSE, user_id, character_id),
+                    view.summaries.get(user_id, character_id),
+                    view.jobs.get(CONDENSE, user_id, character_id),
                 )
             )
         )
@@ -242,25 +260,25 @@ class Memory:
         character_id: str | None = None,
         kinds: Sequence[SearchKind] = SEARCH_KINDS,
         limit: int = 20,
-    ) -> Report:
+    ) -> UserSearch:
         """A user's messages, facts and summaries containing every word of `q`, best first."""
         await self.store.catch_up_search()
         return await self.store.read(
-            lambda view: view.search_user(user_id, q, character_id=character_id, kinds=kinds, limit=limit)
+            lambda view: view.search.user(user_id, q, character_id=character_id, kinds=kinds, limit=limit)
         )
 
     async def mentions(
         self, q: str, *, role: MentionRole = "user", character_id: str | None = None, limit: int = 100
-    ) -> Report:
+    ) -> Mentions:
         """Which users said `q`, how often, first and last."""
         await self.store.catch_up_search()
         return await self.store.read(
-            lambda view: view.search_mentions(q, role=role, character_id=character_id, limit=limit)
+            lambda view: view.search.mentions(q, role=role, character_id=character_id, limit=limit)
         )
 
     async def user_stats(self, user_id: str) -> Report:
         """One user's sessions, messages, talk time, favourite characters and rates, or NotFound."""
-        stats = await self.store.read(lambda view: view.user_stats(user_id))
+        stats = await self.store.read(lambda view: view.analytics.user_stats(user_id))
         if stats is None:
             raise NotFound(f"nothing is held about user {user_id}")
         return stats
@@ -270,7 +288,7 @@ class Memory:
     ) -> Report:
         """One character's active users, sessions, rates and latencies, or NotFound."""
         stats = await self.store.read(
-            lambda view: view.character_stats(character_id, since_ms=since_ms, until_ms=until_ms)
+            lambda view: view.analytics.character_stats(character_id, since_ms=since_ms, until_ms=until_ms)
         )
         if stats is None:
             raise NotFound(f"no sessions with character {character_id}")
@@ -278,11 +296,13 @@ class Memory:
 
     async def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report:
         """The whole service: latencies per metric and stage, failed and partial callbacks."""
-        return await self.store.read(lambda view: view.overall_stats(since_ms=since_ms, until_ms=until_ms))
+        return await self.store.read(
+            lambda view: view.analytics.overall_stats(since_ms=since_ms, until_ms=until_ms)
+        )
 
     async def export(self, user_id: str) -> Report:
         """Everything held about a user as one document, or NotFound."""
-        document = await self.store.read(lambda view: view.export_user(user_id))
+        document = await self.store.read(lambda view: view.export.user(user_id))
         if document is None:
             raise NotFound(f"nothing is held about user {user_id}")
         return {"format": EXPORT_FORMAT, "exported_ms": now_ms(), **document}
@@ -303,21 +323,21 @@ class Memory:
         """Apply again an event already recorded (one that failed or was applied in part)."""
         return await self.store.write(lambda tx: self.ingestor.reapply(tx, raw, event))
 
-    async def recorded_events(self, statuses: Sequence[str], limit: int) -> list[Row]:
+    async def recorded_events(self, statuses: Sequence[InboxStatus], limit: int) -> list[InboxEntry]:
         """Recorded raw events of the given statuses, oldest first, at most `limit`."""
 
-        def read(view: Any) -> list[Row]:
-            return [row for status in statuses for row in view.inbox_by_status(status, limit)]
+        def read(view: ReadView) -> list[InboxEntry]:
+            return [entry for status in statuses for entry in view.inbox.by_status(status, limit)]
 
-        rows = await self.store.read(read)
-        return sorted(rows, key=lambda row: (row["received_ms"], row["notice_id"]))[:limit]
+        entries = await self.store.read(read)
+        return sorted(entries, key=lambda entry: (entry.received_ms, entry.event_id))[:limit]
 
     async def merge_window(
-        self, window: HistoryWindow, stamp: int, *, then: Callable[[Any], object] | None = None
+        self, window: HistoryWindow, stamp: int, *, then: Callable[[Transaction], object] | None = None
     ) -> Outcome:
         """Merge a running agent's history window; `then(tx)` runs in the same transaction."""
 
-        def merge(tx: Any) -> Outcome:
+        def merge(tx: Transaction) -> Outcome:
             outcome = self.ingestor.merge_window(tx, window, stamp)
             if then is not None:
                 then(tx)
@@ -327,7 +347,7 @@ class Memory:
 
 
 async def load_context(
-    store: SQLiteStore,
+    store: Store,
     *,
     user_id: str,
     character_id: str,
@@ -342,12 +362,12 @@ async def load_context(
     With `exclude_agent_id` the recent transcript leaves out that agent run's messages.
     """
 
-    def read_and_build(view: Any) -> Context:
+    def read_and_build(view: ReadView) -> Context:
         # Built on the reader thread too: a millisecond of rendering stays off the event loop.
         messages = recent_without(view, user_id, character_id, recent_messages, exclude_agent_id)
         context = build_context(
-            facts=view.list_facts(user_id, character_id),
-            summary=view.get_summary(user_id, character_id),
+            facts=view.facts.of_pair(user_id, character_id),
+            summary=view.summaries.get(user_id, character_id),
             messages=messages,
             max_tokens=max_tokens,
             persona=persona,
@@ -361,18 +381,18 @@ async def load_context(
 
 
 def recent_without(
-    view: Any, user_id: str, character_id: str, limit: int, exclude_agent_id: str | None
-) -> list[Row]:
+    view: ReadView, user_id: str, character_id: str, limit: int, exclude_agent_id: str | None
+) -> list[Message]:
     """The pair's `limit` latest messages, oldest first, none of them from `exclude_agent_id`."""
     if exclude_agent_id is None:
-        return view.latest_messages(user_id, character_id, limit)
-    session = view.get_session(exclude_agent_id)
+        return view.messages.latest(user_id, character_id, limit)
+    session = view.sessions.get(exclude_agent_id)
     # The run's own count is a good first guess of how many extra rows to read; keep
     # doubling if it fell short (counts may lag what a window just brought).
-    want = limit + (session["message_count"] if session else 0)
+    want = limit + (session.message_count if session else 0)
     while True:
-        rows = view.latest_messages(user_id, character_id, want)
-        kept = [row for row in rows if row["agent_id"] != exclude_agent_id]
+        rows = view.messages.latest(user_id, character_id, want)
+        kept = [row for row in rows if row.agent_id != exclude_agent_id]
         if len(kept) >= limit or len(rows) < want:
             return kept[-limit:] if limit else []
         want *= 2

@@ -10,7 +10,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
-from agent_memory.core.domain import IdentitySource, MessageKind, SessionStatus
+from agent_memory.core.domain import IdentitySource, MessageChanges, MessageKind, SessionStatus
+
+# Core's, re-exported beside the other changes a store takes.
+__all__ = [
+    "MENTION_ROLES",
+    "SEARCH_KINDS",
+    "ForgetReceipt",
+    "MentionRole",
+    "MentionUser",
+    "Mentions",
+    "MessageChanges",
+    "NewMessage",
+    "PurgeStep",
+    "Report",
+    "SearchHit",
+    "SearchKind",
+    "SearchMethod",
+    "SearchState",
+    "SessionChanges",
+    "StorageStats",
+    "UserSearch",
+]
 
 # What search looks through, and whose messages a mention query counts.
 SearchKind = Literal["message", "fact", "summary"]
@@ -41,28 +62,14 @@ class NewMessage(TypedDict, total=False):
     at_ms: int
     source: str | None
     speaker: str | None
-    interrupted: int
+    interrupted: bool
     interrupt_ms: int | None
     original: str | None
     fp: str
-    gap_before: int
+    gap_before: bool
     # JSON text of what the platform sent beyond the columns.
     extra: str | None
     created_ms: int
-
-
-class MessageChanges(TypedDict, total=False):
-    """Fields a later copy of a stored message adds or corrects."""
-
-    turn_id: int | None
-    ts_ms: int | None
-    at_ms: int
-    source: str | None
-    speaker: str | None
-    interrupted: int
-    interrupt_ms: int | None
-    original: str | None
-    gap_before: int
 
 
 class SessionChanges(TypedDict, total=False):

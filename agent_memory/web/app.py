@@ -14,7 +14,7 @@ from agent_memory.memory.retention import Retention
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.install import install
 from agent_memory.settings import Settings
-from agent_memory.store import SQLiteStore
+from agent_memory.store import make_store
 from agent_memory.web.http import bearer_auth_middleware, errors_middleware
 from agent_memory.web.keys import JOBS, MEMORY, RETENTION, SETTINGS, STORE
 from agent_memory.web.routes import insights
@@ -55,7 +55,7 @@ def create_app(settings: Settings) -> web.Application:
         # A persona travels in the query string; let one of MAX_PERSONA_CHARS through.
         handler_args={"max_line_size": 256 * 1024},
     )
-    store = SQLiteStore(settings.db_path, group_commit_max=settings.group_commit_max)
+    store = make_store(settings)
     # Built here, started by their cleanup contexts: the routes reach them through `Memory`.
     jobs = CondenseJobs(settings, store, make_condenser(settings), sweep_s=settings.job_sweep_s)
     retention = Retention(settings, store)

@@ -79,9 +79,7 @@ def bearer_auth_middleware(token: str | None, *, prefix: str = "/v1/") -> Any:
         if token and request.path.startswith(prefix):
             given = request.headers.get("Authorization", "")
             scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                value.strip().encode(), token.encode()
-            ):
+            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
                 raise Unauthorized(
                     "missing or wrong bearer token: send 'Authorization: Bearer <AGENT_MEMORY_API_TOKEN>'"
                 )

@@ -1,88 +1,127 @@
-"""The JSON shapes of the HTTP answers: the API's contract, in one place."""
+"""The JSON shapes of the HTTP answers: the API's contract, in one place.
+
+Each turns a domain object (`core.domain`) into the JSON the API has always answered.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from agent_memory.core.domain import ChannelBinding, Fact, Job, Message, Session, Summary
 
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name", "content")
 
 
-def message_json(row: dict[str, Any]) -> dict[str, Any]:
+def message_json(message: Message) -> dict[str, Any]:
     """A stored message; a tool call or result (`kind`) also carries its tool data as sent."""
-    kind = row.get("kind") or "turn"
-    body = {
-        "id": row["id"],
-        "agent_id": row["agent_id"],
-        "role": row["role"],
-        "kind": kind,
-        "content": row["content"],
-        "turn_id": row["turn_id"],
-        "ts_ms": row["at_ms"] if row["ts_ms"] is None else row["ts_ms"],
-        "timestamp_known": row["ts_ms"] is not None,
-        "source": row["source"],
-        "speaker": row["speaker"],
-        "interrupted": bool(row["interrupted"]),
-        "interrupt_ms": row["interrupt_ms"],
-        "original": row["original"],
-        "gap_before": bool(row["gap_before"]),
+    body: dict[str, Any] = {
+        "id": message.id,
+        "agent_id": message.agent_id,
+        "role": message.role,
+        "kind": message.kind,
+        "content": message.content,
+        "turn_id": message.turn_id,
+        "ts_ms": message.at_ms if message.ts_ms is None else message.ts_ms,
+        "timestamp_known": message.ts_ms is not None,
+        "source": message.source,
+        "speaker": message.speaker,
+        "interrupted": message.interrupted,
+        "interrupt_ms": message.interrupt_ms,
+        "original": message.original,
+        "gap_before": message.gap_before,
     }
-    if kind != "turn":
-        extra = json.loads(row["extra"]) if row.get("extra") else {}
+    if not message.spoken:
+        extra = message.extra
         body["tool"] = {name: extra[name] for name in TOOL_FIELDS if name in extra}
     return body
 
 
-def fact_json(row: dict[str, Any]) -> dict[str, Any]:
+def fact_json(fact: Fact) -> dict[str, Any]:
     """A remembered fact."""
     return {
-        "id": row["id"],
-        "text": row["text"],
-        "scope": "user" if row["character_id"] == "" else "character",
-        "pinned": bool(row["pinned"]),
-        "origin": row["origin"],
-        "created_ms": row["created_ms"],
-        "updated_ms": row["updated_ms"],
+        "id": fact.id,
+        "text": fact.text,
+        "scope": fact.scope,
+        "pinned": fact.pinned,
+        "origin": fact.origin,
+        "created_ms": fact.created_ms,
+        "updated_ms": fact.updated_ms,
     }
 
 
-def summary_json(row: dict[str, Any]) -> dict[str, Any]:
+def summary_json(summary: Summary) -> dict[str, Any]:
     """A pair's rolling summary."""
     return {
-        "text": row["text"],
-        "method": row["method"],
-        "model": row["model"],
-        "covered_until_ms": row["covered_until_ms"],
-        "messages_covered": row["message_count"],
-        "watermark_id": row["watermark_id"],
-        "updated_ms": row["updated_ms"],
+        "text": summary.text,
+        "method": summary.method,
+        "model": summary.model,
+        "covered_until_ms": summary.covered_until_ms,
+        "messages_covered": summary.message_count,
+        "watermark_id": summary.watermark_id,
+        "updated_ms": summary.updated_ms,
     }
 
 
-def session_json(row: dict[str, Any]) -> dict[str, Any]:
+def session_json(session: Session) -> dict[str, Any]:
     """An agent run's session."""
     return {
-        **{k: row.get(k) for k in (
-            "agent_id", "user_id", "character_id", "identity_source", "channel", "name",
-            "status", "stop_reason", "start_ms", "stop_ms", "rtc_uid", "message_count",
-            "gap_count", "error_count", "token_warning_ms", "turn_count",
-        )},
+        "agent_id": session.agent_id,
+        "user_id": session.user_id,
+        "character_id": session.character_id,
+        "identity_source": session.identity_source,
+        "channel": session.channel,
+        "name": session.name,
+        "status": session.status,
+        "stop_reason": session.stop_reason,
+        "start_ms": session.start_ms,
+        "stop_ms": session.stop_ms,
+        "rtc_uid": session.rtc_uid,
+        "message_count": session.message_count,
+        "gap_count": session.gap_count,
+        "error_count": session.error_count,
+        "token_warning_ms": session.token_warning_ms,
+        "turn_count": session.turn_count,
         # 104: when Agora last warned that the agent's RTC token is about to expire.
-        "token_expiring": row.get("token_warning_ms") is not None,
+        "token_expiring": session.token_warning_ms is not None,
         # 112: Agora reported only part of the session's turns.
-        "turns_truncated": bool(row.get("turns_truncated")),
-        "labels": json.loads(row["labels"]) if row.get("labels") else {},
+        "turns_truncated": session.turns_truncated,
+        "labels": session.labels,
+    }
+
+
+def unseen_session_json(agent_id: str, user_id: str, character_id: str) -> dict[str, Any]:
+    """A run bound before any event of it came: the session it will start with, as far as known."""
+    return {
+        "agent_id": agent_id, "user_id": user_id, "character_id": character_id,
+        "identity_source": "binding", "channel": None, "name": None, "status": "unknown",
+        "stop_reason": None, "start_ms": None, "stop_ms": None, "rtc_uid": None,
+        "message_count": None, "gap_count": None, "error_count": None, "token_warning_ms": None,
+        "turn_count": None, "token_expiring": False, "turns_truncated": False, "labels": {},
     }  # fmt: skip
 
 
-def channel_binding_json(row: dict[str, Any]) -> dict[str, Any]:
+def channel_binding_json(binding: ChannelBinding) -> dict[str, Any]:
     """A channel binding as the API answers it."""
-    return {k: row[k] for k in ("channel", "user_id", "character_id", "created_ms", "updated_ms")}
+    return {
+        "channel": binding.channel,
+        "user_id": binding.user_id,
+        "character_id": binding.character_id,
+        "created_ms": binding.created_ms,
+        "updated_ms": binding.updated_ms,
+    }
 
 
-def job_json(row: dict[str, Any]) -> dict[str, Any]:
+def job_json(job: Job) -> dict[str, Any]:
     """A condense job."""
-    return {k: row[k] for k in (
-        "id", "kind", "user_id", "character_id", "status", "due_ms", "attempts", "last_error",
-        "pending_messages", "updated_ms",
-    )}  # fmt: skip
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "user_id": job.user_id,
+        "character_id": job.character_id,
+        "status": job.status,
+        "due_ms": job.due_ms,
+        "attempts": job.attempts,
+        "last_error": job.last_error,
+        "pending_messages": job.pending_messages,
+        "updated_ms": job.updated_ms,
+    }

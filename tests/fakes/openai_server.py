@@ -101,6 +101,12 @@ class FakeOpenAI:
         """All message contents of request `index`, joined: what the model would have read."""
         return "\n".join(str(m.get("content") or "") for m in self.requests[index]["messages"])
 
+    async def before_answer(self, body: dict[str, Any]) -> None:
+        """Called with each request once it is recorded, before it is answered.
+
+        A test that must act while the model is "thinking" overrides it to hold the request.
+        """
+
     # -- the HTTP side -------------------------------------------------------------------
     def make_app(self) -> web.Application:
         """The aiohttp application."""
@@ -136,6 +142,7 @@ class FakeOpenAI:
             return error(400, "the body is not a JSON object")
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        await self.before_answer(body)
         reply = self._queue.popleft() if self._queue else Reply()
 
         if reply.hang:

@@ -152,11 +152,9 @@ class AgoraClient:
                     text = await resp.text(errors="replace")
                     if resp.status < 400:
                         return _parse_ok(text, prefix, resp.status, body_optional=body_optional)
-                    error = _error_from_response(
-                        resp.status, resp.reason, resp.headers, text, prefix
-                    )
+                    error = _error_from_response(resp.status, resp.reason, resp.headers, text, prefix)
                     outcome = str(resp.status)
-            except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
                 timeout = self._settings.agora_timeout_s
                 error = AgoraServerError(f"{prefix}: no answer within {timeout:g}s")
                 error.__cause__ = exc
@@ -239,4 +237,3 @@ def _error_from_response(
     if status >= 500:
         return AgoraServerError(message, **fields)
     return AgoraError(message, **fields)
-

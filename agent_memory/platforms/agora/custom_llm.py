@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agent_memory.core.clock import format_datetime, format_minute
-from agent_memory.core.render import message_text, speaker_label
+from agent_memory.core.render import said_text, speaker_label
 from agent_memory.errors import InvalidField
 from agent_memory.platforms.agora.payloads import MessageMetadata, to_ms
 
@@ -127,7 +127,7 @@ def _turn_content(message: Mapping[str, Any], facts: Mapping[str, Any], options:
         return content
     text = (content or "").strip()
     if options.interruptions == "note":
-        return message_text({"content": text, **facts})
+        return said_text(text, facts["interrupted"], facts["original"])
     return text
 
 
@@ -139,7 +139,7 @@ def _prefix(
         at = facts["at"]
         prefix.append(f"[{format_datetime(at) if options.time == 'datetime' else format_minute(at)}]")
     if several and message["role"] == "user" and facts["speaker"]:
-        prefix.append(f"{speaker_label({'role': 'user', 'speaker': facts['speaker']}, True)}:")
+        prefix.append(f"{speaker_label('user', facts['speaker'], True)}:")
     return " ".join(prefix)
 
 

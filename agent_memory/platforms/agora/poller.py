@@ -17,14 +17,15 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from agent_memory.core.clock import Backoff
+from agent_memory.core.clock import Backoff, now_ms
+from agent_memory.core.domain import Watch
 from agent_memory.errors import AgentMemoryError, AgoraNotFound
 from agent_memory.memory.refresh import Refresher
 from agent_memory.memory.schedule import start_interval
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.platforms.agora.events import history_window
-from agent_memory.store import now_ms
+from agent_memory.store import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +90,17 @@ class Poller:
         # interval's worth, or many agents would be polled less often than configured.
         room = max(self.settings.poll_concurrency * 4, 4096)
         due, pushes = await self.store.read(
-            lambda view: (view.due_watches(stamp, room), view.due_pushes(stamp, room))
+            lambda view: (view.watches.due_polls(stamp, room), view.watches.due_pushes(stamp, room))
         )
         started = 0
         for watch in due:
-            agent_id = watch["agent_id"]
-            if agent_id not in self._in_flight:
-                self._track(agent_id, self.poll(watch))
+            if watch.agent_id not in self._in_flight:
+                self._track(watch.agent_id, self.poll(watch))
                 started += 1
         for watch in pushes:
-            key = f"push:{watch['agent_id']}"
+            key = f"push:{watch.agent_id}"
             if key not in self._in_flight:
-                self._track(key, self.refresher.push_quietly(watch["agent_id"]))
+                self._track(key, self.refresher.push_quietly(watch.agent_id))
         return started
 
     async def run_due_now(self) -> None:
@@ -114,9 +114,9 @@ class Poller:
         self._in_flight[key] = task
         task.add_done_callback(lambda _: self._in_flight.pop(key, None))
 
-    async def poll(self, watch: dict[str, Any]) -> None:
+    async def poll(self, watch: Watch) -> None:
         """Read one agent's history and merge it; failures back off, a 404 ends following."""
-        agent_id = watch["agent_id"]
+        agent_id = watch.agent_id
         async with self._slots:
             try:
                 answer = await self.client.history(agent_id)
@@ -125,16 +125,18 @@ class Poller:
                 log.info("agent %s is gone (404): no longer followed", agent_id)
                 return
             except AgentMemoryError as exc:
-                failures, error = watch["failures"] + 1, exc.message
+                failures, error = watch.failures + 1, exc.message
                 log.warning("history of %s failed (%d in a row): %s", agent_id, failures, error)
                 await self.store.write(
-                    lambda tx: tx.polled(agent_id, next_poll_ms=self.next_poll_ms(failures), error=error)
+                    lambda tx: tx.watches.polled(
+                        agent_id, next_poll_ms=self.next_poll_ms(failures), error=error
+                    )
                 )
                 return
             outcome = await self.memory.merge_window(
                 history_window(agent_id, answer),
                 now_ms(),
-                then=lambda tx: tx.polled(agent_id, next_poll_ms=self.next_poll_ms(), error=None),
+                then=lambda tx: tx.watches.polled(agent_id, next_poll_ms=self.next_poll_ms(), error=None),
             )
             self.windows_merged += 1
             if outcome.new_messages:
@@ -144,10 +146,10 @@ class Poller:
                 )  # fmt: skip
 
     @staticmethod
-    def _stopped(tx: Any, agent_id: str) -> None:
-        tx.unwatch(agent_id, "agent not found on Agora (404)")
-        session = tx.get_session(agent_id)
-        if session is not None and session["status"] == "running":
-            tx.update_session(
+    def _stopped(tx: Transaction, agent_id: str) -> None:
+        tx.watches.unfollow(agent_id, "agent not found on Agora (404)")
+        session = tx.sessions.get(agent_id)
+        if session is not None and session.status == "running":
+            tx.sessions.update(
                 agent_id, {"status": "stopped", "stop_reason": "not found on Agora while polling"}
             )

@@ -14,6 +14,8 @@ from typing import Any, Literal, NamedTuple
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
+from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import Session, Watch, WatchResult
 from agent_memory.core.styles import style_of_llm
 from agent_memory.errors import AgoraError, Conflict, InvalidField
 from agent_memory.memory.service import Memory
@@ -21,7 +23,7 @@ from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_mes
 from agent_memory.platforms.agora.events import session_event
 from agent_memory.platforms.agora.keys import AGORA, REFRESHER
 from agent_memory.platforms.agora.payloads import AgentJoined
-from agent_memory.store import now_ms
+from agent_memory.store import Transaction
 from agent_memory.web.http import json_response, read_model, validation_message
 from agent_memory.web.shapes import session_json
 
@@ -178,10 +180,10 @@ class AgentRoutes:
         event = session_event(joined)
         ingestor = memory.ingestor
 
-        def record(tx: Any) -> dict[str, Any]:
+        def record(tx: Transaction) -> Session:
             ingestor.bind(tx, agent_id, body.user_id, body.character_id)
             session = ingestor.ensure_session(tx, event, now_ms())
-            tx.watch(
+            tx.watches.follow(
                 agent_id, "join", first_poll_ms=now_ms(), base_system_messages=own,
                 persona=body.persona, max_tokens=max_tokens, style=plan.style,
             )  # fmt: skip
@@ -225,23 +227,23 @@ class AgentRoutes:
         if (body.user_id is None) != (body.character_id is None):
             raise InvalidField("give both user_id and character_id, or neither")
 
-        def record(tx: Any) -> tuple[str, dict[str, Any] | None]:
+        def record(tx: Transaction) -> tuple[WatchResult, Watch | None]:
             if body.user_id and body.character_id:
                 ingestor.bind(tx, agent_id, body.user_id, body.character_id)
-            result = tx.watch(
+            result = tx.watches.follow(
                 agent_id, "manual", first_poll_ms=now_ms(),
                 base_system_messages=body.system_messages, persona=body.persona,
                 max_tokens=body.max_tokens, style=body.style,
             )  # fmt: skip
-            return result, tx.get_watch(agent_id)
+            return result, tx.watches.get(agent_id)
 
         result, watch = await memory.store.write(record)
         created = result == "created"
         if watch is None:
             raise Conflict(f"agent {agent_id} has already stopped; there is nothing to follow")
         return json_response(
-            {"agent_id": agent_id, "following": watch["status"] == "watching", "created": created,
-             "refresh_enabled": watch["base_system_messages"] is not None},
+            {"agent_id": agent_id, "following": watch.status == "watching", "created": created,
+             "refresh_enabled": watch.refreshes},
             status=201 if created else 200,
         )  # fmt: skip
 
@@ -249,7 +251,7 @@ class AgentRoutes:
         """Stop following an agent."""
         agent_id = request.match_info["agent_id"]
         memory = self.memory
-        stopped = await memory.store.write(lambda tx: tx.unwatch(agent_id, "stopped by request"))
+        stopped = await memory.store.write(lambda tx: tx.watches.unfollow(agent_id, "stopped by request"))
         return json_response({"agent_id": agent_id, "stopped": stopped})
 
     async def render_messages(self, request: web.Request) -> web.Response:

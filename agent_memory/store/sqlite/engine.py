@@ -27,11 +27,10 @@ from sqlite_utils import Database
 from agent_memory.errors import StoreUnavailable
 from agent_memory.store.sqlite.analytics import SQLiteAnalytics
 from agent_memory.store.sqlite.bindings import SQLiteBindings
-from agent_memory.store.sqlite.common import dumps, now_ms
 from agent_memory.store.sqlite.export import SQLiteExport
 from agent_memory.store.sqlite.facts import SQLiteFacts, SQLiteSummaries
 from agent_memory.store.sqlite.inbox import SQLiteInbox
-from agent_memory.store.sqlite.legacy import CallableJobs, LegacyReads, LegacyWrites
+from agent_memory.store.sqlite.jobs import SQLiteJobs
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.messages import SQLiteMessages
 from agent_memory.store.sqlite.migrations import migrations
@@ -39,7 +38,7 @@ from agent_memory.store.sqlite.search import SQLiteSearch
 from agent_memory.store.sqlite.sessions import SQLiteSessions
 from agent_memory.store.sqlite.watches import SQLiteWatches
 
-__all__ = ["SQLiteStore", "SQLiteTransaction", "SQLiteView", "dumps", "now_ms"]
+__all__ = ["SQLiteStore", "SQLiteTransaction", "SQLiteView"]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
     return conn
 
 
-class SQLiteView(LegacyReads):
+class SQLiteView:
     """The repositories over one connection: a reader's (query_only), or the writer's."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -87,7 +86,7 @@ class SQLiteView(LegacyReads):
         self.messages = SQLiteMessages(conn)
         self.facts = SQLiteFacts(conn)
         self.summaries = SQLiteSummaries(conn)
-        self.jobs = CallableJobs(conn)
+        self.jobs = SQLiteJobs(conn)
         self.inbox = SQLiteInbox(conn)
         self.watches = SQLiteWatches(conn)
         self.bindings = SQLiteBindings(conn)
@@ -97,7 +96,32 @@ class SQLiteView(LegacyReads):
         self.maintenance = SQLiteMaintenance(conn)
 
 
-class SQLiteTransaction(SQLiteView, LegacyWrites):
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, committed when the block ends and rolled back if it raises.
+
+    It takes the write lock as it begins (BEGIN IMMEDIATE), while the busy timeout still
+    covers waiting for another process's writer (a CLI command beside the service). A
+    transaction that read first and wrote later would instead fail at once with "database
+    is locked" whenever another connection wrote meanwhile: SQLite cannot upgrade a read
+    snapshot that is no longer the newest.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+class SQLiteTransaction(SQLiteView):
     """The repositories on the writer connection, inside the current transaction."""
 
     @contextmanager
@@ -245,7 +269,7 @@ class SQLiteStore:
             try:
                 first = self._queue.get(timeout=IDLE_AFTER_S)
             except queue.Empty:
-                self._idle_step(db, tx)
+                self._idle_step(tx)
                 first = self._queue.get()
             if first is _STOP:
                 break
@@ -259,34 +283,34 @@ class SQLiteStore:
                     stopping = True
                     break
                 batch.append(item)
-            self._run_batch(db, tx, batch)
+            self._run_batch(tx, batch)
             if time.monotonic() - self._last_indexed >= BUSY_INDEX_EVERY_S:
-                self._index_step(db, tx, BUSY_INDEX_CHUNK)
+                self._index_step(tx, BUSY_INDEX_CHUNK)
         conn.close()
 
-    def _idle_step(self, db: Database, tx: SQLiteTransaction) -> None:
+    def _idle_step(self, tx: SQLiteTransaction) -> None:
         """While no write waits, bring the search index up to date in short transactions."""
-        while self._queue.empty() and self._index_step(db, tx, IDLE_INDEX_CHUNK) == IDLE_INDEX_CHUNK:
+        while self._queue.empty() and self._index_step(tx, IDLE_INDEX_CHUNK) == IDLE_INDEX_CHUNK:
             pass
 
-    def _index_step(self, db: Database, tx: SQLiteTransaction, limit: int) -> int:
+    def _index_step(self, tx: SQLiteTransaction, limit: int) -> int:
         """Index up to `limit` messages in a transaction of their own; returns how many."""
         self._last_indexed = time.monotonic()
         try:
-            with db.atomic():
+            with _immediate(tx.conn):
                 return tx.search.catch_up(limit)
         except Exception:
             log.exception("indexing messages for search failed; it is tried again later")
             return 0
 
-    def _run_batch(self, db: Database, tx: SQLiteTransaction, batch: list[_Work]) -> None:
+    def _run_batch(self, tx: SQLiteTransaction, batch: list[_Work]) -> None:
         transactional = [work for work in batch if work.transactional]
         if transactional:
             try:
-                with db.atomic():
+                with _immediate(tx.conn):
                     for work in transactional:
                         try:
-                            with db.atomic():
+                            with tx.savepoint():
                                 work.outcome = (True, work.fn(tx))
                         except Exception as exc:
                             work.outcome = (False, exc)

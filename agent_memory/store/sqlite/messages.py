@@ -20,6 +20,8 @@ INSERT_MESSAGE = f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({
 # Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
 _message_values = operator.itemgetter(*MESSAGE_COLUMNS)
 _NO_MESSAGE_VALUES: dict[str, Any] = {column: None for column in MESSAGE_COLUMNS} | {"kind": "turn"}
+# A row naming every column (ingest's) is taken as it is.
+_ALL = len(MESSAGE_COLUMNS)
 
 # What a read returns, in `Message`'s order.
 READ_COLUMNS = (
@@ -122,7 +124,8 @@ class SQLiteMessages(Repository):
     def insert(self, rows: Iterable[NewMessage]) -> None:
         """Insert new messages in one statement (a missing column is NULL)."""
         self.conn.executemany(
-            INSERT_MESSAGE, [_message_values({**_NO_MESSAGE_VALUES, **row}) for row in rows]
+            INSERT_MESSAGE,
+            [_message_values(row if len(row) == _ALL else {**_NO_MESSAGE_VALUES, **row}) for row in rows],
         )
 
     def update(self, message_id: int, changes: MessageChanges) -> None:

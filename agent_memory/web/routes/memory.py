@@ -28,6 +28,7 @@ from agent_memory.web.shapes import (
     message_json,
     session_json,
     summary_json,
+    unseen_session_json,
 )
 
 routes = web.RouteTableDef()
@@ -43,7 +44,7 @@ async def healthz(request: web.Request) -> web.Response:
     except Exception as exc:
         raise StoreUnavailable(f"database not reachable: {exc}") from exc
     return json_response(
-        {"status": "ok", "version": __version__, "database": str(memory.store.path), "schema": migrations}
+        {"status": "ok", "version": __version__, "database": memory.store.location, "schema": migrations}
     )
 
 
@@ -69,9 +70,9 @@ async def system_messages(request: web.Request) -> web.Response:
 async def messages(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
-    rows = await request.app[MEMORY].messages(user_id, character_id, limit)
+    messages = await request.app[MEMORY].messages(user_id, character_id, limit)
     return json_response(
-        {"user_id": user_id, "character_id": character_id, "messages": [message_json(r) for r in rows]}
+        {"user_id": user_id, "character_id": character_id, "messages": [message_json(m) for m in messages]}
     )
 
 
@@ -92,9 +93,9 @@ async def summary(request: web.Request) -> web.Response:
 @routes.get(PAIR + "/facts")
 async def list_facts(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
-    rows = await request.app[MEMORY].facts(user_id, character_id)
+    facts = await request.app[MEMORY].facts(user_id, character_id)
     return json_response(
-        {"user_id": user_id, "character_id": character_id, "facts": [fact_json(r) for r in rows]}
+        {"user_id": user_id, "character_id": character_id, "facts": [fact_json(f) for f in facts]}
     )
 
 
@@ -133,16 +134,18 @@ async def forget_user(request: web.Request) -> web.Response:
 
 @routes.get("/v1/sessions/{agent_id}")
 async def get_session(request: web.Request) -> web.Response:
-    row = await request.app[MEMORY].session(request.match_info["agent_id"])
-    return json_response({"session": session_json(row)})
+    session = await request.app[MEMORY].session(request.match_info["agent_id"])
+    return json_response({"session": session_json(session)})
 
 
 @routes.post("/v1/sessions/{agent_id}/bind")
 async def bind_session(request: web.Request) -> web.Response:
     agent_id = request.match_info["agent_id"]
     body = await read_model(request, BindBody)
-    row = await request.app[MEMORY].bind(agent_id, body.user_id, body.character_id)
-    return json_response({"session": session_json(row)})
+    session = await request.app[MEMORY].bind(agent_id, body.user_id, body.character_id)
+    if session is None:
+        return json_response({"session": unseen_session_json(agent_id, body.user_id, body.character_id)})
+    return json_response({"session": session_json(session)})
 
 
 # Channel bindings: for apps that give each user a channel of their own.
@@ -161,38 +164,38 @@ async def bind_channel(request: web.Request) -> web.Response:
 async def get_channel_binding(request: web.Request) -> web.Response:
     """Which pair a channel is bound to."""
     channel = channel_of(request)
-    row = await request.app[MEMORY].channel_binding(channel)
-    if row is None:
+    binding = await request.app[MEMORY].channel_binding(channel)
+    if binding is None:
         raise NotFound(f"channel {channel} is not bound; POST /v1/channels/{channel}/bind binds it")
-    return json_response({"binding": channel_binding_json(row)})
+    return json_response({"binding": channel_binding_json(binding)})
 
 
 @routes.delete("/v1/channels/{channel}/bind")
 async def unbind_channel(request: web.Request) -> web.Response:
     """Remove a channel's binding; sessions it already tied stay where they are."""
     channel = channel_of(request)
-    row = await request.app[MEMORY].unbind_channel(channel)
-    if row is None:
+    binding = await request.app[MEMORY].unbind_channel(channel)
+    if binding is None:
         raise NotFound(f"channel {channel} is not bound")
-    return json_response({"deleted": channel_binding_json(row)})
+    return json_response({"deleted": channel_binding_json(binding)})
 
 
 @routes.get("/v1/jobs")
 async def list_jobs(request: web.Request) -> web.Response:
     status = job_status_query(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
-    rows = await request.app[MEMORY].list_jobs(status, limit)
-    return json_response({"jobs": [job_json(row) for row in rows]})
+    jobs = await request.app[MEMORY].list_jobs(status, limit)
+    return json_response({"jobs": [job_json(job) for job in jobs]})
 
 
 @routes.post("/v1/jobs/{job_id}/retry")
 async def retry(request: web.Request) -> web.Response:
-    row = await request.app[MEMORY].retry_job(path_id(request, "job_id"))
-    return json_response({"job": job_json(row)})
+    job = await request.app[MEMORY].retry_job(path_id(request, "job_id"))
+    return json_response({"job": job_json(job)})
 
 
 @routes.post(PAIR + "/condense")
 async def condense(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
-    row = await request.app[MEMORY].condense_now(user_id, character_id)
-    return json_response({"job": job_json(row) if row else None}, status=202)
+    job = await request.app[MEMORY].condense_now(user_id, character_id)
+    return json_response({"job": job_json(job) if job else None}, status=202)
