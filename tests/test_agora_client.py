@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Iterator
@@ -14,7 +13,6 @@ import pytest
 from aioresponses import aioresponses
 from yarl import URL
 
-from agent_memory.platforms.agora.client import RETRY_AFTER_CAP_S, AgoraClient
 from agent_memory.errors import (
     AgoraError,
     AgoraNotFound,
@@ -22,6 +20,7 @@ from agent_memory.errors import (
     AgoraServerError,
     NotConfigured,
 )
+from agent_memory.platforms.agora.client import RETRY_AFTER_CAP_S, AgoraClient
 from agent_memory.settings import Settings
 
 API = "https://agora.test/api/conversational-ai-agent"
@@ -42,7 +41,7 @@ class CompatResponse(aiohttp.ClientResponse):
         super().__init__(method, url, **kwargs)
 
 
-class mock_http(aioresponses):  # noqa: N801 - reads like the aioresponses it extends
+class mock_http(aioresponses):
     """aioresponses whose canned answers use CompatResponse."""
 
     def add(self, url: Any, method: str = "GET", **kwargs: Any) -> None:  # type: ignore[override]
@@ -126,13 +125,9 @@ async def test_basic_auth_header_is_base64_of_customer_id_and_secret(mocked, mak
 
 
 @pytest.mark.parametrize("customer_id", [None, "cid"])  # half a key pair falls back to the token
-async def test_token_auth_header_without_a_customer_key_pair(
-    mocked, make_client, customer_id
-) -> None:
+async def test_token_auth_header_without_a_customer_key_pair(mocked, make_client, customer_id) -> None:
     mocked.get(HISTORY, payload=WINDOW)
-    client = make_client(
-        agora_customer_id=customer_id, agora_customer_secret=None, agora_token="007eJxTYBBg"
-    )
+    client = make_client(agora_customer_id=customer_id, agora_customer_secret=None, agora_token="007eJxTYBBg")
     await client.history(AGENT)
     (call,) = calls(mocked, "GET", HISTORY)
     assert call.kwargs["headers"]["Authorization"] == "agora token=007eJxTYBBg"
@@ -152,9 +147,7 @@ async def test_token_auth_header_without_a_customer_key_pair(
         ),
     ],
 )
-async def test_not_configured_names_the_missing_variables(
-    mocked, make_client, overrides, names
-) -> None:
+async def test_not_configured_names_the_missing_variables(mocked, make_client, overrides, names) -> None:
     client = make_client(**overrides)
     assert client.configured is False
     with pytest.raises(NotConfigured) as info:
@@ -170,11 +163,24 @@ async def test_history_is_parsed_and_second_timestamps_become_ms(mocked, make_cl
         payload={
             **WINDOW,
             "contents": [
-                {"role": "user", "content": "Tell me a joke", "turn_id": 2,
-                 "timestamp": 1678901235, "metadata": {"source": "asr", "user": "user123"}},
-                {"role": "assistant", "content": "Why did the scarecrow ", "turn_id": 2,
-                 "timestamp": 1678901236000, "metadata": {"interrupted": True,
-                 "interrupt_timestamp": 1678905225, "original": "Why did ... field!"}},
+                {
+                    "role": "user",
+                    "content": "Tell me a joke",
+                    "turn_id": 2,
+                    "timestamp": 1678901235,
+                    "metadata": {"source": "asr", "user": "user123"},
+                },
+                {
+                    "role": "assistant",
+                    "content": "Why did the scarecrow ",
+                    "turn_id": 2,
+                    "timestamp": 1678901236000,
+                    "metadata": {
+                        "interrupted": True,
+                        "interrupt_timestamp": 1678905225,
+                        "original": "Why did ... field!",
+                    },
+                },
             ],
         },
     )
@@ -297,8 +303,13 @@ async def test_retry_after_is_capped(mocked, make_client, sleep) -> None:
 
 
 async def test_429_forever_raises_rate_limited_with_retry_after(mocked, make_client, sleep) -> None:
-    mocked.get(HISTORY, status=429, payload={"detail": "slow down", "reason": "TooManyRequests"},
-               headers={"Retry-After": "1.5"}, repeat=True)
+    mocked.get(
+        HISTORY,
+        status=429,
+        payload={"detail": "slow down", "reason": "TooManyRequests"},
+        headers={"Retry-After": "1.5"},
+        repeat=True,
+    )
     with pytest.raises(AgoraRateLimited) as info:
         await make_client(agora_max_retries=2).history(AGENT)
     assert info.value.retry_after == 1.5
@@ -317,9 +328,7 @@ async def test_503_twice_then_200_succeeds_after_two_retries(mocked, make_client
     assert 0 <= sleep.calls[0] <= 0.5 and 0 <= sleep.calls[1] <= 1.0
 
 
-async def test_backoff_is_exponential_with_full_jitter_and_capped(
-    mocked, make_client, sleep
-) -> None:
+async def test_backoff_is_exponential_with_full_jitter_and_capped(mocked, make_client, sleep) -> None:
     mocked.post(JOIN, status=500, repeat=True)
     rng = HalfwayRng()
     with pytest.raises(AgoraServerError):
@@ -330,8 +339,7 @@ async def test_backoff_is_exponential_with_full_jitter_and_capped(
 
 
 async def test_503_forever_gives_up_after_max_retries_plus_one(mocked, make_client, sleep) -> None:
-    mocked.get(HISTORY, status=503, payload={"detail": "busy", "reason": "ServiceUnavailable"},
-               repeat=True)
+    mocked.get(HISTORY, status=503, payload={"detail": "busy", "reason": "ServiceUnavailable"}, repeat=True)
     with pytest.raises(AgoraServerError) as info:
         await make_client(agora_max_retries=3).history(AGENT)
     assert len(calls(mocked, "GET", HISTORY)) == 4
@@ -351,7 +359,7 @@ async def test_no_retries_when_max_retries_is_zero(mocked, make_client, sleep) -
 
 
 async def test_timeout_is_retried(mocked, make_client, sleep) -> None:
-    mocked.get(HISTORY, exception=asyncio.TimeoutError())
+    mocked.get(HISTORY, exception=TimeoutError())
     mocked.get(HISTORY, payload=WINDOW)
     window = await make_client().history(AGENT)
     assert window.agent_id == AGENT
@@ -360,7 +368,7 @@ async def test_timeout_is_retried(mocked, make_client, sleep) -> None:
 
 
 async def test_timeout_forever_is_a_server_error(mocked, make_client) -> None:
-    mocked.get(HISTORY, exception=asyncio.TimeoutError(), repeat=True)
+    mocked.get(HISTORY, exception=TimeoutError(), repeat=True)
     with pytest.raises(AgoraServerError) as info:
         await make_client(agora_max_retries=1).history(AGENT)
     assert info.value.http_status is None
@@ -376,9 +384,7 @@ async def test_connection_error_is_retried(mocked, make_client, sleep) -> None:
     assert len(sleep.calls) == 1
 
 
-async def test_each_retry_is_logged_with_agent_status_and_delay(
-    mocked, make_client, caplog
-) -> None:
+async def test_each_retry_is_logged_with_agent_status_and_delay(mocked, make_client, caplog) -> None:
     mocked.get(HISTORY, status=429, headers={"Retry-After": "2"})
     mocked.get(HISTORY, payload=WINDOW)
     with caplog.at_level(logging.INFO, logger="agent_memory.platforms.agora.client"):

@@ -200,8 +200,12 @@ def test_reprocess_recovers_what_an_older_version_failed(tmp_path: Path) -> None
     assert "1 done, 1 partial" in first.stdout and "7 new messages" in first.stdout
     assert "HALF:103: still partial: 1 part(s)" in first.stderr and "contents[1]" in first.stderr
     conn = sqlite3.connect(db)
-    kinds = [row[0] for row in conn.execute(
-        "SELECT kind FROM messages WHERE agent_id = ? ORDER BY seq", (tools["payload"]["agent_id"],))]
+    kinds = [
+        row[0]
+        for row in conn.execute(
+            "SELECT kind FROM messages WHERE agent_id = ? ORDER BY seq", (tools["payload"]["agent_id"],)
+        )
+    ]
     assert kinds == ["turn", "tool_call", "tool_result", "turn", "turn", "turn"]
     statuses = dict(conn.execute("SELECT notice_id, status FROM inbox").fetchall())
     assert statuses == {tools["noticeId"]: "done", broken["noticeId"]: "partial"}
@@ -346,9 +350,7 @@ async def test_a_docs_portal_envelope_with_product_1_is_read(service, caplog) ->
     answer = await deliver(service, envelope, expect="done")
     assert answer["new_messages"] == len(payload["contents"])
     rows = await stored(service, payload["agent_id"])
-    assert [(r.role, r.content) for r in rows] == [
-        (m["role"], m["content"]) for m in payload["contents"]
-    ]
+    assert [(r.role, r.content) for r in rows] == [(m["role"], m["content"]) for m in payload["contents"]]
     assert any("productId 1" in r.getMessage() and payload["agent_id"] in r.getMessage()
                for r in caplog.records)  # fmt: skip
 

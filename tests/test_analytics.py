@@ -59,9 +59,7 @@ def expected_for(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "user_messages": sum(m["role"] == "user" for m in messages),
         "assistant_messages": len(assistant),
         "interrupted": sum(bool((m.get("metadata") or {}).get("interrupted")) for m in assistant),
-        "llm_failures": sum(
-            (m.get("metadata") or {}).get("source") == "llm_failure" for m in assistant
-        ),
+        "llm_failures": sum((m.get("metadata") or {}).get("source") == "llm_failure" for m in assistant),
         "talk_ms": sum(r["stop_ms"] - r["start_ms"] for r in runs if r["stop_ms"]),
         "last_active_ms": max(stamps),
     }
@@ -129,9 +127,7 @@ async def test_user_stats_match_the_fixtures(service) -> None:
         assert status == 200, stats
         assert_matches(stats, expected_for(user_runs))
         assert stats["first_active_ms"] == min(r["start_ms"] for r in user_runs)
-        assert [c["character_id"] for c in stats["favourite_characters"]] == [
-            user_runs[0]["character"]
-        ]
+        assert [c["character_id"] for c in stats["favourite_characters"]] == [user_runs[0]["character"]]
     status, alice = await service.api("GET", "/v1/users/u-alice/stats")
     assert (
         alice["sessions"] == 3
@@ -195,9 +191,7 @@ async def test_character_and_overall_stats_match_the_fixtures(service) -> None:
 
 async def test_a_time_window_counts_only_the_sessions_started_in_it(service) -> None:
     runs, _ = await loaded(service)
-    luna = sorted(
-        (r for r in runs.values() if r["character"] == "luna"), key=lambda r: r["start_ms"]
-    )
+    luna = sorted((r for r in runs.values() if r["character"] == "luna"), key=lambda r: r["start_ms"])
     since, until = luna[1]["start_ms"], luna[2]["start_ms"]
     status, stats = await service.api(
         "GET", "/v1/characters/luna/stats", params={"since_ms": since, "until_ms": until}
@@ -205,9 +199,7 @@ async def test_a_time_window_counts_only_the_sessions_started_in_it(service) -> 
     assert status == 200, stats
     assert stats["sessions"] == 1 and stats["messages"] == len(luna[1]["messages"])
     assert stats["window"] == {"since_ms": since, "until_ms": until}
-    status, overall = await service.api(
-        "GET", "/v1/stats", params={"since_ms": luna[2]["start_ms"]}
-    )
+    status, overall = await service.api("GET", "/v1/stats", params={"since_ms": luna[2]["start_ms"]})
     later = [r for r in runs.values() if r["start_ms"] >= luna[2]["start_ms"]]
     assert overall["sessions"] == len(later)
 

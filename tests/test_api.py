@@ -583,7 +583,9 @@ async def test_forget_a_user_also_wipes_raw_callbacks_applied_in_part(service):
     assert status == 200
     row = await service.store.read(lambda v: v.inbox.get(envelope["noticeId"]))
     assert row is not None and GONE_EN not in row.body
-    assert not found(on_disk(service.settings.db_path), GONE_EN), "the failed callback's text is still on disk"
+    assert not found(on_disk(service.settings.db_path), GONE_EN), (
+        "the failed callback's text is still on disk"
+    )
 
 
 class GatedOpenAI(FakeOpenAI):
@@ -660,7 +662,9 @@ async def test_binding_a_condensed_session_takes_its_memory_along(start_service)
     rendered = await system_messages(service, "rtc:3003", "default")
     assert NOLABELS_PHRASE not in json.dumps(rendered)
     # ... and u-carol's words are gone from disk.
-    assert not found(on_disk(service.settings.db_path), NOLABELS_PHRASE), f"{NOLABELS_PHRASE!r} is still on disk"
+    assert not found(on_disk(service.settings.db_path), NOLABELS_PHRASE), (
+        f"{NOLABELS_PHRASE!r} is still on disk"
+    )
 
 
 # Messages bound into a pair whose summary is past their ids still count as not yet covered.

@@ -134,9 +134,7 @@ async def test_success_parses_summary_and_facts(fake: FakeOpenAI, condenser: LLM
     assert result.tokens_sent == estimate_prompt_tokens(fake.requests[0])
 
 
-async def test_request_asks_for_strict_json_schema(
-    fake: FakeOpenAI, condenser: LLMCondenser
-) -> None:
+async def test_request_asks_for_strict_json_schema(fake: FakeOpenAI, condenser: LLMCondenser) -> None:
     await condenser.condense(job())
 
     body = fake.requests[0]
@@ -180,9 +178,7 @@ async def test_request_carries_summary_facts_and_transcript(
     assert "We can start practising tonight." in interrupted
 
 
-async def test_default_answer_echoes_last_user_line(
-    fake: FakeOpenAI, condenser: LLMCondenser
-) -> None:
+async def test_default_answer_echoes_last_user_line(fake: FakeOpenAI, condenser: LLMCondenser) -> None:
     result = await condenser.condense(job())
 
     assert result.summary == "Echo: I switched to day shifts, by the way."
@@ -197,9 +193,7 @@ async def test_code_fenced_json_is_accepted(fake: FakeOpenAI, condenser: LLMCond
     assert result.summary == GOOD["summary"] and fake.calls == 1
 
 
-async def test_chinese_conversation_is_sent_in_chinese(
-    fake: FakeOpenAI, condenser: LLMCondenser
-) -> None:
+async def test_chinese_conversation_is_sent_in_chinese(fake: FakeOpenAI, condenser: LLMCondenser) -> None:
     chinese = [
         msg(1, "assistant", "欢迎回来,小王!豆豆最近怎么样?"),
         msg(2, "user", "对了,记住我22号有考试,是HSK五级。"),
@@ -253,9 +247,7 @@ async def test_server_error_is_unavailable(fake: FakeOpenAI, condenser: LLMConde
     assert fake.calls == 1
 
 
-async def test_rate_limit_is_unavailable_with_retry_after(
-    fake: FakeOpenAI, condenser: LLMCondenser
-) -> None:
+async def test_rate_limit_is_unavailable_with_retry_after(fake: FakeOpenAI, condenser: LLMCondenser) -> None:
     fake.script(429)
 
     with pytest.raises(LLMUnavailable) as caught:
@@ -294,9 +286,7 @@ async def test_connection_refused_is_unavailable() -> None:
         await llm.close()
 
 
-async def test_client_error_is_llm_error_not_unavailable(
-    fake: FakeOpenAI, condenser: LLMCondenser
-) -> None:
+async def test_client_error_is_llm_error_not_unavailable(fake: FakeOpenAI, condenser: LLMCondenser) -> None:
     fake.script(400)
 
     with pytest.raises(LLMError) as caught:
@@ -422,9 +412,7 @@ def test_sanitize_is_pure_and_drops_what_it_must() -> None:
 
 
 def test_sanitize_update_of_removed_fact_is_dropped() -> None:
-    output = CondenseOutput(
-        summary="s", update_facts=[FactUpdate(id=2, text="new")], remove_facts=[2]
-    )
+    output = CondenseOutput(summary="s", update_facts=[FactUpdate(id=2, text="new")], remove_facts=[2])
 
     clean = sanitize(output, FACTS)
 

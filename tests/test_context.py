@@ -5,8 +5,8 @@ from conftest import stored_message
 
 from agent_memory.core.context import build_context
 from agent_memory.core.domain import Fact, Summary
-from agent_memory.errors import InvalidField
 from agent_memory.core.tokens import count_message_tokens
+from agent_memory.errors import InvalidField
 
 DAY = 1_763_690_000_000
 
@@ -34,7 +34,10 @@ SUMMARY = Summary(
 
 def test_order_is_persona_facts_summary_recent():
     context = build_context(
-        facts=FACTS, summary=SUMMARY, messages=[message(i) for i in range(6)], max_tokens=1500,
+        facts=FACTS,
+        summary=SUMMARY,
+        messages=[message(i) for i in range(6)],
+        max_tokens=1500,
         persona="You are Luna.",
     )
     contents = [m["content"] for m in context.system_messages]
@@ -88,7 +91,9 @@ def test_empty_contents_are_never_rendered_and_interruptions_are_marked():
 
 def test_several_speakers_are_named():
     messages = [message(0, "hi", speaker="2001"), message(2, "hello", speaker="2002")]
-    text = build_context(facts=[], summary=None, messages=messages, max_tokens=500).system_messages[-1]["content"]
+    text = build_context(facts=[], summary=None, messages=messages, max_tokens=500).system_messages[-1][
+        "content"
+    ]
     assert "User 2001: hi" in text and "User 2002: hello" in text
 
 

@@ -106,7 +106,9 @@ def callback(client: int, index: int) -> dict[str, Any]:
         agent_id,
         notice_id=f"kill:{client}:{index}",
         labels={"user_id": f"u-kill-{client:02d}", "character_id": "c"},
-        contents=turns(MESSAGES_PER_CALLBACK, start_ms=1_763_690_000_000 + index * 60_000, prefix=f"{agent_id} "),
+        contents=turns(
+            MESSAGES_PER_CALLBACK, start_ms=1_763_690_000_000 + index * 60_000, prefix=f"{agent_id} "
+        ),
     )
 
 
@@ -118,7 +120,9 @@ def read_db(db: Path) -> tuple[dict[str, str], dict[str, int]]:
     return inbox, messages
 
 
-async def post(session: aiohttp.ClientSession, url: str, envelope: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+async def post(
+    session: aiohttp.ClientSession, url: str, envelope: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
     body = encode(envelope)
     headers = {"Content-Type": "application/json", **agora_headers(SECRET, body)}
     async with session.post(f"{url}/webhooks/agora", data=body, headers=headers) as resp:
@@ -150,7 +154,7 @@ async def test_sigkill_under_load_loses_no_answered_callback(tmp_path):
                     envelope = callback(number, index)
                     try:
                         status, answer = await post(session, server.url, envelope)
-                    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                         errors.append(exc)
                         return
                     if status == 200:
@@ -194,7 +198,9 @@ async def test_sigkill_under_load_loses_no_answered_callback(tmp_path):
                 user = f"u-kill-{agent_id.split('-')[1]}"
                 by_user[user] = by_user.get(user, 0) + MESSAGES_PER_CALLBACK
             for user, count in sorted(by_user.items())[:4]:
-                status, body = await api(session, restarted.url, f"/v1/users/{user}/characters/c/messages?limit=1000")
+                status, body = await api(
+                    session, restarted.url, f"/v1/users/{user}/characters/c/messages?limit=1000"
+                )
                 assert status == 200 and len(body["messages"]) == count, user
             first = acked[0]
             _, client_no, index = first.split(":")
@@ -218,7 +224,9 @@ async def test_graceful_restart_keeps_everything(tmp_path):
             for index in range(20):
                 status, answer = await post(session, server.url, callback(0, index))
                 assert (status, answer["status"]) == (200, "done")
-            status, before = await api(session, server.url, "/v1/users/u-kill-00/characters/c/messages?limit=1000")
+            status, before = await api(
+                session, server.url, "/v1/users/u-kill-00/characters/c/messages?limit=1000"
+            )
             assert status == 200 and len(before["messages"]) == 20 * MESSAGES_PER_CALLBACK
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=10) == 0
@@ -230,7 +238,9 @@ async def test_graceful_restart_keeps_everything(tmp_path):
         started.append(restarted)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             await restarted.wait_healthy(session)
-            status, after = await api(session, restarted.url, "/v1/users/u-kill-00/characters/c/messages?limit=1000")
+            status, after = await api(
+                session, restarted.url, "/v1/users/u-kill-00/characters/c/messages?limit=1000"
+            )
             assert status == 200
             assert after == before
             status, answer = await post(session, restarted.url, callback(0, 3))

@@ -40,9 +40,7 @@ def numbered(start: int, stop: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"message {i}", "turn_id": i} for i in range(start, stop)]
 
 
-async def test_history_is_a_sliding_window_of_max_history(
-    fake: FakeAgora, client: AgoraClient
-) -> None:
+async def test_history_is_a_sliding_window_of_max_history(fake: FakeAgora, client: AgoraClient) -> None:
     fake.add_agent("A1", max_history=4)
     fake.say("A1", numbered(0, 3))
     first = await client.history("A1")
@@ -83,7 +81,9 @@ async def test_429_on_cue_is_retried_and_join_update_leave_work(
 
 
 async def test_wrong_credentials_get_401(fake: FakeAgora) -> None:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{fake.base_url}/v2/projects/app/agents/A1") as resp:
-            assert resp.status == 401
-            assert (await resp.json())["reason"] == "Unauthorized"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{fake.base_url}/v2/projects/app/agents/A1") as resp,
+    ):
+        assert resp.status == 401
+        assert (await resp.json())["reason"] == "Unauthorized"

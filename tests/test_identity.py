@@ -84,7 +84,9 @@ async def test_a_call_without_a_user_label_warns_once_naming_the_fix(service, ca
     await send(service, DOCS_101)  # a redelivery
     later = {"labels": DOCS_LABELS, "channel": "xxxxx", "name": "my-agent", "start_ts": 1737111452}
     await send(service, agent_event(110, AGENT_101, errors=[{"module": "llm", "code": 503}], **later))
-    await send(service, agent_event(102, AGENT_101, status="STOPPED", message="OK", stop_ts=1737111455, **later))
+    await send(
+        service, agent_event(102, AGENT_101, status="STOPPED", message="OK", stop_ts=1737111455, **later)
+    )
     await send(service, agent_event(103, AGENT_101, contents=hello("docs"), **later))
 
     (warning,) = unidentified_warnings(caplog, AGENT_101)
@@ -210,8 +212,12 @@ async def test_binding_a_channel_moves_its_earlier_calls_and_ties_later_ones(ser
 async def test_rebinding_moves_what_the_channel_tied_and_unbinding_leaves_it(service, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
     await send(service, DOCS_103)
-    assert (await bind(service, "xxxx", {"user_id": "u-a", "character_id": "luna"}))["moved_sessions"] == [AGENT_103]
-    assert (await bind(service, "xxxx", {"user_id": "u-b", "character_id": "luna"}))["moved_sessions"] == [AGENT_103]
+    assert (await bind(service, "xxxx", {"user_id": "u-a", "character_id": "luna"}))["moved_sessions"] == [
+        AGENT_103
+    ]
+    assert (await bind(service, "xxxx", {"user_id": "u-b", "character_id": "luna"}))["moved_sessions"] == [
+        AGENT_103
+    ]
     assert await texts_of(service, "u-b", "luna") == DOCS_TEXTS
     assert await texts_of(service, "u-a", "luna") == []
 
@@ -272,7 +278,14 @@ async def test_forgetting_a_pair_or_a_user_deletes_their_channel_bindings(servic
         ("POST", "/v1/channels/room/bind", {"data": b"{not json"}, 400, "invalid_json", "not valid JSON"),
         ("POST", "/v1/channels/room/bind", {"json": [PAIR]}, 400, "invalid_json", "JSON object"),
         ("POST", "/v1/channels/room/bind", {"json": {"user_id": "u"}}, 422, "invalid_field", "character_id"),
-        ("POST", "/v1/channels/room/bind", {"json": {**PAIR, "user_id": ""}}, 422, "invalid_field", "user_id"),
+        (
+            "POST",
+            "/v1/channels/room/bind",
+            {"json": {**PAIR, "user_id": ""}},
+            422,
+            "invalid_field",
+            "user_id",
+        ),
         ("POST", "/v1/channels/room/bind", {"json": {**PAIR, "user_id": 5}}, 422, "invalid_field", "user_id"),
         ("POST", "/v1/channels/" + "r" * 65 + "/bind", {"json": PAIR}, 422, "invalid_field", "64 bytes"),
         ("POST", "/v1/channels/" + "房" * 22 + "/bind", {"json": PAIR}, 422, "invalid_field", "got 66"),

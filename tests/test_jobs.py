@@ -174,10 +174,14 @@ async def test_malformed_output_is_never_half_applied_and_job_dies_then_is_retri
 async def test_pinned_facts_survive_the_model(start_service):
     async with FakeOpenAI() as fake:
         service = await start_service(**llm_settings(fake))
-        _status, body = await service.api("POST", ALICE + "/facts", json={"text": "Alice is allergic to peanuts", "scope": "user"})
+        _status, body = await service.api(
+            "POST", ALICE + "/facts", json={"text": "Alice is allergic to peanuts", "scope": "user"}
+        )
         pinned_id = body["fact"]["id"]
         await deliver(service, *load_fixture("conversations/en_luna_companion.json"))
-        fake.script({**UPDATE, "remove_facts": [pinned_id], "update_facts": [{"id": pinned_id, "text": "gone"}]})
+        fake.script(
+            {**UPDATE, "remove_facts": [pinned_id], "update_facts": [{"id": pinned_id, "text": "gone"}]}
+        )
         await condense(service)
         _, facts = await service.api("GET", ALICE + "/facts")
         texts = {fact["text"] for fact in facts["facts"]}

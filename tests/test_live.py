@@ -44,9 +44,7 @@ async def contents_of(service: Any, agent_id: str) -> list[str]:
 
 
 async def pair_messages(service: Any, user: str, character: str) -> list[dict[str, Any]]:
-    status, body = await service.api(
-        "GET", f"/v1/users/{user}/characters/{character}/messages?limit=1000"
-    )
+    status, body = await service.api("GET", f"/v1/users/{user}/characters/{character}/messages?limit=1000")
     assert status == 200
     return body["messages"]
 
@@ -408,9 +406,7 @@ async def test_start_agent_joins_with_labels_and_memory_and_follows_it(start_ser
     now = conversation(4, tag="now", base_ms=BASE_MS + HOUR_MS)
     fake.say(agent_id, now)
     await poll(service)
-    assert texts(await pair_messages(service, "u-e", "luna")) == texts(
-        conversation(6, tag="earlier") + now
-    )
+    assert texts(await pair_messages(service, "u-e", "luna")) == texts(conversation(6, tag="earlier") + now)
     assert len(await stored(service, agent_id)) == 4
 
 
@@ -439,9 +435,7 @@ async def test_agora_refusing_the_join_is_a_clear_error_and_nothing_is_followed(
     assert "409" in refused["error"]["message"] and "already running" in refused["error"]["message"]
 
     fake.fail_next("/join", 400)
-    status, bad = await service.api(
-        "POST", "/v1/agents", json={**request, "join": join_body("luna-bad")}
-    )
+    status, bad = await service.api("POST", "/v1/agents", json={**request, "join": join_body("luna-bad")})
     assert status == 502 and "400" in bad["error"]["message"]
 
     rows = await service.store.read(
@@ -666,9 +660,7 @@ async def test_manual_watch_follows_and_binds_and_delete_stops(start_service, fa
     full = conversation(12, tag="manual")
     fake.say(agent, full[:5])
 
-    status, answer = await service.api(
-        "POST", f"/v1/sessions/{agent}/watch", json={"user_id": "u-m"}
-    )
+    status, answer = await service.api("POST", f"/v1/sessions/{agent}/watch", json={"user_id": "u-m"})
     assert status == 422 and await watch_of(service, agent) is None
 
     status, answer = await service.api(
@@ -736,9 +728,7 @@ async def test_manual_watch_after_the_101_still_takes_the_system_messages(start_
     fake.add_agent(agent, max_history=8)
     await service.callback(agent_event(101, agent, labels=LABELS))
     own = [{"role": "system", "content": "You are Luna."}]
-    status, answer = await service.api(
-        "POST", f"/v1/sessions/{agent}/watch", json={"system_messages": own}
-    )
+    status, answer = await service.api("POST", f"/v1/sessions/{agent}/watch", json={"system_messages": own})
     assert status in (200, 201)
     assert answer["refresh_enabled"] is True and answer["following"] is True
     status, refreshed = await service.api("POST", f"/v1/agents/{agent}/refresh")

@@ -96,8 +96,12 @@ async def test_redelivered_window_changes_nothing(store, ingestor):
 
 async def test_text_only_poll_then_detailed_103_enriches_instead_of_doubling(store, ingestor):
     detailed = turns(6)
-    detailed[3]["metadata"] = {"source": "llm", "interrupted": True, "original": "assistant line 3 and more",
-                               "interrupt_timestamp": 1_763_690_003_500}
+    detailed[3]["metadata"] = {
+        "source": "llm",
+        "interrupted": True,
+        "original": "assistant line 3 and more",
+        "interrupt_timestamp": 1_763_690_003_500,
+    }
     bare = [{"role": m["role"], "content": m["content"]} for m in detailed[:4]]
     await merge(store, ingestor, "A", bare)
     outcome = await merge(store, ingestor, "A", detailed)
@@ -131,8 +135,10 @@ async def test_older_window_without_overlap_goes_before_by_time(store, ingestor)
 
 async def test_repeated_contents_are_not_collapsed(store, ingestor):
     window = [
-        {"role": "user", "content": "ok"}, {"role": "assistant", "content": ""},
-        {"role": "user", "content": "ok"}, {"role": "assistant", "content": ""},
+        {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "ok"},
+        {"role": "assistant", "content": ""},
         {"role": "user", "content": "ok"},
     ]
     await merge(store, ingestor, "A", window[:3])
@@ -145,12 +151,14 @@ async def test_every_split_of_a_conversation_into_overlapping_windows_merges_exa
     for index, (start, size) in enumerate(itertools.product([0, 5, 17], [8, 20])):
         agent = f"S{index}"
         for window_start in range(start, 40, size // 2):
-            await merge(store, ingestor, agent, messages[max(0, window_start - size // 2):window_start + size])
+            await merge(
+                store, ingestor, agent, messages[max(0, window_start - size // 2) : window_start + size]
+            )
         await merge(store, ingestor, agent, messages[:size])
-        expected = [m["content"] for m in messages[max(0, start - size // 2):]]
+        expected = [m["content"] for m in messages[max(0, start - size // 2) :]]
         if start - size // 2 > 0:
             expected = [m["content"] for m in messages[:size]] + [
-                m["content"] for m in messages[start - size // 2:] if m not in messages[:size]
+                m["content"] for m in messages[start - size // 2 :] if m not in messages[:size]
             ]
         got = await transcript(store, agent)
         assert len(got) == len(set(got)) == len(expected), agent
@@ -158,7 +166,9 @@ async def test_every_split_of_a_conversation_into_overlapping_windows_merges_exa
 
 
 async def test_binding_moves_a_fallback_session_and_labels_win_later(store, ingestor):
-    await merge(store, ingestor, "A", [{"role": "user", "content": "hi", "metadata": {"user": "42"}}], labels={})
+    await merge(
+        store, ingestor, "A", [{"role": "user", "content": "hi", "metadata": {"user": "42"}}], labels={}
+    )
     session = await store.read(lambda view: view.sessions.get("A"))
     assert (session.user_id, session.identity_source) == ("rtc:42", "rtc")
     await store.write(lambda tx: ingestor.bind(tx, "A", "alice", "luna"))

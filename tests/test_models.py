@@ -75,8 +75,14 @@ def test_null_or_parts_content_is_text():
 
 def test_history_payload_times_and_labels():
     event = AgentHistory.model_validate(
-        {"agent_id": "A", "start_ts": 1715000000, "stop_ts": 1715000060000, "labels": {"user_id": 7},
-         "contents": None, "future_field": 1}
+        {
+            "agent_id": "A",
+            "start_ts": 1715000000,
+            "stop_ts": 1715000060000,
+            "labels": {"user_id": 7},
+            "contents": None,
+            "future_field": 1,
+        }
     )
     assert (event.start_ms, event.stop_ms) == (1715000000000, 1715000060000)
     assert event.labels == {"user_id": "7"}

@@ -32,9 +32,7 @@ def msg(seq: int, role: str, content: str, at_ms: int | None = None) -> Message:
 
 def dialogue(*lines: str, start: int = 1) -> list[Message]:
     """Alternating assistant/user messages, the assistant first."""
-    return [
-        msg(start + i, "assistant" if i % 2 == 0 else "user", line) for i, line in enumerate(lines)
-    ]
+    return [msg(start + i, "assistant" if i % 2 == 0 else "user", line) for i, line in enumerate(lines)]
 
 
 async def run_offline(
@@ -96,7 +94,7 @@ KO_ASKED = "사용자가 기억해 달라고 한 것: "
     ("said", "fact"),
     [
         ("Please remember I have a peanut allergy.", "The user has a peanut allergy"),
-        ("Luna, don't forget to ask me about my exam!", REMINDED + "ask the user about the user's exam"),  # noqa: E501
+        ("Luna, don't forget to ask me about my exam!", REMINDED + "ask the user about the user's exam"),
         ("Can you remind us to book flights by May 1st?", REMINDED + "book flights by May 1st"),
         ("remember my birthday", "The user asked to remember: the user's birthday"),
         ("My name is alice, by the way.", "The user's name is Alice"),
@@ -149,9 +147,7 @@ async def test_facts_are_deduplicated_against_existing_and_each_other() -> None:
 
     result = await run_offline(messages, facts=existing)
 
-    assert result.add_facts == [
-        FactAdd(text="The user's sister's wedding is on December 14th", scope="user")
-    ]
+    assert result.add_facts == [FactAdd(text="The user's sister's wedding is on December 14th", scope="user")]
     assert result.update_facts == [] and result.remove_facts == []
 
 
@@ -243,9 +239,7 @@ async def test_deterministic() -> None:
 
 # -- bounded length ------------------------------------------------------------------------
 async def test_long_previous_summary_is_bounded_oldest_dropped_first() -> None:
-    previous = "\n".join(
-        f"Paragraph {n}: " + "the user talked about many things. " * 8 for n in range(40)
-    )
+    previous = "\n".join(f"Paragraph {n}: " + "the user talked about many things. " * 8 for n in range(40))
 
     result = await run_offline(ENGLISH, previous)
 
@@ -270,9 +264,7 @@ async def test_long_single_paragraph_is_cut_by_sentences() -> None:
 async def test_rolling_offline_summaries_stay_bounded_with_one_label() -> None:
     summary: str | None = None
     for round_ in range(15):
-        lines = [
-            f"Round {round_}: I tried {round_} new recipes and my oven broke on the {round_ + 1}th."
-        ]
+        lines = [f"Round {round_}: I tried {round_} new recipes and my oven broke on the {round_ + 1}th."]
         result = await run_offline([msg(1, "assistant", "Hi!"), msg(2, "user", lines[0])], summary)
         summary = result.summary
         assert len(summary) <= SUMMARY_MAX_CHARS

@@ -24,7 +24,14 @@ def multiuser() -> list[dict[str, Any]]:
 
 def test_example_has_times_before_content_and_no_speaker_names_for_one_user():
     rendered = to_openai_messages(example())
-    assert [m["role"] for m in rendered] == ["assistant", "user", "assistant", "user", "assistant", "assistant"]
+    assert [m["role"] for m in rendered] == [
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "assistant",
+    ]
     assert rendered[0] == {"role": "assistant", "content": "[2023-03-15 17:27 UTC] How can I help you today?"}
     assert rendered[1] == {"role": "user", "content": "[2023-03-15 17:27 UTC] Can you tell me a joke?"}
     assert rendered[3]["content"] == "[2023-03-15 18:33 UTC] You know what? Tell me a story instead."
@@ -151,9 +158,7 @@ async def test_render_endpoint_over_http(service):
     assert body["messages"] == to_openai_messages(multiuser(), RenderOptions(time="time"))
     assert body["messages"][1] == {"role": "user", "content": "[09:20] User 2001: Hi, it's Jordan."}
 
-    status, body = await service.api(
-        "POST", "/v1/render/openai-messages", json={"messages": example()}
-    )
+    status, body = await service.api("POST", "/v1/render/openai-messages", json={"messages": example()})
     assert status == 200 and SCARECROW.split("crow ", 1)[1] in body["messages"][2]["content"]
 
 
@@ -185,9 +190,7 @@ async def test_render_endpoint_rejects_bad_input_with_422(service):
     status, body = await service.api("POST", "/v1/render/openai-messages", json={"messages": "hi"})
     assert status == 422
 
-    status, body = await service.api(
-        "POST", "/v1/render/openai-messages", json={"messages": []}, token=None
-    )
+    status, body = await service.api("POST", "/v1/render/openai-messages", json={"messages": []}, token=None)
     assert status == 401
 
 

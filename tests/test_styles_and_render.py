@@ -23,12 +23,12 @@ from conftest import (
     watch_of,
 )
 
-from agent_memory.platforms.agora.client import AgoraClient
-from agent_memory.memory.service import load_context
+from agent_memory.core.styles import shape_system_messages, style_from_query, style_of_llm
 from agent_memory.errors import AgoraError, BadRequest, InvalidField
+from agent_memory.memory.service import load_context
+from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
 from agent_memory.settings import Settings
-from agent_memory.core.styles import shape_system_messages, style_from_query, style_of_llm
 
 SCARECROW = "Why did the scarecrow win an award? Because he was outstanding in his field!"
 EXTENDED = {"turn_id", "timestamp", "metadata", "speech_start_ms", "speech_end_ms",
@@ -83,7 +83,12 @@ def test_a_real_custom_llm_request_keeps_its_system_messages_first_and_as_system
     system = load_fixture("agora_llm/long_term_system_messages.json")
     assert rendered[:2] == system  # untouched, first, still `system`
     assert [m["role"] for m in rendered[2:]] == [
-        "assistant", "user", "assistant", "user", "assistant", "assistant"
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "assistant",
     ]
     assert rendered[3] == {"role": "user", "content": "[2023-03-15 17:27 UTC] Can you tell me a joke?"}
     assert rendered[4]["content"] == (
@@ -119,7 +124,7 @@ def test_tool_calls_and_tool_results_keep_their_openai_shapes():
     rendered = to_openai_messages(messages)
     assert [m["role"] for m in rendered] == ["system", "system", "user", "assistant", "tool", "assistant"]
     assert rendered[3] == {"role": "assistant", "content": None, "tool_calls": tool_turn()[1]["tool_calls"]}
-    assert rendered[4] == {"role": "tool", "content": "{\"temp_c\": 21}", "tool_call_id": "call_1"}
+    assert rendered[4] == {"role": "tool", "content": '{"temp_c": 21}', "tool_call_id": "call_1"}
     assert rendered[5]["content"] == "[2023-03-15 18:35 UTC] It is 21 degrees in Paris."
     # With empties kept or dropped, a tool call is never an empty turn.
     assert to_openai_messages(messages, RenderOptions(drop_empty=False))[3] == rendered[3]
@@ -142,7 +147,8 @@ def test_image_parts_keep_their_urls_and_the_time_goes_into_the_text():
         {"type": "text", "text": "[2023-03-15 18:35 UTC]"}, agora_image,
     ]}  # fmt: skip
     assert to_openai_messages(messages, RenderOptions(time="none"))[1] == {
-        "role": "user", "content": [agora_image]
+        "role": "user",
+        "content": [agora_image],
     }
     assert messages[0]["content"][0]["text"] == "What is in this picture?"  # input untouched
 
@@ -151,7 +157,8 @@ def test_roles_the_renderer_does_not_know_are_passed_on_not_made_user_turns():
     messages = [{"role": "developer", "content": "Be brief.", "turn_id": 0},
                 {"role": "user", "content": "hi", "timestamp": 1678905300}]  # fmt: skip
     assert to_openai_messages(messages, RenderOptions(time="none")) == [
-        {"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
     ]
 
 
@@ -176,7 +183,7 @@ async def test_render_endpoint_keeps_system_tool_and_image_messages(service):
     assert status == 200, body
     assert body["messages"] == to_openai_messages(messages)
     assert body["messages"][:2] == load_fixture("agora_llm/long_term_system_messages.json")
-    assert {"role": "tool", "content": "{\"temp_c\": 21}", "tool_call_id": "call_1"} in body["messages"]
+    assert {"role": "tool", "content": '{"temp_c": 21}', "tool_call_id": "call_1"} in body["messages"]
 
     status, body = await service.api(
         "POST", "/v1/render/openai-messages",
@@ -258,7 +265,7 @@ async def test_start_and_refresh_send_memory_in_the_agents_style(start_service, 
     sent = fake.joins[0]["properties"]["llm"]
     own = llm["system_messages"]
     assert sent["system_messages"][: len(own)] == own  # the caller's own, verbatim
-    memory = sent["system_messages"][len(own):]
+    memory = sent["system_messages"][len(own) :]
     assert memory and "earlier user message 4" in json.dumps(memory)
     if style == "gemini":
         assert all(set(m) == {"role", "parts"} and m["role"] == "user" for m in memory)
@@ -274,9 +281,7 @@ async def test_start_and_refresh_send_memory_in_the_agents_style(start_service, 
     assert status == 200, refreshed
     pushed = pushed_list(fake.updates[-1])
     assert pushed == refreshed["system_messages"] and pushed[: len(own)] == own
-    assert [(sorted(m), m["role"]) for m in pushed[len(own):]] == [
-        (sorted(m), m["role"]) for m in memory
-    ]
+    assert [(sorted(m), m["role"]) for m in pushed[len(own) :]] == [(sorted(m), m["role"]) for m in memory]
 
 
 async def test_a_join_with_a_style_memory_cannot_take_is_refused_before_agora(start_service, fake):
@@ -302,9 +307,7 @@ async def test_manual_watch_takes_the_style_for_refreshes(start_service, fake):
     assert refreshed["system_messages"][0] == own[0]
     assert (await watch_of(service, agent)).style == "gemini"
     assert all("parts" in m for m in refreshed["system_messages"][1:])
-    status, bad = await service.api(
-        "POST", "/v1/sessions/STYLEWATCH2/watch", json={**body, "style": "dify"}
-    )
+    status, bad = await service.api("POST", "/v1/sessions/STYLEWATCH2/watch", json={**body, "style": "dify"})
     assert status == 422 and "style" in bad["error"]["message"]
 
 
@@ -466,7 +469,7 @@ def test_stored_tool_rows_render_as_the_tool_messages_they_were():
     assert rendered == [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": call},
-        {"role": "tool", "content": "{\"temp_c\": 21}", "tool_call_id": "call_1"},
+        {"role": "tool", "content": '{"temp_c": 21}', "tool_call_id": "call_1"},
         {"role": "assistant", "content": "checking"},  # a tool call is never re-dated as a turn
     ]
 

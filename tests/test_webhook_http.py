@@ -38,9 +38,7 @@ AGORA_EXAMPLES = sorted(
 CONVERSATIONS = sorted(path.name for path in (FIXTURES / "conversations").glob("*.json"))
 
 
-async def post_raw(
-    service: Any, body: Any, headers: dict[str, str] | None = None
-) -> tuple[int, str, str]:
+async def post_raw(service: Any, body: Any, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
     """POST anything to the receiver; returns (status, content type, text) without assuming JSON."""
     async with service.session.post(
         f"{service.url}/webhooks/agora", data=body, headers=headers or {}
@@ -126,9 +124,7 @@ async def test_missing_signature_is_401(service):
 
 
 async def test_empty_signature_header_is_401(service):
-    status, answer = await service.callback(
-        history("SIG-EMPTY"), secret=None, headers={V2_HEADER: ""}
-    )
+    status, answer = await service.callback(history("SIG-EMPTY"), secret=None, headers={V2_HEADER: ""})
     assert_error(status, answer, 401, "bad_signature")
     assert (await counts(service))["inbox"] == 0
 
@@ -183,7 +179,7 @@ async def test_chunked_body_under_the_limit_is_accepted(start_service):
         for start in range(0, len(body), 100):
             yield body[start : start + 100]
 
-    status, content_type, text = await post_raw(
+    status, _content_type, text = await post_raw(
         service, chunks(), {"Content-Type": "application/json", **_both(body)}
     )
     assert status == 200, text
@@ -391,6 +387,7 @@ async def test_seconds_and_milliseconds_timestamps_store_the_same_ms(service):
     s_session, ms_session = await session_of(service, "TS-SECONDS"), await session_of(service, "TS-MILLIS")
     assert s_session.start_ms == ms_session.start_ms == 1_763_690_000_000
     status, body = await service.api("GET", "/v1/users/u-ts-s/characters/c/messages")
+    assert status == 200, body
     assert [m["ts_ms"] for m in body["messages"]] == [1_763_690_001_000, 1_763_690_002_000]
 
 
@@ -533,7 +530,9 @@ async def test_conversation_replay_stores_each_message_once(service, name):
     per_pair, per_agent = expected_per_pair(envelopes)
     assert per_pair and sum(per_pair.values()) > 0
     for (user, character), count in per_pair.items():
-        status, body = await service.api("GET", f"/v1/users/{user}/characters/{character}/messages?limit=1000")
+        status, body = await service.api(
+            "GET", f"/v1/users/{user}/characters/{character}/messages?limit=1000"
+        )
         assert status == 200
         assert len(body["messages"]) == count, (user, character)
     for agent_id, contents in per_agent.items():

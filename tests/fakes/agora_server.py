@@ -41,9 +41,7 @@ class FailureCue:
     retry_after: float | None
 
 
-def error(
-    status: int, detail: str, reason: str, headers: dict[str, str] | None = None
-) -> web.Response:
+def error(status: int, detail: str, reason: str, headers: dict[str, str] | None = None) -> web.Response:
     """Agora's error shape: {"detail", "reason"}."""
     return web.json_response({"detail": detail, "reason": reason}, status=status, headers=headers)
 
@@ -190,7 +188,7 @@ class FakeAgora:
         agent = self._running(request)
         if agent is None:
             return error(404, "task not found", "TaskNotFound")
-        window = agent.messages[-agent.max_history:]
+        window = agent.messages[-agent.max_history :]
         return web.json_response({**self._state(agent), "contents": window})
 
     async def _update(self, request: web.Request) -> web.Response:
