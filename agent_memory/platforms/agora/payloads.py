@@ -320,8 +320,8 @@ class AgentLeft(AgentPayload):
     message: LooseStr = None
 
 
-class AgentHistory(AgentPayload):
-    """103: the agent's short-term memory, sent after it stops."""
+class Transcript(Lenient):
+    """A short-term memory as Agora sends it: `contents`, whose unusable items are set aside."""
 
     set_aside_first: ClassVar[bool] = False
     contents: list[MemoryMessage] = Field(default_factory=list)
@@ -335,6 +335,10 @@ class AgentHistory(AgentPayload):
     def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         data["contents"], skipped = valid_messages(data.get("contents"))
         return data, skipped
+
+
+class AgentHistory(AgentPayload, Transcript):
+    """103: the agent's short-term memory, sent after it stops."""
 
 
 class AgentTokenExpiring(AgentPayload):
@@ -413,23 +417,11 @@ CONVERSATIONAL_AI_PRODUCT = 17
 DOCS_PORTAL_PRODUCT = 1
 
 
-class HistoryResponse(Lenient):
+class HistoryResponse(Transcript):
     """`GET …/agents/{agent_id}/history`: the running agent's short-term memory."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    set_aside_first: ClassVar[bool] = False
     agent_id: LooseStr = None
     start_ms: Millis = Field(None, alias="start_ts")
     status: LooseStr = None
-    contents: list[MemoryMessage] = Field(default_factory=list)
-
-    @field_validator("contents", mode="before")
-    @classmethod
-    def _list_or_empty(cls, value: Any) -> Any:
-        return [] if value is None else value
-
-    @classmethod
-    def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        data["contents"], skipped = valid_messages(data.get("contents"))
-        return data, skipped

@@ -113,6 +113,19 @@ def window(column: str, since_ms: int | None, until_ms: int | None) -> tuple[str
     return sql, params
 
 
+def metrics_source(
+    character_id: str | None, since_ms: int | None, until_ms: int | None
+) -> tuple[str, str, list[Any]]:
+    """FROM, WHERE and parameters of the metrics a latency query reads (of a character, in a window)."""
+    source = "FROM agent_metrics a"
+    where, params = window("a.at_ms", since_ms, until_ms)
+    if character_id is not None:
+        source += " JOIN sessions s ON s.agent_id = a.agent_id"
+        where += " AND s.character_id = ?"
+        params.append(character_id)
+    return source, where, params
+
+
 def message_rates(row: dict[str, Any]) -> dict[str, Any]:
     """The stored-message counts and the two rates of one aggregate row."""
     return {
@@ -152,12 +165,7 @@ class SQLiteAnalytics(Repository):
         until_ms: int | None = None,
     ) -> dict[str, dict[str, Any]]:
         """count, mean, min, p50, p90, p99 and max of each metric, in ms."""
-        source = "FROM agent_metrics a"
-        where, params = window("a.at_ms", since_ms, until_ms)
-        if character_id is not None:
-            source += " JOIN sessions s ON s.agent_id = a.agent_id"
-            where += " AND s.character_id = ?"
-            params.append(character_id)
+        source, where, params = metrics_source(character_id, since_ms, until_ms)
         stats: dict[str, dict[str, Any]] = {}
         for row in self._all(
             f"SELECT a.metric, count(*) AS n, avg(a.value_ms) AS mean, min(a.value_ms) AS min, "
@@ -189,12 +197,7 @@ class SQLiteAnalytics(Repository):
         until_ms: int | None = None,
     ) -> dict[str, dict[str, Any]]:
         """count, mean, min, p50, p90, p99 and max of each stage (asr, llm, tts, end_to_end)."""
-        source = "FROM agent_metrics a"
-        where, params = window("a.at_ms", since_ms, until_ms)
-        if character_id is not None:
-            source += " JOIN sessions s ON s.agent_id = a.agent_id"
-            where += " AND s.character_id = ?"
-            params.append(character_id)
+        source, where, params = metrics_source(character_id, since_ms, until_ms)
         pick = {name: f"max(a.value_ms) FILTER (WHERE a.metric = '{name}')" for name in STAGE_METRICS}
         columns = [
             (f"coalesce({', '.join(pick[name] for name in names)})" if len(names) > 1
