@@ -11,6 +11,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter
@@ -534,6 +535,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AgentMemoryError as exc:
         print(f"agent-memory: {exc.message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader stopped early (`agent-memory stats | head`): end quietly, as Unix tools
+        # do, and keep Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

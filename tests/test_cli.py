@@ -62,3 +62,17 @@ def test_reprocess_applies_failed_callbacks_again(tmp_path, capsys):
     assert "1 done" in capsys.readouterr().out
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT content FROM messages").fetchall() == [("hello",)]
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    """`agent-memory search … | head` ends quietly when head closes the pipe."""
+    db = str(tmp_path / "m.db")
+    assert run("replay", "--db", db, str(FIXTURES / "conversations")).returncode == 0
+    reader = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)
+    reader.wait(timeout=10)  # gone before a byte is written: every write meets a closed pipe
+    search = subprocess.run(
+        [sys.executable, "-m", "agent_memory.cli", "search", "u-alice", "Miso", "--db", db],
+        stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=60,
+    )  # fmt: skip
+    assert search.returncode == 0, search.stderr
+    assert "Traceback" not in search.stderr
