@@ -1,8 +1,16 @@
 """Offline token estimates that never under-count much, for any language.
 
-No tokenizer download at run time: Latin text is counted at about four characters a
-token (never fewer tokens than words), and each Chinese, Japanese or Korean character
-at 1.4 tokens, which is what cl100k-style tokenizers spend on such text on average.
+No tokenizer download at run time. Latin text is counted at about four characters a token
+(never fewer tokens than words). Chinese, Japanese and Korean are counted per script, at rates
+calibrated against o200k_base (the tokenizer of the default model) on the conversational corpus
+in tests/data/tokens: 0.85 tokens per Han character, 0.7 per kana, and 0.65 per Hangul
+syllable plus 0.5 per Korean word; CJK punctuation and other CJK-range characters at 1. The
+rates sit a few per cent above o200k on average, so a budget is rarely overrun;
+tests/test_tokens.py measures the error per language.
+
+Every term is a count of characters or words of the text, rounded up once, so the estimates of
+separate lines add up to at least the estimate of the lines joined with newlines (one more token
+per newline covers the separator), which the context builder relies on.
 """
 
 from __future__ import annotations
@@ -14,10 +22,33 @@ CJK = re.compile(
     "[\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
 )
+HAN = re.compile("[\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+KANA = re.compile("[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+HANGUL_WORD = re.compile("[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]+")
 WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
-CJK_TOKENS_PER_CHAR = 1.4
+HAN_TOKENS_PER_CHAR = 0.85
+KANA_TOKENS_PER_CHAR = 0.7
+HANGUL_TOKENS_PER_CHAR = 0.65
+HANGUL_TOKENS_PER_WORD = 0.5
+OTHER_CJK_TOKENS_PER_CHAR = 1.0  # CJK punctuation, full-width forms, bopomofo
 LATIN_CHARS_PER_TOKEN = 4.0
 MESSAGE_OVERHEAD = 4  # role and separators of one chat message
+
+
+def _cjk_tokens(text: str, cjk: int) -> int:
+    han = len(HAN.findall(text))
+    kana = len(KANA.findall(text))
+    hangul = len(HANGUL.findall(text))
+    hangul_words = len(HANGUL_WORD.findall(text)) if hangul else 0
+    other = cjk - han - kana - hangul
+    return math.ceil(
+        han * HAN_TOKENS_PER_CHAR
+        + kana * KANA_TOKENS_PER_CHAR
+        + hangul * HANGUL_TOKENS_PER_CHAR
+        + hangul_words * HANGUL_TOKENS_PER_WORD
+        + other * OTHER_CJK_TOKENS_PER_CHAR
+    )
 
 
 def count_tokens(text: str) -> int:
@@ -27,8 +58,9 @@ def count_tokens(text: str) -> int:
     cjk = len(CJK.findall(text))
     rest = CJK.sub(" ", text) if cjk else text
     words = len(WORD.findall(rest))
-    latin = max(words, math.ceil(len(rest.strip()) / LATIN_CHARS_PER_TOKEN)) if rest.strip() else 0
-    return latin + math.ceil(cjk * CJK_TOKENS_PER_CHAR)
+    latin_chars = len(CJK.sub("", text).strip()) if cjk else len(text.strip())
+    latin = max(words, math.ceil(latin_chars / LATIN_CHARS_PER_TOKEN)) if rest.strip() else 0
+    return latin + (_cjk_tokens(text, cjk) if cjk else 0)
 
 
 def count_message_tokens(content: str) -> int:
