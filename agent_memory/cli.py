@@ -396,16 +396,16 @@ def cmd_purge(args: argparse.Namespace) -> int:
     report = with_memory(args, lambda memory: memory.purge(progress), settings=settings, build=build)
     print(file=sys.stderr)
     if args.json:
-        print_json(report, indent=2)
+        print_json(report.to_json(), indent=2)
         return 0
-    print(f"removed {report['messages']} messages, {report['metrics']} metrics, "
-          f"{report['raw_callbacks']} raw callbacks in {report['seconds']:.2f}s "
-          f"({report['write_batches']} write batches)")  # fmt: skip
-    print(f"database {report['bytes_before']:,} -> {report['bytes_after']:,} bytes; "
-          f"{report['reclaimed']['pages_freed']} pages given back; search index "
-          f"{'merged' if report['search_index']['merged'] else 'left as it was'}")  # fmt: skip
-    if "warning" in report:
-        print(f"warning: {report['warning']}", file=sys.stderr)
+    print(f"removed {report.messages} messages, {report.metrics} metrics, "
+          f"{report.raw_callbacks} raw callbacks in {report.seconds:.2f}s "
+          f"({report.write_batches} write batches)")  # fmt: skip
+    print(f"database {report.bytes_before:,} -> {report.bytes_after:,} bytes; "
+          f"{report.reclaimed.pages_freed} pages given back; search index "
+          f"{'merged' if report.search_index.merged else 'left as it was'}")  # fmt: skip
+    if report.warning:
+        print(f"warning: {report.warning}", file=sys.stderr)
     return 0
 
 

@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from _common import (
     db_size_bytes,
@@ -38,7 +37,7 @@ from _common import (
 from search import REPO, ensure_database
 
 sys.path.insert(0, str(REPO))
-from agent_memory.memory.retention import BATCH_ROWS, Retention
+from agent_memory.memory.retention import BATCH_ROWS, PurgeReport, Retention
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
 
@@ -57,7 +56,7 @@ def counts(path: Path) -> dict[str, int]:
         conn.close()
 
 
-async def purge_with_probe(store: Store, retention: Retention) -> tuple[dict[str, Any], list[float]]:
+async def purge_with_probe(store: Store, retention: Retention) -> tuple[PurgeReport, list[float]]:
     """Run the purge while a probe measures how long a small write waits."""
     waits: list[float] = []
     done = asyncio.Event()
@@ -82,9 +81,7 @@ async def purge_with_probe(store: Store, retention: Retention) -> tuple[dict[str
     return report, waits
 
 
-async def run(
-    path: Path, settings: Settings, batch: int
-) -> tuple[dict[str, Any], list[float], dict[str, Any]]:
+async def run(path: Path, settings: Settings, batch: int) -> tuple[PurgeReport, list[float], PurgeReport]:
     """The purge with the probe, then a second purge with nothing left to do."""
     store = open_store(settings)
     try:
@@ -124,19 +121,19 @@ def main() -> None:
               f"raw callbacks {args.raw_days or 'kept'} days, {args.batch} rows per write")  # fmt: skip
         report, waits, again = asyncio.run(run(path, settings, args.batch))
         after = {"bytes": db_size_bytes(path), **counts(path)}
-    phases = report["phase_seconds"]
-    removed = report["messages"] + report["raw_callbacks"] + report["metrics"]
+    phases = report.phase_seconds
+    removed = report.messages + report.raw_callbacks + report.metrics
     figures = {
-        "messages_removed": report["messages"],
-        "messages_per_s": round(report["messages"] / max(phases["messages"], 1e-9)),
-        "raw_callbacks_removed": report["raw_callbacks"],
-        "raw_callbacks_per_s": round(report["raw_callbacks"] / max(phases["raw_callbacks"], 1e-9)),
-        "rows_per_s_overall": round(removed / max(report["seconds"], 1e-9)),
-        "seconds": report["seconds"],
+        "messages_removed": report.messages,
+        "messages_per_s": round(report.messages / max(phases["messages"], 1e-9)),
+        "raw_callbacks_removed": report.raw_callbacks,
+        "raw_callbacks_per_s": round(report.raw_callbacks / max(phases["raw_callbacks"], 1e-9)),
+        "rows_per_s_overall": round(removed / max(report.seconds, 1e-9)),
+        "seconds": report.seconds,
         "phase_seconds": phases,
-        "write_batches": report["write_batches"],
-        "index_merge_steps": report["search_index"]["merge_steps"],
-        "pages_freed": report["reclaimed"]["pages_freed"],
+        "write_batches": report.write_batches,
+        "index_merge_steps": report.search_index.merge_steps,
+        "pages_freed": report.reclaimed.pages_freed,
         "mb_before": round(before["bytes"] / 1e6, 1),
         "mb_after": round(after["bytes"] / 1e6, 1),
         "mb_per_million_messages_before": round(before["bytes"] / 1e6 / (before["messages"] / 1e6), 1),
@@ -145,11 +142,11 @@ def main() -> None:
         "messages_after": after["messages"],
         "raw_callbacks_after": after["inbox"],
         "writer_wait_ms": latency_summary(waits),
-        "noop_sweep_seconds": again["seconds"],
+        "noop_sweep_seconds": again.seconds,
     }
-    print(f"removed {report['messages']:,} messages ({figures['messages_per_s']:,}/s) and "
-          f"{report['raw_callbacks']:,} raw callbacks ({figures['raw_callbacks_per_s']:,}/s) "
-          f"in {report['seconds']:.1f} s in {report['write_batches']} write batches")  # fmt: skip
+    print(f"removed {report.messages:,} messages ({figures['messages_per_s']:,}/s) and "
+          f"{report.raw_callbacks:,} raw callbacks ({figures['raw_callbacks_per_s']:,}/s) "
+          f"in {report.seconds:.1f} s in {report.write_batches} write batches")  # fmt: skip
     print("  phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
     print(f"  search index merged in {figures['index_merge_steps']} steps; {figures['pages_freed']:,} pages "
           f"given back")  # fmt: skip
@@ -159,7 +156,7 @@ def main() -> None:
           f"{figures['mb_after']:,} MB with {after['messages']:,} kept "
           f"({figures['mb_per_million_ingested_after']} MB per million ingested, "
           f"{figures['mb_per_million_stored_after']} MB per million stored)")  # fmt: skip
-    print(f"a second sweep with nothing to remove took {again['seconds']:.2f} s")
+    print(f"a second sweep with nothing to remove took {again.seconds:.2f} s")
     print_summary({"bench": "retention", "machine": info, "settings": vars(args), "before": before,
                    "after": after, "results": figures})  # fmt: skip
 

@@ -42,6 +42,9 @@ async def test_export_holds_everything_about_the_user(service) -> None:
         "/v1/users/u-alice/characters/luna/facts",
         json={"text": "Has a cat named Miso", "scope": "user"},
     )
+    for channel, user in (("alice-room", "u-alice"), ("wang-room", "u-wang")):
+        pair = {"user_id": user, "character_id": "luna"}
+        assert (await service.api("POST", f"/v1/channels/{channel}/bind", json=pair))[0] == 200
     summary = Summary(user_id="u-alice", character_id="luna", text="Alice is a nurse.", watermark_id=3,
                       covered_until_ms=5, message_count=3, method="offline", model="t", created_ms=1,
                       updated_ms=2, meta={"tokens_sent": 0})  # fmt: skip
@@ -69,17 +72,18 @@ async def test_export_holds_everything_about_the_user(service) -> None:
             "at_ms": 1_763_700_000_000,
         }
     ]
+    assert [(b["channel"], b["character_id"]) for b in doc["channel_bindings"]] == [("alice-room", "luna")]
     raw = {r["notice_id"]: r for r in doc["raw_callbacks"]}
     assert set(raw) == set(envelopes) | {"metrics-1"}
     for notice_id, envelope in envelopes.items():
         assert raw[notice_id]["body"] == envelope  # the callback as Agora sent it
     assert doc["counts"] == {
         "sessions": 3, "messages": len(messages), "facts": 1, "summaries": 1, "bindings": 0,
-        "jobs": len(doc["jobs"]), "followed_agents": 0, "metrics": 1, "raw_callbacks": len(envelopes) + 1,
+        "channel_bindings": 1, "jobs": len(doc["jobs"]), "followed_agents": 0, "metrics": 1, "raw_callbacks": len(envelopes) + 1,
     }  # fmt: skip
     # Nothing of anyone else.
     text = json.dumps(doc, ensure_ascii=False)
-    for other in ("u-wang", "u-kim", "u-team", "rtc:3003", "杭州", "Lisbon", "떡볶이"):
+    for other in ("u-wang", "wang-room", "u-kim", "u-team", "rtc:3003", "杭州", "Lisbon", "떡볶이"):
         assert other not in text, other
 
 
@@ -93,6 +97,19 @@ async def test_export_of_unknown_or_forgotten_users_is_404(service) -> None:
     assert status == 404 and "u-kim" in body["error"]["message"]
     status, _ = await service.api("GET", "/v1/users/u-kim/export", token=None)
     assert status == 401
+
+
+async def test_a_channel_binding_alone_is_exported_and_forgotten(service) -> None:
+    pair = {"user_id": "u-chan", "character_id": "mira"}
+    assert (await service.api("POST", "/v1/channels/room-7/bind", json=pair))[0] == 200
+    status, doc = await service.api("GET", "/v1/users/u-chan/export")
+    assert status == 200 and doc["counts"]["channel_bindings"] == 1
+    (binding,) = doc["channel_bindings"]
+    assert binding["channel"] == "room-7" and binding["character_id"] == "mira"
+    assert doc["bindings"] == [] and doc["characters"] == []
+    # Forgetting deletes what the export showed: nothing is left to export.
+    assert (await service.api("DELETE", "/v1/users/u-chan"))[0] == 200
+    assert (await service.api("GET", "/v1/users/u-chan/export"))[0] == 404
 
 
 async def test_a_binding_alone_is_exported(service) -> None:

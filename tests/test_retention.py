@@ -50,9 +50,26 @@ async def cover(store: Store, user: str, character: str, watermark_id: int) -> N
     await store.write(lambda tx: tx.summaries.put(row))
 
 
+# The purge report's JSON, as the CLI and `POST /v1/admin/purge` print it (`warning` only
+# when the database keeps freed space to itself).
+PURGE_KEYS = [
+    "settings", "messages", "metrics", "raw_callbacks", "write_batches", "phase_seconds",
+    "search_index", "reclaimed", "bytes_before", "bytes_after", "seconds",
+]  # fmt: skip
+RECLAIMED_KEYS = ["pages_freed", "checkpoint_busy", "wal_pages", "wal_pages_checkpointed"]
+
+
 async def purge(service: Any) -> dict[str, Any]:
     status, report = await service.api("POST", "/v1/admin/purge")
     assert status == 200, report
+    assert [key for key in report if key != "warning"] == PURGE_KEYS
+    assert list(report["settings"]) == [
+        "retention_max_messages",
+        "retention_max_age_days",
+        "raw_retention_days",
+    ]
+    assert list(report["search_index"]) == ["merged", "merge_steps", "owed_forgets", "dead_rows"]
+    assert list(report["reclaimed"]) == RECLAIMED_KEYS
     return report
 
 
@@ -171,16 +188,16 @@ async def test_purge_in_small_batches_and_space_is_given_back(tmp_path: Path) ->
         await store.checkpoint()
         before = await store.read(lambda view: view.maintenance.storage_stats())
         report = await Retention(settings, store, batch_rows=7).purge_once()
-        assert report["messages"] == 3 * 28
-        assert report["write_batches"] >= 3 * 28 // 7
+        assert report.messages == 3 * 28
+        assert report.write_batches >= 3 * 28 // 7
         for p in range(3):
             kept = await store.read(lambda v, p=p: v.messages.latest(f"u{p}", "luna", 100))
             assert [m.seq for m in kept] == [28, 29]
         after = await store.read(lambda view: view.maintenance.storage_stats())
         assert after.get("freelist_count") == 0 and after.get("auto_vacuum") == 2
         assert after["advice"] is None
-        assert report["reclaimed"]["pages_freed"] > 0
-        assert report["bytes_after"] < before["bytes"] / 2
+        assert report.reclaimed.pages_freed > 0
+        assert report.bytes_after < before["bytes"] / 2
         assert settings.db_path.stat().st_size == after["bytes"]
     finally:
         store.close()
@@ -193,7 +210,7 @@ async def test_the_purge_runs_on_its_schedule(start_service) -> None:
     await cover(service.store, "u-s", "luna", rows[-1].id)
     retention = service.server.app[RETENTION]
     await wait_for(
-        lambda: retention.last_report is not None and retention.last_report["messages"] != 0,
+        lambda: retention.last_report is not None and retention.last_report.messages != 0,
         10,
         failure="the scheduled purge did not run",
     )
@@ -210,7 +227,9 @@ async def test_cli_purge_prints_what_it_removed(start_service, capsys) -> None:
     out = capsys.readouterr().out
     assert "removed 7 messages, 0 metrics, 0 raw callbacks" in out and "bytes" in out
     assert await asyncio.to_thread(main, ["purge", "--db", db, "--max-messages", "3", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["messages"] == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["messages"] == 0
+    assert list(printed) == PURGE_KEYS and list(printed["reclaimed"]) == RECLAIMED_KEYS
 
 
 # forgetting
@@ -306,10 +325,10 @@ async def test_forget_on_a_large_index_is_scrubbed_by_the_job(service, db_path, 
     _status, found = await service.api("GET", "/v1/users/u-big/search", params={"q": MARKERS["chinese"]})
     assert found["results"] == []  # and nothing can find the old index entries
     scrub = await service.server.app[RETENTION].scrub_if_owed()
-    assert scrub["merged"] and scrub["owed_forgets"] == 1
+    assert scrub.merged and scrub.owed_forgets == 1
     await service.store.checkpoint()
     assert_no_trace(db_path)
-    assert (await service.server.app[RETENTION].scrub_if_owed())["merged"] is False
+    assert (await service.server.app[RETENTION].scrub_if_owed()).merged is False
 
 
 async def test_the_scrub_after_a_forget_runs_on_its_own(start_service, db_path, monkeypatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -226,6 +227,40 @@ async def test_bindings_move_sessions_and_can_be_read_and_removed(memory: Memory
         await memory.session("NOBODY")
 
 
+async def test_following_a_run_binds_it_starts_its_session_and_can_be_undone(memory: Memory) -> None:
+    with pytest.raises(InvalidField):
+        await memory.follow("A1", origin="manual", user_id="u-ann")
+    joined = SessionEvent(kind="joined", agent_id="A1", channel="room", start_ms=START_MS)
+    following = await memory.follow(
+        "A1", origin="join", user_id="u-ann", character_id="luna",
+        base_system_messages=[{"role": "system", "content": "You are Luna."}], style="gemini", event=joined,
+    )  # fmt: skip
+    assert following.result == "created" and following.session is not None
+    assert (following.session.user_id, following.session.identity_source) == ("u-ann", "binding")
+    assert following.watch is not None and following.watch.refreshes and following.watch.style == "gemini"
+    # Asked again (not by a platform event): the watch is updated, the session found as it is.
+    again = await memory.follow("A1", origin="manual", base_system_messages=[], persona="Luna")
+    assert again.result == "updated" and again.session == following.session
+    assert again.watch is not None and again.watch.persona == "Luna"
+    assert await memory.unfollow("A1") is True
+    assert await memory.unfollow("A1") is False
+
+
+async def test_a_run_naming_no_user_warns_with_the_fix_in_neutral_terms(
+    memory: Memory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.ingest")
+    _raw, event = history("A9", "u-ann", "luna", "hello")
+    # A platform that says nothing of where its labels go: the warning names the label keys.
+    event.labels = {}
+    await memory.accept_event(
+        RawEvent(event_id="A9:history", event_type=103, body="{}", received_ms=1), event
+    )
+    (warning,) = [r.getMessage() for r in caplog.records if "names no user" in r.getMessage()]
+    assert "Start agents with the labels 'user_id' (and 'character_id')" in warning
+    assert "properties.labels" not in warning and "POST /v1/sessions/A9/bind" in warning
+
+
 async def test_statistics_answer_not_found_for_strangers(memory: Memory) -> None:
     await seed(memory, "A1", "u-ann", "luna", "hello", "hi")
     assert (await memory.user_stats("u-ann"))["sessions"] == 1
@@ -240,7 +275,7 @@ async def test_statistics_answer_not_found_for_strangers(memory: Memory) -> None
 async def test_purge_runs_retention_and_reports(memory: Memory) -> None:
     await seed(memory, "A1", "u-ann", "luna", "hello", "hi")
     report = await memory.purge()
-    assert report["messages"] == 0  # nothing is covered by a summary yet, so nothing may go
+    assert report.messages == 0  # nothing is covered by a summary yet, so nothing may go
     assert len(await memory.messages("u-ann", "luna", 10)) == 2
 
 

@@ -23,11 +23,12 @@ from conftest import (
     watch_of,
 )
 
-from agent_memory.core.styles import shape_system_messages, style_from_query, style_of_llm
+from agent_memory.core.styles import shape_system_messages, style_from_query
 from agent_memory.errors import AgoraError, BadRequest, InvalidField
 from agent_memory.memory.service import load_context
 from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
+from agent_memory.platforms.agora.routes import style_of_llm
 from agent_memory.settings import Settings
 
 SCARECROW = "Why did the scarecrow win an award? Because he was outstanding in his field!"
@@ -390,7 +391,8 @@ async def test_a_pipeline_join_gets_no_llm_block_and_says_why(start_service, fak
     await poll(service)
     assert len(await stored(service, agent_id)) == 2
     status, refused = await service.api("POST", f"/v1/agents/{agent_id}/refresh")
-    assert status == 409 and "pipeline" in refused["error"]["message"]
+    message = refused["error"]["message"]
+    assert status == 409 and "started without giving them" in message and "system_messages" in message
     assert fake.updates == []
 
 

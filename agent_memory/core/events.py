@@ -95,6 +95,9 @@ class SessionEvent:
     follow: bool = False
     # What the platform advises the operator about this event (logged once it is applied).
     advice: str | None = None
+    # Where the platform's start request takes labels (e.g. a field path), so that a warning
+    # about a run with no user can name the fix in the platform's own terms.
+    labels_field: str | None = None
     # The parts of the payload that could not be applied, one note each.
     skipped: Sequence[str] = ()
 
@@ -110,6 +113,8 @@ class HistoryWindow:
     channel: str | None = None
     name: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # As SessionEvent.labels_field: where the platform's start request takes labels.
+    labels_field: str | None = None
 
 
 @dataclass(slots=True)

@@ -1,24 +1,21 @@
-"""The one place memory is shaped into `llm.system_messages` for an agent's `llm.style`.
+"""The one place memory is shaped into system messages for an LLM's message style.
 
-Agora's join reference lists `llm.style` as `openai` (the default), `gemini`, `anthropic`
-and `dify`, and its model pages show what each style's `system_messages` look like:
+Each style is the shape an LLM's system messages take (Agora's model pages document them
+for its `llm.style`; a platform reads the style from its own start request):
 
 - `openai`: `{"role": "system", "content": text}` (custom-LLM and short-term-memory pages);
 - `gemini`: `{"role": "user", "parts": [{"text": text}]}` (models/llm/gemini);
 - `anthropic`: `{"role": "user", "content": text}` (models/llm/claude, 2025). The page's later
   revision shows `{"role": "system", ...}` instead; the user-role reading is the one that
   also fits Anthropic's Messages API, which has no system role inside `messages`.
-
-Agora documents no `system_messages` shape for `dify`, and nothing ties the style to
-`llm.vendor` or the URL, so the style is read from `llm.style` alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from agent_memory.errors import BadRequest, InvalidField
+from agent_memory.errors import BadRequest
 
 STYLES = ("openai", "gemini", "anthropic")
 DEFAULT_STYLE = "openai"
@@ -42,19 +39,4 @@ def style_from_query(value: str | None) -> str:
     style = value.strip().lower()
     if style not in STYLES:
         raise BadRequest(f"style must be one of {', '.join(STYLES)}; got {value!r}")
-    return style
-
-
-def style_of_llm(llm: Mapping[str, Any]) -> str:
-    """The style an Agora join body's `llm` block asks for; 422 for one memory cannot take."""
-    value = llm.get("style")
-    if value is None:
-        return DEFAULT_STYLE
-    style = value.strip().lower() if isinstance(value, str) else value
-    if style not in STYLES:
-        raise InvalidField(
-            f"join.properties.llm.style {value!r} is not one the service can put memory in "
-            f"({', '.join(STYLES)}); Agora documents no system_messages shape for it. Start "
-            "such an agent yourself and follow it with POST /v1/sessions/{agent_id}/watch"
-        )
     return style

@@ -303,15 +303,21 @@ class Ingestor:
         settings = self.settings
         keys = ", ".join(sorted(event.labels)) or "none"
         channel = event.channel or "<unknown>"
+        user_key, character_key = settings.label_user_key, settings.label_character_key
+        # The platform knows where its start request takes labels; without that, name the keys.
+        fix = (
+            f"{event.labels_field}.{user_key} (and .{character_key})"
+            if event.labels_field
+            else f"the labels {user_key!r} (and {character_key!r})"
+        )
         log.warning(
             "agent %s (name %s, channel %s) names no user: its labels (keys: %s) have no %r, so its "
             "memory is kept under %s/%s, where the next call will not find it. Start agents with "
-            "properties.labels.%s (and .%s), or set AGENT_MEMORY_LABEL_USER / "
-            "AGENT_MEMORY_LABEL_CHARACTER to the label keys you use, or bind it: "
-            "POST /v1/sessions/%s/bind, or POST /v1/channels/%s/bind when each user has a channel of their own",
-            event.agent_id, event.name or "-", channel, keys, settings.label_user_key,
-            identity.user_id, identity.character_id, settings.label_user_key,
-            settings.label_character_key, event.agent_id, channel,
+            "%s, or set AGENT_MEMORY_LABEL_USER / AGENT_MEMORY_LABEL_CHARACTER to the label keys "
+            "you use, or bind it: POST /v1/sessions/%s/bind, or POST /v1/channels/%s/bind when "
+            "each user has a channel of their own",
+            event.agent_id, event.name or "-", channel, keys, user_key,
+            identity.user_id, identity.character_id, fix, event.agent_id, channel,
         )  # fmt: skip
 
     def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:

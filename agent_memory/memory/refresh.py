@@ -79,7 +79,7 @@ class Refresher:
         if base is None:
             raise Conflict(
                 f"agent {agent_id} was not started through this service with its system "
-                "messages (or it was started from a Studio pipeline without them), so they are "
+                "messages (or it was started without giving them), so they are "
                 "unknown and an update would erase them; start it with POST /v1/agents or "
                 "register it with POST /v1/sessions/{agent_id}/watch giving its system_messages"
             )

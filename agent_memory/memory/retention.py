@@ -18,9 +18,11 @@ index into one segment in short steps, after which none of that text is left in 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -47,6 +49,61 @@ DEAD_SHARE_FOR_MERGE = 0.10
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True, slots=True)
+class PurgeLimits:
+    """The retention settings a purge ran with (0: that limit is off)."""
+
+    retention_max_messages: int
+    retention_max_age_days: float
+    raw_retention_days: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScrubReport:
+    """Whether the search index was merged, in how many steps, and what had made it due."""
+
+    merged: bool
+    merge_steps: int
+    owed_forgets: int
+    dead_rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """Free pages given back to the file system, and how the WAL checkpoint after it went."""
+
+    pages_freed: int
+    checkpoint_busy: int
+    wal_pages: int
+    wal_pages_checkpointed: int
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """What one purge removed and gave back, and how long each phase took."""
+
+    settings: PurgeLimits
+    messages: int
+    metrics: int
+    raw_callbacks: int
+    write_batches: int
+    phase_seconds: dict[str, float]
+    search_index: ScrubReport
+    reclaimed: Reclaimed
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+    # What would make the database give freed space back, when it keeps it to itself.
+    warning: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as the CLI and `POST /v1/admin/purge` print it (`warning` only when there is one)."""
+        document = dataclasses.asdict(self)
+        if self.warning is None:
+            del document["warning"]
+        return document
+
+
 class Retention:
     """Runs the purge on a schedule, or once on demand (`purge_once`)."""
 
@@ -55,7 +112,7 @@ class Retention:
         self.store = store
         self.batch_rows = batch_rows
         self.scheduler: AsyncIOScheduler | None = None
-        self.last_report: dict[str, Any] | None = None
+        self.last_report: PurgeReport | None = None
         # The scheduled purge and an admin's request never run at the same time.
         self._lock = asyncio.Lock()
 
@@ -97,31 +154,20 @@ class Retention:
 
     # the purge
 
-    async def purge_once(self, progress: Progress | None = None) -> dict[str, Any]:
+    async def purge_once(self, progress: Progress | None = None) -> PurgeReport:
         """One full purge; returns (and logs) what it removed and what it gave back."""
         async with self._lock:
             return await self._purge(progress)
 
-    async def _purge(self, progress: Progress | None) -> dict[str, Any]:
+    async def _purge(self, progress: Progress | None) -> PurgeReport:
         """The purge itself, run under the lock."""
         say = progress or (lambda _: None)
         settings = self.settings
         started = time.monotonic()
         now = now_ms()
         before = await self.store.read(lambda view: view.maintenance.storage_stats())
-        report: dict[str, Any] = {
-            "settings": {
-                "retention_max_messages": settings.retention_max_messages,
-                "retention_max_age_days": settings.retention_max_age_days,
-                "raw_retention_days": settings.raw_retention_days,
-            },
-            "messages": 0,
-            "metrics": 0,
-            "raw_callbacks": 0,
-            "write_batches": 0,
-            "phase_seconds": {},
-        }
-        phases: dict[str, float] = report["phase_seconds"]
+        messages = metrics = raw_callbacks = write_batches = 0
+        phases: dict[str, float] = {}
         mark = time.monotonic()
 
         def lap(phase: str) -> None:
@@ -141,78 +187,88 @@ class Retention:
 
             while True:
                 step = await self.store.write(purge_step)
-                report["messages"] += step.deleted
-                report["write_batches"] += 1
+                messages += step.deleted
+                write_batches += 1
                 if step.deleted:
-                    say(f"messages: {report['messages']} removed")
+                    say(f"messages: {messages} removed")
                 if step.done:
                     break
                 after = step.resume_after
         lap("messages")
         if max_age_ms:
-            report["metrics"] = await self._drain(
+            metrics, batches = await self._drain(
                 lambda tx: tx.maintenance.purge_metrics(
                     older_than_ms=now - max_age_ms, budget=self.batch_rows
                 ),
-                "metrics", report, say,
+                "metrics", say,
             )  # fmt: skip
+            write_batches += batches
         lap("metrics")
         if settings.raw_retention_days:
             raw_cutoff = now - round(settings.raw_retention_days * DAY_MS)
-            report["raw_callbacks"] = await self._drain(
+            raw_callbacks, batches = await self._drain(
                 lambda tx: tx.maintenance.purge_raw_events(
                     older_than_ms=raw_cutoff, budget=self.batch_rows
                 ),
-                "raw callbacks", report, say,
+                "raw callbacks", say,
             )  # fmt: skip
+            write_batches += batches
         lap("raw_callbacks")
-        report["search_index"] = await self._scrub(say, dead_rows_too=True)
+        search_index = await self._scrub(say, dead_rows_too=True)
         lap("search_index")
-        report["reclaimed"] = await self.reclaim(say)
+        reclaimed = await self.reclaim(say)
         lap("reclaim")
         after_stats = await self.store.read(lambda view: view.maintenance.storage_stats())
-        report["bytes_before"] = before["bytes"]
-        report["bytes_after"] = after_stats["bytes"]
-        report["seconds"] = round(time.monotonic() - started, 3)
-        if after_stats["advice"]:
+        report = PurgeReport(
+            settings=PurgeLimits(
+                retention_max_messages=settings.retention_max_messages,
+                retention_max_age_days=settings.retention_max_age_days,
+                raw_retention_days=settings.raw_retention_days,
+            ),
+            messages=messages,
+            metrics=metrics,
+            raw_callbacks=raw_callbacks,
+            write_batches=write_batches,
+            phase_seconds=phases,
+            search_index=search_index,
+            reclaimed=reclaimed,
+            bytes_before=before["bytes"],
+            bytes_after=after_stats["bytes"],
+            seconds=round(time.monotonic() - started, 3),
             # The database keeps freed space to itself; the store says what would fix it.
-            report["warning"] = after_stats["advice"]
-            log.warning("retention: %s", report["warning"])
+            warning=after_stats["advice"] or None,
+        )
+        if report.warning:
+            log.warning("retention: %s", report.warning)
         log.info(
             "retention: removed %d messages, %d metrics, %d raw callbacks in %.2fs; "
             "%d -> %d bytes",
-            report["messages"], report["metrics"], report["raw_callbacks"], report["seconds"],
-            report["bytes_before"], report["bytes_after"],
+            report.messages, report.metrics, report.raw_callbacks, report.seconds,
+            report.bytes_before, report.bytes_after,
         )  # fmt: skip
         self.last_report = report
         return report
 
-    async def _drain(
-        self,
-        fn: Callable[[Transaction], int],
-        what: str,
-        report: dict[str, Any],
-        say: Progress,
-    ) -> int:
-        """Run a bounded delete until it deletes less than a batch."""
-        total = 0
+    async def _drain(self, fn: Callable[[Transaction], int], what: str, say: Progress) -> tuple[int, int]:
+        """Run a bounded delete until it deletes less than a batch; returns (rows deleted, writes)."""
+        total = batches = 0
         while True:
             deleted = await self.store.write(fn)
-            report["write_batches"] += 1
+            batches += 1
             total += deleted
             if deleted:
                 say(f"{what}: {total} removed")
             if deleted < self.batch_rows:
-                return total
+                return total, batches
 
     # the search index
 
-    async def scrub_if_owed(self, progress: Progress | None = None) -> dict[str, Any]:
+    async def scrub_if_owed(self, progress: Progress | None = None) -> ScrubReport:
         """Merge the search index into one segment if a forget left deleted entries in it."""
         async with self._lock:
             return await self._scrub(progress, dead_rows_too=False)
 
-    async def _scrub(self, progress: Progress | None, *, dead_rows_too: bool) -> dict[str, Any]:
+    async def _scrub(self, progress: Progress | None, *, dead_rows_too: bool) -> ScrubReport:
         """The scrub; with `dead_rows_too` also when retention left more than
         `DEAD_SHARE_FOR_MERGE` of the index dead."""
         state = await self.store.read(lambda view: view.maintenance.search_state())
@@ -222,7 +278,7 @@ class Retention:
             messages = await self.store.read(lambda view: view.maintenance.counts()["messages"])
             due = dead > DEAD_SHARE_FOR_MERGE * max(messages, 1)
         if not due:
-            return {"merged": False, "merge_steps": 0, "owed_forgets": owed, "dead_rows": dead}
+            return ScrubReport(merged=False, merge_steps=0, owed_forgets=owed, dead_rows=dead)
         steps = await self.merge_index(progress)
         await self.store.write(lambda tx: tx.maintenance.search_scrubbed(owed, dead))
         # The WAL may still hold copies of pages from before the merge.
@@ -233,7 +289,7 @@ class Retention:
             owed,
             dead,
         )
-        return {"merged": True, "merge_steps": steps, "owed_forgets": owed, "dead_rows": dead}
+        return ScrubReport(merged=True, merge_steps=steps, owed_forgets=owed, dead_rows=dead)
 
     async def merge_index(self, progress: Progress | None = None) -> int:
         """Merge each search index into a single segment, `MERGE_PAGES` pages per write."""
@@ -247,7 +303,7 @@ class Retention:
 
     # space
 
-    async def reclaim(self, progress: Progress | None = None) -> dict[str, int]:
+    async def reclaim(self, progress: Progress | None = None) -> Reclaimed:
         """Hand free pages back to the file system, then checkpoint the WAL into the file."""
         freed = 0
         shrinks = (await self.store.read(lambda view: view.maintenance.storage_stats()))["advice"] is None
@@ -259,8 +315,9 @@ class Retention:
             if step < VACUUM_PAGES:
                 break
         busy, wal_pages, checkpointed = await self.store.checkpoint()
-        return {"pages_freed": freed, "checkpoint_busy": busy, "wal_pages": wal_pages,
-                "wal_pages_checkpointed": checkpointed}  # fmt: skip
+        return Reclaimed(
+            pages_freed=freed, checkpoint_busy=busy, wal_pages=wal_pages, wal_pages_checkpointed=checkpointed
+        )
 
 
 def _merge_step(tx: Transaction, *, kind: SearchKind) -> bool:

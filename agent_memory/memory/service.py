@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.context import Context, build_context
@@ -26,14 +27,17 @@ from agent_memory.core.domain import (
     Message,
     Session,
     Summary,
+    Watch,
+    WatchOrigin,
+    WatchResult,
 )
 from agent_memory.core.events import HistoryWindow, Outcome, RawEvent, SessionEvent
 from agent_memory.core.facts import clean_text
 from agent_memory.core.styles import DEFAULT_STYLE
-from agent_memory.errors import NotFound
+from agent_memory.errors import InvalidField, NotFound
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
-from agent_memory.memory.retention import Progress, Retention
+from agent_memory.memory.retention import Progress, PurgeReport, Retention
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store, Transaction
 from agent_memory.store.types import (
@@ -74,6 +78,17 @@ class ChannelBound:
 
     binding: ChannelBinding
     moved: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Following:
+    """What following an agent run did: the watch's change, the watch, and the run's session."""
+
+    result: WatchResult
+    # None: the run had already stopped, so there is nothing to follow.
+    watch: Watch | None
+    # The run's session: created from the start event when one was given, else as found.
+    session: Session | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +225,65 @@ class Memory:
         """Remove a channel's binding (sessions it tied stay); the removed binding, if any."""
         return await self.store.write(lambda tx: tx.bindings.unbind_channel(channel))
 
+    # following running agents
+
+    async def follow(
+        self,
+        agent_id: str,
+        *,
+        origin: WatchOrigin,
+        user_id: str | None = None,
+        character_id: str | None = None,
+        base_system_messages: list[dict[str, Any]] | None = None,
+        persona: str | None = None,
+        max_tokens: int | None = None,
+        style: str | None = None,
+        event: SessionEvent | None = None,
+    ) -> Following:
+        """Follow a running agent, in one transaction: tie it to a pair if given, start its session
+        from `event` if given, and poll (and, with `base_system_messages`, refresh) it."""
+        if (user_id is None) != (character_id is None):
+            raise InvalidField("give both user_id and character_id, or neither")
+
+        def record(tx: Transaction) -> Following:
+            if user_id is not None and character_id is not None:
+                self.ingestor.bind(tx, agent_id, user_id, character_id)
+            session = self.ingestor.ensure_session(tx, event, now_ms()) if event is not None else None
+            result = tx.watches.follow(
+                agent_id, origin, first_poll_ms=now_ms(), base_system_messages=base_system_messages,
+                persona=persona, max_tokens=max_tokens, style=style,
+            )  # fmt: skip
+            if session is None:
+                session = tx.sessions.get(agent_id)
+            return Following(result, tx.watches.get(agent_id), session)
+
+        return await self.store.write(record)
+
+    async def unfollow(self, agent_id: str, reason: str = "stopped by request") -> bool:
+        """Stop following an agent; False if it was not being followed."""
+        return await self.store.write(lambda tx: tx.watches.unfollow(agent_id, reason))
+
+    async def due_follows(self, stamp: int, limit: int) -> tuple[list[Watch], list[Watch]]:
+        """Followed agents whose poll is due at `stamp`, and those whose refresh is; each at most `limit`."""
+        return await self.store.read(
+            lambda view: (view.watches.due_polls(stamp, limit), view.watches.due_pushes(stamp, limit))
+        )
+
+    async def poll_failed(self, agent_id: str, *, next_poll_ms: int, error: str) -> None:
+        """Record a failed poll of a followed agent and when to try again."""
+        await self.store.write(lambda tx: tx.watches.polled(agent_id, next_poll_ms=next_poll_ms, error=error))
+
+    async def agent_gone(self, agent_id: str, reason: str, stop_reason: str) -> None:
+        """The platform no longer knows the agent: stop following it and end its session if still running."""
+
+        def stop(tx: Transaction) -> None:
+            tx.watches.unfollow(agent_id, reason)
+            session = tx.sessions.get(agent_id)
+            if session is not None and session.status == "running":
+                tx.sessions.update(agent_id, {"status": "stopped", "stop_reason": stop_reason})
+
+        await self.store.write(stop)
+
     # condensing
 
     async def list_jobs(self, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
@@ -307,7 +381,7 @@ class Memory:
             raise NotFound(f"nothing is held about user {user_id}")
         return {"format": EXPORT_FORMAT, "exported_ms": now_ms(), **document}
 
-    async def purge(self, progress: Progress | None = None) -> Report:
+    async def purge(self, progress: Progress | None = None) -> PurgeReport:
         """Apply retention now; returns what it removed and gave back. Needs retention."""
         if self.retention is None:
             raise RuntimeError("this Memory was built without retention")

@@ -387,7 +387,11 @@ class Analytics(AnalyticsReads, Protocol):
 
 class Export(Protocol):
     def user(self, user_id: str) -> Report | None:
-        """One consistent snapshot of everything held about a user; None if nothing is."""
+        """One consistent snapshot of everything held about a user; None if nothing is.
+
+        Everything that forgetting the user deletes: sessions, messages, summaries, facts, agent
+        and channel bindings, jobs, followed agents, metrics and raw callbacks, with their counts.
+        """
         ...
 
 

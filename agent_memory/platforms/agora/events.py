@@ -52,6 +52,8 @@ TEST_CHANNEL = "test_webhook"
 # (10^11 ms after 1970 is 1973; 10^11 ms of one call is three years).
 RELATIVE_SPEECH_BELOW = 10**11
 SPEECH_FIELDS = ("speech_start_ms", "speech_end_ms", "speech_algorithmic_delay")
+# Where a join body takes labels: the fix memory names for a run whose labels name no user.
+LABELS_FIELD = "properties.labels"
 
 KINDS: dict[type[AgentPayload], EventKind] = {
     AgentJoined: "joined",
@@ -181,6 +183,7 @@ def session_event(event: AgentPayload, *, follow: bool = False) -> SessionEvent:
         stop_ms=event.stop_ms,
         labels=event.labels,
         skipped=event.skipped,
+        labels_field=LABELS_FIELD,
     )
     if isinstance(event, AgentHistory):
         out.messages = [incoming(message) for message in event.contents]
@@ -226,6 +229,7 @@ def history_window(agent_id: str, answer: HistoryResponse) -> HistoryWindow:
         start_ms=answer.start_ms,
         messages=[incoming(message) for message in answer.contents],
         skipped=answer.skipped,
+        labels_field=LABELS_FIELD,
     )
 
 

@@ -25,7 +25,6 @@ from agent_memory.memory.schedule import start_interval
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.platforms.agora.events import history_window
-from agent_memory.store import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,6 @@ class Poller:
         """Follow agents for `memory`; `refresher` (default: one over `client`) sends due refreshes."""
         self.settings = settings = memory.settings
         self.memory = memory
-        self.store = memory.store
         self.client = client
         self.refresher = refresher or Refresher(memory, client)
         self.rng = rng or random.Random()
@@ -89,9 +87,7 @@ class Poller:
         # Started polls queue on the semaphore; a sweep must be able to start a whole
         # interval's worth, or many agents would be polled less often than configured.
         room = max(self.settings.poll_concurrency * 4, 4096)
-        due, pushes = await self.store.read(
-            lambda view: (view.watches.due_polls(stamp, room), view.watches.due_pushes(stamp, room))
-        )
+        due, pushes = await self.memory.due_follows(stamp, room)
         started = 0
         for watch in due:
             if watch.agent_id not in self._in_flight:
@@ -121,17 +117,15 @@ class Poller:
             try:
                 answer = await self.client.history(agent_id)
             except AgoraNotFound:
-                await self.store.write(lambda tx: self._stopped(tx, agent_id))
+                await self.memory.agent_gone(
+                    agent_id, "agent not found on Agora (404)", "not found on Agora while polling"
+                )
                 log.info("agent %s is gone (404): no longer followed", agent_id)
                 return
             except AgentMemoryError as exc:
                 failures, error = watch.failures + 1, exc.message
                 log.warning("history of %s failed (%d in a row): %s", agent_id, failures, error)
-                await self.store.write(
-                    lambda tx: tx.watches.polled(
-                        agent_id, next_poll_ms=self.next_poll_ms(failures), error=error
-                    )
-                )
+                await self.memory.poll_failed(agent_id, next_poll_ms=self.next_poll_ms(failures), error=error)
                 return
             outcome = await self.memory.merge_window(
                 history_window(agent_id, answer),
@@ -144,12 +138,3 @@ class Poller:
                     "agent %s: +%d messages from history%s", agent_id, outcome.new_messages,
                     " (gap recorded)" if outcome.gap else "",
                 )  # fmt: skip
-
-    @staticmethod
-    def _stopped(tx: Transaction, agent_id: str) -> None:
-        tx.watches.unfollow(agent_id, "agent not found on Agora (404)")
-        session = tx.sessions.get(agent_id)
-        if session is not None and session.status == "running":
-            tx.sessions.update(
-                agent_id, {"status": "stopped", "stop_reason": "not found on Agora while polling"}
-            )

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
-from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import Session, Watch, WatchResult
-from agent_memory.core.styles import style_of_llm
+from agent_memory.core.styles import DEFAULT_STYLE, STYLES
 from agent_memory.errors import AgoraError, Conflict, InvalidField
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
 from agent_memory.platforms.agora.events import session_event
 from agent_memory.platforms.agora.keys import AGORA, REFRESHER
 from agent_memory.platforms.agora.payloads import AgentJoined
-from agent_memory.store import Transaction
 from agent_memory.web.http import json_response, read_model, validation_message
 from agent_memory.web.shapes import session_json
 
@@ -79,6 +77,26 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value if value is not None else {}, dict):
         raise InvalidField(f"{where} must be an object")
     return value or {}
+
+
+def style_of_llm(llm: Mapping[str, Any]) -> str:
+    """The style an Agora join body's `llm` block asks for; 422 for one memory cannot take.
+
+    Agora's join reference lists `llm.style` as `openai` (the default), `gemini`, `anthropic`
+    and `dify`; it documents no `system_messages` shape for `dify`, and nothing ties the style
+    to `llm.vendor` or the URL, so the style is read from `llm.style` alone.
+    """
+    value = llm.get("style")
+    if value is None:
+        return DEFAULT_STYLE
+    style = value.strip().lower() if isinstance(value, str) else value
+    if style not in STYLES:
+        raise InvalidField(
+            f"join.properties.llm.style {value!r} is not one the service can put memory in "
+            f"({', '.join(STYLES)}); Agora documents no system_messages shape for it. Start "
+            "such an agent yourself and follow it with POST /v1/sessions/{agent_id}/watch"
+        )
+    return style
 
 
 def plan_memory(join: dict[str, Any]) -> MemoryPlan:
@@ -177,19 +195,14 @@ class AgentRoutes:
                 "start_ts": answer.get("create_ts"),
             }
         )
-        event = session_event(joined)
-        ingestor = memory.ingestor
-
-        def record(tx: Transaction) -> Session:
-            ingestor.bind(tx, agent_id, body.user_id, body.character_id)
-            session = ingestor.ensure_session(tx, event, now_ms())
-            tx.watches.follow(
-                agent_id, "join", first_poll_ms=now_ms(), base_system_messages=own,
-                persona=body.persona, max_tokens=max_tokens, style=plan.style,
-            )  # fmt: skip
-            return session
-
-        session = await memory.store.write(record)
+        following = await memory.follow(
+            agent_id, origin="join", user_id=body.user_id, character_id=body.character_id,
+            base_system_messages=own, persona=body.persona, max_tokens=max_tokens, style=plan.style,
+            event=session_event(joined),
+        )  # fmt: skip
+        # The start event always yields a session; the check narrows the type.
+        assert following.session is not None
+        session = following.session
         if not plan.inject:
             log.info("agent %s started from a pipeline without memory: %s", agent_id, plan.reason)
         return json_response(
@@ -222,23 +235,13 @@ class AgentRoutes:
         """Follow an agent started elsewhere; with its system messages, refresh it too."""
         agent_id = request.match_info["agent_id"]
         body = await read_model(request, WatchBody)
-        memory = self.memory
-        ingestor = memory.ingestor
-        if (body.user_id is None) != (body.character_id is None):
-            raise InvalidField("give both user_id and character_id, or neither")
-
-        def record(tx: Transaction) -> tuple[WatchResult, Watch | None]:
-            if body.user_id and body.character_id:
-                ingestor.bind(tx, agent_id, body.user_id, body.character_id)
-            result = tx.watches.follow(
-                agent_id, "manual", first_poll_ms=now_ms(),
-                base_system_messages=body.system_messages, persona=body.persona,
-                max_tokens=body.max_tokens, style=body.style,
-            )  # fmt: skip
-            return result, tx.watches.get(agent_id)
-
-        result, watch = await memory.store.write(record)
-        created = result == "created"
+        following = await self.memory.follow(
+            agent_id, origin="manual", user_id=body.user_id, character_id=body.character_id,
+            base_system_messages=body.system_messages, persona=body.persona,
+            max_tokens=body.max_tokens, style=body.style,
+        )  # fmt: skip
+        watch = following.watch
+        created = following.result == "created"
         if watch is None:
             raise Conflict(f"agent {agent_id} has already stopped; there is nothing to follow")
         return json_response(
@@ -250,8 +253,7 @@ class AgentRoutes:
     async def unwatch_session(self, request: web.Request) -> web.Response:
         """Stop following an agent."""
         agent_id = request.match_info["agent_id"]
-        memory = self.memory
-        stopped = await memory.store.write(lambda tx: tx.watches.unfollow(agent_id, "stopped by request"))
+        stopped = await self.memory.unfollow(agent_id, "stopped by request")
         return json_response({"agent_id": agent_id, "stopped": stopped})
 
     async def render_messages(self, request: web.Request) -> web.Response:

@@ -27,7 +27,7 @@ class SQLiteExport(Repository):
     __slots__ = ()
 
     def user(self, user_id: str) -> Report | None:
-        """One consistent snapshot of a user's sessions, messages, summaries, facts and more."""
+        """One consistent snapshot of a user's sessions, messages, summaries, facts, bindings and more."""
         began = not self.conn.in_transaction
         if began:
             # One read transaction: every table is seen at the same commit.
@@ -63,7 +63,12 @@ class SQLiteExport(Repository):
             "SELECT agent_id, character_id, created_ms FROM bindings WHERE user_id = ? ORDER BY agent_id",
             (user_id,),
         )
-        if not (sessions or messages or facts or summaries or bindings):
+        channel_bindings = self._all(
+            "SELECT channel, character_id, created_ms, updated_ms FROM channel_bindings "
+            "WHERE user_id = ? ORDER BY channel",
+            (user_id,),
+        )
+        if not (sessions or messages or facts or summaries or bindings or channel_bindings):
             return None
         agent_ids = [row["agent_id"] for row in sessions]
         jobs = self._all(
@@ -112,7 +117,8 @@ class SQLiteExport(Repository):
             "characters": characters,
             "counts": {
                 "sessions": len(sessions), "messages": len(messages), "facts": len(facts),
-                "summaries": len(summaries), "bindings": len(bindings), "jobs": len(jobs),
+                "summaries": len(summaries), "bindings": len(bindings),
+                "channel_bindings": len(channel_bindings), "jobs": len(jobs),
                 "followed_agents": len(watched), "metrics": len(metrics), "raw_callbacks": len(raw),
             },
             "sessions": sessions,
@@ -120,6 +126,7 @@ class SQLiteExport(Repository):
             "summaries": summaries,
             "facts": facts,
             "bindings": bindings,
+            "channel_bindings": channel_bindings,
             "jobs": jobs,
             "followed_agents": watched,
             "metrics": metrics,

@@ -79,4 +79,4 @@ async def export(request: web.Request) -> web.Response:
 @routes.post("/v1/admin/purge")
 async def purge(request: web.Request) -> web.Response:
     """Run retention now and answer what it removed."""
-    return json_response(await request.app[MEMORY].purge())
+    return json_response((await request.app[MEMORY].purge()).to_json())
