@@ -438,7 +438,9 @@ async def load_context(
 
     def read_and_build(view: ReadView) -> Context:
         # Built on the reader thread too: a millisecond of rendering stays off the event loop.
-        messages = recent_without(view, user_id, character_id, recent_messages, exclude_agent_id)
+        messages = view.messages.latest(
+            user_id, character_id, recent_messages, exclude_agent_id=exclude_agent_id
+        )
         context = build_context(
             facts=view.facts.of_pair(user_id, character_id),
             summary=view.summaries.get(user_id, character_id),
@@ -452,21 +454,3 @@ async def load_context(
         return context
 
     return await store.read(read_and_build)
-
-
-def recent_without(
-    view: ReadView, user_id: str, character_id: str, limit: int, exclude_agent_id: str | None
-) -> list[Message]:
-    """The pair's `limit` latest messages, oldest first, none of them from `exclude_agent_id`."""
-    if exclude_agent_id is None:
-        return view.messages.latest(user_id, character_id, limit)
-    session = view.sessions.get(exclude_agent_id)
-    # The run's own count is a good first guess of how many extra rows to read; keep
-    # doubling if it fell short (counts may lag what a window just brought).
-    want = limit + (session.message_count if session else 0)
-    while True:
-        rows = view.messages.latest(user_id, character_id, want)
-        kept = [row for row in rows if row.agent_id != exclude_agent_id]
-        if len(kept) >= limit or len(rows) < want:
-            return kept[-limit:] if limit else []
-        want *= 2

@@ -92,9 +92,15 @@ class MessageReads(Protocol):
     """Stored transcripts, by pair (conversation order: time, then place) or by session."""
 
     def latest(
-        self, user_id: str, character_id: str, limit: int, *, spoken_only: bool = True
+        self,
+        user_id: str,
+        character_id: str,
+        limit: int,
+        *,
+        spoken_only: bool = True,
+        exclude_agent_id: str | None = None,
     ) -> list[Message]:
-        """The pair's `limit` latest turns (or all items), oldest first."""
+        """The pair's `limit` latest turns (or all items), oldest first; none of `exclude_agent_id`."""
         ...
 
     def after(self, user_id: str, character_id: str, watermark_id: int, limit: int) -> list[Message]:

@@ -66,14 +66,24 @@ class SQLiteMessages(Repository):
         return [message_of(row) for row in self.conn.execute(sql, params)]
 
     def latest(
-        self, user_id: str, character_id: str, limit: int, *, spoken_only: bool = True
+        self,
+        user_id: str,
+        character_id: str,
+        limit: int,
+        *,
+        spoken_only: bool = True,
+        exclude_agent_id: str | None = None,
     ) -> list[Message]:
         """The pair's `limit` latest spoken turns (or all items), oldest first."""
         spoken = f" AND {SPOKEN}" if spoken_only else ""
+        params: tuple[object, ...] = (user_id, character_id)
+        if exclude_agent_id is not None:
+            spoken += " AND agent_id != ?"
+            params += (exclude_agent_id,)
         rows = self._messages(
             f"SELECT {READ_COLUMNS} FROM messages WHERE user_id = ? AND character_id = ?"
             f"{spoken} ORDER BY at_ms DESC, seq DESC LIMIT ?",
-            (user_id, character_id, limit),
+            (*params, limit),
         )
         rows.reverse()
         return rows
