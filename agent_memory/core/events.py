@@ -28,6 +28,8 @@ OutcomeStatus = Literal["done", "partial", "duplicate", "ignored", "test", "fail
 
 # Who said a session belongs to its user, weakest first (see memory/ingest).
 IdentitySource = Literal["channel", "rtc", "channel_binding", "binding", "labels"]
+# Identities that are only a guess (no label or binding named the user): `rtc:<uid>`, `channel:<name>`.
+FALLBACK_SOURCES: tuple[IdentitySource, ...] = ("rtc", "channel")
 
 # One per-turn measurement: (turn_id, metric, value in ms, when the turn happened if known).
 MetricRow = tuple[int, str, float, int | None]

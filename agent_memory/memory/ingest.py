@@ -27,6 +27,7 @@ from agent_memory.core.alignment import (
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import CONDENSE, ChannelBinding, InboxEntry, MessageChanges, Session
 from agent_memory.core.events import (
+    FALLBACK_SOURCES,
     TURN,
     HistoryWindow,
     Identity,
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 IDENTITY_RANK: dict[IdentitySource, int] = {
     "channel": 0, "rtc": 1, "channel_binding": 2, "binding": 3, "labels": 4,
 }  # fmt: skip
-# Sessions whose identity is only a guess: kept under `rtc:<uid>` or `channel:<name>`.
-FALLBACK_SOURCES: tuple[IdentitySource, ...] = ("rtc", "channel")
 MAX_DETAIL_NOTES = 20
 
 

@@ -33,13 +33,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.core.domain import MetricRow
+from agent_memory.core.events import FALLBACK_SOURCES
 from agent_memory.store.sqlite.common import Repository
 from agent_memory.store.types import Report
 
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 LLM_FAILURE_SOURCES = ("llm_failure", "llm failure")
 # Identity sources that are only a fallback (see ingest.resolve_identity).
-UNIDENTIFIED_SOURCES = "'rtc', 'channel'"
+UNIDENTIFIED_SOURCES = ", ".join(f"'{source}'" for source in FALLBACK_SOURCES)
 FAVOURITES = 5
 TOP = 10
 # Duration of a session when both ends are known, in order and plausible: an agent run
