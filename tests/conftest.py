@@ -177,21 +177,31 @@ def agent_event(
     }
 
 
+def alternating(
+    indices: range, content: Callable[[int, str], str], *, start_ms: int, user_meta: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """User/assistant messages at `indices`, with turn ids, ms timestamps and a source."""
+    return [
+        {
+            "role": role,
+            "content": content(index, role),
+            "turn_id": index // 2 + 1,
+            "timestamp": start_ms + index * 1000,
+            "metadata": dict(user_meta) if role == "user" else {"source": "llm"},
+        }
+        for index in indices
+        for role in ("user" if index % 2 == 0 else "assistant",)
+    ]
+
+
 def turns(count: int, *, start_ms: int = 1_763_690_000_000, prefix: str = "") -> list[dict[str, Any]]:
     """`count` alternating user/assistant messages with turn ids and ms timestamps."""
-    messages = []
-    for index in range(count):
-        role = "user" if index % 2 == 0 else "assistant"
-        messages.append(
-            {
-                "role": role,
-                "content": f"{prefix}{role} line {index}",
-                "turn_id": index // 2 + 1,
-                "timestamp": start_ms + index * 1000,
-                "metadata": {"source": "asr" if role == "user" else "llm"},
-            }
-        )
-    return messages
+    return alternating(
+        range(count),
+        lambda i, role: f"{prefix}{role} line {i}",
+        start_ms=start_ms,
+        user_meta={"source": "asr"},
+    )
 
 
 def said(*lines: str, start_ms: int = 1_763_690_000_000) -> list[dict[str, Any]]:
@@ -211,19 +221,12 @@ def conversation(
     count: int, tag: str = "live", start: int = 0, base_ms: int = 1_795_000_000_000
 ) -> list[dict[str, Any]]:
     """Messages `start`..`count-1` of a live call: unique contents, ms timestamps, turn ids."""
-    messages = []
-    for index in range(start, count):
-        role = "user" if index % 2 == 0 else "assistant"
-        messages.append(
-            {
-                "role": role,
-                "content": f"{tag} {role} message {index}",
-                "turn_id": index // 2 + 1,
-                "timestamp": base_ms + index * 1000,
-                "metadata": {"source": "asr", "user": "1001"} if role == "user" else {"source": "llm"},
-            }
-        )
-    return messages
+    return alternating(
+        range(start, count),
+        lambda i, role: f"{tag} {role} message {i}",
+        start_ms=base_ms,
+        user_meta={"source": "asr", "user": "1001"},
+    )
 
 
 # -- driving the service ---------------------------------------------------------------------
