@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_memory.errors import InvalidField
 
 # field name -> environment variable; the table in README.md mirrors this.
 ENVIRONMENT: dict[str, str] = {
     "db_path": "AGENT_MEMORY_DB",
+    "lease_s": "AGENT_MEMORY_LEASE_S",
     "host": "AGENT_MEMORY_HOST",
     "port": "AGENT_MEMORY_PORT",
     "api_token": "AGENT_MEMORY_API_TOKEN",
@@ -75,7 +77,13 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # AGENT_MEMORY_DB: a file path or sqlite:///path (the embedded SQLite store), or a
+    # postgresql:// URL, which the validator below moves to `postgres_url`.
     db_path: Path = Path("./agent_memory.db")
+    postgres_url: str | None = Field(None, pattern=r"^postgres(ql)?://")
+    # How long a claim (a condense job, a followed agent, a cluster-wide sweep) held by an
+    # instance outlives that instance on a shared database before another takes it over.
+    lease_s: float = Field(30.0, gt=0)
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     api_token: str | None = None
@@ -150,6 +158,34 @@ class Settings(BaseModel):
     group_commit_max: int = Field(256, ge=1)
     log_level: str = "INFO"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _database_url(cls, values: Any) -> Any:
+        """Read a postgresql:// or sqlite:/// URL given where a path is expected."""
+        if not isinstance(values, dict) or not isinstance(values.get("db_path"), str):
+            return values
+        given: str = values["db_path"]
+        if given.startswith(("postgresql://", "postgres://")):
+            values = {key: value for key, value in values.items() if key != "db_path"}
+            values["postgres_url"] = given
+        elif given.startswith("sqlite:///"):
+            values = {**values, "db_path": given.removeprefix("sqlite:///") or "./agent_memory.db"}
+        elif "://" in given:
+            raise ValueError(f"AGENT_MEMORY_DB must be a file path, sqlite:///path or postgresql://…, not {given!r}")
+        return values
+
+    @property
+    def backend(self) -> str:
+        """Which store the database setting names: `sqlite` or `postgres`."""
+        return "postgres" if self.postgres_url else "sqlite"
+
+    @property
+    def database(self) -> str:
+        """Where the data lives, for logs and /v1/stats (a URL without its password)."""
+        if self.postgres_url is None:
+            return str(self.db_path)
+        return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", self.postgres_url)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read the environment, then apply `overrides` (flags) that are not None."""
@@ -162,7 +198,8 @@ class Settings(BaseModel):
             return cls(**values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{ENVIRONMENT.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" for err in exc.errors()
+                f"{ENVIRONMENT.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" if err["loc"] else err["msg"]
+                for err in exc.errors()
             )
             raise InvalidField(f"invalid settings: {problems}") from exc
 

@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 from fakes.agora_server import FakeAgora
+from postgres_server import PostgresCluster
 
 from agent_memory.core.domain import InboxEntry, Message, Session, Watch
 from agent_memory.platforms.agora.keys import POLLER
@@ -87,8 +88,40 @@ class Service:
             return resp.status, await resp.json()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "postgres: run the test on PostgreSQL too (the `backend` fixture)")
+    config.addinivalue_line("markers", "sqlite_only: the test reads SQLite's files or connection")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests (or modules) marked `postgres` run once per backend; the rest on SQLite alone."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    both = metafunc.definition.get_closest_marker("postgres") is not None
+    if both and metafunc.definition.get_closest_marker("sqlite_only") is None:
+        metafunc.parametrize("backend", ["sqlite", "postgres"])
+
+
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
+def backend() -> str:
+    return "sqlite"
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PostgresCluster]:
+    """One PostgreSQL server for the whole run, started on first use."""
+    cluster = PostgresCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Any:
+    """Where the test's database lives: a SQLite file in tmp_path, or a fresh PostgreSQL database's URL."""
+    if backend == "postgres":
+        return request.getfixturevalue("pg_cluster").database()
     return tmp_path / "memory.db"
 
 

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.core.clock import now_ms
-from agent_memory.core.jsonutil import dumps
+from agent_memory.core.jsonutil import dumps, loads_object
 
 # Storage time and JSON are core's; re-exported for the repositories.
 __all__ = ["CHUNK", "Repository", "dumps", "loads_object", "marks", "now_ms"]
 
 # Ids per `IN (...)`, below SQLite's variable limit.
 CHUNK = 500
-
-
-def loads_object(text: str | None) -> dict[str, Any]:
-    """A stored JSON object; {} for none (or for text that is not one)."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def marks(count: int) -> str:

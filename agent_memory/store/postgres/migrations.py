@@ -1,0 +1,264 @@
+"""Numbered schema migrations of the PostgreSQL store; `agent_memory_migrations` records them.
+
+The tables mirror the SQLite store's (same names and columns, so one domain mapping reads
+both), with what a shared database needs besides: ids from sequences, foreign keys that
+delete a message's index rows and vectors with it, and leases for work claimed by instances.
+Instances starting together migrate one at a time (an advisory lock, see `apply`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+
+from agent_memory.core.clock import now_ms
+
+Migration = Callable[[psycopg.Connection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []
+# pg_advisory_lock key held while migrating ("agmemmig" as 8 bytes).
+MIGRATION_LOCK = 0x61676D656D6D6967
+
+
+def migration(fn: Migration) -> Migration:
+    """Register `fn` as the next numbered migration (named by its function)."""
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+def _run(conn: psycopg.Connection, *statements: str) -> None:
+    for statement in statements:
+        conn.execute(statement.encode())
+
+
+@migration
+def m001_core(conn: psycopg.Connection) -> None:
+    """Inbox, sessions, bindings, messages, facts, summaries, jobs, watches, metrics, routes, versions."""
+    _run(
+        conn,
+        """CREATE TABLE inbox (
+            notice_id text PRIMARY KEY, event_type integer NOT NULL, product_id integer,
+            notify_ms bigint, received_ms bigint NOT NULL, agent_id text, label_user text,
+            label_character text, body text, status text NOT NULL, error text)""",
+        "CREATE INDEX inbox_agent ON inbox (agent_id)",
+        "CREATE INDEX inbox_labels ON inbox (label_user, label_character)",
+        "CREATE INDEX inbox_status ON inbox (status, received_ms)",
+        """CREATE TABLE sessions (
+            agent_id text PRIMARY KEY, user_id text NOT NULL, character_id text NOT NULL,
+            identity_source text NOT NULL, channel text, name text, status text NOT NULL,
+            stop_reason text, start_ms bigint, stop_ms bigint, labels text, rtc_uid text,
+            message_count integer NOT NULL DEFAULT 0, gap_count integer NOT NULL DEFAULT 0,
+            error_count integer NOT NULL DEFAULT 0, first_seen_ms bigint, updated_ms bigint,
+            token_warning_ms bigint, turn_count integer, turns_truncated integer NOT NULL DEFAULT 0)""",
+        "CREATE INDEX sessions_pair ON sessions (user_id, character_id, start_ms)",
+        "CREATE INDEX sessions_channel ON sessions (channel)",
+        "CREATE TABLE bindings (agent_id text PRIMARY KEY, user_id text, character_id text, created_ms bigint)",
+        """CREATE TABLE channel_bindings (
+            channel text PRIMARY KEY, user_id text NOT NULL, character_id text NOT NULL,
+            created_ms bigint NOT NULL, updated_ms bigint NOT NULL)""",
+        "CREATE INDEX channel_bindings_pair ON channel_bindings (user_id, character_id)",
+        # A sequence never hands out an id twice, so a summary's watermark ("every id up to
+        # here is condensed") cannot swallow a message stored after the newest were deleted.
+        """CREATE TABLE messages (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            agent_id text NOT NULL, user_id text NOT NULL, character_id text NOT NULL,
+            seq integer NOT NULL, role text NOT NULL, content text NOT NULL, turn_id bigint,
+            ts_ms bigint, at_ms bigint NOT NULL, source text, speaker text,
+            interrupted integer DEFAULT 0, interrupt_ms bigint, original text, fp text,
+            gap_before integer DEFAULT 0, extra text, created_ms bigint,
+            kind text NOT NULL DEFAULT 'turn')""",
+        "CREATE UNIQUE INDEX messages_session_seq ON messages (agent_id, seq)",
+        "CREATE INDEX messages_pair ON messages (user_id, character_id, at_ms, seq)",
+        """CREATE TABLE facts (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, user_id text NOT NULL,
+            character_id text NOT NULL, text text NOT NULL, norm text NOT NULL,
+            pinned integer NOT NULL DEFAULT 0, origin text, created_ms bigint, updated_ms bigint)""",
+        "CREATE UNIQUE INDEX facts_key ON facts (user_id, character_id, norm)",
+        """CREATE TABLE summaries (
+            user_id text NOT NULL, character_id text NOT NULL, text text NOT NULL,
+            watermark_id bigint NOT NULL, covered_until_ms bigint, message_count integer,
+            method text, model text, meta text, created_ms bigint, updated_ms bigint,
+            PRIMARY KEY (user_id, character_id))""",
+        # lease_owner / lease_until_ms: the instance running a job and until when its claim
+        # holds; a job whose lease ran out is pending again for any instance.
+        """CREATE TABLE jobs (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, kind text NOT NULL,
+            user_id text NOT NULL, character_id text NOT NULL, status text NOT NULL,
+            due_ms bigint NOT NULL, first_due_ms bigint, pending_messages integer NOT NULL DEFAULT 0,
+            attempts integer NOT NULL DEFAULT 0, last_error text, created_ms bigint, updated_ms bigint,
+            lease_owner text, lease_until_ms bigint)""",
+        "CREATE UNIQUE INDEX jobs_key ON jobs (kind, user_id, character_id)",
+        "CREATE INDEX jobs_due ON jobs (status, due_ms)",
+        # lease_owner / lease_until_ms: which instance polls and refreshes a followed agent.
+        """CREATE TABLE watched_agents (
+            agent_id text PRIMARY KEY, origin text NOT NULL, status text NOT NULL, stop_reason text,
+            next_poll_ms bigint NOT NULL, last_poll_ms bigint, polls integer NOT NULL DEFAULT 0,
+            failures integer NOT NULL DEFAULT 0, last_error text, base_system_messages text,
+            persona text, max_tokens integer, push_due_ms bigint, last_push_ms bigint,
+            last_pushed text, created_ms bigint, updated_ms bigint, style text,
+            lease_owner text, lease_until_ms bigint)""",
+        "CREATE INDEX watched_agents_polls ON watched_agents (status, next_poll_ms)",
+        "CREATE INDEX watched_agents_pushes ON watched_agents (status, push_due_ms)",
+        """CREATE TABLE agent_metrics (
+            agent_id text NOT NULL, turn_id bigint NOT NULL, metric text NOT NULL,
+            value_ms double precision NOT NULL, at_ms bigint NOT NULL,
+            PRIMARY KEY (agent_id, turn_id, metric))""",
+        "CREATE INDEX agent_metrics_metric_value ON agent_metrics (metric, value_ms)",
+        "CREATE INDEX agent_metrics_at ON agent_metrics (at_ms)",
+        """CREATE TABLE llm_routes (
+            key_hash text PRIMARY KEY, agent_id text, user_id text NOT NULL, character_id text NOT NULL,
+            upstream_base_url text, upstream_api_key text, upstream_model text,
+            upstream_params text NOT NULL DEFAULT '{}', created_ms bigint NOT NULL)""",
+        "CREATE INDEX llm_routes_agent ON llm_routes (agent_id)",
+        "CREATE INDEX llm_routes_pair ON llm_routes (user_id, character_id)",
+        # A change counter per pair (user-wide facts: character ''), from one clock so a pair
+        # forgotten and said again never repeats a version. Facts and summaries bump by
+        # trigger; message writes bump once per pair and statement (versions.py).
+        """CREATE TABLE memory_versions (
+            user_id text NOT NULL, character_id text NOT NULL, version bigint NOT NULL,
+            PRIMARY KEY (user_id, character_id))""",
+        "CREATE SEQUENCE memory_clock",
+        """CREATE FUNCTION memory_version_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP IN ('UPDATE', 'DELETE') THEN
+                INSERT INTO memory_versions (user_id, character_id, version)
+                VALUES (OLD.user_id, OLD.character_id, nextval('memory_clock'))
+                ON CONFLICT (user_id, character_id) DO UPDATE SET version = excluded.version;
+            END IF;
+            IF TG_OP IN ('UPDATE', 'INSERT') THEN
+                INSERT INTO memory_versions (user_id, character_id, version)
+                VALUES (NEW.user_id, NEW.character_id, nextval('memory_clock'))
+                ON CONFLICT (user_id, character_id) DO UPDATE SET version = excluded.version;
+            END IF;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER facts_version AFTER INSERT OR UPDATE OR DELETE ON facts "
+        "FOR EACH ROW EXECUTE FUNCTION memory_version_bump()",
+        "CREATE TRIGGER summaries_version AFTER INSERT OR UPDATE OR DELETE ON summaries "
+        "FOR EACH ROW EXECUTE FUNCTION memory_version_bump()",
+        # Named values (counters, what forget still owes) shared by every instance.
+        "CREATE TABLE store_state (name text PRIMARY KEY, value bigint NOT NULL)",
+        "INSERT INTO store_state (name, value) VALUES ('dead_rows', 0), ('scrub_owed', 0)",
+        # Cluster-wide work (sweeps, retention) runs where the named lease is held.
+        "CREATE TABLE leases (name text PRIMARY KEY, owner text NOT NULL, until_ms bigint NOT NULL)",
+    )
+
+
+@migration
+def m002_search(conn: psycopg.Connection) -> None:
+    """Search: substrings (any script) by pg_trgm, ranked words by tsvector, kept by PostgreSQL itself."""
+    _run(
+        conn,
+        "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+        "CREATE INDEX messages_trgm ON messages USING gin (content gin_trgm_ops)",
+        "CREATE INDEX facts_trgm ON facts USING gin (text gin_trgm_ops)",
+        "CREATE INDEX summaries_trgm ON summaries USING gin (text gin_trgm_ops)",
+    )
+
+
+@migration
+def m003_recall(conn: psycopg.Connection) -> None:
+    """The recall word index: each spoken turn's stemmed words and CJK bigrams, per pair."""
+    # Terms are computed in Python (core.terms), so turns are indexed after they commit:
+    # a trigger queues every new or changed message in recall_pending, and whichever
+    # instance catches up takes queued ids with SKIP LOCKED. A watermark would skip a
+    # message whose id was taken before, but committed after, a neighbour's.
+    _run(
+        conn,
+        """CREATE TABLE recall_pairs (
+            pair integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY, user_id text NOT NULL,
+            character_id text NOT NULL, docs integer NOT NULL DEFAULT 0,
+            total_length bigint NOT NULL DEFAULT 0, UNIQUE (user_id, character_id))""",
+        # terms: the pair's id prefixed to each term ('12:cat'), so a GIN posting list is one
+        # pair's and a question reads only its own pair's postings, however large the table.
+        """CREATE TABLE recall_docs (
+            id bigint PRIMARY KEY REFERENCES messages (id) ON DELETE CASCADE,
+            pair integer NOT NULL, length integer NOT NULL, terms text[] NOT NULL)""",
+        "CREATE INDEX recall_docs_terms ON recall_docs USING gin (terms)",
+        "CREATE INDEX recall_docs_pair ON recall_docs (pair)",
+        "CREATE TABLE recall_pending (id bigint PRIMARY KEY)",
+        """CREATE FUNCTION recall_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO recall_pending (id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER messages_recall_ai AFTER INSERT ON messages "
+        "FOR EACH ROW EXECUTE FUNCTION recall_queue()",
+        "CREATE TRIGGER messages_recall_au AFTER UPDATE OF content, kind, user_id, character_id "
+        "ON messages FOR EACH ROW EXECUTE FUNCTION recall_queue()",
+        # A deleted doc leaves its pair's statistics; a deleted message leaves the queue.
+        """CREATE FUNCTION recall_doc_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE recall_pairs SET docs = docs - 1, total_length = total_length - OLD.length
+            WHERE pair = OLD.pair;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER recall_docs_ad AFTER DELETE ON recall_docs "
+        "FOR EACH ROW EXECUTE FUNCTION recall_doc_gone()",
+        """CREATE FUNCTION recall_unqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM recall_pending WHERE id = OLD.id;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER messages_recall_ad AFTER DELETE ON messages "
+        "FOR EACH ROW EXECUTE FUNCTION recall_unqueue()",
+    )
+
+
+@migration
+def m004_vectors(conn: psycopg.Connection) -> None:
+    """Embeddings of spoken turns (float32 bytes), deleted with their messages."""
+    # id from a sequence, so (newest id, row count) changes with every insert and delete and
+    # can key a cache of a pair's vectors, as on SQLite.
+    _run(
+        conn,
+        """CREATE TABLE message_vectors (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            message_id bigint NOT NULL UNIQUE REFERENCES messages (id) ON DELETE CASCADE,
+            user_id text NOT NULL, character_id text NOT NULL, model text NOT NULL,
+            dims integer NOT NULL, vector bytea NOT NULL)""",
+        "CREATE INDEX message_vectors_pair ON message_vectors (user_id, character_id, model, dims)",
+        # A message whose text or owner changes loses its vector and is embedded again.
+        """CREATE FUNCTION message_vector_stale() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF OLD.content IS DISTINCT FROM NEW.content OR OLD.user_id IS DISTINCT FROM NEW.user_id
+               OR OLD.character_id IS DISTINCT FROM NEW.character_id THEN
+                DELETE FROM message_vectors WHERE message_id = OLD.id;
+            END IF;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER messages_vectors_au AFTER UPDATE OF content, user_id, character_id "
+        "ON messages FOR EACH ROW EXECUTE FUNCTION message_vector_stale()",
+    )
+
+
+def applied(conn: psycopg.Connection) -> list[str]:
+    """The migrations the database has, in order."""
+    exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return []
+    return [row[0] for row in conn.execute("SELECT name FROM agent_memory_migrations ORDER BY name")]
+
+
+def apply(conn: psycopg.Connection) -> list[str]:
+    """Apply the migrations the database lacks, each in its own transaction; returns their names."""
+    conn.autocommit = True
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS agent_memory_migrations (name text PRIMARY KEY, applied_ms bigint NOT NULL)"
+        )
+        done = set(applied(conn))
+        ran: list[str] = []
+        for name, fn in MIGRATIONS:
+            if name in done:
+                continue
+            with conn.transaction():
+                fn(conn)
+                conn.execute(
+                    "INSERT INTO agent_memory_migrations (name, applied_ms) VALUES (%s, %s)", (name, now_ms())
+                )
+            ran.append(name)
+        return ran
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
