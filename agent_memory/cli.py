@@ -8,24 +8,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import json
 import logging
 import os
+import socket
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent_memory import __version__
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import InboxStatus
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
 from agent_memory.embed import make_embedder
-from agent_memory.errors import AgentMemoryError, InvalidJSON, NotFound
+from agent_memory.errors import AgentMemoryError, InvalidJSON, NotFound, StoreUnavailable
+from agent_memory.logs import configure_logging
 from agent_memory.memory.service import Condensed, Memory
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
@@ -34,17 +39,13 @@ from agent_memory.web.shapes import recall_json
 
 T = TypeVar("T")
 
+# The HTTP API's limits (web/routes/memory.py, web/schemas.py), which the CLI applies too; kept
+# here so that a command does not import aiohttp to start. tests/test_operator.py holds them equal.
+MAX_TOKENS_RANGE = (50, 200_000)
+MAX_PERSONA_CHARS = 20_000
+MAX_QUERY_CHARS = 500
+
 log = logging.getLogger("agent_memory")
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # Every sweep would be logged at INFO; our own logs say what the jobs did.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -55,6 +56,88 @@ def settings_from(args: argparse.Namespace) -> Settings:
         insecure_webhooks=True if getattr(args, "insecure_dev_webhooks", False) else None,
         log_level=getattr(args, "log_level", None),
     )
+
+
+def check_database(settings: Settings) -> str | None:
+    """Refuse a SQLite file in a folder that cannot be written; the note to give when the file is new."""
+    if settings.backend != "sqlite":
+        return None
+    path = settings.db_path
+    folder = path.parent
+    while not folder.exists():  # open() creates the missing folders: the first existing one must take them
+        folder = folder.parent
+    try:
+        # SQLite in WAL mode writes path-wal and path-shm beside the file, even to read it.
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".agent-memory-"):
+            pass
+    except OSError as exc:
+        raise StoreUnavailable(
+            f"cannot write in {folder} ({exc.strerror}): SQLite keeps its journal ({path.name}-wal, "
+            f"{path.name}-shm) beside the database, so give --db (AGENT_MEMORY_DB) a path in a folder "
+            "this user can write, or change the folder's permissions"
+        ) from None
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise StoreUnavailable(
+                f"the database {path} is read-only for this user: it is written to even to be read "
+                "(WAL); change its permissions or copy it somewhere writable"
+            )
+        return None
+    made = "" if folder == path.parent else f" (and its folder {path.parent})"
+    return f"no database at {path}: creating a new, empty one{made}"
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise the OSError that listening on host:port would meet, before the database opens."""
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+            sock.bind(address)
+
+
+def listen_problem(exc: OSError, host: str, port: int) -> str:
+    """What to tell an operator when `serve` cannot listen on host:port."""
+    if isinstance(exc, socket.gaierror):
+        return (f"cannot listen on {host!r}: no such host or address (--host, AGENT_MEMORY_HOST); "
+                "give an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for all of them")  # fmt: skip
+    if exc.errno == errno.EADDRINUSE:
+        return (f"port {port} on {host} is already in use: stop what listens there or choose another "
+                "--port (AGENT_MEMORY_PORT)")  # fmt: skip
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (f"{host} is not an address of this machine (--host, AGENT_MEMORY_HOST): give one of "
+                "its addresses, e.g. 127.0.0.1, or 0.0.0.0 for all of them")  # fmt: skip
+    if exc.errno == errno.EACCES:
+        return (f"no permission to listen on port {port} of {host}: ports below 1024 need privileges; "
+                "choose another --port (AGENT_MEMORY_PORT)")  # fmt: skip
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+
+
+def bounded(name: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer within [low, high], refused with the HTTP API's own sentence."""
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {raw!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name} must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
+
+
+def at_most(name: str, chars: int) -> Callable[[str], str]:
+    """An argparse type: text of at most `chars` characters, as the HTTP API allows."""
+
+    def parse(raw: str) -> str:
+        if len(raw) > chars:
+            raise argparse.ArgumentTypeError(f"{name} is at most {chars} characters, got {len(raw)}")
+        return raw
+
+    return parse
 
 
 def tune_garbage_collector() -> None:
@@ -76,11 +159,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agent_memory.web.app import create_app
 
     settings = settings_from(args)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        # Said before the database opens and jobs start, not as a traceback once they have.
+        check_listen(settings.host, settings.port)
+    except OSError as exc:
+        log.error("%s", listen_problem(exc, settings.host, settings.port))
+        return 2
+    note = check_database(settings)
+    if note:
+        log.info("%s", note)
     tune_garbage_collector()
     log.info(
         "agent-memory on http://%s:%d, database %s, condensing with %s",
-        settings.host, settings.port, settings.db_path,
+        settings.host, settings.port, settings.database,
         settings.llm_model if settings.llm_configured else "the offline condenser",
     )  # fmt: skip
     web.run_app(create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None)
@@ -96,7 +188,10 @@ def with_memory(
 ) -> T:
     """Open the store, run `use` on a `Memory` over it, and close the store."""
     settings = settings or settings_from(args)
-    configure_logging(args.log_level or "WARNING")
+    configure_logging(args.log_level or "WARNING", settings.log_format)
+    note = check_database(settings)
+    if note:
+        print(f"agent-memory: {note}", file=sys.stderr)
     store = open_store(settings)
 
     async def run() -> T:
@@ -114,24 +209,35 @@ def print_json(value: Any, *, indent: int | None = None) -> None:
     print(json.dumps(value, ensure_ascii=False, indent=indent))
 
 
-def iter_callback_files(paths: Sequence[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Envelopes from files holding one envelope or a list of them; directories are walked."""
+def read_callback_files(paths: Sequence[str]) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
+    """The envelopes in the files (one or a list each; directories walked), and a sentence per unreadable file."""
+    envelopes: list[tuple[Path, dict[str, Any]]] = []
+    problems: list[str] = []
     for raw in paths:
         path = Path(raw)
         files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
         for file in files:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            try:
+                data = json.loads(file.read_text(encoding="utf-8"))
+            except OSError as exc:
+                problems.append(f"{file}: cannot read it ({exc.strerror})")
+                continue
+            except ValueError as exc:  # not UTF-8, or not JSON
+                problems.append(f"{file}: not JSON ({exc})")
+                continue
             for item in data if isinstance(data, list) else [data]:
                 if isinstance(item, dict) and "noticeId" in item:
-                    yield file, item
+                    envelopes.append((file, item))
+    return envelopes, problems
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    envelopes = list(iter_callback_files(args.files))
+    envelopes, problems = read_callback_files(args.files)
+    for problem in problems:
+        print(f"agent-memory: {problem}", file=sys.stderr)
     if not envelopes:
-        configure_logging(args.log_level or "WARNING")
-        print("no callbacks found in the given files", file=sys.stderr)
+        print("agent-memory: no callbacks found in the given files", file=sys.stderr)
         return 1
     statuses: Counter[str] = Counter()
     new_messages = 0
@@ -156,10 +262,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     with_memory(args, replay, settings=settings)
     summary = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
-    print(f"replayed {len(envelopes)} callbacks into {settings.db_path}: {summary}; "
-          f"{new_messages} new messages")  # fmt: skip
+    unread = f"; {len(problems)} files could not be read" if problems else ""
+    print(f"replayed {len(envelopes)} callbacks into {settings.database}: {summary}; "
+          f"{new_messages} new messages{unread}")  # fmt: skip
     # A partial callback had parts set aside: worth a look, like a failed one.
-    return 0 if not (statuses["failed"] or statuses["invalid"] or statuses["partial"]) else 1
+    return 0 if not (problems or statuses["failed"] or statuses["invalid"] or statuses["partial"]) else 1
 
 
 def cmd_system_messages(args: argparse.Namespace) -> int:
@@ -426,7 +533,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 1
     text = json.dumps(document, ensure_ascii=False, indent=2)
     if args.output:
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        try:
+            Path(args.output).write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            print(f"agent-memory: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            return 1
         print(f"wrote {document['counts']} to {args.output}", file=sys.stderr)
     else:
         print(text)
@@ -465,10 +576,24 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate_db(args: argparse.Namespace) -> int:
+    from agent_memory.store.transfer import describe, migrate_db
+
+    def progress(line: str) -> None:
+        print(f"\r{line:<60}", end="", file=sys.stderr)
+
+    report = migrate_db(args.source, args.target, replace=args.replace, progress=progress)
+    print(file=sys.stderr)
+    for line in describe(report):
+        print(line)
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-memory", description="Long-term memory for Agora voice agents."
     )
+    parser.add_argument("--version", action="version", version=f"agent-memory {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", help="SQLite file (AGENT_MEMORY_DB, default ./agent_memory.db)")
     common.add_argument("--log-level", help="DEBUG, INFO, WARNING (AGENT_MEMORY_LOG_LEVEL)")
@@ -495,9 +620,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("user_id")
     show.add_argument("character_id")
-    show.add_argument("--max-tokens", type=int)
-    show.add_argument("--persona")
-    show.add_argument("--query", help="what the call is about: memories recalled for it are included")
+    show.add_argument("--max-tokens", type=bounded("max_tokens", *MAX_TOKENS_RANGE))
+    show.add_argument("--persona", type=at_most("persona", MAX_PERSONA_CHARS))
+    show.add_argument(
+        "--query", type=at_most("query", MAX_QUERY_CHARS),
+        help="what the call is about: memories recalled for it are included",
+    )  # fmt: skip
     show.add_argument("--text", action="store_true", help="print the contents only")
     show.set_defaults(func=cmd_system_messages)
 
@@ -534,7 +662,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = commands.add_parser("jobs", parents=[common], help="list condense jobs")
     jobs.add_argument("--status", choices=["pending", "running", "dead"])
-    jobs.add_argument("--limit", type=int, default=100)
+    jobs.add_argument("--limit", type=bounded("limit", 1, 1000), default=100)
     jobs.set_defaults(func=cmd_jobs)
 
     retry = commands.add_parser("retry-job", parents=[common], help="make a dead job pending again")
@@ -574,9 +702,9 @@ def build_parser() -> argparse.ArgumentParser:
         "search", parents=[common], help="search a user's messages, facts and summaries"
     )
     search.add_argument("user_id")
-    search.add_argument("query")
+    search.add_argument("query", type=at_most("q", MAX_QUERY_CHARS))
     search.add_argument("--character", help="only this character (and user-wide facts)")
-    search.add_argument("--limit", type=int, default=20, choices=range(1, 101), metavar="1..100")
+    search.add_argument("--limit", type=bounded("limit", 1, 100), default=20, metavar="1..100")
     search.add_argument("--json", action="store_true", help="print the JSON answer")
     search.set_defaults(func=cmd_search)
 
@@ -585,10 +713,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     recall.add_argument("user_id")
     recall.add_argument("character_id")
-    recall.add_argument("question")
+    recall.add_argument("question", type=at_most("q", MAX_QUERY_CHARS))
     recall.add_argument(
-        "--max-tokens", type=int, default=DEFAULT_RECALL_TOKENS, help="budget (default %(default)s)"
-    )
+        "--max-tokens", type=bounded("max_tokens", *MAX_TOKENS_RANGE), default=DEFAULT_RECALL_TOKENS,
+        help="budget (default %(default)s)",
+    )  # fmt: skip
     recall.add_argument(
         "--scope", choices=RECALL_SCOPES, default="pair", help="user: all the user's characters"
     )
@@ -610,6 +739,14 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("--raw-days", type=float, help="drop processed raw callbacks older than this")
     purge.add_argument("--json", action="store_true", help="print the report as JSON")
     purge.set_defaults(func=cmd_purge)
+
+    migrate = commands.add_parser(
+        "migrate-db", help="copy a SQLite memory into PostgreSQL, then verify it table by table"
+    )
+    migrate.add_argument("--from", dest="source", required=True, help="sqlite:///path (or a path)")
+    migrate.add_argument("--to", dest="target", required=True, help="postgresql://user:password@host/db")
+    migrate.add_argument("--replace", action="store_true", help="empty the target first instead of refusing")
+    migrate.set_defaults(func=cmd_migrate_db)
     return parser
 
 

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent_memory.errors import InvalidField
+from agent_memory.logs import LOG_LEVELS, LogFormat
 
 # field name -> environment variable; the table in README.md mirrors this.
 ENVIRONMENT: dict[str, str] = {
@@ -59,6 +60,7 @@ ENVIRONMENT: dict[str, str] = {
     "raw_retention_days": "AGENT_MEMORY_RAW_RETENTION_DAYS",
     "retention_sweep_s": "AGENT_MEMORY_RETENTION_SWEEP_S",
     "log_level": "AGENT_MEMORY_LOG_LEVEL",
+    "log_format": "AGENT_MEMORY_LOG_FORMAT",
     "public_url": "AGENT_MEMORY_PUBLIC_URL",
     "llm_token": "AGENT_MEMORY_LLM_TOKEN",
     "recall_max_tokens": "AGENT_MEMORY_RECALL_MAX_TOKENS",
@@ -112,7 +114,9 @@ class Settings(BaseModel):
     openai_base_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(30.0, gt=0)
-    llm_max_retries: int = Field(1, ge=0)
+    # The SDK's own retries, each waiting llm_timeout_s again: off, so that a hung endpoint costs
+    # the configured wait; condense and embed jobs retry anyway, with back-off.
+    llm_max_retries: int = Field(0, ge=0)
 
     # Semantic recall: off unless a model is named; endpoint and key default to OPENAI_*.
     embeddings_model: str | None = None
@@ -157,6 +161,15 @@ class Settings(BaseModel):
 
     group_commit_max: int = Field(256, ge=1)
     log_level: str = "INFO"
+    log_format: LogFormat = "text"
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, level: str) -> str:
+        """A level logging knows, in capitals: a typo must not start a service that logs nothing."""
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+        return level.upper()
 
     @model_validator(mode="before")
     @classmethod
@@ -171,7 +184,9 @@ class Settings(BaseModel):
         elif given.startswith("sqlite:///"):
             values = {**values, "db_path": given.removeprefix("sqlite:///") or "./agent_memory.db"}
         elif "://" in given:
-            raise ValueError(f"AGENT_MEMORY_DB must be a file path, sqlite:///path or postgresql://…, not {given!r}")
+            raise ValueError(
+                f"AGENT_MEMORY_DB must be a file path, sqlite:///path or postgresql://…, not {given!r}"
+            )
         return values
 
     @property
@@ -198,7 +213,9 @@ class Settings(BaseModel):
             return cls(**values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{ENVIRONMENT.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}" if err["loc"] else err["msg"]
+                f"{ENVIRONMENT.get(str(err['loc'][0]), err['loc'][0])}: {err['msg']}"
+                if err["loc"]
+                else err["msg"]
                 for err in exc.errors()
             )
             raise InvalidField(f"invalid settings: {problems}") from exc

@@ -154,7 +154,7 @@ def db_size_bytes(path: Path) -> int:
 class Server:
     """`python -m agent_memory.cli serve` on a free loopback port, stopped with SIGTERM."""
 
-    def __init__(self, db: Path, *, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(self, db: Path | str, *, env: Mapping[str, str], log_path: Path) -> None:
         self.db = db
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

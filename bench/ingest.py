@@ -1,6 +1,7 @@
 """Ingest benchmark: signed 103 callbacks posted to the real server, durably committed.
 
     python bench/ingest.py [--callbacks 5000] [--concurrency 32] [--messages 32]
+                           [--backends sqlite,postgres] [--instances 1,2]
 
 Starts `python -m agent_memory.cli serve` on a fresh database in a temporary directory,
 pre-builds N signed NCS 103 (agent history) callbacks, warms up, then posts them with
@@ -8,7 +9,11 @@ pre-builds N signed NCS 103 (agent history) callbacks, warms up, then posts them
 the end of the response. Every 200 means the callback was committed (WAL, synchronous=FULL)
 before the answer. Afterwards the server is stopped with SIGTERM and the database is checked
 with sqlite3: every answered noticeId is in the inbox and the messages are all there.
-The last line printed is a JSON summary.
+With `--backends sqlite,postgres --instances 1,2` the same callbacks are sent, one configuration
+after another in one run, to SQLite and to 1 and 2 instances sharing a PostgreSQL the bench
+starts from the machine's binaries (durable: fsync on), spread round-robin over the instances;
+PostgreSQL's own CPU is reported beside the service's. The last line printed is a JSON summary
+(the first configuration's figures at the top level, every configuration under "configs").
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 import aiohttp
 from _common import (
+    CLOCK_TICKS,
     Noise,
     Server,
     db_size_bytes,
@@ -34,11 +40,13 @@ from _common import (
     make_contents,
     print_machine,
     print_summary,
+    process_cpu_seconds,
     self_cpu_seconds,
     work_directory,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from agent_memory.platforms.agora.signatures import agora_headers
 
 SECRET = "bench-notification-secret"
@@ -185,50 +193,103 @@ def verify(db: Path, accepted: list[str], expected_messages: int, prefix: str) -
     }
 
 
-async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    info = machine_info()
-    print_machine(info)
-    db = workdir / "bench.db"
-    print(f"building {args.callbacks} signed 103 callbacks of {args.messages} messages "
-          f"({USERS} users x {len(CHARACTERS)} characters) ...", flush=True)  # fmt: skip
-    built = time.perf_counter()
-    callbacks = make_callbacks(args.callbacks, args.messages, prefix="bench", seed=args.seed)
-    warm = make_callbacks(args.warmup, args.messages, prefix="warm", seed=args.seed + 1)
-    body_bytes = sum(len(body) for _, body, _ in callbacks) / max(len(callbacks), 1)
-    print(f"  built in {time.perf_counter() - built:.1f} s, mean body {body_bytes / 1024:.1f} KiB")
+def verify_postgres(url: str, accepted: list[str], expected_messages: int, prefix: str) -> dict[str, Any]:
+    """The same check as `verify`, with psycopg on the shared PostgreSQL database."""
+    import psycopg
 
-    server = Server(
-        db,
-        env={
-            "AGORA_WEBHOOK_SECRET": SECRET,
-            "AGENT_MEMORY_SUMMARY_DELAY_S": "3600",
-            # Keep condense jobs from coming due during the run: this measures ingest only.
-            "AGENT_MEMORY_SUMMARY_MAX_MESSAGES": "100000000",
-            "AGENT_MEMORY_LOG_LEVEL": "WARNING",
-        },
-        log_path=workdir / "server.log",
+    with psycopg.connect(url) as conn:
+        inbox = dict(conn.execute("SELECT notice_id, status FROM inbox").fetchall())
+        pattern = f"{prefix}-%"
+        messages = conn.execute("SELECT count(*) FROM messages WHERE agent_id LIKE %s", (pattern,)).fetchone()
+        sessions = conn.execute("SELECT count(*) FROM sessions WHERE agent_id LIKE %s", (pattern,)).fetchone()
+        doubled = conn.execute(
+            "SELECT count(*) FROM (SELECT agent_id, seq FROM messages GROUP BY agent_id, seq HAVING count(*) > 1) d"
+        ).fetchone()
+    missing = [n for n in accepted if n not in inbox]
+    not_done = [n for n in accepted if n in inbox and inbox[n] != "done"]
+    count = int(messages[0]) if messages else 0
+    return {
+        "accepted": len(accepted),
+        "missing_from_inbox": len(missing),
+        "inbox_not_done": len(not_done),
+        "messages": count,
+        "expected_messages": expected_messages,
+        "sessions": int(sessions[0]) if sessions else 0,
+        "quick_check": "ok" if doubled and doubled[0] == 0 else "doubled",
+        "ok": not missing and not not_done and count == expected_messages,
+    }
+
+
+async def post_spread(
+    urls: list[str], callbacks: list[tuple[str, bytes, dict[str, str]]], concurrency: int
+) -> tuple[list[float], list[str], list[str], float]:
+    """Post the callbacks round-robin over the instances, `concurrency` workers in all."""
+    if len(urls) == 1:
+        return await post_all(urls[0], callbacks, concurrency)
+    shares = [callbacks[index :: len(urls)] for index in range(len(urls))]
+    started = time.perf_counter()
+    results = await asyncio.gather(
+        *(
+            post_all(url, share, max(concurrency // len(urls), 1))
+            for url, share in zip(urls, shares, strict=True)
+        )
     )
-    try:
-        await server.wait_healthy()
-        print(f"server pid {server.pid} on {server.url}, database {db}")
-        url = f"{server.url}/webhooks/agora"
-        if warm:
-            _, _, warm_errors, warm_wall = await post_all(url, warm, args.concurrency)
-            print(f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors")
-        cpu_server_0, cpu_self_0 = server.cpu_seconds(), self_cpu_seconds()
-        noise = Noise(server.pid)
-        latencies, accepted, errors, wall = await post_all(url, callbacks, args.concurrency)
-        other_cores = noise.other_cores()
-        cpu_server = server.cpu_seconds() - cpu_server_0
-        cpu_client = self_cpu_seconds() - cpu_self_0
-        indexing = await wait_for_index(db, server, args.index_timeout)
-    finally:
-        exit_code = server.stop()
-    log_tail = server.log_tail(10)
+    wall = time.perf_counter() - started
+    latencies = [value for result in results for value in result[0]]
+    accepted = [value for result in results for value in result[1]]
+    errors = [value for result in results for value in result[2]]
+    return latencies, accepted, errors, wall
 
+
+SERVER_ENV = {
+    "AGORA_WEBHOOK_SECRET": SECRET,
+    "AGENT_MEMORY_SUMMARY_DELAY_S": "3600",
+    # Keep condense jobs from coming due during the run: this measures ingest only.
+    "AGENT_MEMORY_SUMMARY_MAX_MESSAGES": "100000000",
+    "AGENT_MEMORY_LOG_LEVEL": "WARNING",
+}
+
+
+async def measure(
+    label: str,
+    database: Path | str,
+    instances: int,
+    args: argparse.Namespace,
+    callbacks: list[tuple[str, bytes, dict[str, str]]],
+    warm: list[tuple[str, bytes, dict[str, str]]],
+    workdir: Path,
+    database_pids: list[int],
+) -> dict[str, Any]:
+    """Ingest the callbacks through `instances` servers on `database`; the figures of that run."""
+    servers = [
+        Server(database, env=SERVER_ENV, log_path=workdir / f"{label}-server-{index}.log")
+        for index in range(instances)
+    ]
+    try:
+        for server in servers:
+            await server.wait_healthy()
+        urls = [f"{server.url}/webhooks/agora" for server in servers]
+        print(f"\n[{label}] {instances} server(s) {', '.join(str(s.pid) for s in servers)} on {database}")
+        if warm:
+            _, _, warm_errors, warm_wall = await post_spread(urls, warm, args.concurrency)
+            print(f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors")
+        cpu_server_0 = sum(server.cpu_seconds() for server in servers)
+        cpu_db_0, cpu_self_0 = tree_cpu_seconds(database_pids), self_cpu_seconds()
+        noise = Noise(*(server.pid for server in servers), *database_pids)
+        latencies, accepted, errors, wall = await post_spread(urls, callbacks, args.concurrency)
+        other_cores = noise.other_cores()
+        cpu_server = sum(server.cpu_seconds() for server in servers) - cpu_server_0
+        cpu_db = tree_cpu_seconds(database_pids) - cpu_db_0
+        cpu_client = self_cpu_seconds() - cpu_self_0
+        indexing = (
+            await wait_for_index(database, servers[0], args.index_timeout)
+            if isinstance(database, Path)
+            else None
+        )
+    finally:
+        exit_codes = [server.stop() for server in servers]
     rate = len(accepted) / wall
     lat = latency_summary(latencies)
-    print()
     print(f"ingest: {len(callbacks)} callbacks x {args.messages} messages, concurrency {args.concurrency}")
     print(f"  wall            {wall:.2f} s")
     print(f"  callbacks/s     {rate:,.0f}")
@@ -237,8 +298,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print(f"  errors          {len(errors)}")
     for line in errors[:5]:
         print(f"    {line}")
-    print(f"  server CPU      {cpu_server:.2f} s ({cpu_server / wall * 100:.0f}% of one core, "
-          f"{cpu_server / max(len(accepted), 1) * 1e3:.2f} ms per callback)")  # fmt: skip
+    per_callback = max(len(accepted), 1)
+    print(f"  service CPU     {cpu_server:.2f} s ({cpu_server / wall * 100:.0f}% of one core, "
+          f"{cpu_server / per_callback * 1e3:.2f} ms per callback)")  # fmt: skip
+    if database_pids:
+        print(f"  PostgreSQL CPU  {cpu_db:.2f} s ({cpu_db / wall * 100:.0f}% of one core, "
+              f"{cpu_db / per_callback * 1e3:.2f} ms per callback)")  # fmt: skip
     print(f"  client CPU      {cpu_client:.2f} s (this process, same machine)")
     print(f"  other processes {other_cores:.2f} cores busy on average while timing"
           f"{' (figures are skewed)' if other_cores > 0.1 else ''}")  # fmt: skip
@@ -248,21 +313,23 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         print(f"  search index    {indexing['behind']:,} messages behind at the end of the burst; "
               f"caught up in {indexing['seconds']:.2f} s using {indexing['cpu_s']:.2f} CPU-s "
               f"({per:.1f} us/message){left}")  # fmt: skip
-    print(f"  server exit     {exit_code} after SIGTERM")
-    if exit_code not in (0, -15) and log_tail:
-        print("  server log tail:\n" + log_tail)
-
-    check = verify(db, accepted, len(accepted) * args.messages, "bench")
-    print(f"verify (sqlite3, after shutdown): {check['accepted']} answered 200, "
+    print(f"  server exit     {exit_codes} after SIGTERM")
+    for server, code in zip(servers, exit_codes, strict=True):
+        if code not in (0, -15):
+            print("  server log tail:\n" + server.log_tail(10))
+    expected = len(accepted) * args.messages
+    if isinstance(database, Path):
+        check = verify(database, accepted, expected, "bench")
+        print(f"database: {db_size_bytes(database) / 2**20:.1f} MiB on disk")
+    else:
+        check = verify_postgres(database, accepted, expected, "bench")
+    print(f"verify (after shutdown): {check['accepted']} answered 200, "
           f"{check['missing_from_inbox']} missing from inbox, {check['inbox_not_done']} not done, "
           f"{check['messages']}/{check['expected_messages']} messages, {check['sessions']} sessions, "
-          f"quick_check {check['quick_check']} -> {'OK' if check['ok'] else 'FAILED'}")  # fmt: skip
-    print(f"database: {db_size_bytes(db) / 2**20:.1f} MiB on disk")
+          f"check {check['quick_check']} -> {'OK' if check['ok'] else 'FAILED'}")  # fmt: skip
     return {
-        "bench": "ingest",
-        "callbacks": len(callbacks),
-        "messages_per_callback": args.messages,
-        "concurrency": args.concurrency,
+        "config": label,
+        "instances": instances,
         "callbacks_per_s": round(rate, 1),
         "messages_per_s": round(rate * args.messages),
         "p50_ms": round(lat["p50"], 2),
@@ -272,13 +339,92 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "errors": len(errors),
         "verified": check["ok"],
         "server_cpu_s": round(cpu_server, 2),
+        "server_cpu_ms_per_callback": round(cpu_server / per_callback * 1e3, 3),
+        "database_cpu_ms_per_callback": round(cpu_db / per_callback * 1e3, 3) if database_pids else None,
         "client_cpu_s": round(cpu_client, 2),
         "other_cores": round(other_cores, 2),
         "wall_s": round(wall, 2),
         "index_behind": indexing["behind"] if indexing else None,
         "index_catch_up_s": round(indexing["seconds"], 2) if indexing else None,
         "index_catch_up_cpu_s": round(indexing["cpu_s"], 2) if indexing else None,
-        "server_exit": exit_code,
+        "server_exit": exit_codes[0],
+    }
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    """CPU of the PostgreSQL server: the postmaster and every backend it forked."""
+    total = 0.0
+    for pid in pids:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        for each in [pid, *map(int, children)]:
+            try:
+                total += process_cpu_seconds(each)
+            except OSError:
+                pass
+    # The postmaster reaps its backends: a closed connection's CPU is counted in its cutime.
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text()
+            after = fields[fields.rfind(")") + 2 :].split()
+            total += (int(after[13]) + int(after[14])) / CLOCK_TICKS
+        except OSError:
+            pass
+    return total
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    info = machine_info()
+    print_machine(info)
+    print(f"building {args.callbacks} signed 103 callbacks of {args.messages} messages "
+          f"({USERS} users x {len(CHARACTERS)} characters) ...", flush=True)  # fmt: skip
+    built = time.perf_counter()
+    callbacks = make_callbacks(args.callbacks, args.messages, prefix="bench", seed=args.seed)
+    warm = make_callbacks(args.warmup, args.messages, prefix="warm", seed=args.seed + 1)
+    body_bytes = sum(len(body) for _, body, _ in callbacks) / max(len(callbacks), 1)
+    print(f"  built in {time.perf_counter() - built:.1f} s, mean body {body_bytes / 1024:.1f} KiB")
+
+    results = []
+    cluster = None
+    try:
+        for backend in args.backends.split(","):
+            if backend == "sqlite":
+                results.append(
+                    await measure("sqlite", workdir / "bench.db", 1, args, callbacks, warm, workdir, [])
+                )
+                continue
+            if cluster is None:
+                from postgres_server import PostgresCluster
+
+                # Durable, as a deployment runs it: fsync and synchronous commit on.
+                cluster = PostgresCluster(durable=True).start()
+                print(f"PostgreSQL {cluster.bin} on port {cluster.port} (fsync on)")
+            for count in (int(n) for n in args.instances.split(",")):
+                url = cluster.database()
+                results.append(
+                    await measure(
+                        f"postgres x{count}", url, count, args, callbacks, warm, workdir, [cluster.pid()]
+                    )
+                )
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    print("\nside by side:")
+    for result in results:
+        db_cpu = result["database_cpu_ms_per_callback"]
+        print(f"  {result['config']:<12} {result['callbacks_per_s']:>7,.0f} callbacks/s  p99 {result['p99_ms']:>7.2f} ms  "
+              f"service CPU {result['server_cpu_ms_per_callback']:.2f} ms/callback"
+              + (f", PostgreSQL CPU {db_cpu:.2f} ms/callback" if db_cpu is not None else ""))  # fmt: skip
+    first = results[0]
+    return {
+        "bench": "ingest",
+        "callbacks": len(callbacks),
+        "messages_per_callback": args.messages,
+        "concurrency": args.concurrency,
+        **{key: value for key, value in first.items() if key not in ("config", "instances")},
+        "configs": results,
         "machine": info,
     }
 
@@ -297,11 +443,20 @@ def main() -> int:
         help="seconds to wait for deferred search indexing after the burst",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
+    parser.add_argument(
+        "--backends",
+        default="sqlite",
+        help="comma-separated, measured one after another: sqlite, postgres (a local cluster it starts)",
+    )
+    parser.add_argument(
+        "--instances", default="1", help="PostgreSQL: comma-separated instance counts, e.g. 1,2"
+    )
     args = parser.parse_args()
     with work_directory("agent-memory-bench-", keep=args.keep) as workdir:
         summary = asyncio.run(run(args, workdir))
     print_summary(summary)
-    return 0 if summary["verified"] and not summary["errors"] else 1
+    good = all(result["verified"] and not result["errors"] for result in summary["configs"])
+    return 0 if good else 1
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     python bench/recall.py [--users 20] [--sessions 8 15] [--exchanges 15 30] [--seed 7]
                            [--condense session|end|off] [--sm-query] [--concurrency 8] [--keep]
                            [--scale-total 1000000] [--scale-requests 300]
+                           [--backend sqlite|postgres] [--db postgresql://…]
 
 Generates (bench/recall_data.py, seeded) long multi-session conversations in English and
 Chinese with planted facts, dated events and facts that change later, `--users` users per
@@ -28,6 +29,10 @@ Tokens are counted with `agent_memory.core.tokens.count_tokens`. Prints hit rate
 kind and per language. Then it times recall at `--scale-total` stored messages (default 1M, a
 pair with 10k) on bench/system_messages.py's cached database (built on first use, several
 minutes), in process and over HTTP, and prints the JSON line.
+
+With `--backend postgres` both parts run on PostgreSQL: a durable throwaway cluster started from
+the machine's binaries, or the server of `--db postgresql://…` (which holds the data set at
+scale, built when empty; the questions get a fresh database `recall_quality` beside it).
 """
 
 from __future__ import annotations
@@ -330,7 +335,23 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
           f"in {time.perf_counter() - built:.2f} s; answers also said elsewhere: {len(clashes)}")  # fmt: skip
     for clash in clashes[:5]:
         print(f"  {clash}")
-    db = workdir / "recall.db"
+    with system_messages.postgres_server(args) as cluster:
+        db: Path | str = workdir / "recall.db"
+        if args.backend == "postgres":
+            db = system_messages.fresh_database(args, cluster, "recall_quality")
+        return await answered_and_timed(args, workdir, info, users, clashes, db, cluster)
+
+
+async def answered_and_timed(
+    args: argparse.Namespace,
+    workdir: Path,
+    info: dict[str, Any],
+    users: Sequence[User],
+    clashes: Sequence[str],
+    db: Path | str,
+    cluster: Any,
+) -> dict[str, Any]:
+    """Ingest, ask every question, then time at scale: the rest of `run`, on database `db`."""
     env = {
         "AGORA_WEBHOOK_SECRET": SECRET,
         "AGENT_MEMORY_LOG_LEVEL": "WARNING",
@@ -370,9 +391,10 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     if extra["recall_exists"]:
         print(f"recall: mean {extra['recall_mean_tokens']} tokens per answer, "
               f"{extra['recall_over_budget']} system messages over 500")  # fmt: skip
-    at_scale = await latency_at_scale(args, workdir) if args.scale_total else None
+    at_scale = await latency_at_scale(args, workdir, cluster) if args.scale_total else None
     return {
         "bench": "recall",
+        "backend": args.backend,
         "users_per_language": args.users,
         "sessions_per_user": args.sessions,
         "exchanges_per_session": args.exchanges,
@@ -395,14 +417,16 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     }
 
 
-async def latency_at_scale(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Recall (and start contexts) timed on bench/system_messages.py's cached database of
+async def latency_at_scale(args: argparse.Namespace, workdir: Path, cluster: Any) -> dict[str, Any]:
+    """Recall (and start contexts) timed on bench/system_messages.py's database of
     `--scale-total` messages, in process and over HTTP, the modes in turn."""
     scale = argparse.Namespace(
-        total=args.scale_total, pair_messages=10_000, users=20_000, seed=1, rebuild=False
-    )
+        total=args.scale_total, pair_messages=10_000, users=20_000, seed=1, rebuild=False,
+        backend=args.backend, db=args.db,
+    )  # fmt: skip
     print(f"\nlatency at {args.scale_total:,} stored messages (a pair with {scale.pair_messages:,})")
-    path, counts, _ = await system_messages.ensure_database(scale)
+    location = system_messages.scale_location(scale, cluster)
+    path, counts, _ = await system_messages.ensure_database(scale, location)
     local = await system_messages.time_in_process(path, args.scale_requests, 20)
     remote = await system_messages.time_http(path, args.scale_requests, 20, workdir)
     big_local, big_remote = local["big"], remote["big"]
@@ -463,7 +487,9 @@ def main() -> int:
         "--scale-total", type=int, default=1_000_000, help="time recall on a database this large (0: skip)"
     )
     parser.add_argument("--scale-requests", type=int, default=300, help="timed recalls at scale per mode")
+    system_messages.add_backend_arguments(parser)
     args = parser.parse_args()
+    system_messages.check_backend_arguments(parser, args)
     with work_directory("agent-memory-recall-", keep=args.keep) as workdir:
         summary = asyncio.run(run(args, workdir))
     print_summary(summary)

@@ -1,15 +1,20 @@
 """System-messages benchmark: building a call's long-term memory from a large database.
 
     python bench/system_messages.py [--total 1000000] [--pair-messages 10000] [--requests 2000]
+                                    [--backend sqlite|postgres] [--db postgresql://…]
 
-Builds (once; cached in bench/.cache/, keyed by the parameters and the schema) a database
-of `--total` messages with the store's own API: many (user, character) pairs in sessions
+Builds (once; on SQLite cached in bench/.cache/, keyed by the parameters and the schema) a
+database of `--total` messages with the store's own API: many (user, character) pairs in sessions
 of about 32 messages, one heavy pair u-bench/luna with `--pair-messages` messages, a summary
 and facts, and one light pair u-small/luna with a single session. Then times:
 
   (a) in-process: `load_context(...)` as the HTTP handler calls it (reader thread + build);
   (b) over HTTP: sequential GET /v1/users/{u}/characters/luna/system-messages on one
       keep-alive connection to the real server (`python -m agent_memory.cli serve`).
+
+With `--backend postgres` the same is timed on PostgreSQL: a durable throwaway cluster started
+from the machine's binaries (tests/postgres_server.py), built afresh each run, or the database
+`--db postgresql://…` names (built when empty, reused when it holds this data set).
 
 The last line printed is a JSON summary.
 """
@@ -24,10 +29,13 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psycopg
 from _common import (
     Noise,
     Server,
@@ -39,9 +47,11 @@ from _common import (
     print_machine,
     print_summary,
 )
+from psycopg import conninfo, sql
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # postgres_server: a throwaway PostgreSQL
 from agent_memory.core.domain import Session, Summary  # noqa: E402
 from agent_memory.memory.ingest import arrival, stored_form  # noqa: E402
 from agent_memory.memory.service import ContextRequest, Memory, build_in  # noqa: E402
@@ -168,12 +178,20 @@ def plan_sessions(args: argparse.Namespace) -> list[tuple[str, str, int]]:
 
 
 async def build(path: Path, args: argparse.Namespace) -> None:
-    """Write the database through the store's own writes, in large batches, showing progress."""
-    plan = plan_sessions(args)
+    """Build the SQLite file under a temporary name, then give it its cached name."""
     building = path.with_suffix(".building.db")
     for leftover in CACHE.glob(building.name + "*"):
         leftover.unlink()
-    store = open_store(Settings(db_path=building))
+    await fill(building, args)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{building}{suffix}").unlink(missing_ok=True)
+    building.rename(path)
+
+
+async def fill(location: Path | str, args: argparse.Namespace) -> None:
+    """Write the database through the store's own writes, in large batches, showing progress."""
+    plan = plan_sessions(args)
+    store = open_store(Settings(db_path=location))
     rng = random.Random(args.seed + 1)
     # Session start times are spread over SPAN_MS; the heavy pair's come in time order.
     big_times = iter(sorted(NOW_MS - SPAN_MS + rng.randrange(SPAN_MS)
@@ -181,7 +199,7 @@ async def build(path: Path, args: argparse.Namespace) -> None:
     started = time.perf_counter()
     written = 0
     pending: asyncio.Future[Any] | None = None
-    print(f"building {path.name}: {args.total:,} messages in {len(plan):,} sessions "
+    print(f"building {Path(str(location)).name}: {args.total:,} messages in {len(plan):,} sessions "
           f"({args.users:,} users x {len(CHARACTERS)} characters, {BIG[0]}/{BIG[1]} "
           f"with {args.pair_messages:,}) ...", flush=True)  # fmt: skip
     try:
@@ -257,31 +275,34 @@ async def build(path: Path, args: argparse.Namespace) -> None:
                       end="" if sys.stdout.isatty() else "\n", flush=True)  # fmt: skip
         print(f"{chr(13) if sys.stdout.isatty() else ''}  indexed {indexed:,} messages for search and recall "
               f"in {time.perf_counter() - indexing:.1f} s")  # fmt: skip
-        await store.checkpoint()
+        if isinstance(location, Path):
+            await store.checkpoint()
     finally:
         store.close()
+    if not isinstance(location, Path):
+        # What autovacuum would have done by the time such a database is read: planner
+        # statistics, and pages marked all-visible.
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute("VACUUM (ANALYZE)")
     elapsed = time.perf_counter() - started
     print(f"{chr(13) if sys.stdout.isatty() else ''}  {written:,}/{args.total:,} messages in "
           f"{elapsed:.1f} s ({written / elapsed:,.0f}/s)            ")  # fmt: skip
-    for suffix in ("-wal", "-shm"):
-        Path(f"{building}{suffix}").unlink(missing_ok=True)
-    building.rename(path)
 
 
-def count_check(path: Path) -> dict[str, int]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+def count_check(location: Path | str) -> dict[str, int]:
+    """What the database holds: messages, the two timed pairs', sessions and pairs."""
+    pair_count = "SELECT count(*) FROM messages WHERE user_id = ? AND character_id = ?"
+    if isinstance(location, Path):
+        conn: Any = sqlite3.connect(f"file:{location}?mode=ro", uri=True)
+    else:
+        conn = psycopg.connect(location)
+        pair_count = pair_count.replace("?", "%s")
     try:
         total = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-        big, small = (
-            conn.execute(
-                "SELECT count(*) FROM messages WHERE user_id = ? AND character_id = ?",
-                pair,
-            ).fetchone()[0]
-            for pair in (BIG, SMALL)
-        )
+        big, small = (conn.execute(pair_count, pair).fetchone()[0] for pair in (BIG, SMALL))
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         pairs = conn.execute(
-            "SELECT count(*) FROM (SELECT DISTINCT user_id, character_id FROM sessions)"
+            "SELECT count(*) FROM (SELECT DISTINCT user_id, character_id FROM sessions) p"
         ).fetchone()[0]
     finally:
         conn.close()
@@ -328,7 +349,7 @@ def mode_calls(settings: Settings, store: Any, memory: Memory, pair: tuple[str, 
     }
 
 
-async def time_in_process(path: Path, requests: int, warmup: int) -> dict[str, Any]:
+async def time_in_process(path: Path | str, requests: int, warmup: int) -> dict[str, Any]:
     """Side by side, call by call in turn: the start context rebuilt every time (as before the
     cache), through the cache, the same two with a `query`, and recall alone."""
     settings = Settings(db_path=path)
@@ -379,7 +400,7 @@ def http_call(base: str, mode: str, i: int) -> tuple[str, dict[str, str]]:
     return f"{base}/system-messages", params
 
 
-async def time_http(path: Path, requests: int, warmup: int, workdir: Path) -> dict[str, Any]:
+async def time_http(path: Path | str, requests: int, warmup: int, workdir: Path) -> dict[str, Any]:
     """Over one keep-alive connection, the modes in turn request by request."""
     server = Server(
         path,
@@ -430,8 +451,55 @@ async def time_http(path: Path, requests: int, warmup: int, workdir: Path) -> di
     return results
 
 
-async def ensure_database(args: argparse.Namespace) -> tuple[Path, dict[str, int], int]:
-    """The cached database for `args` (built when missing), its counts and size."""
+def database_size(location: Path | str) -> int:
+    """Bytes on disk: the SQLite file and its WAL, or the PostgreSQL database."""
+    if isinstance(location, Path):
+        return db_size_bytes(location)
+    with psycopg.connect(location) as conn:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    return int(row[0]) if row else 0
+
+
+@contextmanager
+def postgres_server(args: argparse.Namespace) -> Iterator[Any]:
+    """The PostgreSQL server to time on: the one `--db` names (None), or a durable throwaway cluster."""
+    if args.backend != "postgres" or args.db:
+        yield None
+        return
+    from postgres_server import PostgresCluster
+
+    started = time.perf_counter()
+    cluster = PostgresCluster(durable=True).start()
+    print(f"PostgreSQL {cluster.url()} started in {time.perf_counter() - started:.1f} s (durable: fsync on)")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def fresh_database(args: argparse.Namespace, cluster: Any, name: str) -> str:
+    """An empty database `name` on the PostgreSQL server in use (dropped first if it exists)."""
+    if cluster is not None:
+        return str(cluster.create(name))
+    with psycopg.connect(conninfo.make_conninfo(args.db, dbname="postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return str(conninfo.make_conninfo(args.db, dbname=name))
+
+
+def scale_location(args: argparse.Namespace, cluster: Any) -> Path | str:
+    """Where the data set lives: the SQLite cache file, `--db`, or a database of the cluster."""
+    if args.backend == "sqlite":
+        return cache_path(args)
+    return str(args.db or cluster.create(f"scale_{args.total}"))
+
+
+async def ensure_database(
+    args: argparse.Namespace, location: Path | str | None = None
+) -> tuple[Path | str, dict[str, int], int]:
+    """The database for `args` (built when missing), its counts and size."""
+    if isinstance(location, str):
+        return await ensure_postgres(location, args)
     CACHE.mkdir(parents=True, exist_ok=True)
     path = cache_path(args)
     if getattr(args, "rebuild", False) and path.exists():
@@ -454,6 +522,26 @@ async def ensure_database(args: argparse.Namespace) -> tuple[Path, dict[str, int
     return path, counts, size
 
 
+async def ensure_postgres(url: str, args: argparse.Namespace) -> tuple[str, dict[str, int], int]:
+    """The PostgreSQL database at `url`, built when empty and reused when it holds this data set."""
+    open_store(Settings(db_path=url)).close()  # migrated, so it can be counted
+    counts = count_check(url)
+    if not counts["messages"]:
+        await fill(url, args)
+        counts = count_check(url)
+    else:
+        print(f"reusing {url} ({counts['messages']:,} messages)")
+    size = database_size(url)
+    print(f"database: {counts['messages']:,} messages, {counts['sessions']:,} sessions, "
+          f"{counts['pairs']:,} pairs; {BIG[0]}/{BIG[1]} has {counts['big_pair']:,}, "
+          f"{SMALL[0]}/{SMALL[1]} has {counts['small_pair']:,}; {size / 2**20:,.0f} MiB in PostgreSQL")  # fmt: skip
+    if counts["messages"] != args.total or counts["big_pair"] != args.pair_messages:
+        raise SystemExit(
+            f"count check failed: {url} holds other data than was asked (an empty database is built)"
+        )
+    return url, counts, size
+
+
 LABELS = {
     "rebuilt": "rebuilt each call (before)", "cached": "cached (now)",
     "query_rebuilt": "query, a new one each call", "query_cached": "query, repeated topics",
@@ -468,7 +556,13 @@ def rounded(summary: dict[str, float]) -> dict[str, float]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     info = machine_info()
     print_machine(info)
-    path, counts, size = await ensure_database(args)
+    with postgres_server(args) as cluster:
+        return await timed_on(args, info, scale_location(args, cluster))
+
+
+async def timed_on(args: argparse.Namespace, info: dict[str, Any], location: Path | str) -> dict[str, Any]:
+    """Build (or reuse) the data set at `location` and time it in process and over HTTP."""
+    path, counts, size = await ensure_database(args, location)
 
     print(f"\n(a) in process, {args.requests} calls per mode and pair, the modes in turn")
     noise = Noise()
@@ -503,6 +597,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     big = local["big"]
     return {
         "bench": "system_messages",
+        "backend": args.backend,
         "total_messages": counts["messages"],
         "pair_messages": counts["big_pair"],
         "requests": args.requests,
@@ -520,6 +615,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend", choices=("sqlite", "postgres"), default=None,
+        help="the store timed (postgres: a durable throwaway cluster unless --db names a database)",
+    )  # fmt: skip
+    parser.add_argument("--db", help="a postgresql:// database for the data set (built when empty)")
+
+
+def check_backend_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--db` implies `--backend postgres`; the default is SQLite."""
+    if args.db and not args.db.startswith(("postgresql://", "postgres://")):
+        parser.error("--db must be a postgresql:// URL (SQLite's data set is cached in bench/.cache/)")
+    if args.db and args.backend == "sqlite":
+        parser.error("--db names a PostgreSQL database: it goes with --backend postgres")
+    args.backend = args.backend or ("postgres" if args.db else "sqlite")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--total", type=int, default=1_000_000, help="messages in the database")
@@ -529,7 +641,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
+    add_backend_arguments(parser)
     args = parser.parse_args()
+    check_backend_arguments(parser, args)
     summary = asyncio.run(run(args))
     print_summary(summary)
     return 0 if not summary["http_errors"] else 1

@@ -64,7 +64,20 @@ class PostgresCluster:
     def start(self) -> PostgresCluster:
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
-        self._run(["initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8"])
+        self._run(
+            [
+                "initdb",
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ]
+        )
         options = [
             f"-p {self.port}",
             f"-k {self.root}",
@@ -74,8 +87,24 @@ class PostgresCluster:
         ]
         if not self.durable:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
-        self._run(["pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-w", "-o", " ".join(options), "start"])
+        self._run(
+            [
+                "pg_ctl",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.root / "server.log"),
+                "-w",
+                "-o",
+                " ".join(options),
+                "start",
+            ]
+        )
         return self
+
+    def pid(self) -> int:
+        """The postmaster's process id."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"

@@ -14,6 +14,8 @@ from conftest import CONVERSATIONS, agent_event, deliver, load_conversations, lo
 from agent_memory.cli import main
 from agent_memory.platforms.agora.payloads import to_ms
 
+pytestmark = pytest.mark.postgres
+
 METRICS = ("asr_ttlw", "llm_ttfb", "llm_ttfs", "tts_ttfb")
 
 
@@ -266,7 +268,7 @@ async def test_an_empty_service_answers_zeros(service) -> None:
 async def test_cli_stats_print_the_same_numbers(service, capsys) -> None:
     await loaded(service)
     _status, api_stats = await service.api("GET", "/v1/stats")
-    db = str(service.settings.db_path)
+    db = service.settings.postgres_url or str(service.settings.db_path)
     assert await asyncio.to_thread(main, ["stats", "--db", db, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == api_stats
     assert await asyncio.to_thread(main, ["stats", "--db", db, "--user", "u-alice"]) == 0

@@ -37,9 +37,9 @@ def free_port() -> int:
 
 
 class Server:
-    """`agent-memory serve` in a subprocess."""
+    """`agent-memory serve` in a subprocess (`db`: a file, or a PostgreSQL URL; `more`: more settings)."""
 
-    def __init__(self, db: Path, log: Path) -> None:
+    def __init__(self, db: Path | str, log: Path, more: dict[str, str] | None = None) -> None:
         self.db = db
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -57,6 +57,7 @@ class Server:
                 "AGENT_MEMORY_SUMMARY_MAX_MESSAGES": "100000",
                 "AGENT_MEMORY_LOG_LEVEL": "WARNING",
                 "PYTHONPATH": str(ROOT),
+                **(more or {}),
             }
         )
         self.log = log.open("ab")

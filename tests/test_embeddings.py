@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from agent_memory.store.types import NewMessage
 from agent_memory.web.keys import EMBEDDINGS, JOBS
 
 MODEL = "fake-embed"
+pytestmark = pytest.mark.postgres
 
 
 def embedding_settings(fake: FakeEmbeddings, **overrides: Any) -> dict[str, Any]:
@@ -386,33 +388,36 @@ async def test_a_failed_batch_is_retried_by_the_job_with_backoff(start_service: 
 async def embed_now(service: Service) -> None:
     """Make every pending job due now (not after its debounce or backoff) and run the embed jobs."""
 
-    def due(tx: SQLiteTransaction) -> None:
+    def due(tx: Any) -> None:  # the same SQL on either backend's connection
         tx.conn.execute("UPDATE jobs SET due_ms = 0 WHERE status = 'pending'")
 
-    await on_sqlite(service.store).write(due)
+    await service.store.write(due)
     await service.server.app[EMBEDDINGS].run_due_now()
+
+
+def vector_rows(view: Any) -> list[tuple[Any, ...]]:
+    """Every stored vector as (id, message id, bytes), on either backend's connection."""
+    rows = view.conn.execute("SELECT id, message_id, vector FROM message_vectors").fetchall()
+    return [tuple(row.values()) if isinstance(row, dict) else tuple(row) for row in rows]
 
 
 async def test_a_restart_keeps_what_was_embedded_and_embeds_the_rest(start_service: Any) -> None:
     count = 2 * EMBED_BATCH + 10
     async with FakeEmbeddings() as fake:
         fake.script(Reply(), "hang")  # the first batch is answered, the second never is
-        first = await start_service(**embedding_settings(fake))
+        # On PostgreSQL the restarted process is another instance: it takes the job over once
+        # the stopped one's lease on it has run out.
+        first = await start_service(**embedding_settings(fake, lease_s=1))
         await seed(first, "u1", "luna", "A1", turns(count))
         await wait_for(lambda: fake.calls >= 2, failure="the second batch was never asked for")
-        before = await on_sqlite(first.store).read(
-            lambda view: view.conn.execute("SELECT id, message_id, vector FROM message_vectors").fetchall()
-        )
+        before = await first.store.read(vector_rows)
         assert len(before) == EMBED_BATCH
         await first.server.close()  # the process stops with its job still running
 
-        second = await start_service(**embedding_settings(fake))
+        second = await start_service(**embedding_settings(fake, lease_s=1))
         await wait_for(vectors_reach(second, count, "u1", "luna"), failure="the rest was not embedded")
-    after = await on_sqlite(second.store).read(
-        lambda view: view.conn.execute("SELECT id, message_id, vector FROM message_vectors").fetchall()
-    )
-    kept = {tuple(row) for row in before}
-    assert kept <= {tuple(row) for row in after}
+    after = await second.store.read(vector_rows)
+    assert set(before) <= set(after)
     # After the restart only the turns still without a vector were sent.
     embedded_first = set(fake.inputs[0])
     resent = {text for texts in fake.inputs[2:] for text in texts}
@@ -421,25 +426,27 @@ async def test_a_restart_keeps_what_was_embedded_and_embeds_the_rest(start_servi
 
 
 async def test_forget_deletes_the_vectors_rows_and_bytes(start_service: Any, db_path: Any) -> None:
+    # The file's bytes are SQLite's to check here (PostgreSQL's files: test_retention).
+    sqlite = isinstance(db_path, Path)
     async with FakeEmbeddings() as fake:
         service = await start_service(**embedding_settings(fake, job_sweep_s=3600))
         await seed(service, "u1", "luna", "A1", turns(6))
         await seed(service, "u2", "luna", "B1", turns(2, prefix="other "))
         await embed_now(service)
         assert (await vector_count(service, "u1"), await vector_count(service, "u2")) == (6, 2)
-        blobs = await on_sqlite(service.store).read(
+        blobs = await service.store.read(
             lambda view: [
-                row[0] for row in view.conn.execute("SELECT vector FROM message_vectors WHERE user_id = 'u1'")
+                bytes(row["v"])
+                for row in view.conn.execute("SELECT vector AS v FROM message_vectors WHERE user_id = 'u1'")
             ]
         )
         await service.store.checkpoint()
-        assert len(blobs) == 6 and all(blob in on_disk(db_path) for blob in blobs)
+        assert len(blobs) == 6 and (not sqlite or all(blob in on_disk(db_path) for blob in blobs))
         status, receipt = await service.api("DELETE", "/v1/users/u1")
     assert status == 200 and receipt["deleted"]["embeddings"] == 6
     assert await vector_count(service, "u1") == 0
     assert await vector_count(service, "u2") == 2
-    disk = on_disk(db_path)
-    assert not any(blob in disk for blob in blobs)
+    assert not sqlite or not any(blob in on_disk(db_path) for blob in blobs)
 
 
 async def test_a_session_bound_to_another_pair_is_embedded_there(start_service: Any) -> None:
@@ -459,6 +466,7 @@ async def test_a_session_bound_to_another_pair_is_embedded_there(start_service: 
     assert sorted(fake.inputs[1]) == sorted(fake.inputs[0])  # the same turns, embedded again
 
 
+@pytest.mark.sqlite_only  # drops SQLite's triggers
 async def test_without_a_model_nothing_is_scheduled_and_no_vector_is_read(start_service: Any) -> None:
     service = await start_service()
     assert EMBEDDINGS not in service.server.app

@@ -6,10 +6,13 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from conftest import CONVERSATIONS, agent_event, load_conversations, load_fixture
 
 from agent_memory.cli import main
 from agent_memory.core.domain import Summary
+
+pytestmark = pytest.mark.postgres
 
 
 def alice_fixture() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -126,7 +129,7 @@ async def test_cli_export_writes_the_same_document(service, tmp_path, capsys) ->
     await load_conversations(service, *CONVERSATIONS)
     _status, api_doc = await service.api("GET", "/v1/users/u-wang/export")
     out = tmp_path / "wang.json"
-    db = str(service.settings.db_path)
+    db = service.settings.postgres_url or str(service.settings.db_path)
     assert await asyncio.to_thread(main, ["export", "--db", db, "u-wang", "--output", str(out)]) == 0
     cli_doc = json.loads(out.read_text(encoding="utf-8"))
     assert {k: v for k, v in cli_doc.items() if k != "exported_ms"} == {

@@ -16,6 +16,8 @@ from agent_memory.errors import InvalidField
 from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
 
+pytestmark = pytest.mark.postgres
+
 PAIR = "/v1/users/u-keys/characters/luna"
 
 # Pairs the two former keys disagreed on, each in one direction: all are one fact now.

@@ -20,6 +20,8 @@ from conftest import agent_event, deliver, load_fixture, poll, session_of
 from agent_memory.cli import main
 from agent_memory.platforms.agora.keys import POLLER
 
+pytestmark = pytest.mark.postgres
+
 DOCS_101 = load_fixture("identity/101_docs_campaign_labels.json")
 DOCS_103 = load_fixture("identity/103_docs_campaign_labels.json")
 DOCS_LABELS = {"campaign_id": "test_campaign", "customer_group": "vip"}
@@ -148,7 +150,7 @@ async def test_stats_count_the_sessions_no_label_or_binding_identified(service, 
     _, stats = await service.api("GET", "/v1/stats")
     assert stats["unidentified_sessions"] == {"count": 1, "of": 4, "rate": 0.25}
 
-    db = str(service.settings.db_path)
+    db = service.settings.postgres_url or str(service.settings.db_path)
     assert await asyncio.to_thread(main, ["stats", "--db", db, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["unidentified_sessions"] == stats["unidentified_sessions"]
     assert await asyncio.to_thread(main, ["stats", "--db", db]) == 0
@@ -311,7 +313,7 @@ async def test_bad_channel_binding_requests_get_a_clear_4xx(
 
 async def test_cli_binds_shows_and_unbinds_a_channel(service, capsys) -> None:
     await send(service, DOCS_103)
-    db = str(service.settings.db_path)
+    db = service.settings.postgres_url or str(service.settings.db_path)
 
     def cli(*args: str) -> int:
         return main(["bind-channel", "--db", db, *args])

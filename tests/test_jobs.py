@@ -6,12 +6,15 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from conftest import agent_event, condense, deliver, load_fixture, turns, wait_for
 from fakes.openai_server import FakeOpenAI, Reply
 
 from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult
 from agent_memory.core.domain import CONDENSE, Job, Summary
 from agent_memory.memory.jobs import CondenseJobs
+
+pytestmark = pytest.mark.postgres
 
 ALICE = "/v1/users/u-alice/characters/luna"
 NO_SWEEP = {"job_sweep_s": 3600}  # tests drive the jobs themselves unless they test the scheduler
@@ -227,7 +230,8 @@ async def test_a_call_that_ended_is_condensed_within_seconds_not_after_the_debou
 
 
 async def test_restart_finds_pending_and_interrupted_jobs_again(start_service, make_settings):
-    first = await start_service(summary_delay_s=0, **NO_SWEEP)
+    # A shared database frees the dead process's claim once its lease (here 1 s) runs out.
+    first = await start_service(summary_delay_s=0, lease_s=1, **NO_SWEEP)
     await deliver(first, *load_fixture("conversations/en_luna_companion.json"))
     await deliver(first, *load_fixture("conversations/zh_xiaoyu_tutor.json"))
     # One job is claimed and then the process "dies" before finishing it.
@@ -236,7 +240,7 @@ async def test_restart_finds_pending_and_interrupted_jobs_again(start_service, m
     assert claimed.status == "running"
     await first.server.close()
 
-    second = await start_service(summary_delay_s=0, job_sweep_s=0.05)
+    second = await start_service(summary_delay_s=0, job_sweep_s=0.05, lease_s=1)
 
     async def both_condensed():
         alice = await second.store.read(lambda v: v.summaries.get("u-alice", "luna"))

@@ -17,6 +17,8 @@ from conftest import (
     agora_settings,
     condense,
     conversation,
+    counts,
+    inbox_of,
     live,
     load_fixture,
     poll,
@@ -29,6 +31,8 @@ from conftest import (
 from fakes.agora_server import FakeAgent
 
 from agent_memory.platforms.agora.keys import POLLER
+
+pytestmark = pytest.mark.postgres
 
 BASE_MS = 1_795_000_000_000
 HOUR_MS = 3_600_000
@@ -310,12 +314,16 @@ async def test_following_survives_a_restart_without_a_new_101(start_service, fak
     assert await contents_of(second, agent) == texts(full)
     session = await session_of(second, agent)
     assert session.gap_count == 0 and session.message_count == 18
-    inbox = await second.store.read(
-        lambda view: view.conn.execute(
-            "SELECT event_type FROM inbox WHERE agent_id = ? ORDER BY received_ms", (agent,)
-        ).fetchall()
+    inbox = [await inbox_of(second, f"{agent}:{event_type}") for event_type in (101, 102, 103)]
+    assert all(inbox) and sorted(inbox, key=lambda entry: entry.received_ms) == inbox
+
+
+async def followed(service: Any) -> list[str]:
+    """Every agent the service has followed (watching or not), read from the table itself."""
+    rows = await service.store.read(
+        lambda view: view.conn.execute("SELECT agent_id FROM watched_agents ORDER BY agent_id").fetchall()
     )
-    assert [row[0] for row in inbox] == [101, 102, 103]
+    return [row["agent_id"] for row in rows]
 
 
 async def has_stored(service: Any, agent_id: str, count: int) -> bool:
@@ -418,10 +426,7 @@ async def test_start_agent_without_agora_settings_is_503(start_service):
     )  # fmt: skip
     assert status == 503
     assert answer["error"]["code"] == "not_configured" and "AGORA_APP_ID" in answer["error"]["message"]
-    count = await service.store.read(
-        lambda view: view.conn.execute("SELECT count(*) FROM watched_agents").fetchone()[0]
-    )
-    assert count == 0
+    assert await followed(service) == []
 
 
 async def test_agora_refusing_the_join_is_a_clear_error_and_nothing_is_followed(start_service, fake):
@@ -438,14 +443,8 @@ async def test_agora_refusing_the_join_is_a_clear_error_and_nothing_is_followed(
     status, bad = await service.api("POST", "/v1/agents", json={**request, "join": join_body("luna-bad")})
     assert status == 502 and "400" in bad["error"]["message"]
 
-    rows = await service.store.read(
-        lambda view: view.conn.execute("SELECT agent_id FROM watched_agents").fetchall()
-    )
-    assert [row[0] for row in rows] == [first["agent_id"]]
-    sessions = await service.store.read(
-        lambda view: view.conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-    )
-    assert sessions == 1
+    assert await followed(service) == [first["agent_id"]]
+    assert (await counts(service))["sessions"] == 1
 
 
 async def test_start_agent_rejects_a_bad_body_before_calling_agora(start_service, fake):
@@ -562,11 +561,10 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
     assert watch.push_due_ms >= watch.last_push_ms + HOUR_MS
 
     # The interval passes (the clock is moved back for this agent): the waiting push goes.
-    def an_hour_ago(tx: Any) -> None:
+    def an_hour_ago(tx: Any) -> None:  # the same SQL on either backend
         tx.conn.execute(
-            "UPDATE watched_agents SET last_push_ms = last_push_ms - ?, "
-            "push_due_ms = push_due_ms - ? WHERE agent_id = ?",
-            (HOUR_MS, HOUR_MS, agent),
+            f"UPDATE watched_agents SET last_push_ms = last_push_ms - {HOUR_MS}, "
+            f"push_due_ms = push_due_ms - {HOUR_MS} WHERE agent_id = '{agent}'"
         )
 
     await service.store.write(an_hour_ago)

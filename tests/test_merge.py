@@ -1,5 +1,6 @@
 """Window merging: one transcript per agent run, nothing lost, nothing doubled."""
 
+import asyncio
 import itertools
 import json
 import random
@@ -12,6 +13,9 @@ from agent_memory.memory.ingest import Ingestor
 from agent_memory.platforms.agora.events import parse_callback, session_event
 from agent_memory.platforms.agora.payloads import AgentHistory
 from agent_memory.settings import Settings
+from agent_memory.store import open_store
+
+pytestmark = pytest.mark.postgres
 
 LABELS = {"user_id": "u1", "character_id": "c1"}
 
@@ -84,6 +88,26 @@ async def test_sliding_windows_merge_into_one_exact_transcript(store, ingestor, 
     session = await store.read(lambda view: view.sessions.get("LONG"))
     assert session.message_count == 80
     assert session.gap_count == 0
+
+
+async def test_windows_merged_by_two_instances_at_once_give_one_exact_transcript(store, db_path, ingestor):
+    """Each window reaches both instances at once (a redelivery lands on the other one) while
+    the next window races them: one agent run's merges queue behind each other, none doubles."""
+    other = open_store(Settings(db_path=db_path))
+    try:
+        windows, total = long_call()
+        for window, following in zip(windows, [*windows[1:], windows[-1]], strict=True):
+            outcomes = await asyncio.gather(
+                merge(store, ingestor, "LONG", window["contents"]),
+                merge(other, ingestor, "LONG", window["contents"]),
+                merge(other, ingestor, "LONG", following["contents"]),
+            )
+            assert all(outcome.status == "done" for outcome in outcomes)
+        assert await transcript(other, "LONG") == full_conversation()
+        session = await store.read(lambda view: view.sessions.get("LONG"))
+        assert (session.message_count, session.gap_count) == (total, 0)
+    finally:
+        other.close()
 
 
 async def test_redelivered_window_changes_nothing(store, ingestor):

@@ -4,21 +4,28 @@ the budget, over HTTP, in process and from the CLI; the word index follows every
 from __future__ import annotations
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from conftest import FIXTURES, assert_error, integrity_check, on_disk, said, seed
 from fakes.embeddings_server import FakeEmbeddings
-from test_embeddings import embed_now
+from test_embeddings import embed_now, session, spoken
+from test_search import fixture_messages
 
 from agent_memory.cli import main as cli_main
 from agent_memory.core.recall import HEADING, fit, rank, weighted_terms
 from agent_memory.core.terms import RELATED_WEIGHT, query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.settings import Settings
-from agent_memory.store import open_store
+from agent_memory.store import Transaction, open_store
+from agent_memory.store.postgres import PostgresStore
+from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.web.keys import MEMORY
 
+pytestmark = pytest.mark.postgres
 DAY_MS = 24 * 3600 * 1000
 # 2023-05-08 13:56 UTC, a Monday.
 MAY_8 = 1_683_554_160_000
@@ -236,25 +243,32 @@ async def test_bad_parameters_get_a_422_that_names_them(service, params: dict[st
 
 
 async def test_forget_removes_the_words_from_the_index_and_the_file(service, db_path) -> None:
+    # The file's bytes are SQLite's to check here (PostgreSQL's files: test_retention).
+    sqlite = isinstance(service.store, SQLiteStore)
     await seed(
         service, "u1", "luna", "a1", said("My tortoise Zanzibarino turned 50.", "Wow.", start_ms=MAY_8)
     )
     assert (await recall(service, "u1", "luna", "Zanzibarino"))["memories"]
-    assert b"zanzibarino" in on_disk(db_path).lower()
+    assert not sqlite or b"zanzibarino" in on_disk(db_path).lower()
     status, _ = await service.api("DELETE", "/v1/users/u1")
     assert status == 200
     assert (await recall(service, "u1", "luna", "Zanzibarino"))["memories"] == []
 
     def rows(view: Any) -> tuple[int, int]:
-        docs = view.conn.execute("SELECT count(*) FROM recall_docs").fetchone()[0]
-        terms_ = view.conn.execute(
-            "SELECT count(*) FROM recall_terms WHERE term LIKE '%zanzibarino%'"
-        ).fetchone()[0]
-        return docs, terms_
+        # The index's vocabulary: FTS5's on SQLite, the docs' term arrays on PostgreSQL.
+        vocabulary = (
+            "SELECT count(*) AS n FROM recall_terms WHERE term LIKE '%zanzibarino%'"
+            if sqlite
+            else "SELECT count(*) AS n FROM recall_docs WHERE array_to_string(terms, ' ') LIKE '%zanzibarino%'"
+        )
+        docs, words = (
+            view.conn.execute(q).fetchone() for q in ("SELECT count(*) AS n FROM recall_docs", vocabulary)
+        )
+        return docs["n"], words["n"]
 
     assert await service.store.read(rows) == (0, 0)
     await service.store.checkpoint()
-    assert b"zanzibarino" not in on_disk(db_path).lower()
+    assert not sqlite or b"zanzibarino" not in on_disk(db_path).lower()
     await integrity_check(service.store)
 
 
@@ -372,10 +386,11 @@ class ConceptEmbeddings(FakeEmbeddings):
         return answer
 
 
-async def test_an_embedding_model_adds_turns_found_by_meaning(start_service) -> None:
+async def test_an_embedding_model_adds_turns_found_by_meaning(start_service, backend) -> None:
     async with ConceptEmbeddings() as fake:
+        # A model of its own per backend: the process keeps questions' vectors by model.
         service = await start_service(
-            embeddings_model="concepts", embeddings_base_url=fake.base_url, embeddings_api_key="k",
+            embeddings_model=f"concepts-{backend}", embeddings_base_url=fake.base_url, embeddings_api_key="k",
         )  # fmt: skip
         lines = [*small_talk(10), "I practise the cello every evening.", "Lovely!", *small_talk(10)]
         await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
@@ -452,3 +467,182 @@ async def test_queries_share_one_built_context_of_the_rest_of_the_budget(service
     for body in (first, second):
         assert body["included"]["recalled"] == 1 and body["tokens"] <= body["max_tokens"] == 1500
         assert "My passport expires in June." in content_of(body)
+
+
+# -- PostgreSQL: several instances index at once, and rank as SQLite does ----------------------
+
+
+def pg_stores(url: str, count: int) -> list[PostgresStore]:
+    """`count` instances on one database, none indexing in the background (the test does)."""
+    stores = [PostgresStore(url, index=False) for _ in range(count)]
+    for store in stores:
+        store.open()
+    return stores
+
+
+def pg_turns(
+    store: PostgresStore, agent_id: str, user_id: str, character_id: str, contents: list[str]
+) -> list[int]:
+    def write(tx: Transaction) -> list[int]:
+        tx.sessions.insert(session(agent_id, user_id, character_id))
+        tx.messages.insert(spoken(agent_id, user_id, character_id, *contents))
+        return [message.id for message in tx.messages.of_session(agent_id)]
+
+    return store.write_now(write)
+
+
+def indexed(view: Any) -> dict[str, int]:
+    """The recall index's docs, queued ids and per-pair totals, as the database holds them."""
+    return {
+        "docs": view.conn.execute("SELECT count(*) AS n FROM recall_docs").fetchone()["n"],
+        "pending": view.conn.execute("SELECT count(*) AS n FROM recall_pending").fetchone()["n"],
+        "counted": view.conn.execute("SELECT coalesce(sum(docs), 0) AS n FROM recall_pairs").fetchone()["n"],
+    }
+
+
+def batch(tag: str, count: int) -> list[str]:
+    return [f"{tag} turn {i} about kites and word{i % 7}" for i in range(count)]
+
+
+def test_two_instances_catching_up_at_once_index_every_turn_exactly_once(pg_cluster: Any) -> None:
+    first, second = pg_stores(pg_cluster.database(), 2)
+    try:
+        for n in range(6):
+            pg_turns(first, f"A{n}", f"u{n % 3}", ("luna", "kai")[n % 2], batch(f"a{n}", 200))
+        holding, release = threading.Event(), threading.Event()
+
+        def held(tx: Any) -> int:
+            # The first pair's turns: an instance indexing a pair holds its statistics until it
+            # commits, so the other takes the other pairs' turns here.
+            taken = tx.recall.catch_up(200)
+            holding.set()
+            assert release.wait(30)
+            return int(taken)
+
+        with ThreadPoolExecutor(2) as pool:
+            running = pool.submit(first.write_now, held)
+            assert holding.wait(30)
+            # The other instance skips the turns the first is indexing and takes all the rest.
+            rest = second.write_now(lambda tx: tx.recall.catch_up(100_000))
+            release.set()
+            assert (running.result(), rest) == (200, 1000)
+        assert second.read_now(indexed) == {"docs": 1200, "pending": 0, "counted": 1200}
+
+        # Both loop over small chunks at once: every queued turn is taken by exactly one of them.
+        for n in range(6, 12):
+            pg_turns(second, f"A{n}", f"u{n % 4}", "luna", batch(f"b{n}", 200))
+
+        def drain(store: PostgresStore) -> int:
+            taken = 0
+            while step := store.write_now(lambda tx: tx.recall.catch_up(50)):
+                taken += step
+            return taken
+
+        with ThreadPoolExecutor(2) as pool:
+            taken = [pool.submit(drain, store) for store in (first, second)]
+            assert sum(future.result() for future in taken) == 1200
+        assert first.read_now(indexed) == {"docs": 2400, "pending": 0, "counted": 2400}
+        stats = first.read_now(lambda view: view.recall.term_stats("u1", None, [("kite", 1.0)]))
+        assert stats.frequencies == {"kite": 600} and stats.documents == 600
+    finally:
+        for store in (first, second):
+            store.close()
+
+
+def test_a_catch_up_with_nothing_free_waits_for_the_one_indexing(pg_cluster: Any) -> None:
+    first, second = pg_stores(pg_cluster.database(), 2)
+    try:
+        (changed, *_) = pg_turns(first, "A1", "u1", "luna", ["I fly kites on Sundays", "Nice", "Windy?"])
+        holding, release = threading.Event(), threading.Event()
+
+        def held(tx: Any) -> int:
+            taken = tx.recall.catch_up(100)
+            holding.set()
+            assert release.wait(30)
+            return int(taken)
+
+        def catch_up_then_read(store: PostgresStore) -> tuple[int, int]:
+            taken = store.write_now(lambda tx: tx.recall.catch_up(100))
+            return taken, store.read_now(indexed)["docs"]
+
+        def rewrite(tx: Any) -> None:
+            tx.conn.execute("UPDATE messages SET content = 'I fly drones now' WHERE id = %s", (changed,))
+
+        with ThreadPoolExecutor(3) as pool:
+            running = pool.submit(first.write_now, held)
+            assert holding.wait(30)
+            waiting = pool.submit(catch_up_then_read, second)
+            # Changed while its old text is being indexed: it is queued again, not lost.
+            rewriting = pool.submit(second.write_now, rewrite)
+            time.sleep(0.3)  # time to start waiting (a correct run passes however long this is)
+            release.set()
+            assert running.result() == 3
+            rewriting.result()
+            # The second found every queued turn taken: it waited for the first to commit, so its
+            # read right after sees them indexed.
+            taken, docs = waiting.result()
+            assert taken in (0, 1) and docs == 3
+        assert second.write_now(lambda tx: tx.recall.catch_up(100)) in (0, 1)
+        stats = second.read_now(
+            lambda view: view.recall.term_stats("u1", "luna", [("kite", 1.0), ("drone", 1.0)])
+        )
+        assert stats.frequencies == {"kite": 0, "drone": 1}
+        assert second.read_now(indexed) == {"docs": 3, "pending": 0, "counted": 3}
+    finally:
+        for store in (first, second):
+            store.close()
+
+
+async def test_postgres_ranks_and_searches_as_sqlite_does(tmp_path: Any, pg_cluster: Any) -> None:
+    pairs = {
+        ("u-en", "luna"): fixture_messages("en_luna_companion"),
+        ("u-zh", "xiaoyu"): fixture_messages("zh_xiaoyu_tutor"),
+        ("u-ko", "minjun"): fixture_messages("ko_minjun_mixed"),
+    }
+    stores = [
+        open_store(Settings(db_path=tmp_path / "m.db")),
+        open_store(Settings(db_path=pg_cluster.database())),
+    ]
+
+    def fill(tx: Transaction) -> None:
+        for number, ((user, character), messages) in enumerate(pairs.items()):
+            tx.sessions.insert(session(f"A{number}", user, character))
+            tx.messages.insert(spoken(f"A{number}", user, character, *(m["content"] for m in messages)))
+        for text in ("Has a cat called Miso", "Preparing for the HSK exam", "Sister's wedding in June"):
+            tx.facts.add("u-en", "luna", text, scope="character", pinned=True, origin="manual")
+
+    questions = (
+        "What is my cat called?",
+        "wedding sister",
+        "Miso",
+        "考试",
+        "西湖边",
+        "HSK五级 考试",
+        "떡볶이 presentation",
+    )
+
+    def answers(view: Any) -> list[Any]:
+        found: list[Any] = []
+        for user, character in pairs:
+            for q in questions:
+                stats = view.recall.term_stats(user, character, weighted_terms(q))
+                turns = view.recall.turns(stats, 20)
+                found.append((stats.idfs, stats.frequencies, stats.documents, round(stats.average_length, 9)))
+                found.append([(hit.message.content, round(hit.score, 9)) for hit in turns])
+                body = view.search.user(user, q, limit=50)
+                found.append((body["method"], body["truncated"], body["terms"]))
+                found.append([(r["kind"], r["snippet"], r["score"], r["rank"]) for r in body["results"]])
+        found.append(view.search.mentions("miso", role="any"))
+        found.append(view.search.mentions("考试"))
+        return found
+
+    try:
+        for store in stores:
+            await store.write(fill)
+            while await store.catch_up_search():
+                pass
+        lite, pg = [await store.read(answers) for store in stores]
+        assert any(lite[1::4]) and lite == pg
+    finally:
+        for store in stores:
+            store.close()

@@ -1,6 +1,6 @@
-"""Retention and forgetting against real SQLite files: the watermark rule, age and count limits,
-raw-callback expiry, bounded batches, space given back, the schedule, and forgets that leave
-no byte of the forgotten text in the database files."""
+"""Retention and forgetting against real SQLite files and PostgreSQL databases: the watermark
+rule, age and count limits, raw-callback expiry, bounded batches, space given back, the
+schedule, and forgets that leave no byte of the forgotten text in the database files."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from conftest import agent_event, condense, integrity_check, on_disk, seed, wait_for
 
+import agent_memory.store.postgres.maintenance as pg_maintenance
 import agent_memory.store.sqlite.maintenance as maintenance
 from agent_memory.cli import main
 from agent_memory.core.clock import now_ms
@@ -20,6 +22,8 @@ from agent_memory.memory.retention import DAY_MS, Retention
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
 from agent_memory.web.keys import RETENTION
+
+pytestmark = pytest.mark.postgres
 
 NO_SWEEP = {"job_sweep_s": 3600}
 
@@ -223,7 +227,7 @@ async def test_cli_purge_prints_what_it_removed(start_service, capsys) -> None:
     await seed(service, "u-cli", "luna", "AGENT-CLI", lines(10, start_ms=now_ms() - 60_000))
     rows = await held(service.store, "u-cli", "luna")
     await cover(service.store, "u-cli", "luna", rows[-1].id)
-    db = str(service.settings.db_path)
+    db = service.settings.postgres_url or str(service.settings.db_path)
     assert await asyncio.to_thread(main, ["purge", "--db", db, "--max-messages", "3"]) == 0
     out = capsys.readouterr().out
     assert "removed 7 messages, 0 metrics, 0 raw callbacks" in out and "bytes" in out
@@ -277,8 +281,25 @@ async def remember_secrets(service: Any, user: str) -> None:
         assert found["results"], marker
 
 
-def assert_no_trace(db_path: Path) -> None:
-    data = on_disk(db_path)
+def database_files(db_path: Path | str) -> bytes:
+    """What anyone with disk access reads of the database: SQLite's file and WAL, or every file
+    of the PostgreSQL database's directory (base/<its oid>) once the server has written its
+    buffers out (the test process is root, so it reads the server's files)."""
+    if isinstance(db_path, Path):
+        return on_disk(db_path)
+    with psycopg.connect(db_path, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+        row = conn.execute(
+            "SELECT current_setting('data_directory'), oid FROM pg_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    files = sorted(path for path in Path(row[0], "base", str(row[1])).rglob("*") if path.is_file())
+    assert len(files) > 100  # the database's catalogs and tables are all there
+    return b"".join(path.read_bytes() for path in files)
+
+
+def assert_no_trace(db_path: Path | str) -> None:
+    data = database_files(db_path)
     assert CONTROL.encode() in data  # the scan does see text that is still held
     for name, marker in MARKERS.items():
         assert marker.encode() not in data, name
@@ -286,9 +307,10 @@ def assert_no_trace(db_path: Path) -> None:
         assert not left, (name, left)
 
 
-async def test_forget_leaves_no_trace_on_disk(service, db_path) -> None:
+async def test_forget_leaves_no_trace_on_disk(service, db_path, backend) -> None:
     await remember_secrets(service, "u-secret")
-    assert MARKERS["english"].encode() in on_disk(db_path)
+    before = database_files(db_path)
+    assert all(marker.encode() in before for marker in MARKERS.values())
     status, body = await service.api("DELETE", "/v1/users/u-secret")
     assert status == 200, body
     receipt = body["deleted"]
@@ -297,7 +319,9 @@ async def test_forget_leaves_no_trace_on_disk(service, db_path) -> None:
     assert receipt["metrics"] == 1 and receipt["sessions"] == 1 and receipt["raw_callbacks"] >= 3
     await service.store.checkpoint()
     assert_no_trace(db_path)
-    await integrity_check(service.store)
+    if backend == "sqlite":
+        await integrity_check(service.store)
+    assert (await service.store.read(lambda view: view.maintenance.search_state()))["scrub_owed"] == 0
     status, found = await service.api("GET", "/v1/users/u-secret/search", params={"q": MARKERS["english"]})
     assert found["results"] == []
     assert (await service.api("GET", "/v1/users/u-secret/export"))[0] == 404
@@ -310,30 +334,81 @@ async def test_forget_leaves_no_trace_on_disk(service, db_path) -> None:
     assert len(body["results"]) == 1
 
 
-async def test_forget_on_a_large_index_is_scrubbed_by_the_job(service, db_path, monkeypatch) -> None:
-    # As if the index were too big to rewrite inside the forget: the job scrubs it afterwards.
-    monkeypatch.setattr(maintenance, "INLINE_SCRUB_MAX_ROWS", 0)
+def test_every_postgres_table_is_cleared_by_forget_or_holds_nothing_of_a_user(pg_cluster) -> None:
+    with psycopg.connect(pg_cluster.database()) as conn:
+        tables = {
+            row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
+    assert tables == {held.table for held in maintenance.HELD} | set(pg_maintenance.NOT_HELD)
+
+
+async def test_the_rewrite_waits_for_snapshots_that_still_see_the_forgotten_rows(
+    service, db_path, backend, monkeypatch
+) -> None:
+    """VACUUM FULL copies along the rows an open snapshot may still read: the scrub waits for it."""
+    if backend == "sqlite":
+        pytest.skip("PostgreSQL's table rewrite")
+    monkeypatch.setattr(pg_maintenance, "HORIZON_WAIT_S", 0.2)
+    url = db_path
+    marker = MARKERS["english"]
+    await seed(service, "u-seen", "luna", "AGENT-SEEN", [{"role": "user", "content": f"word {marker}"}])
+    await seed(service, "u-other", "luna", "AGENT-OTHER", [{"role": "user", "content": CONTROL}])
+    with psycopg.connect(url) as report:  # a long read that began before the forget
+        report.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        assert report.execute("SELECT count(*) FROM messages WHERE user_id = 'u-seen'").fetchone() == (1,)
+        status, _ = await service.api("DELETE", "/v1/users/u-seen")
+        assert status == 200
+        left, rewritten, _pages = await service.store.checkpoint()
+        assert left >= 2 and rewritten == 0
+        assert marker.encode() in database_files(url)
+        assert report.execute("SELECT count(*) FROM messages WHERE user_id = 'u-seen'").fetchone() == (1,)
+    left, rewritten, _pages = await service.store.checkpoint()
+    assert left == 0 and rewritten >= 2
+    assert_no_trace(url)
+
+
+def as_if_large(backend: str, monkeypatch: pytest.MonkeyPatch, *, batch_ms: int) -> None:
+    """As if the database were too big to scrub right after a forget: SQLite's search index
+    (merged by the job in short steps), PostgreSQL's tables (rewritten by the job, in a batch
+    `batch_ms` after the first forget)."""
+    if backend == "sqlite":
+        monkeypatch.setattr(maintenance, "INLINE_SCRUB_MAX_ROWS", 0)
+    else:
+        monkeypatch.setattr(pg_maintenance, "INLINE_SCRUB_MAX_BYTES", 0)
+        monkeypatch.setattr(pg_maintenance, "SCRUB_BATCH_MS", batch_ms)
+
+
+async def test_forget_on_a_large_index_is_scrubbed_by_the_job(service, db_path, backend, monkeypatch) -> None:
+    as_if_large(backend, monkeypatch, batch_ms=3_600_000)
     await remember_secrets(service, "u-big")
     status, body = await service.api("DELETE", "/v1/users/u-big")
     assert status == 200, body
     assert body["deleted"]["search_index_scrub_pending"] == 1
     await service.store.checkpoint()
-    data = on_disk(db_path)
+    data = database_files(db_path)
     for marker in MARKERS.values():
-        assert marker.encode() not in data  # the rows themselves are gone at once
-        # ...but the old index segments still hold pieces of the text: the scan would see them.
-        assert any(piece in data for piece in trigrams(marker)), marker
+        if backend == "sqlite":
+            assert marker.encode() not in data  # the rows themselves are gone at once
+            # ...but the old index segments still hold pieces of the text: the scan would see them.
+            assert any(piece in data for piece in trigrams(marker)), marker
+        else:
+            # The deleted rows are still in the table's pages until the rewrite.
+            assert marker.encode() in data, marker
     _status, found = await service.api("GET", "/v1/users/u-big/search", params={"q": MARKERS["chinese"]})
     assert found["results"] == []  # and nothing can find the old index entries
+    owed = (await service.store.read(lambda view: view.maintenance.search_state()))["scrub_owed"]
+    if backend == "postgres":
+        assert owed >= 5  # messages, facts, summaries, sessions, raw callbacks... each a table
+        monkeypatch.setattr(pg_maintenance, "SCRUB_BATCH_MS", 0)  # the batch is due
     scrub = await service.server.app[RETENTION].scrub_if_owed()
-    assert scrub.merged and scrub.owed_forgets == 1
+    assert scrub.merged and scrub.owed_forgets == (1 if backend == "sqlite" else owed)
     await service.store.checkpoint()
     assert_no_trace(db_path)
     assert (await service.server.app[RETENTION].scrub_if_owed()).merged is False
 
 
-async def test_the_scrub_after_a_forget_runs_on_its_own(start_service, db_path, monkeypatch) -> None:
-    monkeypatch.setattr(maintenance, "INLINE_SCRUB_MAX_ROWS", 0)
+async def test_the_scrub_after_a_forget_runs_on_its_own(start_service, db_path, backend, monkeypatch) -> None:
+    as_if_large(backend, monkeypatch, batch_ms=1000)
     service = await start_service(retention_sweep_s=0.2)
     await remember_secrets(service, "u-later")
     _status, body = await service.api("DELETE", "/v1/users/u-later")

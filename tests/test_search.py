@@ -19,6 +19,7 @@ from agent_memory.store.sqlite.migrations import migrations
 
 # The conversation fixtures whose callbacks name their user.
 LABELLED = ("en_luna_companion", "zh_xiaoyu_tutor", "ko_minjun_mixed", "multiuser_channel")
+pytestmark = pytest.mark.postgres
 
 
 def fixture_messages(name: str) -> list[dict[str, Any]]:
@@ -148,8 +149,9 @@ async def test_summaries_are_searched_and_a_replaced_summary_leaves_the_index(se
     await seed(service, "u-2", "luna", "AGENT-S", said("hello there", "hi there"))
     await service.store.catch_up_search()  # messages are indexed after they commit
     # The owner tokens of the user's pairs (SQLite's index detail), kept through replacements.
-    pairs = await service.store.read(lambda view: view.search.pair_tokens("u-2"))
-    assert pairs
+    sqlite = isinstance(service.store, SQLiteStore)
+    pairs = await service.store.read(lambda view: view.search.pair_tokens("u-2")) if sqlite else None
+    assert pairs or not sqlite
 
     def summary(text: str) -> Summary:
         return Summary(user_id="u-2", character_id="luna", text=text, watermark_id=1,
@@ -165,7 +167,8 @@ async def test_summaries_are_searched_and_a_replaced_summary_leaves_the_index(se
     assert (await search(service, "u-2", "Kyoto"))["results"] == []
     assert [r["kind"] for r in (await search(service, "u-2", "Osaka"))["results"]] == ["summary"]
     # Replacing the summary (INSERT OR REPLACE) leaves the pair's token, so its messages stay found.
-    assert await service.store.read(lambda view: view.search.pair_tokens("u-2")) == pairs
+    if sqlite:
+        assert await service.store.read(lambda view: view.search.pair_tokens("u-2")) == pairs
     assert len((await search(service, "u-2", "there"))["results"]) == 2
     await integrity_check(service.store)
     _status, _ = await service.api("DELETE", "/v1/users/u-2")

@@ -27,6 +27,8 @@ from agent_memory.store.sqlite.facts import fact_character
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
 from agent_memory.store.types import NewMessage
 
+pytestmark = pytest.mark.postgres
+
 
 def session(agent_id: str = "A1", user_id: str = "u1", character_id: str = "luna") -> Session:
     return Session(
@@ -45,6 +47,7 @@ def message(seq: int, content: str, agent_id: str = "A1", user_id: str = "u1", *
     return row
 
 
+@pytest.mark.sqlite_only
 async def test_every_table_is_cleared_by_forget_or_holds_nothing_of_a_user(store: Store) -> None:
     def tables(view: SQLiteView) -> set[str]:
         rows = view.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
@@ -126,6 +129,76 @@ async def test_a_user_wide_fact_belongs_to_every_character(store: Store) -> None
         fact_character("character", "")
 
 
+async def test_a_fact_reworded_into_another_goes_instead(store: Store) -> None:
+    def remember(tx: Transaction) -> tuple[Fact, Fact]:
+        tea, _ = tx.facts.add("u1", "luna", "Likes tea", scope="character", pinned=False, origin="llm")
+        coffee, _ = tx.facts.add("u1", "luna", "Likes coffee", scope="character", pinned=False, origin="llm")
+        return tea, coffee
+
+    tea, coffee = await store.write(remember)
+    assert await store.write(lambda tx: tx.facts.update(coffee.id, "Likes strong coffee")) is True
+    # Now it says what `tea` says: the transaction goes on, without the reworded fact.
+    assert await store.write(lambda tx: (tx.facts.update(coffee.id, "likes tea."), tx.facts.get(tea.id))) == (
+        True,
+        tea,
+    )
+    assert await store.read(lambda view: view.facts.of_pair("u1", "luna")) == [tea]
+
+
+async def test_two_instances_saying_one_thing_at_once_store_it_once(store: Store, db_path: Path) -> None:
+    """The same fact added, and the same event recorded, by two processes at once: one row,
+    one creation, and no error for the other."""
+    other = open_store(Settings(db_path=db_path))
+    try:
+        both = (store, other) * 4
+        added = await asyncio.gather(
+            *(
+                instance.write(
+                    lambda tx: tx.facts.add(
+                        "u1", "luna", "Likes tea", scope="character", pinned=False, origin="llm"
+                    )
+                )
+                for instance in both
+            )
+        )
+        assert sorted(created for _, created in added) == [False] * 7 + [True]
+        assert len({fact.id for fact, _ in added}) == 1
+        entry = InboxEntry(event_id="n1", event_type=103, received_ms=7, body="{}", status="done")
+        recorded = await asyncio.gather(
+            *(instance.write(lambda tx: tx.inbox.insert(entry)) for instance in both)
+        )
+        assert sorted(recorded) == [False] * 7 + [True]
+    finally:
+        other.close()
+
+
+async def test_a_moved_session_takes_its_messages_in_order_under_new_ids(store: Store) -> None:
+    await store.write(lambda tx: tx.sessions.insert(session()))
+    await store.write(lambda tx: tx.messages.insert([message(seq, f"line {seq}") for seq in (0, 1, -2, 2)]))
+    await store.write(lambda tx: tx.sessions.insert(session("B1", "u2")))
+    await store.write(lambda tx: tx.messages.insert([message(0, "other", "B1", "u2")]))
+    before = await store.read(lambda view: view.messages.of_session("A1"))
+    newest = max(m.id for m in await store.read(lambda view: view.messages.of_session("B1")))
+    versions = await store.read(
+        lambda view: (view.versions.of_pair("u1", "luna"), view.versions.of_pair("u9", "luna"))
+    )
+    assert await store.write(lambda tx: tx.sessions.move("A1", "u9", "luna")) == 4
+    after = await store.read(lambda view: view.messages.of_session("A1"))
+    assert [(m.seq, m.content, m.user_id) for m in after] == [(m.seq, m.content, "u9") for m in before]
+    # New ids above every other, given in the order of the old ones.
+    assert min(m.id for m in after) > newest
+    assert sorted(after, key=lambda m: m.id) == [
+        next(a for a in after if a.seq == b.seq) for b in sorted(before, key=lambda m: m.id)
+    ]
+    moved = await store.read(lambda view: view.sessions.get("A1"))
+    assert moved is not None and moved.user_id == "u9"
+    assert await store.read(lambda view: view.messages.latest("u1", "luna", 10)) == []
+    changed = await store.read(
+        lambda view: (view.versions.of_pair("u1", "luna"), view.versions.of_pair("u9", "luna"))
+    )
+    assert changed[0][0] > versions[0][0] and changed[1][0] > versions[1][0]
+
+
 async def test_the_queue_claims_postpones_and_finishes(store: Store) -> None:
     timing = {"delay_ms": 0, "max_wait_ms": 0, "max_messages": 1, "new_messages": 3}
     await store.write(lambda tx: tx.jobs.schedule(CONDENSE, "u1", "luna", **timing))
@@ -155,7 +228,9 @@ async def test_forget_clears_every_held_table_and_keeps_the_index_watermark(stor
         "search_index_rows", "search_index_scrub_pending"
     ]  # fmt: skip
     assert (receipt["messages"], receipt["sessions"], receipt["search_index_rows"]) == (1, 1, 1)
-    # The forget rewrote the (small) index; what was already indexed is not indexed again.
+    # The forget (with the checkpoint Memory.forget runs after it) rewrote what was small
+    # enough; what was already indexed is not indexed again.
+    await store.checkpoint()
     state = await store.read(lambda view: view.maintenance.search_state())
     assert state == {"dead_rows": 0, "scrub_owed": 0, "messages_indexed_upto": indexed}
     assert await store.catch_up_search() == 0

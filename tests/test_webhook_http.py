@@ -29,6 +29,8 @@ from conftest import (
 
 from agent_memory.platforms.agora.signatures import V1_HEADER, V2_HEADER, sign
 
+pytestmark = pytest.mark.postgres
+
 LABELS = {"user_id": "u-hook", "character_id": "c-hook"}
 # Every NCS envelope of fixtures/agora (other files there are REST bodies).
 AGORA_EXAMPLES = sorted(

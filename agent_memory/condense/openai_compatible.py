@@ -40,22 +40,23 @@ MAX_ATTEMPTS = 2
 UNAVAILABLE_STATUSES = frozenset({408, 429})
 
 
-def map_openai_error(exc: openai.OpenAIError, timeout_s: float) -> LLMError:
-    """Translate an SDK error into the service's LLM errors."""
+def map_openai_error(exc: openai.OpenAIError, timeout_s: float, *, url: str, model: str) -> LLMError:
+    """Translate an SDK error into the service's LLM errors, naming the endpoint and the model."""
     if isinstance(exc, openai.APITimeoutError):
-        return LLMUnavailable(f"the LLM did not answer within {timeout_s:g}s")
+        return LLMUnavailable(
+            f"the LLM at {url} (model {model}) did not answer within {timeout_s:g}s "
+            "(AGENT_MEMORY_LLM_TIMEOUT_S)"
+        )
     if isinstance(exc, openai.APIConnectionError):
-        return LLMUnavailable(f"the LLM endpoint is unreachable: {exc.message}")
+        return LLMUnavailable(f"the LLM endpoint {url} is unreachable (OPENAI_BASE_URL): {exc.message}")
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
+        said = f"the LLM endpoint {url} answered {status} for model {model}: {exc.message}"
         if status >= 500 or status in UNAVAILABLE_STATUSES:
-            return LLMUnavailable(
-                f"the LLM endpoint answered {status}: {exc.message}",
-                retry_after=retry_after_s(exc.response.headers),
-            )
+            return LLMUnavailable(said, retry_after=retry_after_s(exc.response.headers))
         # A 4xx other than those is our request or our credentials: retrying will not help.
-        return LLMError(f"the LLM endpoint answered {status}: {exc.message}")
-    return LLMError(f"the LLM call failed: {exc}")
+        return LLMError(said)
+    return LLMError(f"the LLM call to {url} (model {model}) failed: {exc}")
 
 
 class LLMCondenser:
@@ -128,7 +129,9 @@ class LLMCondenser:
                 response_format=cast(ResponseFormatJSONSchema, response_format()),
             )
         except openai.OpenAIError as exc:
-            raise map_openai_error(exc, self.settings.llm_timeout_s) from exc
+            raise map_openai_error(
+                exc, self.settings.llm_timeout_s, url=str(self.client.base_url), model=self.model
+            ) from exc
 
         usage = getattr(completion, "usage", None)
         prompt_tokens = getattr(usage, "prompt_tokens", None)

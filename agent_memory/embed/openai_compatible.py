@@ -26,11 +26,13 @@ KEY = "AGENT_MEMORY_EMBEDDINGS_API_KEY (or OPENAI_API_KEY)"
 MODEL = "AGENT_MEMORY_EMBEDDINGS_MODEL"
 
 
-def embedding_error(exc: openai.OpenAIError, base_url: str, timeout_s: float) -> EmbeddingError:
-    """An SDK error as an `EmbeddingError` that names the setting to look at."""
+def embedding_error(
+    exc: openai.OpenAIError, base_url: str, timeout_s: float, *, model: str
+) -> EmbeddingError:
+    """An SDK error as an `EmbeddingError` naming the endpoint, the model and the setting to check."""
     if isinstance(exc, openai.APITimeoutError):
         return EmbeddingError(
-            f"the embeddings endpoint {base_url} did not answer within {timeout_s:g}s "
+            f"the embeddings endpoint {base_url} (model {model}) did not answer within {timeout_s:g}s "
             "(AGENT_MEMORY_LLM_TIMEOUT_S)"
         )
     if isinstance(exc, openai.APIConnectionError):
@@ -39,13 +41,13 @@ def embedding_error(exc: openai.OpenAIError, base_url: str, timeout_s: float) ->
         )
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        said = f"the embeddings endpoint {base_url} answered {status}: {exc.message}"
+        said = f"the embeddings endpoint {base_url} answered {status} for model {model}: {exc.message}"
         if status >= 500 or status in UNAVAILABLE_STATUSES:
             return EmbeddingError(said, retry_after=retry_after_s(exc.response.headers))
         if status in (401, 403):
             return EmbeddingError(f"{said} (check {KEY})")
         return EmbeddingError(f"{said} (check {MODEL} and AGENT_MEMORY_EMBEDDINGS_DIMENSIONS)")
-    return EmbeddingError(f"the embeddings call failed: {exc}")
+    return EmbeddingError(f"the embeddings call to {base_url} (model {model}) failed: {exc}")
 
 
 class OpenAIEmbedder:
@@ -87,7 +89,7 @@ class OpenAIEmbedder:
                 model=self.model, input=[clip(text) for text in texts], **options
             )
         except openai.OpenAIError as exc:
-            raise embedding_error(exc, str(self.client.base_url), self.timeout_s) from exc
+            raise embedding_error(exc, str(self.client.base_url), self.timeout_s, model=self.model) from exc
         data = sorted(answer.data or [], key=lambda item: item.index)
         return check_vectors([item.embedding for item in data], len(texts), self.dimensions)
 

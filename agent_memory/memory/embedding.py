@@ -24,7 +24,7 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import EMBED, Job, Message
 from agent_memory.embed import Embedder
 from agent_memory.errors import EmbeddingError
-from agent_memory.memory.jobs import BACKOFF
+from agent_memory.memory.jobs import BACKOFF, lease_kept
 from agent_memory.memory.schedule import start_interval
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction
@@ -39,8 +39,6 @@ MAX_BATCHES_PER_RUN = 16
 # a turn findable by meaning within seconds of being said.
 EMBED_DELAY_MS = 2_000
 EMBED_MAX_WAIT_MS = 10_000
-# Due jobs read per look at the queue.
-DUE_PER_SWEEP = 32
 # Pairs made due at start because turns of theirs have no vector (a model switched on or
 # changed, or a database from before embeddings).
 BACKFILL_MAX_PAIRS = 100_000
@@ -85,14 +83,14 @@ class EmbeddingJobs:
     async def start(self) -> None:
         """Look for due jobs every `sweep_s`, and make due the pairs whose turns lack vectors.
 
-        Jobs left `running` by a process that is gone are made pending again by
+        Jobs left `running` by an instance that is gone are made pending again by
         `CondenseJobs.start` (that query frees every kind), which the app runs first.
         """
         self._backfill = asyncio.get_running_loop().create_task(self.backfill())
         self.scheduler = start_interval(self.sweep, self.sweep_s, "embed-sweep")
 
     async def stop(self) -> None:
-        """Stop looking; a job cut short stays `running` and is found again at the next start."""
+        """Stop looking; a job cut short stays `running` until the next start (or its lease) frees it."""
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
             self.scheduler = None
@@ -134,19 +132,28 @@ class EmbeddingJobs:
 
     async def _run_due(self) -> int:
         ran = 0
-        while True:
-            due = await self.store.read(lambda view: view.jobs.due(EMBED, now_ms(), DUE_PER_SWEEP))
-            if not due:
-                return ran
-            for job in due:
-                await self.run(job.id)
-                ran += 1
+        # An idle look at the queue (the usual one) only reads.
+        while await self.store.read(lambda view: view.jobs.due(EMBED, now_ms(), 1)):
+            # Claimed one at a time: a job claimed is a job this instance is running.
+            claimed = await self.store.write(lambda tx: tx.jobs.claim_due(EMBED, now_ms(), 1))
+            if not claimed:
+                return ran  # other instances took them
+            await self._run_claimed(claimed[0])
+            ran += 1
+        return ran
 
     async def run(self, job_id: int) -> None:
         """Claim one job, embed what its pair lacks, finish; a failure is recorded on the job."""
         job = await self.store.write(lambda tx: tx.jobs.claim(job_id))
-        if job is None:
-            return
+        if job is not None:
+            await self._run_claimed(job)
+
+    async def _run_claimed(self, job: Job) -> None:
+        """Run a job this instance claimed, holding its lease meanwhile."""
+        async with lease_kept(self.store, job.id, self.settings.lease_s):
+            await self._embed_claimed(job)
+
+    async def _embed_claimed(self, job: Job) -> None:
         try:
             more = await self._embed_pair(job)
         except Exception as exc:

@@ -5,6 +5,10 @@ APScheduler only decides when to look for due rows. A claimed job reads the mess
 after the pair's watermark, makes one condenser call, and commits the new summary,
 the fact changes and the advanced watermark in one transaction. Failures retry with
 exponential backoff and jitter; after `job_max_attempts` a job is dead until retried.
+
+Instances sharing a database share the queue: a sweep claims due jobs (none another
+instance holds), and the claim is a lease renewed while the job runs (`lease_kept`), so a
+job whose instance died is claimed again once its lease runs out.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -36,6 +41,9 @@ BACKOFF_CAP_S = 600.0
 BACKOFF = Backoff(BACKOFF_BASE_S, BACKOFF_CAP_S, jitter=0.5)
 # More messages than this since the watermark are condensed over several calls.
 MAX_MESSAGES_PER_CALL = 400
+# A running job's lease is renewed this many times per lease time, so a late renewal or two
+# never lets it run out while its instance lives.
+RENEWALS_PER_LEASE = 3
 
 
 class Forgotten(Exception):
@@ -48,6 +56,31 @@ class Superseded(Exception):
 
 # Told of every committed condense result (live refresh listens).
 Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
+
+
+@asynccontextmanager
+async def lease_kept(store: Store, job_id: int, lease_s: float) -> AsyncIterator[None]:
+    """Renew this instance's claim of a running job while the block runs."""
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(lease_s / RENEWALS_PER_LEASE)
+            try:
+                held = await store.write(lambda tx: tx.jobs.renew(job_id))
+            except Exception as exc:  # the next renewal may well get through
+                log.warning("renewing the lease of job %d failed: %s", job_id, exc)
+                continue
+            if not held:
+                # Its result is still checked against the pair's watermark before it is kept.
+                log.warning("job %d ran longer than its lease and another instance may run it", job_id)
+                return
+
+    renewing = asyncio.get_running_loop().create_task(renew())
+    try:
+        yield
+    finally:
+        renewing.cancel()
+        await asyncio.gather(renewing, return_exceptions=True)
 
 
 def apply_result(
@@ -123,13 +156,15 @@ class CondenseJobs:
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._sweeps: set[asyncio.Task[int]] = set()
         self._backlog = False
+        # Sweeps claim what they start: one at a time, so claims never exceed the free slots.
+        self._sweeping = asyncio.Lock()
         self.concurrency = settings.condense_concurrency
 
     async def start(self) -> None:
-        """Find again what a crash left running, then look for due jobs every `sweep_s`."""
+        """Free what a dead instance left running, then look for due jobs every `sweep_s`."""
         released = await self.store.write(lambda tx: tx.jobs.release_running())
         if released:
-            log.info("%d condense jobs left running by a previous process are pending again", released)
+            log.info("%d jobs left running by an instance that is gone are pending again", released)
         self.scheduler = start_interval(self.sweep, self.sweep_s, "condense-sweep")
 
     async def stop(self) -> None:
@@ -137,28 +172,39 @@ class CondenseJobs:
             self.scheduler.shutdown(wait=False)
             self.scheduler = None
         if self._running:
-            # A job cut short stays 'running' in the database and is found again at start.
+            # A job cut short stays 'running': found again at the next start, or (a shared
+            # database) by any instance once its lease runs out.
             await asyncio.wait(list(self._running.values()), timeout=5)
         await self.condenser.close()
 
     async def sweep(self) -> int:
-        """Start every due job that is not already running; returns how many started."""
-        free = self.concurrency - len(self._running)
-        if free <= 0:
-            return 0
-        due = await self.store.read(lambda view: view.jobs.due(CONDENSE, now_ms(), free * 2))
-        # More due than slots: each finishing job sweeps again instead of waiting for the timer.
-        self._backlog = len(due) > free
-        started = 0
-        for job in due:
-            key = (job.user_id, job.character_id)
-            if key in self._running or len(self._running) >= self.concurrency:
-                continue
-            task = asyncio.get_running_loop().create_task(self.run(job.id))
-            self._running[key] = task
-            task.add_done_callback(functools.partial(self._job_done, key))
-            started += 1
-        return started
+        """Claim and start due jobs, as many as there are free slots; returns how many started."""
+        async with self._sweeping:
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                return 0
+            stamp = now_ms()
+            # An idle sweep (the usual one) only reads.
+            if not await self.store.read(lambda view: view.jobs.due(CONDENSE, stamp, 1)):
+                return 0
+            claimed = await self.store.write(lambda tx: tx.jobs.claim_due(CONDENSE, stamp, free))
+            # All slots filled: each finishing job sweeps again instead of waiting for the timer.
+            self._backlog = len(claimed) == free
+            busy = [job.id for job in claimed if (job.user_id, job.character_id) in self._running]
+            for job in claimed:
+                if job.id not in busy:
+                    key = (job.user_id, job.character_id)
+                    task = asyncio.get_running_loop().create_task(self._run_claimed(job))
+                    self._running[key] = task
+                    task.add_done_callback(functools.partial(self._job_done, key))
+            if busy:
+                # Still running here after their lease ran out: the new claims go back.
+                def give_back(tx: Transaction) -> None:
+                    for job_id in busy:
+                        tx.jobs.postpone(job_id, now_ms())
+
+                await self.store.write(give_back)
+            return len(claimed) - len(busy)
 
     def _job_done(self, key: tuple[str, str], _: asyncio.Task[None]) -> None:
         self._running.pop(key, None)
@@ -180,18 +226,22 @@ class CondenseJobs:
     async def run(self, job_id: int) -> None:
         """Claim one job, condense, commit; failures are recorded on the job."""
         job = await self.store.write(lambda tx: tx.jobs.claim(job_id))
-        if job is None:
-            return
-        try:
-            await self._condense(job)
-        except Forgotten as exc:
-            log.info("%s; result dropped", exc)
-        except Superseded as exc:
-            # Nobody failed: run again from the new watermark, with no attempt counted.
-            log.info("%s; result dropped, condensing again", exc)
-            await self.store.write(lambda tx: tx.jobs.postpone(job.id, now_ms()))
-        except Exception as exc:
-            await self._failed(job, exc)
+        if job is not None:
+            await self._run_claimed(job)
+
+    async def _run_claimed(self, job: Job) -> None:
+        """Condense and commit a job this instance claimed, holding its lease meanwhile."""
+        async with lease_kept(self.store, job.id, self.settings.lease_s):
+            try:
+                await self._condense(job)
+            except Forgotten as exc:
+                log.info("%s; result dropped", exc)
+            except Superseded as exc:
+                # Nobody failed: run again from the new watermark, with no attempt counted.
+                log.info("%s; result dropped, condensing again", exc)
+                await self.store.write(lambda tx: tx.jobs.postpone(job.id, now_ms()))
+            except Exception as exc:
+                await self._failed(job, exc)
 
     async def _condense(self, job: Job) -> None:
         user_id, character_id = job.user_id, job.character_id

@@ -10,6 +10,9 @@ transactions of at most `batch_rows` rows so the writer is never held for long:
 then it merges the search index when enough of it is dead, gives free pages back to the file
 system (incremental vacuum) and checkpoints the WAL.
 
+Instances sharing a database each schedule both, and each time one of them runs them
+(`schedule.my_turn`); a purge asked for by hand runs where it was asked.
+
 A forget on a large database leaves its deleted index entries in old index segments (small
 indexes are optimized by the forget itself); a scrub check every `SCRUB_CHECK_S` merges the
 index into one segment in short steps, after which none of that text is left in the file.
@@ -30,7 +33,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from agent_memory.core.clock import now_ms
-from agent_memory.memory.schedule import JOB_DEFAULTS
+from agent_memory.memory.schedule import JOB_DEFAULTS, my_turn
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction
 from agent_memory.store.types import SEARCH_KINDS, PurgeStep, SearchKind
@@ -43,6 +46,9 @@ MERGE_PAGES = 250  # pages merged per write (tens of ms)
 VACUUM_PAGES = 1000  # pages handed back per write (~50 ms)
 FIRST_RUN_AFTER_S = 60.0
 SCRUB_CHECK_S = 30.0
+# The named leases of the scheduled work, one instance holding each.
+PURGE_LEASE = "retention-purge"
+SCRUB_LEASE = "search-scrub"
 # Dead entries (from retention) above this share of the stored messages trigger a full merge.
 DEAD_SHARE_FOR_MERGE = 0.10
 
@@ -127,10 +133,13 @@ class Retention:
             next_run_time=datetime.now() + timedelta(seconds=min(sweep_s, FIRST_RUN_AFTER_S)),
         )  # fmt: skip
         self.scheduler.add_job(
-            self._scheduled_scrub, "interval", seconds=min(sweep_s, SCRUB_CHECK_S),
-            id="search-scrub",
-        )  # fmt: skip
+            self._scheduled_scrub, "interval", seconds=self._scrub_every_s, id="search-scrub"
+        )
         self.scheduler.start()
+
+    @property
+    def _scrub_every_s(self) -> float:
+        return min(self.settings.retention_sweep_s, SCRUB_CHECK_S)
 
     async def stop(self) -> None:
         """Stop scheduling; a purge in progress finishes its current write."""
@@ -139,16 +148,18 @@ class Retention:
             self.scheduler = None
 
     async def _scheduled_purge(self) -> None:
-        """The scheduled purge: failures are logged, and it runs again next time."""
+        """The scheduled purge (on one instance): failures are logged, and it runs again next time."""
         try:
-            await self.purge_once()
+            if await my_turn(self.store, PURGE_LEASE, self.settings.retention_sweep_s):
+                await self.purge_once()
         except Exception:
             log.exception("retention purge failed; it runs again in %ss", self.settings.retention_sweep_s)
 
     async def _scheduled_scrub(self) -> None:
-        """The scheduled scrub check: failures are logged, and it is tried again."""
+        """The scheduled scrub check (on one instance): failures are logged, and it is tried again."""
         try:
-            await self.scrub_if_owed()
+            if await my_turn(self.store, SCRUB_LEASE, self._scrub_every_s):
+                await self.scrub_if_owed()
         except Exception:
             log.exception("search index scrub failed; it is tried again")
 

@@ -1,4 +1,5 @@
-"""APScheduler, set up the one way the service uses it: an async function on an interval."""
+"""APScheduler, set up the one way the service uses it: an async function on an interval; and
+whose turn it is, among instances sharing a database, to do work that runs once cluster-wide."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from agent_memory.store import Store
 
 # A sweep that overran is not run twice to catch up, never runs beside itself, and
 # may start up to 30 s late (a busy loop) rather than be skipped.
@@ -19,3 +22,13 @@ def start_interval(fn: Callable[[], Awaitable[Any]], seconds: float, job_id: str
     scheduler.add_job(fn, "interval", seconds=seconds, id=job_id, next_run_time=datetime.now())
     scheduler.start()
     return scheduler
+
+
+async def my_turn(store: Store, name: str, every_s: float) -> bool:
+    """Whether this instance does the cluster-wide work `name` now.
+
+    Every instance schedules it every `every_s`; the one that takes the lease `name` holds it
+    for that long and keeps it while it lives, so one instance runs it per period, and another
+    takes over within two periods when that one dies. One process alone always runs it.
+    """
+    return await store.write(lambda tx: tx.leases.acquire(name, round(every_s * 1000)))

@@ -337,10 +337,21 @@ class Memory:
         return await self.store.write(lambda tx: tx.watches.unfollow(agent_id, reason))
 
     async def due_follows(self, stamp: int, limit: int) -> tuple[list[Watch], list[Watch]]:
-        """Followed agents whose poll is due at `stamp`, and those whose refresh is; each at most `limit`."""
-        return await self.store.read(
-            lambda view: (view.watches.due_polls(stamp, limit), view.watches.due_pushes(stamp, limit))
+        """Followed agents whose poll is due at `stamp`, and those whose refresh is; each at most
+        `limit`, and taken for this instance: others sharing the database leave them alone."""
+        # An idle sweep (the usual one) only reads.
+        if not await self.store.read(
+            lambda view: view.watches.due_polls(stamp, 1) or view.watches.due_pushes(stamp, 1)
+        ):
+            return [], []
+        return await self.store.write(
+            lambda tx: (tx.watches.claim_polls(stamp, limit), tx.watches.claim_pushes(stamp, limit))
         )
+
+    async def release_follows(self) -> int:
+        """Give up the followed agents this instance holds (it is stopping) to whichever instance
+        claims them next, instead of leaving them unpolled until their leases run out."""
+        return await self.store.write(lambda tx: tx.watches.release_held())
 
     async def poll_failed(self, agent_id: str, *, next_poll_ms: int, error: str) -> None:
         """Record a failed poll of a followed agent and when to try again."""

@@ -199,15 +199,17 @@ class JobReads(Protocol):
         ...
 
     def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
-        """Pending jobs due by `now_ms`, soonest first."""
+        """Jobs that may be claimed at `now_ms`, soonest first: pending and due, or (a shared
+        backend) left running under a lease that ran out."""
         ...
 
 
 class Jobs(JobReads, Protocol):
     """At most one job per (kind, user, character); a claimed job is `running`.
 
-    A backend shared by several processes claims with a lease (or `FOR UPDATE SKIP LOCKED`)
-    so that `release_running` only frees claims whose holder is gone.
+    A backend shared by several processes claims with a lease (`FOR UPDATE SKIP LOCKED`):
+    a claim holds for the store's lease time unless renewed, so a job its holder dies with
+    is claimable again once the lease runs out, and `release_running` frees only those.
     """
 
     def schedule(
@@ -231,6 +233,15 @@ class Jobs(JobReads, Protocol):
 
     def claim(self, job_id: int) -> Job | None:
         """Mark a pending job running; None if it is not pending any more."""
+        ...
+
+    def claim_due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
+        """Claim up to `limit` of the jobs `due` would list, soonest first, skipping any that
+        another instance is claiming at the same moment."""
+        ...
+
+    def renew(self, job_id: int) -> bool:
+        """Extend this instance's claim of a running job; False if it no longer holds it."""
         ...
 
     def finish(self, claimed: Job, *, again_at_ms: int) -> bool:
@@ -282,9 +293,14 @@ class Inbox(InboxReads, Protocol):
 class WatchReads(Protocol):
     def get(self, agent_id: str) -> Watch | None: ...
 
-    def due_polls(self, now_ms: int, limit: int) -> list[Watch]: ...
+    def due_polls(self, now_ms: int, limit: int) -> list[Watch]:
+        """Followed agents whose poll is due, of those this instance may take (its own, or held
+        by nobody live), soonest first."""
+        ...
 
-    def due_pushes(self, now_ms: int, limit: int) -> list[Watch]: ...
+    def due_pushes(self, now_ms: int, limit: int) -> list[Watch]:
+        """Followed agents whose refresh is due, of those this instance may take."""
+        ...
 
     def running_for(self, user_id: str, character_id: str) -> list[Watch]:
         """Followed agents still running for a pair."""
@@ -292,6 +308,23 @@ class WatchReads(Protocol):
 
 
 class Watches(WatchReads, Protocol):
+    """A shared backend splits followed agents between instances by leases: an agent is
+    polled and refreshed by the instance that holds it (first the one that started following
+    it), and one whose holder stopped renewing is taken over by whichever claims it next."""
+
+    def claim_polls(self, now_ms: int, limit: int) -> list[Watch]:
+        """Take the `due_polls` for this instance: no other instance polls them meanwhile."""
+        ...
+
+    def claim_pushes(self, now_ms: int, limit: int) -> list[Watch]:
+        """Take the `due_pushes` for this instance."""
+        ...
+
+    def release_held(self) -> int:
+        """Give up the agents this instance holds (it is stopping), so that another instance,
+        or this one started again, takes them at once; returns how many."""
+        ...
+
     def follow(
         self,
         agent_id: str,
@@ -319,6 +352,18 @@ class Watches(WatchReads, Protocol):
 
     def pushed(self, agent_id: str, system_messages: list[dict[str, Any]] | None) -> None:
         """A refresh was sent (None: it was skipped)."""
+        ...
+
+
+# leases: cluster-wide work that one instance at a time does
+
+
+class Leases(Protocol):
+    """Named leases, so that work scheduled on every instance (retention) runs on one."""
+
+    def acquire(self, name: str, ttl_ms: int) -> bool:
+        """Hold `name` for `ttl_ms` from now if nobody else holds it (a holder extends it);
+        whether this instance holds it. One process alone always does."""
         ...
 
 
@@ -629,6 +674,8 @@ class Transaction(ReadView, Protocol):
     def analytics(self) -> Analytics: ...
     @property
     def maintenance(self) -> Maintenance: ...
+    @property
+    def leases(self) -> Leases: ...
 
     def savepoint(self) -> AbstractContextManager[None]:
         """Undo only what the block wrote if it raises."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from agent_memory.condense import make_condenser
 from agent_memory.embed import make_embedder
+from agent_memory.logs import REQUEST_ID_HEADER, log_access, request_id_for
 from agent_memory.memory.embedding import EmbeddingJobs
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Retention
@@ -17,12 +19,42 @@ from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.install import install, own_bearer
 from agent_memory.settings import Settings
 from agent_memory.store import make_store
-from agent_memory.web.http import bearer_auth_middleware, errors_middleware
+from agent_memory.web.http import Handler, bearer_auth_middleware, errors_middleware
 from agent_memory.web.keys import EMBEDDINGS, JOBS, MEMORY, RETENTION, SETTINGS, STORE
 from agent_memory.web.routes import insights
 from agent_memory.web.routes import memory as api
 
 log = logging.getLogger(__name__)
+
+REQUEST_ID = web.RequestKey("request_id", str)
+
+
+@web.middleware
+async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give each request an id (answered as X-Request-Id) and log one access line when it ends."""
+    request_id = request[REQUEST_ID] = request_id_for(request.headers.get(REQUEST_ID_HEADER))
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:  # what errors_middleware lets through: redirects
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away before the answer (nginx's convention)
+        raise
+    finally:
+        resource = request.match_info.route.resource
+        log_access(request_id, request.method, resource.canonical if resource else None, status, started)
+
+
+async def send_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """Put the request's id on its response as the headers go out, streamed responses too."""
+    request_id = request.get(REQUEST_ID)
+    if request_id is not None:
+        response.headers[REQUEST_ID_HEADER] = request_id
 
 
 async def store_context(app: web.Application) -> AsyncIterator[None]:
@@ -60,7 +92,11 @@ async def embeddings_context(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: Settings) -> web.Application:
     """Build the service: webhook receiver, HTTP API, and its background work."""
     app = web.Application(
-        middlewares=[errors_middleware, bearer_auth_middleware(settings.api_token, exempt=own_bearer)],
+        middlewares=[
+            request_log_middleware,
+            errors_middleware,
+            bearer_auth_middleware(settings.api_token, exempt=own_bearer),
+        ],
         client_max_size=settings.max_body_bytes,
         # A persona travels in the query string; let one of MAX_PERSONA_CHARS through.
         handler_args={"max_line_size": 256 * 1024},
@@ -71,6 +107,7 @@ def create_app(settings: Settings) -> web.Application:
     retention = Retention(settings, store)
     embedder = make_embedder(settings)  # None: recall by keywords alone
     memory = Memory(settings, store, jobs=jobs, retention=retention, embedder=embedder)
+    app.on_response_prepare.append(send_request_id)
     app[SETTINGS] = settings
     app[STORE] = store
     app[MEMORY] = memory

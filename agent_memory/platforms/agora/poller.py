@@ -69,6 +69,10 @@ class Poller:
             self.scheduler = None
         if self._in_flight:
             await asyncio.wait(list(self._in_flight.values()), timeout=5)
+        try:
+            await self.memory.release_follows()
+        except AgentMemoryError as exc:  # unreleased, they move when their leases run out
+            log.warning("could not hand the followed agents over at stop: %s", exc.message)
 
     def next_poll_ms(self, failures: int = 0) -> int:
         """Now plus the interval ±20%; after failures, the interval doubled per failure (capped)."""

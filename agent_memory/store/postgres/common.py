@@ -51,4 +51,6 @@ class Repository:
         if not changes:
             return
         assignments = ", ".join(f"{column} = %s" for column in changes)
-        self.conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = %s".encode(), (*changes.values(), value))
+        self.conn.execute(
+            f"UPDATE {table} SET {assignments} WHERE {key} = %s".encode(), (*changes.values(), value)
+        )

@@ -38,6 +38,7 @@ from agent_memory.store.postgres.export import PostgresExport
 from agent_memory.store.postgres.facts import PostgresFacts, PostgresSummaries
 from agent_memory.store.postgres.inbox import PostgresInbox
 from agent_memory.store.postgres.jobs import PostgresJobs
+from agent_memory.store.postgres.leases import PostgresLeases
 from agent_memory.store.postgres.llm_routes import PostgresLlmRoutes
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
 from agent_memory.store.postgres.messages import PostgresMessages
@@ -108,6 +109,10 @@ class PostgresView:
 class PostgresTransaction(PostgresView):
     """The repositories inside one write transaction."""
 
+    def __init__(self, conn: Connection, instance: Instance) -> None:
+        super().__init__(conn, instance)
+        self.leases = PostgresLeases(conn, instance)
+
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         """Undo only what the block wrote if it raises."""
@@ -159,7 +164,9 @@ class PostgresStore:
 
     def _pool(self, name: str, *, read_only: bool) -> ConnectionPool[Connection]:
         def configure(conn: Connection) -> None:
-            conn.isolation_level = IsolationLevel.REPEATABLE_READ if read_only else IsolationLevel.READ_COMMITTED
+            conn.isolation_level = (
+                IsolationLevel.REPEATABLE_READ if read_only else IsolationLevel.READ_COMMITTED
+            )
             conn.read_only = read_only
 
         pool: ConnectionPool[Connection] = ConnectionPool(
@@ -258,4 +265,3 @@ class PostgresStore:
                     pass
             except Exception:
                 log.exception("indexing messages for recall failed; it is tried again later")
-

@@ -1,11 +1,132 @@
-"""PLACEHOLDER: export on PostgreSQL (being written; mirror store/sqlite/export.py)."""
+"""The export: one consistent snapshot of everything held about a user, as plain rows.
+
+A read runs in one REPEATABLE READ transaction, so every table is seen at the same commit.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from agent_memory.store.postgres.common import Repository
+from agent_memory.store.shared.facts import USER_WIDE, fact_scope
+from agent_memory.store.types import Report
+
+# The followed agent as the SQLite store exports it (leases are this backend's business);
+# sessions have the same columns, in the same order, on both.
+WATCH_COLUMNS = (
+    "agent_id, origin, status, stop_reason, next_poll_ms, last_poll_ms, polls, failures, last_error, "
+    "base_system_messages, persona, max_tokens, push_due_ms, last_push_ms, last_pushed, created_ms, "
+    "updated_ms, style"
+)
+C = 'COLLATE "C"'
+
+
+def _parsed(value: str | None) -> Any:
+    """Stored JSON as a value; text that is not JSON as it is."""
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value  # kept as stored
 
 
 class PostgresExport(Repository):
-    """TODO."""
+    """Everything held about one user, as plain rows (the export's JSON shape)."""
 
     __slots__ = ()
+
+    def user(self, user_id: str) -> Report | None:
+        """One consistent snapshot of a user's sessions, messages, summaries, facts, bindings and more."""
+        sessions = self._all(
+            f"SELECT * FROM sessions WHERE user_id = %s ORDER BY start_ms, agent_id {C}",
+            (user_id,),
+        )
+        messages = self._all(
+            "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
+            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, created_ms "
+            f"FROM messages WHERE user_id = %s ORDER BY character_id {C}, at_ms, seq, id",
+            (user_id,),
+        )
+        facts = self._all(
+            "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms FROM facts "
+            f"WHERE user_id = %s ORDER BY character_id {C}, created_ms, id",
+            (user_id,),
+        )
+        summaries = self._all(
+            "SELECT character_id, text, watermark_id, covered_until_ms, message_count, method, "
+            f"model, meta, created_ms, updated_ms FROM summaries WHERE user_id = %s ORDER BY character_id {C}",
+            (user_id,),
+        )
+        bindings = self._all(
+            f"SELECT agent_id, character_id, created_ms FROM bindings WHERE user_id = %s ORDER BY agent_id {C}",
+            (user_id,),
+        )
+        channel_bindings = self._all(
+            "SELECT channel, character_id, created_ms, updated_ms FROM channel_bindings "
+            f"WHERE user_id = %s ORDER BY channel {C}",
+            (user_id,),
+        )
+        if not (sessions or messages or facts or summaries or bindings or channel_bindings):
+            return None
+        agent_ids = [row["agent_id"] for row in sessions]
+        jobs = self._all(
+            "SELECT kind, character_id, status, due_ms, pending_messages, attempts, last_error, "
+            f"created_ms, updated_ms FROM jobs WHERE user_id = %s ORDER BY character_id {C}, kind {C}",
+            (user_id,),
+        )
+        watched = self._all(
+            f"SELECT {WATCH_COLUMNS} FROM watched_agents WHERE agent_id = ANY(%s)", (agent_ids,)
+        )
+        metrics = self._all(
+            "SELECT agent_id, turn_id, metric, value_ms, at_ms FROM agent_metrics "
+            f"WHERE agent_id = ANY(%s) ORDER BY agent_id {C}, turn_id, metric {C}",
+            (agent_ids,),
+        )
+        raw = self._all(
+            "SELECT notice_id, event_type, product_id, notify_ms, received_ms, agent_id, status, "
+            "error, body FROM inbox WHERE agent_id = ANY(%s) AND status <> 'forgotten' "
+            f"ORDER BY received_ms, notice_id {C}",
+            (agent_ids,),
+        )
+        for row in sessions:
+            row["labels"] = _parsed(row["labels"])
+        for row in messages:
+            row["interrupted"] = bool(row["interrupted"])
+            row["gap_before"] = bool(row["gap_before"])
+            row["extra"] = _parsed(row["extra"])
+        for row in facts:
+            row["scope"] = fact_scope(row["character_id"])
+            row["pinned"] = bool(row["pinned"])
+        for row in summaries:
+            row["meta"] = _parsed(row["meta"])
+        for row in watched:
+            row["base_system_messages"] = _parsed(row["base_system_messages"])
+            row["last_pushed"] = _parsed(row["last_pushed"])
+        for row in raw:
+            row["body"] = _parsed(row["body"])
+        characters = sorted(
+            {row["character_id"] for row in (*sessions, *messages, *summaries)}
+            | {row["character_id"] for row in facts if row["character_id"] != USER_WIDE}
+        )
+        return {
+            "user_id": user_id,
+            "characters": characters,
+            "counts": {
+                "sessions": len(sessions), "messages": len(messages), "facts": len(facts),
+                "summaries": len(summaries), "bindings": len(bindings),
+                "channel_bindings": len(channel_bindings), "jobs": len(jobs),
+                "followed_agents": len(watched), "metrics": len(metrics), "raw_callbacks": len(raw),
+            },
+            "sessions": sessions,
+            "messages": messages,
+            "summaries": summaries,
+            "facts": facts,
+            "bindings": bindings,
+            "channel_bindings": channel_bindings,
+            "jobs": jobs,
+            "followed_agents": watched,
+            "metrics": metrics,
+            "raw_callbacks": raw,
+        }  # fmt: skip

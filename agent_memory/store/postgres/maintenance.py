@@ -1,16 +1,372 @@
-"""PLACEHOLDER: maintenance on PostgreSQL (being written; mirror store/sqlite/maintenance.py)."""
+"""Forgetting, retention and space on PostgreSQL: what makes deletion real in a shared database.
+
+A deleted row stays in its table's file until vacuum, and even VACUUM only marks its space
+free: the bytes stay in the page until something overwrites them, and an index (the trigram
+GIN indexes above all) keeps the keys of deleted text. So a forget records each table it
+deleted from (`scrub_owed`), and `scrub` (the store's checkpoint, run after every forget
+and by the retention job) rewrites those tables with VACUUM FULL: new files for the table,
+its TOAST and its indexes, the old ones truncated when it commits and unlinked at the
+CHECKPOINT after it, once no snapshot that could still see the deleted rows is open (the
+rewrite would copy them along). Small tables are rewritten at once; a large one holds its
+lock for the whole rewrite, so forgets of it are batched and it is rewritten within
+`SCRUB_BATCH_MS`. What remains in WAL segments, WAL archives and backups is the
+operator's (README: "Many instances on PostgreSQL").
+
+Retention's purges are bounded like SQLite's; what they delete is reclaimed by autovacuum.
+"""
 
 from __future__ import annotations
 
-from agent_memory.store.postgres.common import Connection, Repository
+import logging
+import time
+from collections.abc import Sequence
+
+from psycopg import errors, sql
+
+from agent_memory.store.postgres.common import Connection, Repository, now_ms
+from agent_memory.store.postgres.versions import bump
+from agent_memory.store.shared.maintenance import COUNTED, HELD, KEEP_INBOX_STATUSES, SEARCH_INDEXED
+from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
+
+log = logging.getLogger(__name__)
+
+# Beside HELD's tables, forget deletes the pairs' recall statistics; deleted messages take
+# their recall documents with them (foreign key), so that table is rewritten too.
+RECALL_PAIRS = "recall_pairs"
+RECALL_DOCS = "recall_docs"
+# The schema's tables outside HELD: those two, message ids waiting to be indexed (deleted with
+# their messages), and the database's own bookkeeping. A new table belongs here or in HELD.
+NOT_HELD = (
+    RECALL_PAIRS, RECALL_DOCS, "recall_pending",
+    "agent_memory_migrations", "store_state", "leases", "scrub_owed",
+)  # fmt: skip
+# A table up to this size (with its TOAST and indexes) is rewritten by the scrub right after
+# the forget: a few seconds under its lock. A larger one is rewritten once its oldest owed
+# forget is `SCRUB_BATCH_MS` old, so that many forgets cost one rewrite.
+INLINE_SCRUB_MAX_BYTES = 64 * 1024 * 1024
+SCRUB_BATCH_MS = 5 * 60_000
+# How long a scrub waits for snapshots older than the forget (which VACUUM FULL would keep
+# the deleted rows for) to end, and for its table lock, before leaving a table for later.
+HORIZON_WAIT_S = 5.0
+LOCK_TIMEOUT = "5s"
+# pg_advisory_lock key held while scrubbing ("agmscrub" as 8 bytes).
+SCRUB_LOCK = 0x61676D7363727562
+# Memory for rebuilding the indexes (the trigram GIN indexes build much faster with more).
+REWRITE_WORK_MEM = "128MB"
 
 
 class PostgresMaintenance(Repository):
-    """TODO."""
+    """Forget, bounded purges and the figures of the database; `scrub` rewrites what forget owes."""
 
     __slots__ = ()
 
+    # figures
+
+    def schema(self) -> list[str]:
+        """The migrations the database has, in order."""
+        return [row["name"] for row in self._all("SELECT name FROM agent_memory_migrations ORDER BY name")]
+
+    def counts(self) -> dict[str, int]:
+        return {table: self._count(f"SELECT count(*) FROM {table}") for table in COUNTED}
+
+    def storage_stats(self) -> StorageStats:
+        """The database's size; PostgreSQL reuses freed space itself (autovacuum), so no advice."""
+        row = self._one(
+            "SELECT pg_database_size(current_database()) AS bytes, current_setting('block_size')::int AS page"
+        )
+        assert row is not None
+        return {
+            "bytes": int(row["bytes"]),
+            "advice": None,
+            "page_size": int(row["page"]),
+            "page_count": int(row["bytes"]) // int(row["page"]),
+        }
+
+    def search_state(self) -> SearchState:
+        """Tables a forget still owes a rewrite, and up to which id every turn is indexed for recall."""
+        row = self._one(
+            "SELECT (SELECT count(*) FROM scrub_owed) AS owed, "
+            "coalesce((SELECT min(id) - 1 FROM recall_pending), (SELECT max(id) FROM messages), 0) AS upto"
+        )
+        assert row is not None
+        # Retention's dead rows are autovacuum's: the trigram indexes have no segments to merge.
+        return {"dead_rows": 0, "scrub_owed": int(row["owed"]), "messages_indexed_upto": int(row["upto"])}
+
+    # forgetting
+
+    def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
+        """Delete everything held for a pair, or for a user when `character_id` is None."""
+        where = "user_id = %s" if character_id is None else "user_id = %s AND character_id = %s"
+        params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
+        # Locked, so a session of the pair is not half-forgotten by a write that runs alongside.
+        agent_ids = [
+            row["agent_id"]
+            for row in self._all(
+                f"SELECT agent_id FROM sessions WHERE {where} ORDER BY agent_id FOR UPDATE", params
+            )
+        ]
+        receipt: ForgetReceipt = {}
+        touched: list[str] = []
+        for held in HELD:
+            if held.by == "pair":
+                deleted = self.conn.execute(
+                    f"DELETE FROM {held.table} WHERE {where}".encode(), params
+                ).rowcount
+            elif held.by == "agent":
+                deleted = self.conn.execute(
+                    f"DELETE FROM {held.table} WHERE agent_id = ANY(%s)".encode(), (agent_ids,)
+                ).rowcount
+            else:
+                deleted = self._blank_raw(user_id, character_id, agent_ids)
+            receipt[held.receipt] = deleted
+            if deleted:
+                touched.append(held.table)
+        if receipt["messages"]:
+            touched.append(RECALL_DOCS)
+        if self.conn.execute(f"DELETE FROM {RECALL_PAIRS} WHERE {where}".encode(), params).rowcount:
+            touched.append(RECALL_PAIRS)
+        receipt["search_index_rows"] = sum(receipt[table] for table in SEARCH_INDEXED)
+        receipt["search_index_scrub_pending"] = int(self._owe_scrub(touched))
+        return receipt
+
+    def _blank_raw(self, user_id: str, character_id: str | None, agent_ids: Sequence[str]) -> int:
+        """Blank the raw events of the forgotten sessions and those labelled with the user (or
+        pair): the event id stays, so a redelivery is still recognised, but its text goes."""
+        labelled, params = (
+            ("label_user = %s", (user_id,)) if character_id is None
+            else ("label_user = %s AND label_character = %s", (user_id, character_id))
+        )  # fmt: skip
+        return self.conn.execute(
+            "UPDATE inbox SET body = '', status = 'forgotten', error = NULL "
+            f"WHERE (agent_id = ANY(%s) OR {labelled}) AND status <> 'forgotten'".encode(),
+            (list(agent_ids), *params),
+        ).rowcount
+
+    def _owe_scrub(self, tables: Sequence[str]) -> bool:
+        """Record that `tables` owe a rewrite; True when one is large enough to wait for the batch."""
+        if not tables:
+            return False
+        self.conn.execute(
+            b"INSERT INTO scrub_owed (relation, since_ms, xid) "
+            b"SELECT relation, %s, pg_current_xact_id()::text::bigint FROM unnest(%s::text[]) AS t(relation) "
+            b"ON CONFLICT (relation) DO UPDATE SET xid = greatest(scrub_owed.xid, excluded.xid)",
+            (now_ms(), sorted(tables)),
+        )
+        largest = self._count(
+            "SELECT coalesce(max(pg_total_relation_size(relation::regclass)), 0) FROM unnest(%s::text[]) AS relation",
+            (list(tables),),
+        )
+        return largest > INLINE_SCRUB_MAX_BYTES
+
+    # retention
+
+    def purge_messages(
+        self,
+        *,
+        after: tuple[str, str] | None,
+        now_ms: int,
+        keep_latest: int,
+        max_age_ms: int,
+        budget: int,
+        pairs_per_call: int = 500,
+    ) -> PurgeStep:
+        """Delete up to `budget` covered messages beyond the pairs' limits, pair by pair in key
+        order after `after`; only pairs with a summary can have covered messages."""
+        if not keep_latest and not max_age_ms:
+            return PurgeStep(0, None, True)
+        where, params = ("", ()) if after is None else (" WHERE (user_id, character_id) > (%s, %s)", after)
+        pairs = self._all(
+            f"SELECT user_id, character_id, watermark_id FROM summaries{where} "
+            "ORDER BY user_id, character_id LIMIT %s",
+            (*params, pairs_per_call),
+        )
+        deleted, resume, done = 0, after, len(pairs) < pairs_per_call
+        for pair in pairs:
+            key = (pair["user_id"], pair["character_id"])
+            room = budget - deleted
+            limit_id = pair["watermark_id"] or 0  # ids come from a sequence: never reused
+            ids: set[int] = set()
+            if max_age_ms:
+                ids.update(
+                    row["id"]
+                    for row in self._all(
+                        "SELECT id FROM messages WHERE user_id = %s AND character_id = %s "
+                        "AND at_ms < %s AND id <= %s LIMIT %s",
+                        (*key, now_ms - max_age_ms, limit_id, room + 1),
+                    )
+                )
+            if keep_latest:
+                # "Latest" as the context builder reads them: by time, then position.
+                ids.update(
+                    row["id"]
+                    for row in self._all(
+                        "SELECT id FROM (SELECT id FROM messages WHERE user_id = %s AND character_id = %s "
+                        "ORDER BY at_ms DESC, seq DESC OFFSET %s) AS older WHERE id <= %s LIMIT %s",
+                        (*key, keep_latest, limit_id, room + 1),
+                    )
+                )
+            chosen = sorted(ids)[:room]
+            if chosen:
+                self.conn.execute(b"DELETE FROM messages WHERE id = ANY(%s)", (chosen,))
+                bump(self.conn, [key])
+            deleted += len(chosen)
+            if len(ids) > room:
+                done = False  # this pair has more: the next call starts with it again
+                break
+            resume = key
+            if deleted >= budget:
+                done = False
+                break
+        return PurgeStep(deleted, resume, done)
+
+    def purge_raw_events(self, *, older_than_ms: int, budget: int) -> int:
+        """Delete up to `budget` processed raw events received before `older_than_ms`."""
+        deleted = 0
+        for status in self._inbox_statuses():
+            if status in KEEP_INBOX_STATUSES or deleted >= budget:
+                continue
+            deleted += self.conn.execute(
+                b"DELETE FROM inbox WHERE notice_id IN (SELECT notice_id FROM inbox "
+                b"WHERE status = %s AND received_ms < %s LIMIT %s)",
+                (status, older_than_ms, budget - deleted),
+            ).rowcount
+        return deleted
+
+    def _inbox_statuses(self) -> list[str]:
+        """The distinct statuses, one index probe each (no full scan)."""
+        return [
+            row["status"]
+            for row in self._all(
+                "WITH RECURSIVE s AS (SELECT min(status) AS status FROM inbox UNION ALL "
+                "SELECT (SELECT min(status) FROM inbox WHERE status > s.status) FROM s WHERE s.status IS NOT NULL) "
+                "SELECT status FROM s WHERE status IS NOT NULL"
+            )
+        ]
+
+    def purge_metrics(self, *, older_than_ms: int, budget: int) -> int:
+        """Delete up to `budget` per-turn metrics recorded before `older_than_ms`."""
+        return self.conn.execute(
+            b"DELETE FROM agent_metrics WHERE (agent_id, turn_id, metric) IN "
+            b"(SELECT agent_id, turn_id, metric FROM agent_metrics WHERE at_ms < %s LIMIT %s)",
+            (older_than_ms, budget),
+        ).rowcount
+
+    # the search index: PostgreSQL keeps its indexes itself
+
+    def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
+        """Nothing to merge: the trigram indexes have no segments (forget's rewrite is `scrub`'s)."""
+        return False
+
+    def search_scrubbed(self, owed: int, dead_rows: int) -> None:
+        """Nothing to record: `scrub` clears what it rewrote itself."""
+
+    # space
+
+    def reclaim_space(self, pages: int) -> int:
+        """Nothing to do in a transaction: autovacuum reuses freed space, `scrub` rewrites forgotten tables."""
+        return 0
+
     @staticmethod
     def scrub(conn: Connection) -> tuple[int, int, int]:
-        """TODO: vacuum what forget touched."""
-        return (0, 0, 0)
+        """Rewrite the tables forgets deleted from (autocommit); returns (tables still owed,
+        tables rewritten, pages written)."""
+        owed = _one_int(conn, "SELECT count(*) FROM scrub_owed")
+        if not owed:
+            return (0, 0, 0)
+        # One instance rewrites at a time: the same table twice over would only double the wait.
+        try:
+            conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'".encode())
+            conn.execute(b"SELECT pg_advisory_lock(%s)", (SCRUB_LOCK,))
+        except errors.LockNotAvailable:
+            log.info("scrub: another instance is rewriting; what is still owed waits for the next check")
+            return (owed, 0, 0)
+        finally:
+            conn.execute(b"RESET lock_timeout")
+        try:
+            return _scrub(conn)
+        finally:
+            conn.execute(b"SELECT pg_advisory_unlock(%s)", (SCRUB_LOCK,))
+
+
+def _scrub(conn: Connection) -> tuple[int, int, int]:
+    """`PostgresMaintenance.scrub` under its lock (what is owed read again: another may have paid it)."""
+    now = now_ms()
+    due: list[tuple[str, int]] = []
+    for row in conn.execute(b"SELECT relation, since_ms, xid FROM scrub_owed ORDER BY relation").fetchall():
+        size = _one_int(conn, "SELECT pg_total_relation_size(%s::regclass)", (row["relation"],))
+        if size <= INLINE_SCRUB_MAX_BYTES or now - row["since_ms"] >= SCRUB_BATCH_MS:
+            due.append((row["relation"], row["xid"]))
+    if due and not _horizon_passed(conn, max(xid for _, xid in due)):
+        log.info("scrub: snapshots older than a forget are still open; the rewrite waits")
+        due = []
+    rewritten = pages = 0
+    for relation, xid in due:
+        written = _rewrite(conn, relation)
+        if written is None:
+            continue
+        rewritten += 1
+        pages += written
+        # A forget that committed meanwhile (a newer xid) keeps the table owed.
+        conn.execute(b"DELETE FROM scrub_owed WHERE relation = %s AND xid <= %s", (relation, xid))
+    if rewritten:
+        try:
+            # The old files were truncated when each rewrite committed; this unlinks them.
+            conn.execute(b"CHECKPOINT")
+        except errors.InsufficientPrivilege:
+            log.debug("scrub: no CHECKPOINT privilege; the emptied files go at the next checkpoint")
+    left = _one_int(conn, "SELECT count(*) FROM scrub_owed")
+    log.info("scrub: rewrote %d tables (%d pages); %d still owed", rewritten, pages, left)
+    return (left, rewritten, pages)
+
+
+def _one_int(conn: Connection, query: str, params: Sequence[object] = ()) -> int:
+    row = conn.execute(query.encode(), params).fetchone()
+    return int(next(iter(row.values()))) if row else 0
+
+
+def _horizon_passed(conn: Connection, xid: int) -> bool:
+    """Whether every snapshot that could still see rows deleted by transaction `xid` has ended
+    (VACUUM FULL copies such rows along); waits up to `HORIZON_WAIT_S` for them."""
+    # As VACUUM computes its horizon: every backend's snapshot xmin and running transaction
+    # (shown for every role's backends; walsenders, with no database, hold it for standbys
+    # with hot_standby_feedback), replication slots and prepared transactions.
+    check = (
+        b"SELECT NOT EXISTS (SELECT 1 FROM ("
+        b" SELECT unnest(ARRAY[backend_xmin, backend_xid]) AS xmin FROM pg_stat_activity"
+        b"  WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datname IS NULL)"
+        b" UNION ALL SELECT xmin FROM pg_replication_slots"
+        b" UNION ALL SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()"
+        b") AS held WHERE xmin IS NOT NULL AND age(xmin) >= age(xid(%s::text::xid8))) AS passed"
+    )
+    deadline = time.monotonic() + HORIZON_WAIT_S
+    while True:
+        row = conn.execute(check, (str(xid),)).fetchone()
+        if row and row["passed"]:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _rewrite(conn: Connection, relation: str) -> int | None:
+    """VACUUM FULL one table; its new size in pages, or None when it was not rewritten."""
+    filenode = b"SELECT pg_relation_filenode(%s::regclass) AS node"
+    before = conn.execute(filenode, (relation,)).fetchone()
+    try:
+        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'".encode())
+        conn.execute(f"SET maintenance_work_mem = '{REWRITE_WORK_MEM}'".encode())
+        conn.execute(sql.SQL("VACUUM (FULL) {}").format(sql.Identifier(relation)))
+    except (errors.LockNotAvailable, errors.QueryCanceled) as exc:
+        log.info("scrub: %s was busy (%s); its rewrite is tried again later", relation, exc)
+        return None
+    finally:
+        conn.execute(b"RESET lock_timeout")
+        conn.execute(b"RESET maintenance_work_mem")
+    after = conn.execute(filenode, (relation,)).fetchone()
+    if before == after:
+        # VACUUM only warns when it may not rewrite a table (not its owner).
+        log.error("scrub: %s was not rewritten (is the service's role its owner?)", relation)
+        return None
+    return _one_int(
+        conn, "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int", (relation,)
+    )

@@ -118,17 +118,19 @@ def m001_core(conn: psycopg.Connection) -> None:
             user_id text NOT NULL, character_id text NOT NULL, version bigint NOT NULL,
             PRIMARY KEY (user_id, character_id))""",
         "CREATE SEQUENCE memory_clock",
+        # On a conflict the clock is read again once the row is locked: a writer that waited
+        # for another's bump of the pair commits a higher version, never a lower one.
         """CREATE FUNCTION memory_version_bump() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             IF TG_OP IN ('UPDATE', 'DELETE') THEN
                 INSERT INTO memory_versions (user_id, character_id, version)
                 VALUES (OLD.user_id, OLD.character_id, nextval('memory_clock'))
-                ON CONFLICT (user_id, character_id) DO UPDATE SET version = excluded.version;
+                ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock');
             END IF;
             IF TG_OP IN ('UPDATE', 'INSERT') THEN
                 INSERT INTO memory_versions (user_id, character_id, version)
                 VALUES (NEW.user_id, NEW.character_id, nextval('memory_clock'))
-                ON CONFLICT (user_id, character_id) DO UPDATE SET version = excluded.version;
+                ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock');
             END IF;
             RETURN NULL;
         END $$""",
@@ -146,13 +148,18 @@ def m001_core(conn: psycopg.Connection) -> None:
 
 @migration
 def m002_search(conn: psycopg.Connection) -> None:
-    """Search: substrings (any script) by pg_trgm, ranked words by tsvector, kept by PostgreSQL itself."""
+    """Search: substrings (any script) through pg_trgm indexes, which PostgreSQL keeps itself."""
+    # The user leads each index (btree_gin), so a user's search intersects the user's entry
+    # with the trigrams' inside the index and reads only that user's matching rows: a word
+    # said across the whole database is not fetched row by row to be filtered by user (as
+    # SQLite's owner tokens do). Several words are ranked through the recall index (m003).
     _run(
         conn,
         "CREATE EXTENSION IF NOT EXISTS pg_trgm",
-        "CREATE INDEX messages_trgm ON messages USING gin (content gin_trgm_ops)",
-        "CREATE INDEX facts_trgm ON facts USING gin (text gin_trgm_ops)",
-        "CREATE INDEX summaries_trgm ON summaries USING gin (text gin_trgm_ops)",
+        "CREATE EXTENSION IF NOT EXISTS btree_gin",
+        "CREATE INDEX messages_trgm ON messages USING gin (user_id, content gin_trgm_ops)",
+        "CREATE INDEX facts_trgm ON facts USING gin (user_id, text gin_trgm_ops)",
+        "CREATE INDEX summaries_trgm ON summaries USING gin (user_id, text gin_trgm_ops)",
     )
 
 
@@ -160,75 +167,131 @@ def m002_search(conn: psycopg.Connection) -> None:
 def m003_recall(conn: psycopg.Connection) -> None:
     """The recall word index: each spoken turn's stemmed words and CJK bigrams, per pair."""
     # Terms are computed in Python (core.terms), so turns are indexed after they commit:
-    # a trigger queues every new or changed message in recall_pending, and whichever
-    # instance catches up takes queued ids with SKIP LOCKED. A watermark would skip a
-    # message whose id was taken before, but committed after, a neighbour's.
+    # a trigger queues every new or changed turn in recall_pending, and whichever instance
+    # catches up takes queued ids with SKIP LOCKED. A watermark would skip a message whose
+    # id was taken before, but committed after, a neighbour's.
     _run(
         conn,
         """CREATE TABLE recall_pairs (
             pair integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY, user_id text NOT NULL,
             character_id text NOT NULL, docs integer NOT NULL DEFAULT 0,
             total_length bigint NOT NULL DEFAULT 0, UNIQUE (user_id, character_id))""",
-        # terms: the pair's id prefixed to each term ('12:cat'), so a GIN posting list is one
-        # pair's and a question reads only its own pair's postings, however large the table.
+        # terms: the pair's id prefixed to each distinct term ('12:cat'), so a GIN posting list
+        # is one pair's and a question reads only its own pair's postings, however large the
+        # table. length counts repeats (BM25's document length). A message given a new id
+        # takes its doc along until it is indexed again; a pair's row deleted (forget) takes its
+        # docs, and an instance indexing into it meanwhile fails and tries again.
         """CREATE TABLE recall_docs (
-            id bigint PRIMARY KEY REFERENCES messages (id) ON DELETE CASCADE,
-            pair integer NOT NULL, length integer NOT NULL, terms text[] NOT NULL)""",
+            id bigint PRIMARY KEY REFERENCES messages (id) ON DELETE CASCADE ON UPDATE CASCADE,
+            pair integer NOT NULL REFERENCES recall_pairs (pair) ON DELETE CASCADE,
+            length integer NOT NULL, terms text[] NOT NULL)""",
         "CREATE INDEX recall_docs_terms ON recall_docs USING gin (terms)",
         "CREATE INDEX recall_docs_pair ON recall_docs (pair)",
-        "CREATE TABLE recall_pending (id bigint PRIMARY KEY)",
-        """CREATE FUNCTION recall_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+        # A queue: every row is deleted soon after it is written, so it is vacuumed after a few
+        # thousand dead rows rather than a share of its (tiny) size, and each check stays short.
+        "CREATE TABLE recall_pending (id bigint PRIMARY KEY) WITH (autovacuum_vacuum_scale_factor = 0, "
+        "autovacuum_vacuum_threshold = 5000, autovacuum_vacuum_insert_scale_factor = 0, "
+        "autovacuum_vacuum_insert_threshold = 5000)",
+        # Per statement: an ingest stores a window of turns in one INSERT (or COPY).
+        """CREATE FUNCTION recall_queue_new() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO recall_pending (id) SELECT id FROM new_messages WHERE kind = 'turn'
+            ON CONFLICT DO NOTHING;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER messages_recall_ai AFTER INSERT ON messages REFERENCING NEW TABLE AS new_messages "
+        "FOR EACH STATEMENT EXECUTE FUNCTION recall_queue_new()",
+        """CREATE FUNCTION recall_queue_changed() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             INSERT INTO recall_pending (id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
             RETURN NULL;
         END $$""",
-        "CREATE TRIGGER messages_recall_ai AFTER INSERT ON messages "
-        "FOR EACH ROW EXECUTE FUNCTION recall_queue()",
         "CREATE TRIGGER messages_recall_au AFTER UPDATE OF content, kind, user_id, character_id "
-        "ON messages FOR EACH ROW EXECUTE FUNCTION recall_queue()",
-        # A deleted doc leaves its pair's statistics; a deleted message leaves the queue.
-        """CREATE FUNCTION recall_doc_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+        "ON messages FOR EACH ROW WHEN (OLD.content IS DISTINCT FROM NEW.content "
+        "OR OLD.kind IS DISTINCT FROM NEW.kind OR OLD.user_id IS DISTINCT FROM NEW.user_id "
+        "OR OLD.character_id IS DISTINCT FROM NEW.character_id) EXECUTE FUNCTION recall_queue_changed()",
+        # Deleted docs leave their pairs' statistics; deleted messages leave the queue.
+        """CREATE FUNCTION recall_docs_gone() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            UPDATE recall_pairs SET docs = docs - 1, total_length = total_length - OLD.length
-            WHERE pair = OLD.pair;
+            UPDATE recall_pairs p SET docs = p.docs - g.docs, total_length = p.total_length - g.length
+            FROM (SELECT pair, count(*) AS docs, sum(length) AS length FROM gone_docs GROUP BY pair) g
+            WHERE p.pair = g.pair;
             RETURN NULL;
         END $$""",
-        "CREATE TRIGGER recall_docs_ad AFTER DELETE ON recall_docs "
-        "FOR EACH ROW EXECUTE FUNCTION recall_doc_gone()",
+        "CREATE TRIGGER recall_docs_ad AFTER DELETE ON recall_docs REFERENCING OLD TABLE AS gone_docs "
+        "FOR EACH STATEMENT EXECUTE FUNCTION recall_docs_gone()",
         """CREATE FUNCTION recall_unqueue() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            DELETE FROM recall_pending WHERE id = OLD.id;
+            DELETE FROM recall_pending p USING gone_messages g WHERE p.id = g.id;
             RETURN NULL;
         END $$""",
-        "CREATE TRIGGER messages_recall_ad AFTER DELETE ON messages "
-        "FOR EACH ROW EXECUTE FUNCTION recall_unqueue()",
+        "CREATE TRIGGER messages_recall_ad AFTER DELETE ON messages REFERENCING OLD TABLE AS gone_messages "
+        "FOR EACH STATEMENT EXECUTE FUNCTION recall_unqueue()",
     )
 
 
 @migration
 def m004_vectors(conn: psycopg.Connection) -> None:
     """Embeddings of spoken turns (float32 bytes), deleted with their messages."""
-    # id from a sequence, so (newest id, row count) changes with every insert and delete and
-    # can key a cache of a pair's vectors, as on SQLite.
+    # id from a sequence, so (newest id, row count, sum of ids) changes with every insert,
+    # replacement and delete and can key a cache of a pair's vectors, as on SQLite; the
+    # index holds all three for an index-only read.
     _run(
         conn,
         """CREATE TABLE message_vectors (
             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            message_id bigint NOT NULL UNIQUE REFERENCES messages (id) ON DELETE CASCADE,
+            message_id bigint NOT NULL UNIQUE REFERENCES messages (id) ON DELETE CASCADE ON UPDATE CASCADE,
             user_id text NOT NULL, character_id text NOT NULL, model text NOT NULL,
             dims integer NOT NULL, vector bytea NOT NULL)""",
-        "CREATE INDEX message_vectors_pair ON message_vectors (user_id, character_id, model, dims)",
-        # A message whose text or owner changes loses its vector and is embedded again.
+        "CREATE INDEX message_vectors_pair ON message_vectors (user_id, character_id, model, dims) INCLUDE (id)",
+        # A message whose text or owner changes loses its vector and is embedded again (under
+        # either id: the foreign key has already carried the vector to a new one).
         """CREATE FUNCTION message_vector_stale() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            IF OLD.content IS DISTINCT FROM NEW.content OR OLD.user_id IS DISTINCT FROM NEW.user_id
-               OR OLD.character_id IS DISTINCT FROM NEW.character_id THEN
-                DELETE FROM message_vectors WHERE message_id = OLD.id;
-            END IF;
+            DELETE FROM message_vectors WHERE message_id IN (OLD.id, NEW.id);
             RETURN NULL;
         END $$""",
         "CREATE TRIGGER messages_vectors_au AFTER UPDATE OF content, user_id, character_id "
-        "ON messages FOR EACH ROW EXECUTE FUNCTION message_vector_stale()",
+        "ON messages FOR EACH ROW WHEN (OLD.content IS DISTINCT FROM NEW.content "
+        "OR OLD.user_id IS DISTINCT FROM NEW.user_id OR OLD.character_id IS DISTINCT FROM NEW.character_id) "
+        "EXECUTE FUNCTION message_vector_stale()",
+    )
+
+
+# Columns holding what people said or what was learned of them (maintenance.py).
+PRIVATE_TEXT = {
+    "messages": ("content", "original", "extra"),
+    "facts": ("text", "norm"),
+    "summaries": ("text", "meta"),
+    "inbox": ("body", "error"),
+    "sessions": ("name", "labels"),
+    "jobs": ("last_error",),
+    "watched_agents": ("base_system_messages", "persona", "last_pushed", "last_error"),
+    "llm_routes": ("upstream_api_key", "upstream_params"),
+    "recall_docs": ("terms",),
+    "message_vectors": ("vector",),
+}
+
+
+@migration
+def m005_forgetting(conn: psycopg.Connection) -> None:
+    """What forget owes the table files (rewrites), and no text sampled into the planner's statistics."""
+    # A forget records here each table it deleted from; the scrub after it rewrites them
+    # (maintenance.py). since_ms: the oldest forget not yet scrubbed; xid: the newest one's
+    # transaction, which every older snapshot must have ended past before a rewrite drops it.
+    _run(
+        conn,
+        "CREATE TABLE scrub_owed (relation text PRIMARY KEY, since_ms bigint NOT NULL, xid bigint NOT NULL)",
+    )
+    # ANALYZE would copy sample values of these columns (sentences people said) into
+    # pg_statistic, a catalog no forget reaches; nothing filters on them by value.
+    _run(
+        conn,
+        *(
+            f"ALTER TABLE {table} ALTER COLUMN {column} SET STATISTICS 0"
+            for table, columns in PRIVATE_TEXT.items()
+            for column in columns
+        ),
     )
 
 

@@ -1,11 +1,298 @@
-"""PLACEHOLDER: recall on PostgreSQL (being written; mirror store/sqlite/recall.py)."""
+"""The recall index on PostgreSQL: each spoken turn's terms in a GIN-indexed array, ranked by BM25.
+
+Terms come from `core.terms`, as on SQLite, prefixed with the id of the message's (user,
+character) pair (`12:pottery`), so a GIN posting list is one pair's and a question reads only
+the asking pair's postings. BM25's statistics are the pair's own (`recall_pairs`, kept by
+`catch_up` and by a trigger when docs go). Turns are indexed after they commit: a trigger
+queues them in `recall_pending`, and any instance takes queued ids with SKIP LOCKED, so
+several index at once without taking a turn twice. Ranking follows SQLite's exactly (the same
+shortlist by matched words, then document length), so both backends answer alike.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agent_memory.core.domain import Fact, Message, Summary
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
+from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.postgres.common import Repository
+from agent_memory.store.postgres.facts import (
+    FACT_COLUMNS,
+    SUMMARY_COLUMNS,
+    PostgresFacts,
+    PostgresSummaries,
+    fact_of,
+    summary_of,
+)
+from agent_memory.store.postgres.messages import READ_COLUMNS, message_of
+from agent_memory.store.shared.recall import (
+    FREQUENCY_CACHE_SIZE,
+    FREQUENCY_TTL_S,
+    MAX_POSTINGS,
+    SHORTLIST_FACTOR,
+)
+
+# Document frequencies reused for FREQUENCY_TTL_S, across connections (keyed by database, pair, term).
+_frequencies: dict[tuple[str, int, str], tuple[float, int]] = {}
+
+
+def pair_term(pair: int, term: str) -> str:
+    """A term as the index holds it: in its pair's own posting list."""
+    return f"{pair}:{term}"
 
 
 class PostgresRecall(Repository):
-    """TODO."""
+    """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
     __slots__ = ()
+
+    # indexing (any instance, in its own write transaction)
+
+    def catch_up(self, limit: int) -> int:
+        """Index up to `limit` queued messages (new or changed); returns how many were taken.
+
+        When every queued message is being indexed by another transaction, this waits for it
+        to commit, so that a read afterwards sees what was queued before it asked.
+        """
+        taken = self._take(limit, wait=False)
+        if not taken and self.behind():
+            taken = self._take(limit, wait=True)
+        if taken:
+            self.index(taken)
+        return len(taken)
+
+    def _take(self, limit: int, *, wait: bool) -> list[int]:
+        """Dequeue up to `limit` ids, oldest first: deleting them now makes a change to one of
+        those messages, committed meanwhile, queue it again once this transaction ends."""
+        skip = "" if wait else " SKIP LOCKED"
+        rows = self._all(
+            "DELETE FROM recall_pending WHERE id IN (SELECT id FROM recall_pending ORDER BY id "
+            f"LIMIT %s FOR UPDATE{skip}) RETURNING id",
+            (limit,),
+        )
+        return sorted(row["id"] for row in rows)
+
+    def index(self, ids: Iterable[int]) -> int:
+        """(Re)index the spoken turns among message `ids` (others lose their doc); returns how many."""
+        wanted = list(ids)
+        # KEY SHARE: a message being deleted (or given a new id) meanwhile is not waited for,
+        # which could deadlock with its delete trigger waiting for our queue rows; it is queued
+        # again and looked at after that transaction ends.
+        rows = self._all(
+            "SELECT id, user_id, character_id, kind, content FROM messages WHERE id = ANY(%s) "
+            "ORDER BY id FOR KEY SHARE SKIP LOCKED",
+            (wanted,),
+        )
+        found = {row["id"] for row in rows}
+        if len(found) < len(wanted):
+            self.conn.execute(
+                b"INSERT INTO recall_pending (id) SELECT id FROM messages WHERE id = ANY(%s) "
+                b"ON CONFLICT DO NOTHING",
+                ([i for i in wanted if i not in found],),
+            )
+        if not rows:
+            return 0
+        computed = [
+            (row, found_terms)
+            for row in rows
+            if row["kind"] == "turn" and (found_terms := index_terms(row["content"] or ""))
+        ]
+        pairs = self._pair_ids({(row["user_id"], row["character_id"]) for row, _ in computed})
+        old_pairs = [
+            row["pair"]
+            for row in self._all("SELECT DISTINCT pair FROM recall_docs WHERE id = ANY(%s)", (list(found),))
+        ]
+        # Pairs' statistics are locked in one order, so two instances never wait on each other in a circle.
+        self.conn.execute(
+            b"SELECT pair FROM recall_pairs WHERE pair = ANY(%s) ORDER BY pair FOR UPDATE",
+            (sorted({*pairs.values(), *old_pairs}),),
+        )
+        self.conn.execute(b"DELETE FROM recall_docs WHERE id = ANY(%s)", (list(found),))
+        totals: dict[int, list[int]] = {}
+        with self.conn.cursor().copy(b"COPY recall_docs (id, pair, length, terms) FROM STDIN") as copy:
+            for row, found_terms in computed:
+                pair = pairs[(row["user_id"], row["character_id"])]
+                copy.write_row(
+                    (
+                        row["id"],
+                        pair,
+                        len(found_terms),
+                        [pair_term(pair, t) for t in dict.fromkeys(found_terms)],
+                    )
+                )
+                total = totals.setdefault(pair, [0, 0])
+                total[0] += 1
+                total[1] += len(found_terms)
+        if totals:
+            self.conn.execute(
+                b"UPDATE recall_pairs p SET docs = p.docs + t.docs, total_length = p.total_length + t.length "
+                b"FROM unnest(%s::integer[], %s::integer[], %s::bigint[]) AS t(pair, docs, length) "
+                b"WHERE p.pair = t.pair",
+                (list(totals), [t[0] for t in totals.values()], [t[1] for t in totals.values()]),
+            )
+        return len(computed)
+
+    def _pair_ids(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The index id of each (user, character) pair, given one when it has none yet."""
+        found = self._known_pairs(pairs)
+        missing = sorted(pairs - found.keys())
+        if missing:
+            # Sorted, so two instances adding the same new pairs wait for each other in one order;
+            # only new pairs are inserted, since each attempt takes a number from the identity.
+            self.conn.execute(
+                b"INSERT INTO recall_pairs (user_id, character_id) "
+                b"SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT (user_id, character_id) DO NOTHING",
+                ([user for user, _ in missing], [character for _, character in missing]),
+            )
+            found.update(self._known_pairs(set(missing)))
+        return found
+
+    def _known_pairs(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        if not pairs:
+            return {}
+        rows = self._all(
+            "SELECT p.pair, p.user_id, p.character_id FROM recall_pairs p "
+            "JOIN unnest(%s::text[], %s::text[]) AS w(user_id, character_id) "
+            "ON p.user_id = w.user_id AND p.character_id = w.character_id",
+            ([user for user, _ in pairs], [character for _, character in pairs]),
+        )
+        return {(row["user_id"], row["character_id"]): row["pair"] for row in rows}
+
+    # reading
+
+    def behind(self) -> bool:
+        """Whether messages are queued that the index has not taken in yet."""
+        return bool(self._count("SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"))
+
+    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
+        """The facts in scope: a pair's and the user-wide ones, or all of the user's."""
+        if character_id is not None:
+            return PostgresFacts(self.conn, self.instance).of_pair(user_id, character_id)
+        rows = self._all(f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = %s ORDER BY id", (user_id,))
+        return [fact_of(row) for row in rows]
+
+    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
+        """The summary of a pair, or of each of the user's pairs."""
+        if character_id is not None:
+            summary = PostgresSummaries(self.conn, self.instance).get(user_id, character_id)
+            return [summary] if summary is not None else []
+        rows = self._all(
+            f'SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = %s ORDER BY character_id COLLATE "C"',
+            (user_id,),
+        )
+        return [summary_of(row) for row in rows]
+
+    def term_stats(
+        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
+    ) -> TermStats:
+        """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
+        scope, params = (
+            ("", (user_id,)) if character_id is None else (" AND character_id = %s", (user_id, character_id))
+        )
+        rows = self._all(
+            f"SELECT pair, docs, total_length FROM recall_pairs WHERE user_id = %s{scope} ORDER BY pair",
+            params,
+        )
+        pairs = [row["pair"] for row in rows]
+        documents = sum(row["docs"] for row in rows)
+        total_length = sum(row["total_length"] for row in rows)
+        counts = self._frequencies([(pair, term) for term, _ in weighted for pair in pairs])
+        frequencies = {term: sum(counts[(pair, term)] for pair in pairs) for term, _ in weighted}
+        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
+        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    def _frequencies(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
+        """In how many of its pair's turns each term is, counted in one query. A count is reused
+        for `FREQUENCY_TTL_S` (a few seconds of new turns barely move an idf); a word not said
+        yet is counted again each time, as a turn may say it any moment."""
+        database, now = self._database(), time.monotonic()
+        found: dict[tuple[int, str], int] = {}
+        for key in keys:
+            cached = _frequencies.get((database, *key))
+            if cached is not None and cached[0] > now:
+                found[key] = cached[1]
+        missing = [key for key in dict.fromkeys(keys) if key not in found]
+        if not missing:
+            return found
+        rows = self._all(
+            "SELECT (SELECT count(*) FROM recall_docs WHERE terms @> ARRAY[k.term]) AS docs "
+            "FROM unnest(%s::text[]) WITH ORDINALITY AS k(term, position) ORDER BY k.position",
+            ([pair_term(pair, term) for pair, term in missing],),
+        )
+        if len(_frequencies) + len(missing) > FREQUENCY_CACHE_SIZE:
+            _frequencies.clear()
+        for key, row in zip(missing, rows, strict=True):
+            found[key] = int(row["docs"])
+            if found[key]:
+                _frequencies[(database, *key)] = (now + FREQUENCY_TTL_S, found[key])
+        return found
+
+    def _database(self) -> str:
+        """Which database this connection reads (pair ids are per database)."""
+        info = self.conn.info
+        return f"postgresql://{info.host}:{info.port}/{info.dbname}"
+
+    def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
+        """BM25 of the pair's turns: the best `limit`, by message id.
+
+        A turn counts as saying a word once (BM25 with binary term frequency, as on SQLite):
+        first the turns with the most (weighted) words of the question, then that shortlist
+        ranked with its lengths.
+        """
+        present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
+        if not present:
+            return {}
+        matched = " + ".join("CASE WHEN terms @> ARRAY[%s::text] THEN %s::float8 ELSE 0 END" for _ in present)
+        params: list[Any] = [value for term, weight in present for value in (pair_term(pair, term), weight)]
+        shortlist = self._all(
+            f"SELECT id, length, {matched} AS matched FROM recall_docs WHERE terms && %s::text[] "
+            "ORDER BY matched DESC, id DESC LIMIT %s",
+            (*params, [pair_term(pair, term) for term, _ in present], limit * SHORTLIST_FACTOR),
+        )
+        average = stats.average_length
+        scores = {
+            row["id"]: row["matched"]
+            * (BM25_K1 + 1)
+            / (1 + BM25_K1 * (1 - BM25_B + BM25_B * row["length"] / average))
+            for row in shortlist
+        }
+        return dict(sorted(scores.items(), key=lambda item: -item[1])[:limit])
+
+    def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
+        """The best-matching turns in scope, best first."""
+        scores: dict[int, float] = {}
+        for pair in stats.pairs:
+            scores.update(self._scores(pair, stats, limit))
+        best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
+        messages = {message.id: message for message in self._messages(best)}
+        return [TurnHit(messages[doc], scores[doc]) for doc in best if doc in messages]
+
+    def messages(self, ids: Sequence[int]) -> list[Message]:
+        """The messages with these ids, in the order asked (missing ones left out)."""
+        found = {message.id: message for message in self._messages(ids)}
+        return [found[i] for i in ids if i in found]
+
+    def _messages(self, ids: Sequence[int]) -> list[Message]:
+        if not ids:
+            return []
+        return [
+            message_of(row)
+            for row in self._all(f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(%s)", (list(ids),))
+        ]
+
+    def neighbours(self, message: Message) -> tuple[Message | None, Message | None]:
+        """The spoken turns just before and just after `message` in its session (one round trip)."""
+        spoken = (
+            f"SELECT {READ_COLUMNS} FROM messages WHERE agent_id = %s AND kind = 'turn' AND content != ''"
+        )
+        rows = self._all(
+            f"({spoken} AND seq < %s ORDER BY seq DESC LIMIT 1) UNION ALL ({spoken} AND seq > %s ORDER BY seq LIMIT 1)",
+            (message.agent_id, message.seq, message.agent_id, message.seq),
+        )
+        found = [message_of(row) for row in rows]
+        before = next((turn for turn in found if turn.seq < message.seq), None)
+        after = next((turn for turn in found if turn.seq > message.seq), None)
+        return before, after

@@ -31,6 +31,7 @@ from agent_memory.store.sqlite.export import SQLiteExport
 from agent_memory.store.sqlite.facts import SQLiteFacts, SQLiteSummaries
 from agent_memory.store.sqlite.inbox import SQLiteInbox
 from agent_memory.store.sqlite.jobs import SQLiteJobs
+from agent_memory.store.sqlite.leases import SQLiteLeases
 from agent_memory.store.sqlite.llm_routes import SQLiteLlmRoutes
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.messages import SQLiteMessages
@@ -130,6 +131,10 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
 
 class SQLiteTransaction(SQLiteView):
     """The repositories on the writer connection, inside the current transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self.leases = SQLiteLeases(conn)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

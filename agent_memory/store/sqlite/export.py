@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agent_memory.store.shared.facts import USER_WIDE, fact_scope
 from agent_memory.store.sqlite.common import CHUNK, Repository
-from agent_memory.store.sqlite.facts import USER_WIDE, fact_scope
 from agent_memory.store.types import Report
 
 

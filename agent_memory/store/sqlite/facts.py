@@ -3,8 +3,7 @@
 Facts are unique per (user, character column, key), the key being core.facts' one form of
 "says the same thing", computed here so that no caller can store another.
 
-A user-wide fact is stored with the empty character: this module is the one place that
-knows it (`USER_WIDE`, `fact_scope`, `fact_character`); search and export ask it.
+A user-wide fact is stored with the empty character (`store.shared.facts` says how).
 """
 
 from __future__ import annotations
@@ -15,29 +14,14 @@ from typing import Any
 
 from agent_memory.core.domain import Fact, FactOrigin, FactScope, Summary
 from agent_memory.core.facts import fact_key
+from agent_memory.store.shared.facts import USER_WIDE, fact_character
 from agent_memory.store.sqlite.common import Repository, dumps, loads_object, now_ms
 
-# The character column of a user-wide fact.
-USER_WIDE = ""
 FACT_COLUMNS = "id, user_id, character_id, text, pinned, origin, created_ms, updated_ms"
 SUMMARY_COLUMNS = (
     "user_id, character_id, text, watermark_id, covered_until_ms, message_count, method, model, "
     "created_ms, updated_ms, meta"
 )
-
-
-def fact_scope(character_column: str) -> FactScope:
-    """The scope of a stored fact, from its character column."""
-    return "user" if character_column == USER_WIDE else "character"
-
-
-def fact_character(scope: FactScope, character_id: str) -> str:
-    """The character column of a fact of `scope` said with `character_id`."""
-    if scope == "user":
-        return USER_WIDE
-    if character_id == USER_WIDE:
-        raise ValueError("a fact about one character needs that character")
-    return character_id
 
 
 def fact_of(row: Sequence[Any]) -> Fact:

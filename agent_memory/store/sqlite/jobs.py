@@ -115,6 +115,17 @@ class SQLiteJobs(Repository):
         )
         return self.by_id(job_id) if cursor.rowcount == 1 else None
 
+    def claim_due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
+        """Claim up to `limit` due jobs, soonest first (one process: nobody claims beside it)."""
+        return [
+            claimed for job in self.due(kind, now_ms, limit) if (claimed := self.claim(job.id)) is not None
+        ]
+
+    def renew(self, job_id: int) -> bool:
+        """One process holds every claim for as long as it lives: True while the job runs."""
+        row = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return row is not None and row[0] == "running"
+
     def finish(self, claimed: Job, *, again_at_ms: int) -> bool:
         """Delete a finished job, or make it pending at `again_at_ms` if messages came
         while it ran; returns True when it was deleted."""

@@ -10,48 +10,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
+from agent_memory.store.shared.maintenance import COUNTED, HELD, KEEP_INBOX_STATUSES, SEARCH_INDEXED
 from agent_memory.store.sqlite.common import CHUNK, Repository, marks
 from agent_memory.store.sqlite.search import SearchIndex
 from agent_memory.store.sqlite.versions import bump
 from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
 
-
-@dataclass(frozen=True)
-class Held:
-    """A table holding users' data: what a forget receipt calls it, and how its rows are found."""
-
-    receipt: str
-    table: str
-    # pair: by user_id (and character_id); agent: by the forgotten sessions' agent ids;
-    # raw: raw events, by agent id or by the labels they carried (blanked, not deleted).
-    by: Literal["pair", "agent", "raw"]
-
-
-# Every table that holds what a user said, or what was learned or recorded about them, in the
-# order forget clears them (watches and metrics are found through the sessions' agent ids,
-# read before the sessions go). A table added to the schema belongs here or in NOT_HELD.
-HELD: tuple[Held, ...] = (
-    # Before messages, whose trigger would otherwise take them uncounted.
-    Held("embeddings", "message_vectors", "pair"),
-    Held("messages", "messages", "pair"),
-    Held("facts", "facts", "pair"),  # a pair's forget: user-wide facts are not the pair's
-    Held("summaries", "summaries", "pair"),
-    Held("jobs", "jobs", "pair"),
-    Held("followed_agents", "watched_agents", "agent"),
-    Held("sessions", "sessions", "pair"),
-    Held("bindings", "bindings", "pair"),
-    Held("channel_bindings", "channel_bindings", "pair"),
-    Held("llm_routes", "llm_routes", "pair"),
-    Held("raw_callbacks", "inbox", "raw"),
-    Held("metrics", "agent_metrics", "agent"),
-    # Last: the deletes above bumped the pair's change counter.
-    Held("memory_versions", "memory_versions", "pair"),
-)
-# Tables that hold no user's data of their own. The search indexes mirror messages, facts
-# and summaries by trigger; forget drops the user's pair tokens and scrubs the indexes.
+# The schema's tables outside HELD: they hold no user's data of their own. The search indexes
+# mirror messages, facts and summaries by trigger; forget drops the user's pair tokens and
+# scrubs the indexes.
 NOT_HELD = (
     "_sqlite_migrations", "sqlite_sequence", "search_state", "search_pairs",
     # The recall index's documents follow messages by trigger, like the FTS indexes; the
@@ -59,14 +27,10 @@ NOT_HELD = (
     "recall_docs", "recall_pairs", "recall_pending", "recall_terms",
     "memory_clock",
 )  # fmt: skip
-SEARCH_INDEXED = ("messages", "facts", "summaries")
-
-KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or to be reprocessed
 # A forget optimizes the search index on the spot while the index is this small (rows of
 # its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above
 # it the retention job scrubs the index in short merge steps shortly afterwards.
 INLINE_SCRUB_MAX_ROWS = 4000
-COUNTED = ("messages", "sessions", "facts", "summaries", "jobs", "inbox")
 NO_SHRINK_ADVICE = (
     "the database was created without auto_vacuum: freed pages are reused but the file does "
     "not shrink; run `PRAGMA auto_vacuum=INCREMENTAL; VACUUM;` once while the service is stopped"

@@ -16,6 +16,12 @@ from collections.abc import Iterable, Sequence
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
+from agent_memory.store.shared.recall import (
+    FREQUENCY_CACHE_SIZE,
+    FREQUENCY_TTL_S,
+    MAX_POSTINGS,
+    SHORTLIST_FACTOR,
+)
 from agent_memory.store.sqlite.common import CHUNK, Repository, marks
 from agent_memory.store.sqlite.facts import (
     FACT_COLUMNS,
@@ -28,14 +34,13 @@ from agent_memory.store.sqlite.facts import (
 from agent_memory.store.sqlite.messages import READ_COLUMNS, message_of
 from agent_memory.store.sqlite.pairs import ensure_pairs
 
-# A term in more of a pair's turns than this says little and costs a long posting list.
-MAX_POSTINGS = 3000
-# Document frequencies reused for this long, across connections (keyed by database, pair, term).
-FREQUENCY_TTL_S = 10.0
-FREQUENCY_CACHE_SIZE = 100_000
+# Document frequencies reused for FREQUENCY_TTL_S, across connections (keyed by database, pair, term).
 _frequencies: dict[tuple[str, int, str], tuple[float, int]] = {}
-# How many times `limit` turns, by matched words, are ranked with their lengths.
-SHORTLIST_FACTOR = 4
+_SPOKEN_IN_SESSION = "FROM messages WHERE agent_id = ? AND kind = 'turn' AND content != ''"
+_NEIGHBOURS = (
+    f"SELECT * FROM (SELECT -1, {READ_COLUMNS} {_SPOKEN_IN_SESSION} AND seq < ? ORDER BY seq DESC LIMIT 1) "
+    f"UNION ALL SELECT * FROM (SELECT 1, {READ_COLUMNS} {_SPOKEN_IN_SESSION} AND seq > ? ORDER BY seq LIMIT 1)"
+)
 
 
 def _pair_term(pair: int, term: str) -> str:
@@ -167,14 +172,18 @@ class SQLiteRecall(Repository):
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
-        pairs = self.pair_ids(user_id, character_id)
-        documents = total_length = 0
-        for pair in pairs:
-            row = self.conn.execute(
-                "SELECT docs, total_length FROM recall_pairs WHERE pair = ?", (pair,)
-            ).fetchone()
-            if row:
-                documents, total_length = documents + row[0], total_length + row[1]
+        # The pairs with their figures in one statement (each one more is a trip through SQLite).
+        scope, params = ("p.user_id = ?", (user_id,)) if character_id is None else (
+            "p.user_id = ? AND p.character_id = ?", (user_id, character_id)
+        )  # fmt: skip
+        rows = self.conn.execute(
+            "SELECT p.id, r.docs, r.total_length FROM search_pairs p "
+            f"LEFT JOIN recall_pairs r ON r.pair = p.id WHERE {scope}",
+            params,
+        ).fetchall()
+        pairs = [row[0] for row in rows]
+        documents = sum(row[1] or 0 for row in rows)
+        total_length = sum(row[2] or 0 for row in rows)
         frequencies: dict[str, int] = {}
         for term, _ in weighted:
             frequencies[term] = sum(self._frequency(pair, term) for pair in pairs)
@@ -223,27 +232,28 @@ class SQLiteRecall(Repository):
         # First the turns with the most (weighted) words of the question, in SQLite; then the
         # shortlist's lengths: with binary term frequency a turn's BM25 is that sum times one
         # length factor, and joining every posting to its length would cost twice the search.
-        shortlist = self.conn.execute(
-            f"WITH p AS ({postings}) SELECT doc, sum(w) AS matched FROM p GROUP BY doc "
-            "ORDER BY matched DESC, doc DESC LIMIT ?",
-            (*params, limit * SHORTLIST_FACTOR),
-        ).fetchall()
-        if not shortlist:
-            return {}
-        lengths = dict(
-            self.conn.execute(
-                f"SELECT id, length FROM recall_docs WHERE id IN ({marks(len(shortlist))})",
-                [doc for doc, _ in shortlist],
-            ).fetchall()
-        )
+        # The length factor is applied in SQLite too, so only the best `limit` rows come back
+        # (each row fetched hands the GIL back and forth with the event loop).
         average = stats.average_length
-        scores = {
-            doc: matched
-            * (BM25_K1 + 1)
-            / (1 + BM25_K1 * (1 - BM25_B + BM25_B * lengths.get(doc, average) / average))
-            for doc, matched in shortlist
-        }
-        return dict(sorted(scores.items(), key=lambda item: -item[1])[:limit])
+        rows = self.conn.execute(
+            f"WITH p AS ({postings}), s AS (SELECT doc, sum(w) AS matched FROM p GROUP BY doc "
+            "ORDER BY matched DESC, doc DESC LIMIT ?) "
+            "SELECT s.doc, s.matched * ? / (1 + ? * (1 - ? + ? * coalesce(d.length, ?) / ?)) AS score "
+            "FROM s LEFT JOIN recall_docs d ON d.id = s.doc "
+            "ORDER BY score DESC, s.matched DESC, s.doc DESC LIMIT ?",
+            (
+                *params,
+                limit * SHORTLIST_FACTOR,
+                BM25_K1 + 1,
+                BM25_K1,
+                BM25_B,
+                BM25_B,
+                average,
+                average,
+                limit,
+            ),
+        ).fetchall()
+        return {doc: score for doc, score in rows}
 
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
         """The best-matching turns in scope, best first, each with the turns said around it."""
@@ -268,15 +278,9 @@ class SQLiteRecall(Repository):
         return [found[i] for i in ids if i in found]
 
     def neighbours(self, message: Message) -> tuple[Message | None, Message | None]:
-        """The spoken turns just before and just after `message` in its session."""
-        return self._neighbour(message, -1), self._neighbour(message, 1)
-
-    def _neighbour(self, message: Message, step: int) -> Message | None:
-        """The spoken turn just before (step -1) or after (+1) `message` in its session."""
-        compare, order = ("<", "DESC") if step < 0 else (">", "ASC")
-        row = self.conn.execute(
-            f"SELECT {READ_COLUMNS} FROM messages WHERE agent_id = ? AND seq {compare} ? "
-            f"AND kind = 'turn' AND content != '' ORDER BY seq {order} LIMIT 1",
-            (message.agent_id, message.seq),
-        ).fetchone()
-        return message_of(row) if row else None
+        """The spoken turns just before and just after `message` in its session (one statement)."""
+        found: dict[int, Message] = {
+            row[0]: message_of(row[1:])
+            for row in self.conn.execute(_NEIGHBOURS, (message.agent_id, message.seq) * 2)
+        }
+        return found.get(-1), found.get(1)

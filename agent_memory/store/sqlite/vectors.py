@@ -3,27 +3,31 @@
 Not sqlite-vec: the extension cannot be loaded into this Python's sqlite3 (built without
 `enable_load_extension`). A pair holds at most tens of thousands of turns, so an exact
 search over its rows is one matrix product of a few milliseconds; the matrix of each pair
-searched recently is kept in memory and read again only when the pair's vectors change.
+searched recently is kept in memory (`store.shared.vectors`) and read again only when the
+pair's vectors change.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from agent_memory.core.domain import Message
+from agent_memory.store.shared.vectors import (
+    Floats,
+    MatrixKey,
+    PairMatrix,
+    nearest_in,
+    pair_matrices,
+    stored_matrix,
+    unit_rows,
+)
 from agent_memory.store.sqlite.common import Repository
 from agent_memory.store.sqlite.messages import READ_COLUMNS, SPOKEN, message_of
 
-VECTOR_DTYPE = np.dtype("<f4")
-# Matrices kept in memory, all pairs together (10k turns of 1536 dimensions are 61 MB).
-CACHE_MAX_BYTES = 256 * 1024 * 1024
 # Spoken turns with something to embed (whitespace says nothing).
 EMBEDDABLE = f"{SPOKEN} AND trim(content) != ''"
 # Turns of the pair that have no vector of the model (of the asked dimensions, when given).
@@ -31,67 +35,6 @@ _WITHOUT_VECTOR = (
     "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id AND v.model = ? "
     "AND (? IS NULL OR v.dims = ?))"
 )
-
-Floats = npt.NDArray[np.float32]
-
-
-def unit_rows(vectors: Sequence[Sequence[float]]) -> Floats:
-    """Vectors as float32 rows of length one (a zero row stays zero)."""
-    matrix = np.asarray(vectors, dtype=VECTOR_DTYPE)
-    if matrix.ndim != 2:
-        raise ValueError("vectors must be a sequence of equally long sequences of numbers")
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (matrix / norms).astype(VECTOR_DTYPE)
-
-
-@dataclass(frozen=True, slots=True)
-class _PairMatrix:
-    """One pair's vectors of one model: message ids and unit rows, and what they were read at."""
-
-    version: tuple[int, int]  # (newest vector id, rows): changes with every insert and delete
-    ids: npt.NDArray[np.int64]
-    matrix: Floats
-
-
-_Key = tuple[str, str, str, str, int]  # (database file, user, character, model, dims)
-
-
-class _MatrixCache:
-    """Pairs' matrices, least recently used dropped first, at most `max_bytes` in all."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[_Key, _PairMatrix] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: _Key) -> _PairMatrix | None:
-        """The entry, whatever its version (the caller compares)."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-            return entry
-
-    def put(self, key: _Key, entry: _PairMatrix) -> None:
-        size = entry.matrix.nbytes + entry.ids.nbytes
-        with self._lock:
-            self._drop(key)
-            if size > self.max_bytes:
-                return
-            self._entries[key] = entry
-            self._bytes += size
-            while self._bytes > self.max_bytes:
-                self._drop(next(iter(self._entries)))
-
-    def _drop(self, key: _Key) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self._bytes -= entry.matrix.nbytes + entry.ids.nbytes
-
-
-_cache = _MatrixCache(CACHE_MAX_BYTES)
 
 
 class SQLiteVectors(Repository):
@@ -154,23 +97,11 @@ class SQLiteVectors(Repository):
             ]
         else:
             characters = [character_id]
-        ids: list[npt.NDArray[np.int64]] = []
-        scores: list[Floats] = []
-        for character in characters:
-            pair = self._pair_matrix(user_id, character, model, dims)
-            if pair is None:
-                continue
-            similarity = pair.matrix @ vector
-            best = _top(similarity, k)
-            ids.append(pair.ids[best])
-            scores.append(similarity[best])
-        if not ids:
-            return []
-        all_ids, all_scores = np.concatenate(ids), np.concatenate(scores)
-        best = _top(all_scores, k)
-        return [(int(all_ids[i]), float(all_scores[i])) for i in best]
+        return nearest_in(
+            (self._pair_matrix(user_id, character, model, dims) for character in characters), vector, k
+        )
 
-    def _pair_matrix(self, user_id: str, character_id: str, model: str, dims: int) -> _PairMatrix | None:
+    def _pair_matrix(self, user_id: str, character_id: str, model: str, dims: int) -> PairMatrix | None:
         """The pair's matrix: cached while its vectors are unchanged, extended when some were only added."""
         where = "WHERE user_id = ? AND character_id = ? AND model = ? AND dims = ?"
         params = (user_id, character_id, model, dims)
@@ -179,8 +110,8 @@ class SQLiteVectors(Repository):
         ).fetchone()
         if not rows:
             return None
-        key: _Key = (self._database(), *params)
-        cached = _cache.get(key)
+        key: MatrixKey = (self._database(), *params)
+        cached = pair_matrices.get(key)
         if cached is not None and cached.version == (newest, rows):
             return cached
         if cached is not None and newest > cached.version[0]:
@@ -190,12 +121,12 @@ class SQLiteVectors(Repository):
                 (*params, cached.version[0]),
             ).fetchall()
             if added and added[-1][0] == newest and cached.version[1] + len(added) == rows:
-                grown = _PairMatrix(
+                grown = PairMatrix(
                     version=(newest, rows),
                     ids=np.concatenate([cached.ids, _ids(added)]),
                     matrix=np.concatenate([cached.matrix, _matrix(added, dims)]),
                 )
-                _cache.put(key, grown)
+                pair_matrices.put(key, grown)
                 return grown
         found = self.conn.execute(
             f"SELECT id, message_id, vector FROM message_vectors {where} ORDER BY id", params
@@ -203,8 +134,8 @@ class SQLiteVectors(Repository):
         if not found:
             return None
         # Keyed by what was read, not by what was counted before: a write in between is seen next time.
-        entry = _PairMatrix(version=(found[-1][0], len(found)), ids=_ids(found), matrix=_matrix(found, dims))
-        _cache.put(key, entry)
+        entry = PairMatrix(version=(found[-1][0], len(found)), ids=_ids(found), matrix=_matrix(found, dims))
+        pair_matrices.put(key, entry)
         return entry
 
     def _database(self) -> str:
@@ -243,12 +174,4 @@ def _ids(rows: Sequence[Sequence[Any]]) -> npt.NDArray[np.int64]:
 
 def _matrix(rows: Sequence[Sequence[Any]], dims: int) -> Floats:
     """The vectors of (id, message_id, vector) rows, one matrix row each."""
-    return np.frombuffer(b"".join(row[2] for row in rows), dtype=VECTOR_DTYPE).reshape(len(rows), dims)
-
-
-def _top(scores: Floats, k: int) -> npt.NDArray[np.intp]:
-    """Indices of the `k` highest scores, highest first."""
-    if len(scores) > k:
-        candidates = np.argpartition(-scores, k - 1)[:k]
-        return candidates[np.argsort(-scores[candidates], kind="stable")]
-    return np.argsort(-scores, kind="stable")
+    return stored_matrix([row[2] for row in rows], dims)

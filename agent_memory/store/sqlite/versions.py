@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
+from agent_memory.store.shared.facts import USER_WIDE
 from agent_memory.store.sqlite.common import Repository
-from agent_memory.store.sqlite.facts import USER_WIDE
 
 
 class SQLiteVersions(Repository):

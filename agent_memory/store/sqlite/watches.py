@@ -50,6 +50,18 @@ class SQLiteWatches(Repository):
             (now_ms, limit),
         )
 
+    def claim_polls(self, now_ms: int, limit: int) -> list[Watch]:
+        """The due polls: one process polls every followed agent, nobody else to keep out."""
+        return self.due_polls(now_ms, limit)
+
+    def claim_pushes(self, now_ms: int, limit: int) -> list[Watch]:
+        """The due refreshes (one process sends them all)."""
+        return self.due_pushes(now_ms, limit)
+
+    def release_held(self) -> int:
+        """Nothing is held: the next process to open the file polls every followed agent."""
+        return 0
+
     def running_for(self, user_id: str, character_id: str) -> list[Watch]:
         """Followed agents still running for a pair."""
         return self._watches(

@@ -1,0 +1,1 @@
+"""What both backends hold alike: policy constants and pure helpers, no SQL dialect and no driver."""
