@@ -1,7 +1,7 @@
 """The custom-LLM endpoint: time to first and last token through it vs straight to the model.
 
     python bench/llm_proxy.py [--total 1000000] [--streams 50] [--rounds 10] [--chunks 20]
-                              [--first-token-ms 60] [--chunk-ms 15]
+                              [--first-token-ms 60] [--chunk-ms 15] [--record]
 
 A fake upstream LLM (its own process, aiohttp on loopback) streams `--chunks` chunks, the
 first after `--first-token-ms`, the rest `--chunk-ms` apart. The real server
@@ -10,7 +10,9 @@ bench/system_messages.py (`--total` messages; u-bench/luna holds `--pair-message
 AGENT_MEMORY_UPSTREAM_BASE_URL pointing at the fake. Rounds alternate (ABBA): `--streams`
 concurrent streaming calls through `POST /v1/llm/chat/completions`, then as many straight to
 the fake; each call is a short Agora-shaped conversation of u-bench/luna (extended fields,
-`llm.params` at the top level, a bearer key) ending in a question recall can answer.
+`llm.params` at the top level, a bearer key) ending in a question recall can answer. With
+`--record` each caller is an agent run (`agent_id` in `llm.params`) whose calls are its turns,
+each carrying the run's earlier turns: the endpoint records them as it goes, as in a real call.
 Reported: p50/p99 time to first token and to last token of both, the added time to first
 token, how many forwarded requests carried recalled memory, and the server's memory per open
 stream (RSS with 5x `--streams` streams held open, less RSS with `--streams`, divided by the
@@ -123,11 +125,18 @@ def serve_upstream(port_queue: multiprocessing.Queue, chunks: int, first_s: floa
 # -- the calls -----------------------------------------------------------------------------------
 
 
-def agora_request(call: int) -> dict[str, Any]:
-    """A custom-LLM request as Agora sends it: extended fields, params at the top level."""
+def agora_request(call: int, agent: str | None = None, turns: int = 0, reply: str = "") -> dict[str, Any]:
+    """A custom-LLM request as Agora sends it: extended fields, params at the top level.
+
+    With `agent` (`--record`), it is turn `turns` + 1 of that agent run: the run's earlier
+    questions and `reply` to each come first, and `agent_id` names the run the endpoint records into.
+    """
     at = 1_763_800_000_000 + call * 60_000
-    question = QUESTIONS[call % len(QUESTIONS)]
-    lines = ["Hi Luna, it's me again.", "Hello again! It's good to hear from you.", question]
+    asked = [QUESTIONS[(call - turns + k) % len(QUESTIONS)] for k in range(turns + 1)]
+    lines = ["Hi Luna, it's me again.", "Hello again! It's good to hear from you."]
+    for question in asked[:-1]:
+        lines += [question, reply]
+    lines.append(asked[-1])
     messages: list[dict[str, Any]] = [{"role": "system", "content": PERSONA}]
     for index, line in enumerate(lines):
         role = "user" if index % 2 == 0 else "assistant"
@@ -135,11 +144,19 @@ def agora_request(call: int) -> dict[str, Any]:
             "role": role, "content": line, "turn_id": index // 2 + 1, "timestamp": at + index * 3000,
             "metadata": {"source": "asr", "user": "1001"} if role == "user" else {"source": "llm"},
         })  # fmt: skip
-    return {
+    body = {
         "model": MODEL, "stream": True, "messages": messages, "turn_id": len(lines) // 2 + 1,
         "timestamp": at + len(lines) * 3000, "interruptable": True,
         "user_id": BIG[0], "character_id": BIG[1],
     }  # fmt: skip
+    if agent is not None:
+        body["agent_id"] = agent
+    return body
+
+
+def fake_reply(chunks: int) -> str:
+    """What the fake model says (`serve_upstream`), as Agora keeps it in the next request."""
+    return "Of" + "".join(f" word{index}" for index in range(1, chunks))
 
 
 class Timed:
@@ -209,8 +226,11 @@ async def round_of(
 
     async def caller(index: int) -> None:
         await asyncio.sleep(spread_s * index / streams)
+        # With --record each caller is one agent run, its calls the run's turns.
+        agent = f"bench-run-{first_call}-{index}" if args.record else None
         for number in range(calls):
-            body = agora_request(first_call + index * calls + number)
+            turns = number if agent else 0
+            body = agora_request(first_call + index * calls + number, agent, turns, fake_reply(args.chunks))
             timed.append(await stream_call(session, url, body, opened[index] if number == 0 else None))
 
     tasks = [asyncio.ensure_future(caller(i)) for i in range(streams)]
@@ -270,6 +290,7 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
             "AGENT_MEMORY_UPSTREAM_BASE_URL": f"{upstream}/v1", "AGENT_MEMORY_UPSTREAM_API_KEY": "sk-fake",
             "AGENT_MEMORY_UPSTREAM_MODEL": MODEL, "AGORA_WEBHOOK_SECRET": "bench-notification-secret",
             "AGENT_MEMORY_SUMMARY_DELAY_S": "3600", "AGENT_MEMORY_LOG_LEVEL": "WARNING",
+            **dict(setting.split("=", 1) for setting in args.server_env),
         },
         log_path=workdir / "server.log",
     )  # fmt: skip
@@ -361,7 +382,7 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
     proxied = proxy["calls"] + result["proxy_warmup_calls"]  # the upstream saw those too
     shape = (
         "all at once" if args.burst else f"kept open by {args.streams} callers making {args.calls} calls each"
-    )
+    ) + (", each caller an agent run recorded turn by turn" if args.record else "")
     print(f"\n{args.rounds} rounds each way, alternating, of {args.streams} concurrent streaming calls {shape}; "
           f"the model's first token after {args.first_token_ms} ms, {args.chunks} chunks {args.chunk_ms} ms apart")  # fmt: skip
     for kind in ("direct", "proxy"):
@@ -391,6 +412,8 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
         "streams": args.streams,
         "rounds": args.rounds,
         "mode": "burst" if args.burst else f"steady, {args.calls} calls per caller and round",
+        "record": args.record,
+        "server_env": args.server_env,
         "upstream": {"first_token_ms": args.first_token_ms, "chunks": args.chunks, "chunk_ms": args.chunk_ms},
         "ttft_ms": {"direct": rounded(direct["ttft"]), "proxy": rounded(proxy["ttft"])},
         "ttlt_ms": {"direct": rounded(direct["ttlt"]), "proxy": rounded(proxy["ttlt"])},
@@ -423,6 +446,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10, help="rounds each way, alternating")
     parser.add_argument("--calls", type=int, default=4, help="calls each caller makes per round")
     parser.add_argument("--burst", action="store_true", help="every call of a round at once instead")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="each caller an agent run (agent_id): the endpoint records every turn as it goes",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the server (repeatable), e.g. AGENT_MEMORY_RECALL_TIMEOUT_MS=10",
+    )
     parser.add_argument("--chunks", type=int, default=20, help="chunks the fake model streams")
     parser.add_argument(
         "--first-token-ms", type=float, default=60, help="the fake model's time to first token"

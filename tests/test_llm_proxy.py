@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +19,9 @@ from fakes.upstream_llm import FakeUpstreamLLM, Script
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
 from agent_memory.core.secrets import hash_key
+from agent_memory.platforms.agora.llm_proxy import first_error
+from agent_memory.upstream import HttpUpstream, Target
+from agent_memory.upstream.http import event_end
 
 LLM_TOKEN = "agora-llm-key"
 PARAMS = {"user_id": "u-ana", "character_id": "luna"}
@@ -372,3 +376,101 @@ async def test_the_transcript_from_the_endpoint_equals_the_callbacks_and_nothing
     await asyncio.sleep(0.2)  # past the settle time: a held reply would land now
     assert transcript(await _messages(both)) == expected
     assert (await stats(both))["record_errors"] == 0
+
+
+def delta(text: str) -> bytes:
+    """A streamed chunk's JSON saying `text`."""
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}  # fmt: skip
+    return json.dumps(chunk).encode()
+
+
+# Events as a network may cut them: mid-JSON, between the two newlines, several in one read, CRLF.
+CUT = [
+    b"data: " + delta("Hel")[:20],
+    delta("Hel")[20:] + b"\n",
+    b"\ndata: " + delta("lo") + b"\r\n\r\ndata: " + delta(" you") + b"\n\n",
+    b"data: [DONE]\n\n",
+]
+
+
+async def test_events_cut_anywhere_by_the_network_reach_the_caller_whole(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    upstream.script(Script(raw=CUT, delay_s=0.02))
+    seam = HttpUpstream(connect_timeout_s=1, first_byte_timeout_s=1)
+    answer = await seam.open(Target(upstream.base_url), b'{"stream": true, "messages": []}')
+    blocks = [block async for block in answer.events()]
+    answer.close()
+    await seam.close()
+    assert b"".join(blocks) == b"".join(CUT)
+    assert all(event_end(block) == len(block) for block in blocks)  # never part of an event
+    # Through the endpoint, recording: the reply is read from the relayed blocks once, at the end.
+    service = await start(start_service, upstream)
+    upstream.script(Script(raw=CUT, delay_s=0.02))
+    stream = await client(service).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+        extra_body={**PARAMS, "agent_id": "AGENT-CUT-EVENTS"},
+    )  # fmt: skip
+    assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "Hello you"
+    found = await wait_for(lambda: _messages(service, assistant=True))
+    assert transcript(found) == [("user", "hi"), ("assistant", "Hello you")]
+
+
+async def test_an_error_inside_a_block_is_the_last_event_relayed(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    error = b'data: {"error": {"message": "fake upstream broke", "type": "server_error"}}\n\n'
+    block = b"data: " + delta("a") + b"\n\n" + error + b"data: " + delta("after") + b"\n\n"
+    found = first_error(block)
+    assert found is not None and block[found[0] : found[1]] == error
+    assert first_error(b"data: " + delta('the "error" word') + b"\n\n") is None
+    service = await start(start_service, upstream)
+    upstream.script(Script(raw=[block]))
+    response = await post(
+        service, {"messages": [{"role": "user", "content": "hi"}], "stream": True, **PARAMS}
+    )
+    events = await sse_events(response)
+    assert json.loads(events[-1])["error"]["message"] == "fake upstream broke"
+    assert json.loads(events[0])["choices"][0]["delta"]["content"] == "a"
+    assert not any("after" in event for event in events)
+    # An error before anything else is the answer's status.
+    upstream.script(Script(raw=[error]))
+    response = await post(
+        service, {"messages": [{"role": "user", "content": "hi"}], "stream": True, **PARAMS}
+    )
+    assert response.status == 502
+    assert (await response.json())["error"]["message"] == "fake upstream broke"
+    assert (await stats(service))["upstream_errors"] == 2
+
+
+async def test_the_turns_are_recorded_when_the_upstream_fails(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    service = await start(start_service, upstream)
+    upstream.script(Script(status=500))
+    body = {
+        "messages": [{"role": "user", "content": "are you there?"}],
+        "stream": True,
+        "agent_id": "AGENT-DOWN",
+    }
+    response = await post(service, {**body, **PARAMS})
+    assert response.status == 500
+    found = await wait_for(lambda: _messages(service, count=1))
+    assert transcript(found) == [("user", "are you there?")]
+
+
+async def test_recall_misses_are_all_counted_and_logged_once_in_a_while(
+    start_service: Any, upstream: FakeUpstreamLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = await start(start_service, upstream, recall_timeout_ms=0.001)
+    await remember(service)
+    caplog.set_level(logging.WARNING, logger="agent_memory.platforms.agora.llm_proxy")
+    for _ in range(3):
+        await client(service).chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "what is my sister's dog called?"}],
+            extra_body=PARAMS,
+        )
+    assert (await stats(service))["recall_misses"] == 3
+    assert sum("missed its" in record.getMessage() for record in caplog.records) == 1

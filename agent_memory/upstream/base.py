@@ -36,7 +36,8 @@ class UpstreamAnswer(Protocol):
     headers: Mapping[str, str]
 
     def events(self) -> AsyncIterator[bytes]:
-        """The body's server-sent events, each as sent (ending in a blank line), as they arrive.
+        """The body as it arrives, as sent, cut at event ends: each block is one or more whole
+        server-sent events (each ending in a blank line), never part of one.
 
         Raises UpstreamFailed when the stream breaks or stalls past the read timeout.
         """

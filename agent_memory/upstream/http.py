@@ -9,45 +9,72 @@ import aiohttp
 
 from agent_memory.upstream.base import Target, UpstreamFailed
 
-# An SSE event ends at a blank line; upstreams send \n, a few \r\n.
-EVENT_ENDS = (b"\n\n", b"\r\n\r\n")
+
+def event_end(data: bytes) -> int:
+    """Where the last whole server-sent event in `data` ends (0: none does yet).
+
+    An event ends at a blank line; upstreams send \\n, a few \\r\\n.
+    """
+    if data.endswith(b"\n\n"):  # nearly every read: one or more whole events
+        return len(data)
+    lf = data.rfind(b"\n\n")
+    crlf = data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
 
 
 class HttpAnswer:
-    """One upstream answer, read as it arrives."""
+    """One upstream answer, read as it arrives.
+
+    The read deadline is one timer per stream, re-armed only when it fires: a per-read
+    `asyncio.timeout` would schedule and cancel a timer for every chunk of every stream.
+    """
 
     def __init__(self, response: aiohttp.ClientResponse, read_timeout_s: float) -> None:
         self.response = response
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
         self.read_timeout_s = read_timeout_s
+        self._last_read = 0.0
+        self._stall_timer: asyncio.TimerHandle | None = None
+
+    def _stalled(self) -> UpstreamFailed:
+        return UpstreamFailed(504, f"the upstream LLM sent nothing for {self.read_timeout_s:g} s")
+
+    def _check_stall(self) -> None:
+        due = self._last_read + self.read_timeout_s
+        loop = asyncio.get_running_loop()
+        if loop.time() < due:  # read since the timer was set: wait out the rest
+            self._stall_timer = loop.call_at(due, self._check_stall)
+            return
+        self._stall_timer = None
+        # Wakes the read waiting on the silent upstream with the error.
+        self.response.content.set_exception(self._stalled())
 
     async def events(self) -> AsyncIterator[bytes]:
         content = self.response.content
+        loop = asyncio.get_running_loop()
+        self._last_read = loop.time()
+        self._stall_timer = loop.call_later(self.read_timeout_s, self._check_stall)
         pending = b""
         try:
             while True:
-                # asyncio.timeout, not wait_for: a cancel that lands as a chunk arrives is not lost.
-                async with asyncio.timeout(self.read_timeout_s):
-                    chunk = await content.readany()
+                chunk = await content.readany()
                 if not chunk:
                     break
-                pending += chunk
-                # Yield each complete event as soon as its blank line arrived.
-                while True:
-                    cut = min(
-                        (i + len(end) for end in EVENT_ENDS if (i := pending.find(end)) >= 0), default=-1
-                    )
-                    if cut < 0:
-                        break
-                    event, pending = pending[:cut], pending[cut:]
-                    yield event
-        except TimeoutError:
-            raise UpstreamFailed(
-                504, f"the upstream LLM sent nothing for {self.read_timeout_s:g} s"
-            ) from None
+                self._last_read = loop.time()
+                if pending:
+                    chunk, pending = pending + chunk, b""
+                cut = event_end(chunk)
+                if cut < len(chunk):
+                    chunk, pending = chunk[:cut], chunk[cut:]
+                if chunk:
+                    yield chunk
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(502, f"the upstream LLM stream broke: {exc or type(exc).__name__}") from None
+        finally:
+            if self._stall_timer is not None:
+                self._stall_timer.cancel()
+                self._stall_timer = None
         if pending.strip():
             yield pending + b"\n\n"
 
@@ -56,13 +83,14 @@ class HttpAnswer:
             async with asyncio.timeout(self.read_timeout_s):
                 return await self.response.read()
         except TimeoutError:
-            raise UpstreamFailed(
-                504, f"the upstream LLM sent nothing for {self.read_timeout_s:g} s"
-            ) from None
+            raise self._stalled() from None
         except aiohttp.ClientError as exc:
             raise UpstreamFailed(502, f"the upstream LLM answer broke: {exc or type(exc).__name__}") from None
 
     def close(self) -> None:
+        if self._stall_timer is not None:  # a stream left before its end
+            self._stall_timer.cancel()
+            self._stall_timer = None
         self.response.close()
 
 
@@ -79,7 +107,13 @@ class HttpUpstream:
             # No total timeout: a streamed answer lasts as long as the model speaks.
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s)
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector, auto_decompress=True)
+            # No cookie jar: one caller's upstream cookies must not ride on another's requests.
+            self._session = aiohttp.ClientSession(
+                timeout=timeout,
+                connector=connector,
+                auto_decompress=True,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
         return self._session
 
     async def open(self, target: Target, body: bytes) -> HttpAnswer:

@@ -6,7 +6,7 @@
 
 Each request takes the next script (default: "Hello there." in three chunks). A script can add
 tool calls, a `chat.completion.custom_metadata` first chunk, a usage chunk, a mid-stream error,
-an HTTP error status (429 with Retry-After), or hang. Every request body is kept in
+an HTTP error status (429 with Retry-After), hang, or send raw bytes cut anywhere. Every request body is kept in
 `fake.requests`; `fake.disconnects` records each stream whose client went away, and when.
 """
 
@@ -38,6 +38,8 @@ class Script:
     # Answer nothing at all (headers never come), or stop sending after the first chunk.
     hang: bool = False
     hang_after_first: bool = False
+    # Send exactly these bytes instead, one write each, `delay_s` apart (events split or joined).
+    raw: list[bytes] | None = None
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -116,6 +118,12 @@ class FakeUpstreamLLM:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         sent = 0
+        if script.raw is not None:
+            for part in script.raw:
+                await response.write(part)
+                await asyncio.sleep(script.delay_s)
+            await response.write_eof()
+            return response
         try:
             if script.custom_metadata:
                 await response.write(

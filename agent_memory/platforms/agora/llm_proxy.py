@@ -25,7 +25,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,6 +54,9 @@ DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 SHORT_TURN_WORDS = 5
 # How often open streams are checked for a client that went away (well inside 100 ms).
 DISCONNECT_POLL_S = 0.05
+# Recall misses are logged at most this often (each is counted): an overloaded service would
+# otherwise spend its time writing one line per call.
+MISS_LOG_EVERY_S = 10.0
 PARAMS_ADVICE = (
     'say whose memory this is: put "user_id" and "character_id" in the agent\'s llm.params '
     "(Agora sends them at the top level of every request), or start the agent through "
@@ -152,45 +155,72 @@ def window_of(messages: Sequence[Any], agent_id: str, user_id: str, character_id
     )  # fmt: skip
 
 
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+def event_spans(block: bytes) -> Iterator[tuple[int, int]]:
+    """Where each whole server-sent event in `block` starts and ends (its blank line included)."""
+    start = 0
+    for end in _EVENT_END.finditer(block):
+        yield start, end.end()
+        start = end.end()
+
+
+def event_chunks(event: bytes) -> Iterator[Any]:
+    """The JSON of each `data:` line of one event (`[DONE]` and what does not parse left out)."""
+    for line in event.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == b"[DONE]":
+            continue
+        try:
+            yield json.loads(data)
+        except ValueError:
+            continue
+
+
+def first_error(block: bytes) -> tuple[int, int, dict[str, Any]] | None:
+    """The first event of `block` that carries an error: where it starts and ends, and its chunk."""
+    for start, end in event_spans(block):
+        for chunk in event_chunks(block[start:end]):
+            if isinstance(chunk, dict) and chunk.get("error") is not None:
+                return start, end, chunk
+    return None
+
+
+def streamed_text(blocks: Sequence[bytes]) -> str:
+    """The content of the first choice across a streamed answer's events."""
+    parts: list[str] = []
+    for line in b"".join(blocks).splitlines():
+        # A chunk without content (role, finish, usage, tool calls) is not decoded at all.
+        if not line.startswith(b"data:") or b'"content"' not in line:
+            continue
+        try:
+            chunk = json.loads(line[5:])
+        except ValueError:
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if (
+                isinstance(delta, dict)
+                and choice.get("index", 0) == 0
+                and isinstance(delta.get("content"), str)
+            ):
+                parts.append(delta["content"])
+    return "".join(parts)
+
+
 @dataclass(slots=True)
 class Reply:
-    """What the upstream answered so far, read off the events as they pass."""
+    """What the upstream answered so far. A stream's blocks are kept as they pass and read once,
+    when the reply is recorded: not event by event on the way to the caller."""
 
-    parts: list[str] = field(default_factory=list)
-    done: bool = False
+    blocks: list[bytes] = field(default_factory=list)
+    answer: str = ""  # a whole (not streamed) answer's content
     interrupted: bool = False
-
-    def read_event(self, event: bytes, *, keep: bool = True) -> dict[str, Any] | None:
-        """Take an SSE event's content; returns its error object if it carries one. With `keep`
-        False (nothing will be recorded) only an event that may be an error is decoded."""
-        if not keep and b'"error"' not in event:
-            if b"[DONE]" in event:
-                self.done = True
-            return None
-        for line in event.splitlines():
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                continue
-            if not isinstance(chunk, dict):
-                continue
-            if chunk.get("error") is not None:
-                return chunk
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") if isinstance(choice, dict) else None
-                if (
-                    isinstance(delta, dict)
-                    and choice.get("index", 0) == 0
-                    and isinstance(delta.get("content"), str)
-                ):
-                    self.parts.append(delta["content"])
-        return None
 
     def read_body(self, body: bytes) -> None:
         try:
@@ -199,12 +229,11 @@ class Reply:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return
         if isinstance(content, str):
-            self.parts.append(content)
-        self.done = True
+            self.answer = content
 
     @property
     def text(self) -> str:
-        return "".join(self.parts)
+        return streamed_text(self.blocks) if self.blocks else self.answer
 
 
 class Disconnects:
@@ -310,6 +339,8 @@ class Call:
     agent_id: str | None
     route: LlmRoute | None
     stream: bool
+    # The request's turns as recorded into the agent run (None: not recorded, or not yet).
+    window: HistoryWindow | None = None
 
 
 class LlmProxy:
@@ -325,6 +356,8 @@ class LlmProxy:
         self.stats = ProxyStats()
         self.disconnects = Disconnects()
         self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s)
+        self._miss_logged_at = float("-inf")
+        self._unlogged_misses = 0
 
     def table(self) -> list[web.RouteDef]:
         return [
@@ -404,10 +437,7 @@ class LlmProxy:
             )
         except TimeoutError:
             self.stats.recall_misses += 1
-            log.warning(
-                "custom LLM: recall for %s/%s missed its %g ms deadline; answered without memory",
-                call.user_id, call.character_id, self.settings.recall_timeout_ms,
-            )  # fmt: skip
+            self._log_miss(call)
             return None
         except Exception as exc:
             self.stats.recall_errors += 1
@@ -417,6 +447,18 @@ class LlmProxy:
             )  # fmt: skip
             return None
         return found
+
+    def _log_miss(self, call: Call) -> None:
+        self._unlogged_misses += 1
+        now = time.monotonic()
+        if now - self._miss_logged_at < MISS_LOG_EVERY_S:
+            return
+        log.warning(
+            "custom LLM: recall for %s/%s missed its %g ms deadline; answered without memory "
+            "(%d such misses since this was last logged)",
+            call.user_id, call.character_id, self.settings.recall_timeout_ms, self._unlogged_misses,
+        )  # fmt: skip
+        self._miss_logged_at, self._unlogged_misses = now, 0
 
     def _forwarded(self, call: Call, messages: list[dict[str, Any]], memory: str) -> dict[str, Any]:
         """The body the model gets: plain messages, memory before the conversation, our fields out."""
@@ -459,17 +501,9 @@ class LlmProxy:
         except InvalidField as exc:
             recalling.cancel()
             return self._bad(exc.message, "messages")
-        window = None
-        if call.agent_id is not None:
-            keys = (self.settings.label_user_key, self.settings.label_character_key)
-            window = window_of(call.body["messages"], call.agent_id, call.user_id, call.character_id, keys)
-            self.replies.drop(call.agent_id)
-            self.replies.merge(window)
-        else:
-            self.stats.unrecorded += 1
         found = await recalling
         memory, injected = "", 0
-        if found is not None:
+        if found is not None and found.memories:
             already = _normal(" ".join(_text_of(m.get("content")) for m in messages))
             memory, injected = memory_message(found.memories, already, call.agent_id)
         self.stats.memories_injected += injected
@@ -490,18 +524,30 @@ class LlmProxy:
             raise asyncio.CancelledError() from None
         finally:
             self.disconnects.unwatch(task)
-            if window is not None and call.agent_id is not None and reply.text.strip():
-                self._hold_reply(call.agent_id, window, reply)
+            text = reply.text if call.window is not None else ""
+            if reply.interrupted:
+                log.info(
+                    "custom LLM: the client went away (%d characters recorded); upstream closed", len(text)
+                )
+            if call.window is not None and call.agent_id is not None and text.strip():
+                self._hold_reply(call.agent_id, call.window, reply, text)
 
     def _went_away(self, reply: Reply) -> None:
         reply.interrupted = True
         self.stats.cancelled += 1
-        log.info("custom LLM: the client went away after %d characters; upstream closed", len(reply.text))
 
-    def _hold_reply(self, agent_id: str, window: HistoryWindow, reply: Reply) -> None:
-        said = IncomingMessage(
-            role="assistant", content=reply.text, source="llm", interrupted=reply.interrupted
-        )
+    def _record(self, call: Call) -> None:
+        """Merge the request's turns into its agent run, in the background."""
+        if call.agent_id is None:
+            self.stats.unrecorded += 1
+            return
+        keys = (self.settings.label_user_key, self.settings.label_character_key)
+        call.window = window_of(call.body["messages"], call.agent_id, call.user_id, call.character_id, keys)
+        self.replies.drop(call.agent_id)
+        self.replies.merge(call.window)
+
+    def _hold_reply(self, agent_id: str, window: HistoryWindow, reply: Reply, text: str) -> None:
+        said = IncomingMessage(role="assistant", content=text, source="llm", interrupted=reply.interrupted)
         held = HistoryWindow(
             agent_id=agent_id, messages=[*window.messages, said], labels=window.labels,
             labels_field=window.labels_field,
@@ -520,6 +566,9 @@ class LlmProxy:
             self.stats.upstream_errors += 1
             log.warning("custom LLM: %s", exc.message)
             return openai_error(exc.status, exc.message, kind="upstream_error", code="upstream_unavailable")
+        finally:
+            # Once the request is on its way (while the model thinks), not between caller and model.
+            self._record(call)
         headers = {"X-Agent-Memory-Memories": str(injected)}
         if call.agent_id is None:
             headers["X-Agent-Memory-Recorded"] = "no: no agent run named (route key or agent_id param)"
@@ -529,7 +578,8 @@ class LlmProxy:
                 return await self._upstream_error(answer.status, await answer.body(), answer.headers, headers)
             if not call.stream or "text/event-stream" not in content_type:
                 body = await answer.body()
-                reply.read_body(body)
+                if call.agent_id is not None:
+                    reply.read_body(body)
                 return web.Response(
                     status=answer.status, body=body, headers=headers,
                     content_type=content_type.split(";")[0] or "application/json",
@@ -565,16 +615,21 @@ class LlmProxy:
     ) -> web.StreamResponse:
         response: web.StreamResponse | None = None
         try:
-            async for event in events:
-                error = reply.read_event(event, keep=keep)
-                if response is None:
-                    if error is not None:
+            async for block in events:
+                # Only a block that may carry an error is decoded on the way.
+                error = first_error(block) if b'"error"' in block else None
+                if error is not None:
+                    if response is None and error[0] == 0:
                         # Before the first chunk an error is the answer's status.
                         self.stats.upstream_errors += 1
-                        return openai_error(502, str(error["error"].get("message") or error["error"]),
+                        return openai_error(502, str(error[2]["error"].get("message") or error[2]["error"]),
                                             kind="upstream_error", code="upstream_error")  # fmt: skip
+                    block = block[: error[1]]  # the error is the last event relayed
+                if keep:
+                    reply.blocks.append(block)
+                if response is None:
                     response = await self._open_stream(request, headers)
-                await response.write(event)
+                await response.write(block)
                 if error is not None:
                     self.stats.upstream_errors += 1
                     break
