@@ -22,22 +22,45 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from agent_memory import __version__
+from agent_memory.client import AsyncMemoryClient, read_answer
 from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import InboxStatus
+from agent_memory.core.domain import KEY_SCOPES, InboxStatus
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
 from agent_memory.embed import make_embedder
-from agent_memory.errors import AgentMemoryError, InvalidJSON, NotFound, StoreUnavailable
+from agent_memory.errors import (
+    AgentMemoryError,
+    ApiError,
+    BadRequest,
+    InvalidJSON,
+    NotConfigured,
+    StoreUnavailable,
+)
 from agent_memory.logs import configure_logging
 from agent_memory.memory.service import Condensed, Memory
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
-from agent_memory.web.shapes import recall_json
+from agent_memory.web.answers import (
+    CharacterStats,
+    Export,
+    FactsAnswer,
+    ForgetAnswer,
+    JobsAnswer,
+    OverallStats,
+    RecallAnswer,
+    SystemMessagesAnswer,
+    UserSearchAnswer,
+    UserStats,
+)
+from agent_memory.web.shapes import fact_json, job_json, recall_json
 
 T = TypeVar("T")
+AnswerT = TypeVar("AnswerT", bound=BaseModel)
 
 # The HTTP API's limits (web/routes/memory.py, web/schemas.py), which the CLI applies too; kept
 # here so that a command does not import aiohttp to start. tests/test_operator.py holds them equal.
@@ -54,6 +77,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
         insecure_webhooks=True if getattr(args, "insecure_dev_webhooks", False) else None,
+        allow_open_api=True if getattr(args, "allow_open_api", False) else None,
         log_level=getattr(args, "log_level", None),
     )
 
@@ -157,6 +181,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from agent_memory.web.app import create_app
+    from agent_memory.web.auth import open_api_warning
 
     settings = settings_from(args)
     configure_logging(settings.log_level, settings.log_format)
@@ -166,6 +191,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("%s", listen_problem(exc, settings.host, settings.port))
         return 2
+    try:
+        warning = open_api_warning(settings)
+    except NotConfigured as exc:
+        log.error("%s", exc.message)
+        return 2
+    if warning:
+        log.warning("%s", warning)
     note = check_database(settings)
     if note:
         log.info("%s", note)
@@ -207,6 +239,53 @@ def with_memory(
 
 def print_json(value: Any, *, indent: int | None = None) -> None:
     print(json.dumps(value, ensure_ascii=False, indent=indent))
+
+
+def with_client(args: argparse.Namespace, use: Callable[[AsyncMemoryClient], Awaitable[T]]) -> T:
+    """Run `use` on a client of the service at --url, with --api-key (or AGENT_MEMORY_API_TOKEN)."""
+    if args.db:
+        raise BadRequest("give --db (a database here) or --url (a running service), not both")
+    settings = settings_from(args)
+    configure_logging(args.log_level or "WARNING", settings.log_format)
+
+    async def run() -> T:
+        async with AsyncMemoryClient(args.url, args.api_key or settings.api_token) as client:
+            return await use(client)
+
+    try:
+        return asyncio.run(run())
+    except ApiError as exc:
+        if exc.status != 401:
+            raise
+        hint = f"{exc.message} (give --api-key, or set AGENT_MEMORY_API_TOKEN)"
+        raise ApiError(exc.status, exc.code, hint, request_id=exc.request_id) from None
+
+
+def answer(
+    args: argparse.Namespace,
+    model: type[AnswerT],
+    local: Callable[[Memory], Awaitable[Any]],
+    remote: Callable[[AsyncMemoryClient], Awaitable[AnswerT]],
+) -> AnswerT:
+    """The command's answer as the API's model: from the service at --url, or from the database
+    here shaped as the API shapes it, so that one printing code serves both."""
+    if args.url:
+        return with_client(args, remote)
+    return read_answer(model, json.loads(dumps(with_memory(args, local))))
+
+
+def print_answer(value: BaseModel, *, indent: int | None = 2) -> None:
+    """An answer as the API sent it."""
+    print_json(value.model_dump(mode="json", by_alias=True, exclude_unset=True), indent=indent)
+
+
+def service_url(raw: str) -> str:
+    """An argparse type: the address of a running service."""
+    if not raw.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(
+            f"give the service's address, e.g. http://127.0.0.1:8080; got {raw!r}"
+        )
+    return raw
 
 
 def read_callback_files(paths: Sequence[str]) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
@@ -270,21 +349,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_system_messages(args: argparse.Namespace) -> int:
-    async def build(memory: Memory) -> dict[str, Any]:
-        context = await memory.system_messages(
-            args.user_id,
-            args.character_id,
-            max_tokens=args.max_tokens,
-            persona=args.persona,
-            query=args.query,
-        )
-        return context.as_json()
+    user_id, character_id = args.user_id, args.character_id
+    options = {"max_tokens": args.max_tokens, "persona": args.persona, "query": args.query}
 
-    result = with_memory(args, build)
+    async def build(memory: Memory) -> dict[str, Any]:
+        context = await memory.system_messages(user_id, character_id, **options)
+        return {"user_id": user_id, "character_id": character_id, **context.as_json()}
+
+    result = answer(
+        args,
+        SystemMessagesAnswer,
+        build,
+        lambda client: client.system_messages(user_id, character_id, **options),
+    )
     if args.text:
-        print("\n\n".join(m["content"] for m in result["system_messages"]))
+        print("\n\n".join(m["content"] for m in result.system_messages))
     else:
-        print_json(result, indent=2)
+        print_answer(result)
     return 0
 
 
@@ -315,8 +396,31 @@ def cmd_llm_block(args: argparse.Namespace) -> int:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    receipt = with_memory(args, lambda memory: memory.forget(args.user_id, args.character_id))
-    print_json({"user_id": args.user_id, "character_id": args.character_id, "deleted": receipt})
+    async def forget(memory: Memory) -> dict[str, Any]:
+        receipt = await memory.forget(args.user_id, args.character_id)
+        return {"user_id": args.user_id, "character_id": args.character_id, "deleted": receipt}
+
+    receipt = answer(
+        args, ForgetAnswer, forget, lambda client: client.forget(args.user_id, args.character_id)
+    )
+    print_answer(receipt, indent=None)
+    return 0
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    user_id, character_id = args.user_id, args.character_id
+
+    async def facts(memory: Memory) -> dict[str, Any]:
+        held = await memory.facts(user_id, character_id)
+        return {"user_id": user_id, "character_id": character_id, "facts": [fact_json(f) for f in held]}
+
+    result = answer(args, FactsAnswer, facts, lambda client: client.facts(user_id, character_id))
+    if args.json:
+        print_answer(result)
+    elif not result.facts:
+        print(f"no facts remembered for {user_id}/{character_id}")
+    for fact in [] if args.json else result.facts:
+        print(f"{fact.id:>6} {fact.scope:<9} {'pinned' if fact.pinned else fact.origin:<8} {fact.text}")
     return 0
 
 
@@ -347,7 +451,12 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    jobs = with_memory(args, lambda memory: memory.list_jobs(args.status, args.limit))
+    async def listed(memory: Memory) -> dict[str, Any]:
+        return {"jobs": [job_json(job) for job in await memory.list_jobs(args.status, args.limit)]}
+
+    jobs = answer(
+        args, JobsAnswer, listed, lambda client: client.jobs(status=args.status, limit=args.limit)
+    ).jobs
     if not jobs:
         print("no jobs" + (f" with status {args.status}" if args.status else ""))
     for job in jobs:
@@ -390,6 +499,7 @@ def cmd_condense(args: argparse.Namespace) -> int:
 
 REPROCESSED: tuple[InboxStatus, ...] = ("failed", "partial")
 LATENCY_TABLES = {"latency_ms": "latency (ms)", "latency_stages_ms": "latency by stage (ms)"}
+STATS_HEADLINE = ("user_id", "character_id", "window")
 
 
 def cmd_reprocess(args: argparse.Namespace) -> int:
@@ -435,8 +545,9 @@ def _when(ms: int | None) -> str:
 
 
 def print_stats(stats: dict[str, Any]) -> None:
-    """A statistics answer as aligned lines and small tables."""
-    for key, value in stats.items():
+    """A statistics answer as aligned lines and small tables, who and when it is about first."""
+    # The model lists the counts every report has before the report's own fields.
+    for key, value in sorted(stats.items(), key=lambda item: item[0] not in STATS_HEADLINE):
         if isinstance(value, dict) and {"count", "of", "rate"} <= set(value):
             share = "-" if value["rate"] is None else f"{value['rate']:.1%}"
             print(f"{key:<22} {value['count']} of {value['of']} ({share})")
@@ -466,22 +577,27 @@ def print_stats(stats: dict[str, Any]) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    def stats(memory: Memory) -> Awaitable[dict[str, Any]]:
-        if args.user:
-            return memory.user_stats(args.user)
-        if args.character:
-            return memory.character_stats(args.character, since_ms=args.since_ms, until_ms=args.until_ms)
-        return memory.overall_stats(since_ms=args.since_ms, until_ms=args.until_ms)
-
+    window = {"since_ms": args.since_ms, "until_ms": args.until_ms}
     try:
-        answer = with_memory(args, stats)
-    except NotFound as exc:
+        report: BaseModel
+        if args.user:
+            report = answer(args, UserStats, lambda memory: memory.user_stats(args.user),
+                            lambda client: client.user_stats(args.user))  # fmt: skip
+        elif args.character:
+            report = answer(args, CharacterStats, lambda memory: memory.character_stats(args.character, **window),
+                            lambda client: client.character_stats(args.character, **window))  # fmt: skip
+        else:
+            report = answer(args, OverallStats, lambda memory: memory.overall_stats(**window),
+                            lambda client: client.stats(**window))  # fmt: skip
+    except AgentMemoryError as exc:
+        if exc.status != 404:  # NotFound here, or the service's 404
+            raise
         print(exc.message, file=sys.stderr)
         return 1
     if args.json:
-        print_json(answer, indent=2)
+        print_answer(report)
     else:
-        print_stats(answer)
+        print_stats(report.model_dump(mode="json", exclude_unset=True))
     return 0
 
 
@@ -489,19 +605,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not args.query.strip():
         print("agent-memory: the query is empty", file=sys.stderr)
         return 2
-    answer = with_memory(
-        args,
-        lambda memory: memory.search(args.user_id, args.query, character_id=args.character, limit=args.limit),
-    )
+    options = {"character_id": args.character, "limit": args.limit}
+    found = answer(
+        args, UserSearchAnswer, lambda memory: memory.search(args.user_id, args.query, **options),
+        lambda client: client.search(args.user_id, args.query, **options),
+    )  # fmt: skip
     if args.json:
-        print_json(answer, indent=2)
+        print_answer(found)
         return 0
-    if not answer["results"]:
+    if not found.results:
         print(f"nothing found for {args.query!r}")
-    for item in answer["results"]:
-        who = item.get("role") or item["kind"]
-        print(f"{item['rank']:>3}. {_when(item['at_ms'])}  {item['character_id'] or '(user)'}  {who}: "
-              f"{item['snippet']}")  # fmt: skip
+    for item in found.results:
+        print(f"{item.rank:>3}. {_when(item.at_ms)}  {item.character_id or '(user)'}  {item.role or item.kind}: "
+              f"{item.snippet}")  # fmt: skip
     return 0
 
 
@@ -509,17 +625,32 @@ def cmd_recall(args: argparse.Namespace) -> int:
     if not args.question.strip():
         print("agent-memory: the question is empty", file=sys.stderr)
         return 2
-    answer = with_memory(
+    user_id, character_id, options = (
+        args.user_id,
+        args.character_id,
+        {"max_tokens": args.max_tokens, "scope": args.scope},
+    )
+
+    async def recall(memory: Memory) -> dict[str, Any]:
+        recalled = await memory.recall(user_id, character_id, args.question, **options)
+        return {
+            "user_id": user_id,
+            "character_id": character_id,
+            "scope": args.scope,
+            **recall_json(recalled),
+        }
+
+    recalled = answer(
         args,
-        lambda memory: memory.recall(
-            args.user_id, args.character_id, args.question, max_tokens=args.max_tokens, scope=args.scope
-        ),
+        RecallAnswer,
+        recall,
+        lambda client: client.recall(user_id, character_id, args.question, **options),
     )
     if args.json:
-        print_json(recall_json(answer), indent=2)
-    elif answer.memories:
-        print(answer.system_message)
-        print(f"({len(answer.memories)} memories, about {answer.tokens} tokens)", file=sys.stderr)
+        print_answer(recalled)
+    elif recalled.memories:
+        print(recalled.system_message.content)
+        print(f"({len(recalled.memories)} memories, about {recalled.tokens} tokens)", file=sys.stderr)
     else:
         print(f"nothing recalled for {args.question!r}")
     return 0
@@ -527,18 +658,25 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     try:
-        document = with_memory(args, lambda memory: memory.export(args.user_id))
-    except NotFound as exc:
+        document = answer(
+            args,
+            Export,
+            lambda memory: memory.export(args.user_id),
+            lambda client: client.export(args.user_id),
+        )
+    except AgentMemoryError as exc:
+        if exc.status != 404:  # NotFound here, or the service's 404
+            raise
         print(exc.message, file=sys.stderr)
         return 1
-    text = json.dumps(document, ensure_ascii=False, indent=2)
+    text = json.dumps(document.model_dump(mode="json", exclude_unset=True), ensure_ascii=False, indent=2)
     if args.output:
         try:
             Path(args.output).write_text(text + "\n", encoding="utf-8")
         except OSError as exc:
             print(f"agent-memory: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
             return 1
-        print(f"wrote {document['counts']} to {args.output}", file=sys.stderr)
+        print(f"wrote {document.counts} to {args.output}", file=sys.stderr)
     else:
         print(text)
     return 0
@@ -576,6 +714,39 @@ def cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    issued = with_memory(args, lambda memory: memory.create_api_key(args.scope, args.name))
+    print(issued.key)  # alone on stdout, for KEY=$(agent-memory keys create …)
+    print(f"key {issued.record.id} ({issued.record.scope}"
+          + (f", {issued.record.name}" if issued.record.name else "")
+          + "): keep it now, only its hash is stored (keys are asked for once AGENT_MEMORY_API_TOKEN is set)",
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from agent_memory.web.shapes import api_key_json
+
+    keys = with_memory(args, lambda memory: memory.api_keys())
+    if args.json:
+        print_json([api_key_json(key) for key in keys], indent=2)
+        return 0
+    if not keys:
+        print("no keys; agent-memory keys create --scope read|write|admin makes one")
+    for key in keys:
+        state = (
+            f"revoked {_when(key.revoked_ms)}" if key.revoked_ms else f"last used {_when(key.last_used_ms)}"
+        )
+        print(f"{key.id:>5} {key.scope:<6} {key.name or '-':<24} made {_when(key.created_ms)}, {state}")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    key = with_memory(args, lambda memory: memory.revoke_api_key(args.key_id))
+    print(f"key {key.id} ({key.scope}) revoked; a running service refuses it within seconds")
+    return 0
+
+
 def cmd_migrate_db(args: argparse.Namespace) -> int:
     from agent_memory.store.transfer import describe, migrate_db
 
@@ -597,11 +768,22 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", help="SQLite file (AGENT_MEMORY_DB, default ./agent_memory.db)")
     common.add_argument("--log-level", help="DEBUG, INFO, WARNING (AGENT_MEMORY_LOG_LEVEL)")
+    # Read commands and forget: a running service instead of the database here.
+    remote = argparse.ArgumentParser(add_help=False, parents=[common])
+    remote.add_argument(
+        "--url", type=service_url, help="ask the service running there instead, e.g. http://127.0.0.1:8080"
+    )
+    remote.add_argument("--api-key", help="its key (AGENT_MEMORY_API_TOKEN)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", parents=[common], help="run the service")
     serve.add_argument("--host", help="address to listen on (AGENT_MEMORY_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (AGENT_MEMORY_PORT, 8080)")
+    serve.add_argument(
+        "--allow-open-api", action="store_true",
+        help="serve /v1 without AGENT_MEMORY_API_TOKEN on a non-loopback --host (a trusted network only; "
+        "AGENT_MEMORY_ALLOW_OPEN_API)",
+    )  # fmt: skip
     serve.add_argument(
         "--insecure-dev-webhooks",
         action="store_true",
@@ -616,7 +798,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.set_defaults(func=cmd_replay)
 
     show = commands.add_parser(
-        "system-messages", parents=[common], help="print the system_messages of a user and character"
+        "system-messages", parents=[remote], help="print the system_messages of a user and character"
     )
     show.add_argument("user_id")
     show.add_argument("character_id")
@@ -643,11 +825,19 @@ def build_parser() -> argparse.ArgumentParser:
     llm_block.set_defaults(func=cmd_llm_block)
 
     forget = commands.add_parser(
-        "forget", parents=[common], help="delete everything held for a user, or a user and character"
+        "forget", parents=[remote], help="delete everything held for a user, or a user and character"
     )
     forget.add_argument("user_id")
     forget.add_argument("character_id", nargs="?")
     forget.set_defaults(func=cmd_forget)
+
+    facts = commands.add_parser(
+        "facts", parents=[remote], help="the facts remembered for a user and character"
+    )
+    facts.add_argument("user_id")
+    facts.add_argument("character_id")
+    facts.add_argument("--json", action="store_true", help="print the JSON answer")
+    facts.set_defaults(func=cmd_facts)
 
     bind_channel = commands.add_parser(
         "bind-channel", parents=[common],
@@ -660,7 +850,7 @@ def build_parser() -> argparse.ArgumentParser:
     bind_channel.add_argument("--delete", action="store_true", help="remove the channel's binding")
     bind_channel.set_defaults(func=cmd_bind_channel)
 
-    jobs = commands.add_parser("jobs", parents=[common], help="list condense jobs")
+    jobs = commands.add_parser("jobs", parents=[remote], help="list condense jobs")
     jobs.add_argument("--status", choices=["pending", "running", "dead"])
     jobs.add_argument("--limit", type=bounded("limit", 1, 1000), default=100)
     jobs.set_defaults(func=cmd_jobs)
@@ -688,7 +878,7 @@ def build_parser() -> argparse.ArgumentParser:
     reprocess.set_defaults(func=cmd_reprocess)
 
     stats = commands.add_parser(
-        "stats", parents=[common], help="statistics: overall, or of a user or a character"
+        "stats", parents=[remote], help="statistics: overall, or of a user or a character"
     )
     who = stats.add_mutually_exclusive_group()
     who.add_argument("--user", help="one user's sessions, messages, favourite characters")
@@ -699,7 +889,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.set_defaults(func=cmd_stats)
 
     search = commands.add_parser(
-        "search", parents=[common], help="search a user's messages, facts and summaries"
+        "search", parents=[remote], help="search a user's messages, facts and summaries"
     )
     search.add_argument("user_id")
     search.add_argument("query", type=at_most("q", MAX_QUERY_CHARS))
@@ -709,7 +899,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(func=cmd_search)
 
     recall = commands.add_parser(
-        "recall", parents=[common], help="the memories that answer a question, ranked and dated"
+        "recall", parents=[remote], help="the memories that answer a question, ranked and dated"
     )
     recall.add_argument("user_id")
     recall.add_argument("character_id")
@@ -725,7 +915,7 @@ def build_parser() -> argparse.ArgumentParser:
     recall.set_defaults(func=cmd_recall)
 
     export = commands.add_parser(
-        "export", parents=[common], help="everything held about a user, as one JSON document"
+        "export", parents=[remote], help="everything held about a user, as one JSON document"
     )
     export.add_argument("user_id")
     export.add_argument("--output", "-o", help="write to this file instead of standard output")
@@ -739,6 +929,24 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("--raw-days", type=float, help="drop processed raw callbacks older than this")
     purge.add_argument("--json", action="store_true", help="print the report as JSON")
     purge.set_defaults(func=cmd_purge)
+
+    keys = commands.add_parser("keys", help="scoped keys of the /v1 API: create, list, revoke")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create_key = key_commands.add_parser(
+        "create", parents=[common], help="make a key and print it (once: only its hash is stored)"
+    )
+    create_key.add_argument(
+        "--scope", required=True, choices=KEY_SCOPES,
+        help="read: a pair's memory; write: also change it, bind, start agents; admin: everything",
+    )  # fmt: skip
+    create_key.add_argument("--name", type=at_most("name", 200), help="what the key is for")
+    create_key.set_defaults(func=cmd_keys_create)
+    list_keys = key_commands.add_parser("list", parents=[common], help="every key, revoked ones too")
+    list_keys.add_argument("--json", action="store_true", help="print JSON")
+    list_keys.set_defaults(func=cmd_keys_list)
+    revoke_key = key_commands.add_parser("revoke", parents=[common], help="revoke a key for good")
+    revoke_key.add_argument("key_id", type=int)
+    revoke_key.set_defaults(func=cmd_keys_revoke)
 
     migrate = commands.add_parser(
         "migrate-db", help="copy a SQLite memory into PostgreSQL, then verify it table by table"

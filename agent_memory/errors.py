@@ -6,19 +6,24 @@
     │   └── InvalidField            422  a value is out of range or of the wrong type
     ├── Unauthorized                401  no or wrong bearer token
     │   └── BadSignature            401  a webhook's Agora signature is missing or wrong
+    ├── Forbidden                   403  the key is good but its scope does not reach the route
     ├── NotFound                    404  no such session, fact, job or route
     ├── Conflict                    409  the request does not fit the current state
     ├── PayloadTooLarge             413  the body is over the configured limit
+    ├── RateLimited                 429  too many wrong keys from an address; `retry_after` says how long
     ├── NotConfigured               503  a feature needs a setting that is not set
     ├── StoreUnavailable            503  the database could not commit; the caller should retry
     ├── LLMError                         condensing through the LLM failed (never sent to a client)
     │   ├── LLMUnavailable               timeout, 429, 5xx: try again later
     │   └── LLMBadOutput                 the answer is not the JSON we asked for
     ├── EmbeddingError                   the embeddings endpoint failed (never sent to a client)
-    └── AgoraError                  502  Agora's REST API answered with an error
-        ├── AgoraNotFound           404  the agent is not running (TaskNotFound)
-        ├── AgoraRateLimited        429  slow down; `retry_after` says how long
-        └── AgoraServerError        502  Agora's 5xx, or no answer at all
+    ├── AgoraError                  502  Agora's REST API answered with an error
+    │   ├── AgoraNotFound           404  the agent is not running (TaskNotFound)
+    │   ├── AgoraConflict           409  Agora refused it as it stands (TaskConflict: the name runs)
+    │   ├── AgoraRateLimited        429  slow down; `retry_after` says how long
+    │   └── AgoraServerError        502  Agora's 5xx, or no answer at all
+    └── ApiError                    any  agent_memory.client: the service answered an error
+                                         (its status and code), or none (503 unreachable, 504 timeout)
 
 `agent_memory.web.http` is the one place these become HTTP responses.
 """
@@ -62,6 +67,11 @@ class BadSignature(Unauthorized):
     code = "bad_signature"
 
 
+class Forbidden(AgentMemoryError):
+    status = 403
+    code = "forbidden"
+
+
 class NotFound(AgentMemoryError):
     status = 404
     code = "not_found"
@@ -75,6 +85,15 @@ class Conflict(AgentMemoryError):
 class PayloadTooLarge(AgentMemoryError):
     status = 413
     code = "payload_too_large"
+
+
+class RateLimited(AgentMemoryError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class NotConfigured(AgentMemoryError):
@@ -136,6 +155,13 @@ class AgoraNotFound(AgoraError):
     code = "agent_not_found"
 
 
+class AgoraConflict(AgoraError):
+    """Agora's 409: the request conflicts with what runs there (an agent of that name): the caller's to fix."""
+
+    status = 409
+    code = "agora_conflict"
+
+
 class AgoraRateLimited(AgoraError):
     status = 429
     code = "agora_rate_limited"
@@ -147,3 +173,28 @@ class AgoraRateLimited(AgoraError):
 
 class AgoraServerError(AgoraError):
     code = "agora_unavailable"
+
+
+class ApiError(AgentMemoryError):
+    """What `agent_memory.client` raises: the service's error answer, or no answer at all.
+
+    `status` and `code` are the service's own (401 `unauthorized`, 404 `not_found`, …); without
+    an answer they are 503 `unreachable` or 504 `timeout`, as a gateway would say it.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.status = status
+        self.request_id = request_id
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"

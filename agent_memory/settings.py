@@ -20,6 +20,7 @@ ENVIRONMENT: dict[str, str] = {
     "host": "AGENT_MEMORY_HOST",
     "port": "AGENT_MEMORY_PORT",
     "api_token": "AGENT_MEMORY_API_TOKEN",
+    "allow_open_api": "AGENT_MEMORY_ALLOW_OPEN_API",
     "webhook_secret": "AGORA_WEBHOOK_SECRET",
     "insecure_webhooks": "AGENT_MEMORY_INSECURE_WEBHOOKS",
     "max_body_bytes": "AGENT_MEMORY_MAX_BODY_BYTES",
@@ -71,6 +72,8 @@ ENVIRONMENT: dict[str, str] = {
     "upstream_connect_timeout_s": "AGENT_MEMORY_UPSTREAM_CONNECT_TIMEOUT_S",
     "upstream_first_byte_timeout_s": "AGENT_MEMORY_UPSTREAM_FIRST_BYTE_TIMEOUT_S",
     "llm_reply_settle_s": "AGENT_MEMORY_LLM_REPLY_SETTLE_S",
+    "metrics": "AGENT_MEMORY_METRICS",
+    "metrics_public": "AGENT_MEMORY_METRICS_PUBLIC",
 }
 
 
@@ -88,7 +91,10 @@ class Settings(BaseModel):
     lease_s: float = Field(30.0, gt=0)
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+    # The admin key of /v1 (scoped keys: POST /v1/keys). Unset, /v1 is open: serve refuses that
+    # on an address other than loopback unless allow_open_api says it is meant.
     api_token: str | None = None
+    allow_open_api: bool = False
 
     webhook_secret: str | None = None
     insecure_webhooks: bool = False
@@ -158,6 +164,10 @@ class Settings(BaseModel):
     upstream_connect_timeout_s: float = Field(5.0, gt=0)
     upstream_first_byte_timeout_s: float = Field(30.0, gt=0)
     llm_reply_settle_s: float = Field(20.0, ge=0)
+
+    # GET /metrics (Prometheus); with an API token set it asks for it or an admin key, unless metrics_public.
+    metrics: bool = True
+    metrics_public: bool = False
 
     group_commit_max: int = Field(256, ge=1)
     log_level: str = "INFO"

@@ -1,7 +1,7 @@
 """Ingest benchmark: signed 103 callbacks posted to the real server, durably committed.
 
     python bench/ingest.py [--callbacks 5000] [--concurrency 32] [--messages 32]
-                           [--backends sqlite,postgres] [--instances 1,2]
+                           [--backends sqlite,postgres] [--instances 1,2] [--metrics on|off]
 
 Starts `python -m agent_memory.cli serve` on a fresh database in a temporary directory,
 pre-builds N signed NCS 103 (agent history) callbacks, warms up, then posts them with
@@ -14,6 +14,9 @@ after another in one run, to SQLite and to 1 and 2 instances sharing a PostgreSQ
 starts from the machine's binaries (durable: fsync on), spread round-robin over the instances;
 PostgreSQL's own CPU is reported beside the service's. The last line printed is a JSON summary
 (the first configuration's figures at the top level, every configuration under "configs").
+`--metrics off` starts the servers with AGENT_MEMORY_METRICS=0; with metrics on (the default)
+GET /metrics is scraped every `--scrape-s` seconds while the callbacks are timed, as Prometheus
+would, and the scrapes' count and slowest answer are reported.
 """
 
 from __future__ import annotations
@@ -250,6 +253,25 @@ SERVER_ENV = {
 }
 
 
+async def scrape_while(urls: list[str], every_s: float, stop: asyncio.Event) -> list[float]:
+    """GET /metrics of every server each `every_s` seconds until `stop`; each scrape's seconds."""
+    took: list[float] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        while not stop.is_set():
+            for url in urls:
+                started = time.perf_counter()
+                async with session.get(url) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        raise SystemExit(f"GET {url} answered {resp.status}")
+                took.append(time.perf_counter() - started)
+            try:
+                await asyncio.wait_for(stop.wait(), every_s)
+            except TimeoutError:
+                pass
+    return took
+
+
 async def measure(
     label: str,
     database: Path | str,
@@ -261,8 +283,9 @@ async def measure(
     database_pids: list[int],
 ) -> dict[str, Any]:
     """Ingest the callbacks through `instances` servers on `database`; the figures of that run."""
+    env = {**SERVER_ENV, "AGENT_MEMORY_METRICS": "1" if args.metrics == "on" else "0"}
     servers = [
-        Server(database, env=SERVER_ENV, log_path=workdir / f"{label}-server-{index}.log")
+        Server(database, env=env, log_path=workdir / f"{label}-server-{index}.log")
         for index in range(instances)
     ]
     try:
@@ -276,7 +299,15 @@ async def measure(
         cpu_server_0 = sum(server.cpu_seconds() for server in servers)
         cpu_db_0, cpu_self_0 = tree_cpu_seconds(database_pids), self_cpu_seconds()
         noise = Noise(*(server.pid for server in servers), *database_pids)
+        stop_scraping = asyncio.Event()
+        scraping = asyncio.ensure_future(
+            scrape_while([f"{server.url}/metrics" for server in servers], args.scrape_s, stop_scraping)
+            if args.metrics == "on"
+            else asyncio.sleep(0, result=[])
+        )
         latencies, accepted, errors, wall = await post_spread(urls, callbacks, args.concurrency)
+        stop_scraping.set()
+        scrapes: list[float] = await scraping
         other_cores = noise.other_cores()
         cpu_server = sum(server.cpu_seconds() for server in servers) - cpu_server_0
         cpu_db = tree_cpu_seconds(database_pids) - cpu_db_0
@@ -298,6 +329,9 @@ async def measure(
     print(f"  errors          {len(errors)}")
     for line in errors[:5]:
         print(f"    {line}")
+    if scrapes:
+        print(f"  /metrics        scraped {len(scrapes)} times while timing, "
+              f"slowest {max(scrapes) * 1e3:.1f} ms")  # fmt: skip
     per_callback = max(len(accepted), 1)
     print(f"  service CPU     {cpu_server:.2f} s ({cpu_server / wall * 100:.0f}% of one core, "
           f"{cpu_server / per_callback * 1e3:.2f} ms per callback)")  # fmt: skip
@@ -348,6 +382,9 @@ async def measure(
         "index_catch_up_s": round(indexing["seconds"], 2) if indexing else None,
         "index_catch_up_cpu_s": round(indexing["cpu_s"], 2) if indexing else None,
         "server_exit": exit_codes[0],
+        "metrics": args.metrics,
+        "scrapes": len(scrapes),
+        "scrape_max_ms": round(max(scrapes) * 1e3, 2) if scrapes else None,
     }
 
 
@@ -443,6 +480,10 @@ def main() -> int:
         help="seconds to wait for deferred search indexing after the burst",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
+    parser.add_argument(
+        "--metrics", choices=("on", "off"), default="on", help="off: AGENT_MEMORY_METRICS=0 on the servers"
+    )
+    parser.add_argument("--scrape-s", type=float, default=1.0, help="metrics on: seconds between scrapes")
     parser.add_argument(
         "--backends",
         default="sqlite",

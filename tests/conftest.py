@@ -140,8 +140,10 @@ def make_settings(db_path: Path) -> Callable[..., Settings]:
             "db_path": db_path,
             "webhook_secret": SECRET,
             "api_token": TOKEN,
-            # Tests that want condensing ask for it; others must not race a job.
+            # Tests that want condensing ask for it; others must not race a job (nor the
+            # condense that follows a call's whole transcript).
             "summary_delay_s": 3600,
+            "summary_after_call_s": 3600,
         }
         values.update(overrides)
         return Settings(**values)

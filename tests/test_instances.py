@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -98,6 +99,33 @@ async def pending_pair(store: PostgresStore, user_id: str, messages: int = 6) ->
     job = await store.write(add)
     assert job is not None and job.status == "pending"
     return job
+
+
+async def test_a_pairs_messages_commit_in_id_order_whichever_instance_writes_them(instances) -> None:
+    """A summary's watermark reads "every id up to here": a later id must never commit first."""
+    first, second = instances(), instances()
+    holding, release = threading.Event(), threading.Event()
+
+    def slow(tx: Transaction) -> None:
+        tx.messages.insert([{**turns_of("u-order", 1)[0], "agent_id": "run-a"}])
+        holding.set()
+        release.wait(10)
+
+    def quick(tx: Transaction) -> None:
+        tx.messages.insert([{**turns_of("u-order", 1)[0], "agent_id": "run-b"}])
+
+    slow_write = asyncio.ensure_future(first.write(slow))
+    await asyncio.get_running_loop().run_in_executor(None, holding.wait, 10)
+    quick_write = asyncio.ensure_future(second.write(quick))
+    # Time enough for the second write to commit, were it not held behind the first.
+    await asyncio.sleep(0.5)
+    seen = await second.read(lambda view: view.messages.after("u-order", "luna", 0, 10))
+    assert seen == [], "a write of the same pair committed while an earlier one was open"
+    release.set()
+    await asyncio.gather(slow_write, quick_write)
+    stored = await second.read(lambda view: view.messages.after("u-order", "luna", 0, 10))
+    by_run = {message.agent_id: message.id for message in stored}
+    assert by_run["run-a"] < by_run["run-b"]
 
 
 async def test_a_claimed_job_is_held_by_its_instance_until_its_lease_runs_out(instances):

@@ -435,8 +435,8 @@ async def test_agora_refusing_the_join_is_a_clear_error_and_nothing_is_followed(
     status, first = await service.api("POST", "/v1/agents", json=request)
     assert status == 201
     status, refused = await service.api("POST", "/v1/agents", json=request)
-    assert status == 502
-    assert refused["error"]["code"] == "agora_error"
+    assert status == 409  # the caller's to fix (another name), not a broken gateway
+    assert refused["error"]["code"] == "agora_conflict"
     assert "409" in refused["error"]["message"] and "already running" in refused["error"]["message"]
 
     fake.fail_next("/join", 400)

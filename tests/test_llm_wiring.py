@@ -256,6 +256,9 @@ async def test_agora_calling_with_the_minted_key_reaches_the_callers_llm_with_me
     )
     assert status == 200
     assert "Pepper" not in json.dumps(llm["system_messages"])
+    # The endpoint recalls from what is indexed, without waiting; a call comes seconds after
+    # the last one ended, by when the idle writer has indexed it. Here: at once.
+    await service.store.catch_up_search()
 
     # What Agora sends: the system messages, the turns with extended fields, llm.params on top.
     turns = said(

@@ -18,7 +18,7 @@ from conftest import CONVERSATIONS, agent_event, condense, deliver, load_convers
 from agent_memory.cli import main
 from agent_memory.core.domain import LlmRoute
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
-from agent_memory.store.transfer import COPIED, OWN, REBUILT, SQLITE_ONLY, Checksum
+from agent_memory.store.transfer import COPIED, OWN, REBUILT, SERVICE, SQLITE_ONLY, Checksum
 
 WORDS = re.compile(r"\w{4,}")
 
@@ -76,6 +76,8 @@ async def fill(service: Any) -> None:
         upstream_params={"temperature": 0.5}, created_ms=1,
     )  # fmt: skip
     await service.store.write(lambda tx: tx.llm_routes.add(route))
+    status, _ = await service.api("POST", "/v1/keys", json={"scope": "read", "name": "dashboard"})
+    assert status == 201
     turns = await service.store.read(lambda view: view.messages.latest("u-alice", "luna", 3))
     await service.store.write(
         lambda tx: tx.vectors.add("fake-embed", [(m.id, [0.25, -0.5, 1.0]) for m in turns])
@@ -186,9 +188,9 @@ def test_every_table_is_copied_rebuilt_or_each_databases_own(pg_cluster, tmp_pat
     with sqlite3.connect(tmp_path / "m.db") as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {table for table in tables if "_fts" not in table} == set(COPIED) | set(SQLITE_ONLY)
-    # Everything forget clears is copied; nothing copied is left out of forget's reckoning.
-    assert {held.table for held in HELD} == set(COPIED)
-    assert not set(NOT_HELD) & set(COPIED)
+    # Everything forget clears is copied; nothing copied but the service's own is left out of it.
+    assert {held.table for held in HELD} == set(COPIED) - set(SERVICE)
+    assert set(NOT_HELD) & set(COPIED) == set(SERVICE)
 
 
 def test_the_checksum_ignores_order_but_not_types_or_values() -> None:

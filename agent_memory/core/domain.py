@@ -20,6 +20,8 @@ from agent_memory.core.records import record
 __all__ = [
     "CONDENSE",
     "EMBED",
+    "KEY_SCOPES",
+    "ApiKey",
     "Binding",
     "ChannelBinding",
     "Fact",
@@ -31,6 +33,7 @@ __all__ = [
     "Job",
     "JobKind",
     "JobStatus",
+    "KeyScope",
     "LlmRoute",
     "Message",
     "MessageChanges",
@@ -54,6 +57,9 @@ JobKind = Literal["condense", "embed"]
 CONDENSE: Final = "condense"
 EMBED: Final = "embed"
 WatchStatus = Literal["watching", "stopped"]
+# What a key of the /v1 API may do, each implying those before it (web/auth.py: per route).
+KeyScope = Literal["read", "write", "admin"]
+KEY_SCOPES: tuple[KeyScope, ...] = ("read", "write", "admin")
 # callback: a platform event said the agent runs; join: started through this service;
 # manual: an operator asked to follow it.
 WatchOrigin = Literal["callback", "join", "manual"]
@@ -308,6 +314,21 @@ class LlmRoute:
     # The caller's original `llm.params`, forwarded with every request.
     upstream_params: dict[str, Any]
     created_ms: int
+
+
+@record
+class ApiKey:
+    """A scoped key of the /v1 API, kept by its hash: the key itself is shown once, when made."""
+
+    id: int
+    name: str | None
+    scope: KeyScope
+    # SHA-256 of the key (`core.secrets.hash_key`).
+    key_hash: str
+    created_ms: int
+    # Updated at most once a minute per instance (web/auth.py), not on every request.
+    last_used_ms: int | None
+    revoked_ms: int | None
 
 
 @record

@@ -30,6 +30,7 @@ from agent_memory.core.domain import CONDENSE, Fact, Job, Message, Summary
 from agent_memory.core.render import is_renderable
 from agent_memory.errors import LLMError, LLMUnavailable
 from agent_memory.memory.schedule import start_interval
+from agent_memory.metrics import CondenseOutcome, Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store, Transaction
 
@@ -145,10 +146,12 @@ class CondenseJobs:
         *,
         rng: random.Random | None = None,
         sweep_s: float = 1.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.condenser = condenser
+        self.metrics = metrics
         self.rng = rng or random.Random()
         self.sweep_s = sweep_s
         self.listeners: list[Listener] = []
@@ -231,17 +234,22 @@ class CondenseJobs:
 
     async def _run_claimed(self, job: Job) -> None:
         """Condense and commit a job this instance claimed, holding its lease meanwhile."""
+        outcome: CondenseOutcome = "done"
         async with lease_kept(self.store, job.id, self.settings.lease_s):
             try:
                 await self._condense(job)
             except Forgotten as exc:
+                outcome = "forgotten"
                 log.info("%s; result dropped", exc)
             except Superseded as exc:
                 # Nobody failed: run again from the new watermark, with no attempt counted.
+                outcome = "superseded"
                 log.info("%s; result dropped, condensing again", exc)
                 await self.store.write(lambda tx: tx.jobs.postpone(job.id, now_ms()))
             except Exception as exc:
-                await self._failed(job, exc)
+                outcome = await self._failed(job, exc)
+        if self.metrics is not None:
+            self.metrics.condense_run(outcome)
 
     async def _condense(self, job: Job) -> None:
         user_id, character_id = job.user_id, job.character_id
@@ -285,6 +293,11 @@ class CondenseJobs:
                 messages=messages,
             )
         )
+        took = time.monotonic() - started
+        if self.metrics is not None:
+            self.metrics.condensed(
+                result.method, took, tokens_sent=result.tokens_sent, messages=len(messages)
+            )
 
         def commit(tx: Transaction) -> dict[str, int]:
             changes = apply_result(tx, job, messages, result, previous)
@@ -296,7 +309,7 @@ class CondenseJobs:
         changes = await self.store.write(commit)
         log.info(
             "condensed %s/%s: %d messages with %s in %.2fs, %d tokens sent; facts %s",
-            user_id, character_id, len(messages), result.model, time.monotonic() - started,
+            user_id, character_id, len(messages), result.model, took,
             result.tokens_sent, changes,
         )  # fmt: skip
         for listener in self.listeners:
@@ -305,7 +318,8 @@ class CondenseJobs:
             except Exception:
                 log.exception("a listener of condensed memory failed")
 
-    async def _failed(self, job: Job, exc: Exception) -> None:
+    async def _failed(self, job: Job, exc: Exception) -> CondenseOutcome:
+        """Record the failure on the job: retried later with backoff, or dead."""
         attempt = job.attempts + 1
         reason = f"{type(exc).__name__}: {exc}"
         if attempt >= self.settings.job_max_attempts:
@@ -325,3 +339,4 @@ class CondenseJobs:
                 exc_info=not isinstance(exc, LLMError),
             )  # fmt: skip
         await self.store.write(lambda tx: tx.jobs.fail(job.id, reason, retry_at_ms=retry_at))
+        return "failed" if retry_at is not None else "dead"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.context import Context, build_context, recall_budget, with_recall
 from agent_memory.core.domain import (
     CONDENSE,
+    ApiKey,
     ChannelBinding,
     Fact,
     FactScope,
@@ -26,6 +28,7 @@ from agent_memory.core.domain import (
     InboxStatus,
     Job,
     JobStatus,
+    KeyScope,
     LlmRoute,
     Message,
     Session,
@@ -51,7 +54,7 @@ from agent_memory.core.recall import (
     rank,
     weighted_terms,
 )
-from agent_memory.core.secrets import hash_key
+from agent_memory.core.secrets import hash_key, new_api_key
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.embed import Embedder
 from agent_memory.errors import InvalidField, NotFound
@@ -59,6 +62,7 @@ from agent_memory.memory.embedding import semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Progress, PurgeReport, Retention
+from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store, Transaction
 from agent_memory.store.types import (
@@ -120,6 +124,14 @@ class Following:
 
 
 @dataclass(frozen=True, slots=True)
+class IssuedKey:
+    """A key just made: its record, and the key itself, which is never stored nor shown again."""
+
+    record: ApiKey
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Condensed:
     """A pair's summary and condense job after condensing it now."""
 
@@ -138,9 +150,10 @@ class Memory:
         jobs: CondenseJobs | None = None,
         retention: Retention | None = None,
         embedder: Embedder | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         """`jobs` is needed to condense and wait (`condense`), `retention` to `purge`;
-        with an `embedder` recall also finds turns by meaning."""
+        with an `embedder` recall also finds turns by meaning; `metrics` times recalls."""
         self.settings = settings
         self.store = store
         self.ingestor = Ingestor(settings)
@@ -148,6 +161,13 @@ class Memory:
         self.jobs = jobs
         self.retention = retention
         self.embedder = embedder
+        self.metrics = metrics
+        if metrics is not None:
+            contexts = self.contexts
+            metrics.add_reported(
+                "context_cache", "Start contexts served from the cache, or built",
+                lambda: {"hits": contexts.hits, "misses": contexts.misses},
+            )  # fmt: skip
 
     # health
 
@@ -192,11 +212,15 @@ class Memory:
         *,
         max_tokens: int = DEFAULT_RECALL_TOKENS,
         scope: RecallScope = "pair",
+        indexed_only: bool = False,
     ) -> Recall:
         """The memories that answer `q`, best first, within `max_tokens`; scope user reads
-        all the user's characters (and always includes the user-wide facts)."""
+        all the user's characters (and always includes the user-wide facts). `indexed_only`
+        answers from what the recall index holds without first catching it up: for a caller
+        that already has the latest turns (a live call's own request carries them)."""
         if not q.strip():
             raise InvalidField("q is empty: pass the question to recall memories for, e.g. q=when is my exam")
+        started = time.perf_counter()
         scoped = None if scope == "user" else character_id
         semantic: list[tuple[int, float]] = []
         if self.embedder is not None:
@@ -204,9 +228,14 @@ class Memory:
                 self.store, self.embedder, user_id=user_id, character_id=scoped, q=q,
                 k=RECALL_CANDIDATES, timeout_s=self.settings.embeddings_timeout_s,
             )  # fmt: skip
-        return await self._read_indexed(
-            lambda view: recall_in(view, user_id, scoped, q, max_tokens, semantic=semantic)
-        )
+
+        def read(view: ReadView) -> Recall:
+            return recall_in(view, user_id, scoped, q, max_tokens, semantic=semantic)
+
+        found = await (self.store.read(read) if indexed_only else self._read_indexed(read))
+        if self.metrics is not None:
+            self.metrics.recalled(scope, time.perf_counter() - started, found=bool(found.memories))
+        return found
 
     async def _read_indexed(self, read: Callable[[ReadView], T]) -> T:
         """`read` once the recall index holds every stored turn (catching it up first when it
@@ -506,6 +535,31 @@ class Memory:
     async def tie_llm_route(self, key_hash: str, agent_id: str) -> bool:
         """Tie a route to the agent run its key was minted for; False if there is no such route."""
         return await self.store.write(lambda tx: tx.llm_routes.set_agent(key_hash, agent_id))
+
+    async def create_api_key(self, scope: KeyScope, name: str | None = None) -> IssuedKey:
+        """A new /v1 API key of `scope`, stored by its hash only."""
+        key = new_api_key()
+        record = await self.store.write(lambda tx: tx.api_keys.add(name, scope, hash_key(key), now_ms()))
+        return IssuedKey(record, key)
+
+    async def api_keys(self) -> list[ApiKey]:
+        """Every /v1 API key, revoked ones too, oldest first."""
+        return await self.store.read(lambda view: view.api_keys.all())
+
+    async def api_key(self, key: str) -> ApiKey | None:
+        """The /v1 API key `key` is (revoked or not), looked up by its hash."""
+        key_hash = hash_key(key)
+        return await self.store.read(lambda view: view.api_keys.by_hash(key_hash))
+
+    async def revoke_api_key(self, key_id: int) -> ApiKey:
+        """Revoke a key for good (again: no change); NotFound if there is no such key."""
+        revoked = await self.store.write(lambda tx: tx.api_keys.revoke(key_id, now_ms()))
+        if revoked is None:
+            raise NotFound(f"no API key {key_id}; GET /v1/keys (agent-memory keys list) lists them")
+        return revoked
+
+    async def api_key_used(self, key_id: int, at_ms: int) -> None:
+        await self.store.write(lambda tx: tx.api_keys.used(key_id, at_ms))
 
     async def merge_window(
         self, window: HistoryWindow, stamp: int, *, then: Callable[[Transaction], object] | None = None

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from agent_memory.core.domain import (
+    ApiKey,
     Binding,
     ChannelBinding,
     Fact,
@@ -30,6 +31,7 @@ from agent_memory.core.domain import (
     Job,
     JobKind,
     JobStatus,
+    KeyScope,
     LlmRoute,
     Message,
     MessageFingerprint,
@@ -196,6 +198,10 @@ class JobReads(Protocol):
 
     def by_status(self, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
         """Jobs (of one status), soonest due first."""
+        ...
+
+    def counts(self) -> dict[tuple[JobKind, JobStatus], int]:
+        """How many jobs there are of each kind and status (absent: none)."""
         ...
 
     def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
@@ -410,6 +416,31 @@ class LlmRoutes(LlmRouteReads, Protocol):
 
     def delete(self, key_hash: str) -> bool:
         """Forget a route (its agent never started); False if there was none."""
+        ...
+
+
+# api keys: scoped keys of the /v1 API, by hash
+
+
+class ApiKeyReads(Protocol):
+    def by_hash(self, key_hash: str) -> ApiKey | None:
+        """The key with this hash, revoked or not."""
+        ...
+
+    def all(self) -> list[ApiKey]:
+        """Every key, revoked ones too, oldest first."""
+        ...
+
+
+class ApiKeys(ApiKeyReads, Protocol):
+    def add(self, name: str | None, scope: KeyScope, key_hash: str, created_ms: int) -> ApiKey: ...
+
+    def revoke(self, key_id: int, at_ms: int) -> ApiKey | None:
+        """Revoke a key (a revoked one keeps its first revocation time); None if there is none."""
+        ...
+
+    def used(self, key_id: int, at_ms: int) -> None:
+        """Record when the key was last seen."""
         ...
 
 
@@ -630,6 +661,8 @@ class ReadView(Protocol):
     @property
     def llm_routes(self) -> LlmRouteReads: ...
     @property
+    def api_keys(self) -> ApiKeyReads: ...
+    @property
     def search(self) -> SearchReads: ...
     @property
     def recall(self) -> RecallReads: ...
@@ -666,6 +699,8 @@ class Transaction(ReadView, Protocol):
     def bindings(self) -> Bindings: ...
     @property
     def llm_routes(self) -> LlmRoutes: ...
+    @property
+    def api_keys(self) -> ApiKeys: ...
     @property
     def search(self) -> Search: ...
     @property

@@ -36,7 +36,10 @@ COPIED = (
     "facts", "summaries", "jobs", "watched_agents", "agent_metrics", "llm_routes",
     # After facts and summaries, whose triggers count versions: it replaces what they counted.
     "memory_versions",
+    "api_keys",
 )  # fmt: skip
+# Of those, the service's own (its API keys): nothing of a user, so copied but never forgotten.
+SERVICE = ("api_keys",)
 # PostgreSQL tables rebuilt from messages by the backend (its recall index), and those that
 # are each database's own (schema, counters, leases, owed scrubs).
 REBUILT = ("recall_pairs", "recall_docs", "recall_pending")

@@ -16,12 +16,17 @@ from agent_memory.memory.embedding import EmbeddingJobs
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Retention
 from agent_memory.memory.service import Memory
-from agent_memory.platforms.agora.install import install, own_bearer
+from agent_memory.metrics import Metrics
+from agent_memory.platforms.agora.install import install
 from agent_memory.settings import Settings
 from agent_memory.store import make_store
-from agent_memory.web.http import Handler, bearer_auth_middleware, errors_middleware
+from agent_memory.web import docs
+from agent_memory.web.auth import auth_middleware, install_gate
+from agent_memory.web.http import Handler, errors_middleware, nul_middleware
 from agent_memory.web.keys import EMBEDDINGS, JOBS, MEMORY, RETENTION, SETTINGS, STORE
+from agent_memory.web.metrics import METRICS, add_metrics_route
 from agent_memory.web.routes import insights
+from agent_memory.web.routes import keys as api_keys
 from agent_memory.web.routes import memory as api
 
 log = logging.getLogger(__name__)
@@ -47,7 +52,11 @@ async def request_log_middleware(request: web.Request, handler: Handler) -> web.
         raise
     finally:
         resource = request.match_info.route.resource
-        log_access(request_id, request.method, resource.canonical if resource else None, status, started)
+        route = resource.canonical if resource else None
+        log_access(request_id, request.method, route, status, started)
+        metrics = request.app.get(METRICS)
+        if metrics is not None:
+            metrics.request(request.method, route, status, time.perf_counter() - started)
 
 
 async def send_request_id(request: web.Request, response: web.StreamResponse) -> None:
@@ -95,26 +104,36 @@ def create_app(settings: Settings) -> web.Application:
         middlewares=[
             request_log_middleware,
             errors_middleware,
-            bearer_auth_middleware(settings.api_token, exempt=own_bearer),
+            auth_middleware,
+            nul_middleware,
         ],
         client_max_size=settings.max_body_bytes,
         # A persona travels in the query string; let one of MAX_PERSONA_CHARS through.
         handler_args={"max_line_size": 256 * 1024},
     )
     store = make_store(settings)
+    metrics = Metrics() if settings.metrics else None
     # Built here, started by their cleanup contexts: the routes reach them through `Memory`.
-    jobs = CondenseJobs(settings, store, make_condenser(settings), sweep_s=settings.job_sweep_s)
+    jobs = CondenseJobs(
+        settings, store, make_condenser(settings), sweep_s=settings.job_sweep_s, metrics=metrics
+    )
     retention = Retention(settings, store)
     embedder = make_embedder(settings)  # None: recall by keywords alone
-    memory = Memory(settings, store, jobs=jobs, retention=retention, embedder=embedder)
+    memory = Memory(settings, store, jobs=jobs, retention=retention, embedder=embedder, metrics=metrics)
     app.on_response_prepare.append(send_request_id)
     app[SETTINGS] = settings
     app[STORE] = store
     app[MEMORY] = memory
     app[JOBS] = jobs
     app[RETENTION] = retention
+    install_gate(app, settings)
     app.router.add_routes(api.routes)
     app.router.add_routes(insights.routes)
+    app.router.add_routes(docs.routes)  # /openapi.json and /docs
+    app.router.add_routes(api_keys.routes)
+    if metrics is not None:
+        app[METRICS] = metrics
+        add_metrics_route(app, settings, metrics, store)
     app.cleanup_ctx.append(store_context)
     app.cleanup_ctx.append(jobs_context)
     if embedder is not None:

@@ -1,13 +1,14 @@
-"""The one place exceptions become HTTP responses, plus bearer auth and JSON helpers.
+"""The one place exceptions become HTTP responses, plus JSON and parameter helpers (auth: web/auth.py).
 
 Every error answer has the shape `{"error": {"code": "...", "message": "..."}}`.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
+import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -15,12 +16,19 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from agent_memory.core.jsonutil import dumps
-from agent_memory.errors import AgentMemoryError, InvalidField, InvalidJSON, Unauthorized
+from agent_memory.errors import AgentMemoryError, BadRequest, InvalidField, InvalidJSON
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+# What the API documents as an integer: int() alone also takes " 5", "+5", "5_0" and "٥".
+INTEGER = re.compile(r"-?[0-9]+")
+# No store keeps a NUL character (PostgreSQL text cannot hold one; SQLite's full-text queries
+# stop at it): refused in paths, queries and bodies alike.
+NUL = "\x00"
+NO_NUL = "NUL characters (U+0000) are not accepted"
 
 HTTP_CODES = {
     400: "bad_request",
@@ -48,7 +56,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except AgentMemoryError as exc:
         if exc.status >= 500:
             log.warning("%s %s: %s", request.method, request.path, exc.message)
-        return error_response(exc.status, exc.code, exc.message)
+        response = error_response(exc.status, exc.code, exc.message)
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None and exc.status in (429, 503):
+            response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+        return response
     except web.HTTPRequestEntityTooLarge:
         return error_response(
             413,
@@ -65,30 +77,32 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             message = f"no route for {request.method} {request.path}"
         elif exc.status == 405:
             message = f"{request.method} is not allowed on {request.path}"
-        return error_response(exc.status, code, message)
+        response = error_response(exc.status, code, message)
+        if "Allow" in exc.headers:  # RFC 9110: a 405 says which methods the path has
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except Exception:
         log.exception("unexpected error in %s %s", request.method, request.path)
         return error_response(500, "internal_error", "internal error; the service log has details")
 
 
-def bearer_auth_middleware(
-    token: str | None, *, prefix: str = "/v1/", exempt: Callable[[str], bool] | None = None
-) -> Any:
-    """Require `Authorization: Bearer <token>` on paths under `prefix` when a token is set;
-    paths `exempt` says yes to check their own bearer."""
+@web.middleware
+async def nul_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse a NUL character in the path or the query with a 400 that says so."""
+    if NUL in request.path or any(NUL in key or NUL in value for key, value in request.query.items()):
+        raise BadRequest(f"{NO_NUL} in a path or query")
+    return await handler(request)
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token and request.path.startswith(prefix) and not (exempt and exempt(request.path)):
-            given = request.headers.get("Authorization", "")
-            scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-                raise Unauthorized(
-                    "missing or wrong bearer token: send 'Authorization: Bearer <AGENT_MEMORY_API_TOKEN>'"
-                )
-        return await handler(request)
 
-    return middleware
+def holds_nul(value: Any) -> bool:
+    """Whether a parsed JSON value has a NUL character in any of its strings or keys."""
+    if isinstance(value, str):
+        return NUL in value
+    if isinstance(value, dict):
+        return any(holds_nul(key) or holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(holds_nul(item) for item in value)
+    return False
 
 
 async def read_model(request: web.Request, model: type[ModelT]) -> ModelT:
@@ -100,6 +114,8 @@ async def read_model(request: web.Request, model: type[ModelT]) -> ModelT:
         raise InvalidJSON(f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidJSON("the body must be a JSON object")
+    if holds_nul(data):
+        raise InvalidField(f"{NO_NUL} in the body")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -123,12 +139,11 @@ def path_id(request: web.Request, name: str) -> int:
 def int_query(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
     """An integer query parameter within [low, high], or a 422 that says so."""
     raw = request.query.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidField(f"{name} must be an integer, got {raw!r}") from None
+    if not INTEGER.fullmatch(raw):
+        raise InvalidField(f"{name} must be an integer, got {raw!r}")
+    value = int(raw)
     if not low <= value <= high:
         raise InvalidField(f"{name} must be between {low} and {high}, got {value}")
     return value

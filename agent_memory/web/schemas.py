@@ -6,12 +6,12 @@ channel check so that both accept the same names.
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from agent_memory.core.domain import JobStatus
+from agent_memory.core.domain import JobStatus, KeyScope
 from agent_memory.core.facts import MAX_FACT_CHARS
 from agent_memory.errors import InvalidField
 from agent_memory.memory.service import JOB_STATUSES
@@ -27,9 +27,22 @@ MAX_CHANNEL_BYTES = 64  # Agora's limit for a channel name
 ChoiceT = TypeVar("ChoiceT", bound=str)
 
 
+def _whole(value: Any) -> Any:
+    """A JSON number without a fraction (100.0) is the integer JSON Schema takes it for."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# Put last in an integer field's Annotated (after its bounds, which then stay in its schema), a
+# strict body model reads the field as JSON Schema does: 100 or 100.0, not "100" or true.
+WHOLE = BeforeValidator(_whole)
+
+
 class FactBody(BaseModel):
     """`POST …/facts`: a fact said by hand."""
 
+    model_config = ConfigDict(
+        strict=True, json_schema_extra={"examples": [{"text": "prefers to be called Ally"}]}
+    )
     text: str = Field(min_length=1, max_length=MAX_FACT_CHARS)
     scope: Literal["character", "user"] = "character"
 
@@ -37,8 +50,21 @@ class FactBody(BaseModel):
 class BindBody(BaseModel):
     """`POST …/bind`: the pair an agent run or a channel belongs to."""
 
+    model_config = ConfigDict(
+        strict=True, json_schema_extra={"examples": [{"user_id": "u-alice", "character_id": "luna"}]}
+    )
     user_id: str = Field(min_length=1, max_length=256)
     character_id: str = Field(min_length=1, max_length=256)
+
+
+class KeyBody(BaseModel):
+    """`POST /v1/keys`: the new key's scope, and a name to tell it by."""
+
+    model_config = ConfigDict(
+        strict=True, json_schema_extra={"examples": [{"scope": "read", "name": "dashboard"}]}
+    )
+    scope: KeyScope
+    name: str | None = Field(None, min_length=1, max_length=200)
 
 
 def pair(request: web.Request) -> tuple[str, str]:
@@ -73,7 +99,7 @@ def channel_of(request: web.Request) -> str:
 
 def job_status_query(request: web.Request) -> JobStatus | None:
     """The optional `status` filter of the job list."""
-    status = request.query.get("status") or None
+    status = request.query.get("status")
     if status is None:
         return None
     return one_of(JOB_STATUSES, status, f"status must be one of {', '.join(JOB_STATUSES)}, got {status!r}")
@@ -113,7 +139,7 @@ def optional_text(request: web.Request, name: str) -> str | None:
 
 def optional_ms(request: web.Request, name: str) -> int | None:
     """An optional epoch-milliseconds query parameter."""
-    if not request.query.get(name):
+    if name not in request.query:
         return None
     return int_query(request, name, 0, low=0, high=MAX_MS)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_memory.core.clock import format_datetime
-from agent_memory.core.domain import ChannelBinding, Fact, Job, Message, Session, Summary
+from agent_memory.core.domain import ApiKey, ChannelBinding, Fact, Job, Message, Session, Summary
 from agent_memory.core.recall import Recall, RecalledMemory
 
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name", "content")
@@ -162,4 +162,16 @@ def recall_json(recall: Recall) -> dict[str, Any]:
         "tokens": recall.tokens,
         "max_tokens": recall.max_tokens,
         "system_message": {"role": "system", "content": recall.system_message},
+    }
+
+
+def api_key_json(key: ApiKey) -> dict[str, Any]:
+    """A /v1 API key as listed: never its hash, nor the key (shown once, when made)."""
+    return {
+        "id": key.id,
+        "name": key.name,
+        "scope": key.scope,
+        "created_ms": key.created_ms,
+        "last_used_ms": key.last_used_ms,
+        "revoked_ms": key.revoked_ms,
     }

@@ -15,7 +15,14 @@ import aiohttp
 from pydantic import ValidationError
 
 from agent_memory.core.clock import Backoff, retry_after_s
-from agent_memory.errors import AgoraError, AgoraNotFound, AgoraRateLimited, AgoraServerError, NotConfigured
+from agent_memory.errors import (
+    AgoraConflict,
+    AgoraError,
+    AgoraNotFound,
+    AgoraRateLimited,
+    AgoraServerError,
+    NotConfigured,
+)
 from agent_memory.platforms.agora.payloads import HistoryResponse
 from agent_memory.settings import Settings
 
@@ -232,6 +239,8 @@ def _error_from_response(
     fields: dict[str, Any] = {"http_status": status, "detail": detail, "reason": reason}
     if status == 404:
         return AgoraNotFound(message, **fields)
+    if status == 409:
+        return AgoraConflict(message, **fields)
     if status == 429:
         return AgoraRateLimited(message, retry_after=retry_after_s(headers), **fields)
     if status >= 500:

@@ -9,9 +9,9 @@ leaves the rest out; `POST /v1/render/openai-messages` serves it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from agent_memory.core.clock import format_datetime, format_minute
 from agent_memory.core.render import said_text, speaker_label
@@ -22,6 +22,8 @@ from agent_memory.platforms.agora.payloads import MessageMetadata, to_ms
 class RenderOptions(BaseModel):
     """How `to_openai_messages` folds Agora's extended fields into plain content."""
 
+    # JSON's types as the document states them: no 0 for false, no "5" for 5.
+    model_config = ConfigDict(strict=True)
     time: Literal["none", "time", "datetime"] = "datetime"
     speakers: Literal["auto", "always", "never"] = "auto"
     interruptions: Literal["note", "heard"] = "note"
@@ -32,6 +34,43 @@ class RenderOptions(BaseModel):
 # timestamp, metadata, speech_*) and anything else are left out of what is returned.
 OPENAI_MESSAGE_FIELDS = ("role", "name", "content", "tool_calls", "tool_call_id", "audio", "refusal")
 TURN_ROLES = ("user", "assistant")
+# A message as `_check` accepts it, for the OpenAPI document: a role, content as text, parts or
+# null, anything else (Agora's turn_id, timestamp, metadata, …) as it comes.
+MESSAGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"type": "string", "pattern": r"\S", "description": "user, assistant, system or tool"},
+        "content": {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}, {"type": "null"}]
+        },
+    },
+}
+AgoraMessage = Annotated[dict[str, Any], WithJsonSchema(MESSAGE_SCHEMA)]
+
+
+class ChatCompletionRequest(BaseModel):
+    """What the custom-LLM endpoint takes (for the document): OpenAI's request as Agora sends it,
+    `llm.params` at its top level. The endpoint reads it itself (platforms/agora/llm_proxy.py)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "user_id": "u-alice",
+                    "character_id": "luna",
+                }
+            ]
+        },
+    )
+    messages: list[AgoraMessage]
+    # Untyped as the endpoint reads them: a string or number is used, anything else ignored.
+    user_id: Any = Field(None, description="whose memory; needed unless the key names the pair")
+    character_id: Any = Field(None, description="which character (default AGENT_MEMORY_DEFAULT_CHARACTER)")
+    agent_id: Any = Field(None, description="the agent run to record the turns in")
+    stream: Any = Field(None, description="true: answer server-sent events as the upstream streams them")
 
 
 def _where(index: int) -> str:

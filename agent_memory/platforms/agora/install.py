@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from agent_memory.memory.refresh import Refresher
+from agent_memory.memory.refresh import AgentControl, Refresher
 from agent_memory.memory.service import Memory
+from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.platforms.agora.keys import AGORA, LLM_PROXY, POLLER, REFRESHER
 from agent_memory.platforms.agora.llm_proxy import LlmProxy
@@ -20,9 +22,22 @@ from agent_memory.platforms.agora.webhook import AgoraReceiver
 log = logging.getLogger(__name__)
 
 
-def own_bearer(path: str) -> bool:
-    """The custom-LLM endpoint checks its own bearer (Agora's llm.api_key), not the API token."""
-    return path.startswith("/v1/llm/") and path.endswith("/chat/completions")
+class CountedPushes:
+    """An agent's update endpoint with each push of memory counted, sent or failed."""
+
+    def __init__(self, control: AgentControl, metrics: Metrics) -> None:
+        self.control = control
+        self.metrics = metrics
+
+    async def update_system_messages(self, agent_id: str, system_messages: list[dict[str, Any]]) -> Any:
+        """Replace the running agent's whole system messages list, and count it."""
+        try:
+            answer = await self.control.update_system_messages(agent_id, system_messages)
+        except Exception:
+            self.metrics.pushed("failed")
+            raise
+        self.metrics.pushed("sent")
+        return answer
 
 
 def install(app: web.Application, memory: Memory) -> None:
@@ -32,17 +47,20 @@ def install(app: web.Application, memory: Memory) -> None:
     needs the database open, and refreshes listen to the job runner.
     """
     settings = memory.settings
-    receiver = AgoraReceiver(settings, memory.accept_event)
+    metrics = memory.metrics
+    receiver = AgoraReceiver(settings, memory.accept_event, metrics)
     app.router.add_post("/webhooks/agora", receiver.handle)
     app.router.add_routes(AgentRoutes(memory).table())
     proxy = app[LLM_PROXY] = LlmProxy(memory)
     app.router.add_routes(proxy.table())
+    if metrics is not None:
+        metrics.add_reported("llm_proxy", "What the custom-LLM endpoint did", lambda: proxy.stats.report())
 
     async def agora_context(app: web.Application) -> AsyncIterator[None]:
         """One HTTP session for Agora's REST API; follow running agents when Agora is configured."""
         async with aiohttp.ClientSession() as session:
             client = AgoraClient(settings, session)
-            refresher = Refresher(memory, client)
+            refresher = Refresher(memory, client if metrics is None else CountedPushes(client, metrics))
             poller = Poller(memory, client, refresher)
             app[AGORA] = client
             app[REFRESHER] = refresher

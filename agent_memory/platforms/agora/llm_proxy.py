@@ -430,8 +430,14 @@ class LlmProxy:
         started = time.perf_counter()
         try:
             found = await asyncio.wait_for(
+                # The request carries this call's turns: recall needs only what is already
+                # indexed, and must not wait for the index to catch up with them.
                 self.memory.recall(
-                    call.user_id, call.character_id, query, max_tokens=self.settings.recall_max_tokens
+                    call.user_id,
+                    call.character_id,
+                    query,
+                    max_tokens=self.settings.recall_max_tokens,
+                    indexed_only=True,
                 ),
                 deadline_s,
             )

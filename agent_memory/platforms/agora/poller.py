@@ -117,7 +117,10 @@ class Poller:
     async def poll(self, watch: Watch) -> None:
         """Read one agent's history and merge it; failures back off, a 404 ends following."""
         agent_id = watch.agent_id
+        metrics = self.memory.metrics
         async with self._slots:
+            # How late the poll starts: sweeps falling behind, or too few slots for the agents.
+            lag_s = (now_ms() - watch.next_poll_ms) / 1000
             try:
                 answer = await self.client.history(agent_id)
             except AgoraNotFound:
@@ -125,11 +128,15 @@ class Poller:
                     agent_id, "agent not found on Agora (404)", "not found on Agora while polling"
                 )
                 log.info("agent %s is gone (404): no longer followed", agent_id)
+                if metrics is not None:
+                    metrics.polled("gone", lag_s=lag_s)
                 return
             except AgentMemoryError as exc:
                 failures, error = watch.failures + 1, exc.message
                 log.warning("history of %s failed (%d in a row): %s", agent_id, failures, error)
                 await self.memory.poll_failed(agent_id, next_poll_ms=self.next_poll_ms(failures), error=error)
+                if metrics is not None:
+                    metrics.polled("failed", lag_s=lag_s)
                 return
             outcome = await self.memory.merge_window(
                 history_window(agent_id, answer),
@@ -137,6 +144,8 @@ class Poller:
                 then=lambda tx: tx.watches.polled(agent_id, next_poll_ms=self.next_poll_ms(), error=None),
             )
             self.windows_merged += 1
+            if metrics is not None:
+                metrics.polled("merged", lag_s=lag_s, new_messages=outcome.new_messages)
             if outcome.new_messages:
                 log.info(
                     "agent %s: +%d messages from history%s", agent_id, outcome.new_messages,

@@ -13,10 +13,11 @@ import copy
 import logging
 import secrets
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from aiohttp import web
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.config import JsonDict
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
@@ -24,11 +25,12 @@ from agent_memory.core.secrets import hash_key
 from agent_memory.core.styles import DEFAULT_STYLE, STYLES
 from agent_memory.errors import AgoraError, Conflict, InvalidField
 from agent_memory.memory.service import Memory
-from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
+from agent_memory.platforms.agora.custom_llm import AgoraMessage, RenderOptions, to_openai_messages
 from agent_memory.platforms.agora.events import session_event
 from agent_memory.platforms.agora.keys import AGORA, REFRESHER
 from agent_memory.platforms.agora.payloads import AgentJoined
 from agent_memory.web.http import json_response, read_model, validation_message
+from agent_memory.web.schemas import WHOLE
 from agent_memory.web.shapes import session_json
 
 log = logging.getLogger(__name__)
@@ -36,13 +38,29 @@ log = logging.getLogger(__name__)
 SystemMessages = list[dict[str, Any]]
 
 
+# The documented example of a start (the OpenAPI document's, which the contract run sends).
+START_EXAMPLE: JsonDict = {
+    "user_id": "u-alice",
+    "character_id": "luna",
+    "join": {
+        "name": "luna-alice",
+        "properties": {
+            "channel": "alice-luna-1103", "token": "<RTC token>", "agent_rtc_uid": "0",
+            "remote_rtc_uids": ["*"],
+            "llm": {"url": "https://llm.example/v1/chat/completions", "system_messages": []},
+        },
+    },
+}  # fmt: skip
+
+
 class StartBody(BaseModel):
     """`POST /v1/agents`: whose memory, how much of it, and Agora's join body."""
 
+    model_config = ConfigDict(strict=True, json_schema_extra={"examples": [START_EXAMPLE]})
     user_id: str = Field(min_length=1, max_length=256)
     character_id: str = Field(min_length=1, max_length=256)
     persona: str | None = Field(None, max_length=20_000)
-    max_tokens: int | None = Field(None, ge=50, le=200_000)
+    max_tokens: Annotated[int, Field(ge=50, le=200_000), WHOLE] | None = None
     # Point the agent's llm.url at this service's custom-LLM endpoint (memory in every turn).
     memory_llm: bool = False
     join: dict[str, Any] = Field(description="Agora's join body: name, properties, …")
@@ -51,12 +69,24 @@ class StartBody(BaseModel):
 class WatchBody(BaseModel):
     """`POST /v1/sessions/{agent_id}/watch`: follow an agent started elsewhere."""
 
+    model_config = ConfigDict(
+        strict=True,
+        json_schema_extra={
+            "examples": [{"user_id": "u-alice", "character_id": "luna", "system_messages": []}],
+            # Both user_id and character_id, or neither (null counts as not given).
+            "anyOf": [
+                {"required": ["user_id", "character_id"],
+                 "properties": {"user_id": {"type": "string"}, "character_id": {"type": "string"}}},
+                {"properties": {"user_id": {"type": "null"}, "character_id": {"type": "null"}}},
+            ],
+        }
+    )  # fmt: skip
     user_id: str | None = Field(None, min_length=1, max_length=256)
     character_id: str | None = Field(None, min_length=1, max_length=256)
     # The agent's own system messages; given (even []), refreshes may replace the list.
     system_messages: SystemMessages | None = None
     persona: str | None = Field(None, max_length=20_000)
-    max_tokens: int | None = Field(None, ge=50, le=200_000)
+    max_tokens: Annotated[int, Field(ge=50, le=200_000), WHOLE] | None = None
     # The agent's llm.style: the shape refreshed memory is sent in.
     style: Literal["openai", "gemini", "anthropic"] | None = None
 
@@ -238,7 +268,13 @@ def with_memory(
 class RenderBody(BaseModel):
     """`POST /v1/render/openai-messages`: a custom-LLM request's messages and how to render them."""
 
-    messages: list[dict[str, Any]] = Field(max_length=5000)
+    model_config = ConfigDict(
+        strict=True,
+        json_schema_extra={
+            "examples": [{"messages": [{"role": "user", "content": "What did I say my cat's name was?"}]}]
+        },
+    )
+    messages: list[AgoraMessage] = Field(max_length=5000)
     options: RenderOptions = Field(default_factory=RenderOptions)
 
 

@@ -9,8 +9,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from agent_memory.core.events import Outcome, RawEvent, SessionEvent
-from agent_memory.errors import NotConfigured, PayloadTooLarge
+from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge
+from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.events import parse_callback
+from agent_memory.platforms.agora.payloads import PAYLOAD_MODELS
 from agent_memory.platforms.agora.signatures import verify_agora
 from agent_memory.settings import Settings
 
@@ -18,17 +20,62 @@ log = logging.getLogger(__name__)
 
 # Records the raw callback and applies what it means; returns once that is durable.
 Accept = Callable[[RawEvent, SessionEvent | Outcome], Awaitable[Outcome]]
+# Event types counted under their own label; any other number a sender makes up is `other`.
+KNOWN_TYPES = {event_type: str(event_type) for event_type in PAYLOAD_MODELS}
+
+
+def rejection(exc: Exception) -> str:
+    """The outcome a callback refused with `exc` is counted under."""
+    if isinstance(exc, BadSignature):
+        return "rejected_signature"
+    if isinstance(exc, NotConfigured):
+        return "refused_unconfigured"
+    if isinstance(exc, PayloadTooLarge | BadRequest | web.HTTPRequestEntityTooLarge):
+        return "rejected_body"
+    return "error"
 
 
 class AgoraReceiver:
     """The `POST /webhooks/agora` handler."""
 
-    def __init__(self, settings: Settings, accept: Accept) -> None:
+    def __init__(self, settings: Settings, accept: Accept, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.accept = accept
+        self.metrics = metrics
 
     async def handle(self, request: web.Request) -> web.Response:
         """Verify, parse and map the callback here (off the writer thread), then commit it."""
+        event_type = "unknown"
+        try:
+            body = await self.verified_body(request)
+            raw, event = parse_callback(
+                body, time.time_ns() // 1_000_000, follow=self.settings.agora_configured
+            )
+            event_type = KNOWN_TYPES.get(raw.event_type, "other")
+            outcome = await self.accept(raw, event)
+        except Exception as exc:
+            if self.metrics is not None:
+                self.metrics.callback(event_type, rejection(exc))
+            raise
+        if self.metrics is not None:
+            self.metrics.callback(event_type, outcome.status)
+        log.info(
+            "callback %s type %s agent %s: %s%s",
+            raw.event_id, raw.event_type, outcome.agent_id or "-", outcome.status,
+            f" (+{outcome.new_messages} messages)" if outcome.new_messages else "",
+        )  # fmt: skip
+        return web.json_response(
+            {
+                "code": 0,
+                "message": "ok",
+                "noticeId": raw.event_id,
+                "status": outcome.status,
+                "new_messages": outcome.new_messages,
+            }
+        )
+
+    async def verified_body(self, request: web.Request) -> bytes:
+        """The raw body, within the size allowed and signed with the webhook secret."""
         limit = self.settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise PayloadTooLarge(
@@ -45,19 +92,4 @@ class AgoraReceiver:
                 "set it to the secret of your notification configuration in Agora's console, or "
                 "start with --insecure-dev-webhooks for local testing only"
             )
-        raw, event = parse_callback(body, time.time_ns() // 1_000_000, follow=self.settings.agora_configured)
-        outcome = await self.accept(raw, event)
-        log.info(
-            "callback %s type %s agent %s: %s%s",
-            raw.event_id, raw.event_type, outcome.agent_id or "-", outcome.status,
-            f" (+{outcome.new_messages} messages)" if outcome.new_messages else "",
-        )  # fmt: skip
-        return web.json_response(
-            {
-                "code": 0,
-                "message": "ok",
-                "noticeId": raw.event_id,
-                "status": outcome.status,
-                "new_messages": outcome.new_messages,
-            }
-        )
+        return body

@@ -2,20 +2,68 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import psycopg
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.jsonutil import dumps, loads_object
 
 # Storage time and JSON are core's; re-exported for the repositories.
-__all__ = ["Connection", "Instance", "Repository", "dumps", "loads_object", "now_ms"]
+__all__ = [
+    "Connection",
+    "Instance",
+    "Repository",
+    "cursor_of",
+    "dumps",
+    "int_array",
+    "loads_object",
+    "now_ms",
+    "text_array",
+]
 
 Connection = psycopg.Connection[DictRow]
+
+
+# A Python list is adapted to an array element by element in Python: long lists on hot paths
+# go as array literals built in C (`%s::bigint[]`, `%s::text[]`).
+_QUOTE = str.maketrans({"\\": "\\\\", '"': '\\"'})
+
+
+def int_array(values: Iterable[int]) -> str:
+    """Integers as an array literal, for a `%s::bigint[]` parameter."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def text_array(values: Iterable[str]) -> str:
+    """Strings as an array literal (each quoted), for a `%s::text[]` parameter or a COPY column."""
+    quoted = [value.translate(_QUOTE) for value in values]
+    return '{"' + '","'.join(quoted) + '"}' if quoted else "{}"
+
+
+# Making a cursor (it copies the connection's adapters) costs about as much CPU as a small
+# statement's round trip: statements whose small result is read at once reuse one per connection.
+_CURSORS: WeakKeyDictionary[Connection, psycopg.Cursor[DictRow]] = WeakKeyDictionary()
+_CLIENT_CURSORS: WeakKeyDictionary[Connection, psycopg.ClientCursor[DictRow]] = WeakKeyDictionary()
+
+
+def cursor_of(conn: Connection) -> psycopg.Cursor[DictRow]:
+    """The connection's reusable cursor: each execute replaces its result (read it first)."""
+    cursor = _CURSORS.get(conn)
+    if cursor is None:
+        cursor = _CURSORS[conn] = conn.cursor()
+    return cursor
+
+
+def _client_cursor_of(conn: Connection) -> psycopg.ClientCursor[DictRow]:
+    cursor = _CLIENT_CURSORS.get(conn)
+    if cursor is None:
+        cursor = _CLIENT_CURSORS[conn] = psycopg.ClientCursor(conn, row_factory=dict_row)
+    return cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +83,34 @@ class Repository:
         self.conn = conn
         self.instance = instance
 
+    def _execute(self, sql: bytes, params: Sequence[Any] | dict[str, Any] = ()) -> psycopg.Cursor[DictRow]:
+        """Run a statement on the reusable cursor; read what it returns (rows, rowcount) at once."""
+        return cursor_of(self.conn).execute(sql, params)
+
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        # A cursor of its own: a long result would otherwise stay in memory until the next statement.
         return list(self.conn.execute(sql.encode(), params).fetchall())
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        return self.conn.execute(sql.encode(), params).fetchone()
+        return self._execute(sql.encode(), params).fetchone()
+
+    def _one_locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        """`_one` once this transaction holds the advisory lock of (`key`, `seed`), in one round trip.
+
+        Both go in one simple-protocol query (parameters bound here), as two statements: the
+        read's snapshot is taken after the lock is granted, so it sees what the holder before
+        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1).
+        """
+        cursor = _client_cursor_of(self.conn)
+        cursor.execute(
+            f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d})); {sql}".encode(), (key, *params)
+        )
+        cursor.nextset()
+        return cursor.fetchone()
 
     def _count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """The single integer a `count(*)` query answers."""
-        row = self.conn.execute(sql.encode(), params).fetchone()
+        row = self._execute(sql.encode(), params).fetchone()
         return int(next(iter(row.values()))) if row else 0
 
     def _set(self, table: str, key: str, value: Any, changes: dict[str, Any]) -> None:
@@ -51,6 +118,6 @@ class Repository:
         if not changes:
             return
         assignments = ", ".join(f"{column} = %s" for column in changes)
-        self.conn.execute(
+        self._execute(
             f"UPDATE {table} SET {assignments} WHERE {key} = %s".encode(), (*changes.values(), value)
         )

@@ -32,6 +32,7 @@ from agent_memory.core.clock import Backoff
 from agent_memory.errors import StoreUnavailable
 from agent_memory.store.postgres import migrations
 from agent_memory.store.postgres.analytics import PostgresAnalytics
+from agent_memory.store.postgres.api_keys import PostgresApiKeys
 from agent_memory.store.postgres.bindings import PostgresBindings
 from agent_memory.store.postgres.common import Connection, Instance
 from agent_memory.store.postgres.export import PostgresExport
@@ -97,6 +98,7 @@ class PostgresView:
         self.watches = PostgresWatches(conn, instance)
         self.bindings = PostgresBindings(conn, instance)
         self.llm_routes = PostgresLlmRoutes(conn, instance)
+        self.api_keys = PostgresApiKeys(conn, instance)
         self.search = PostgresSearch(conn, instance)
         self.recall = PostgresRecall(conn, instance)
         self.versions = PostgresVersions(conn, instance)

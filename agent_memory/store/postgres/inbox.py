@@ -38,11 +38,10 @@ class PostgresInbox(Repository):
     def has(self, event_id: str) -> bool:
         """Whether the event was recorded; on a write, a redelivery that another instance is
         applying right now is waited for (its lock, until commit), so it is seen as recorded."""
-        if not self.conn.read_only:
-            # Its own statement: the read after it sees what the holder committed. Seed 1 keeps
-            # event ids apart from the sessions' locks (seed 0).
-            self.conn.execute(b"SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (event_id,))
-        return self._one("SELECT 1 AS found FROM inbox WHERE notice_id = %s", (event_id,)) is not None
+        sql, params = "SELECT 1 AS found FROM inbox WHERE notice_id = %s", (event_id,)
+        if self.conn.read_only:
+            return self._one(sql, params) is not None
+        return self._one_locked(event_id, 1, sql, params) is not None
 
     def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
         """Entries of one status, oldest received first."""
@@ -56,7 +55,7 @@ class PostgresInbox(Repository):
 
     def insert(self, entry: InboxEntry) -> bool:
         """Record a raw event; False if its event id was already recorded (by any instance)."""
-        cursor = self.conn.execute(
+        cursor = self._execute(
             f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES ({_INBOX_MARKS}) ON CONFLICT (notice_id) DO NOTHING".encode(),
             (
                 entry.event_id, entry.event_type, entry.received_ms, entry.body, entry.status,
@@ -67,6 +66,6 @@ class PostgresInbox(Repository):
         return cursor.rowcount == 1
 
     def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None:
-        self.conn.execute(
+        self._execute(
             b"UPDATE inbox SET status = %s, error = %s WHERE notice_id = %s", (status, error, event_id)
         )

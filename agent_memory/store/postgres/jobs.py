@@ -54,6 +54,10 @@ class PostgresJobs(Repository):
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = %s ORDER BY due_ms, id LIMIT %s", (status, limit)
         )
 
+    def counts(self) -> dict[tuple[JobKind, JobStatus], int]:
+        rows = self.conn.execute(b"SELECT kind, status, count(*) AS n FROM jobs GROUP BY kind, status")
+        return {(row["kind"], row["status"]): row["n"] for row in rows}
+
     def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
         """Claimable jobs due by `now_ms`: pending, or running under a lease that ran out."""
         return self._jobs(
@@ -77,7 +81,7 @@ class PostgresJobs(Repository):
         pair at once each add their messages to the one row."""
         # Running: finish sees the count change and runs it again. Dead: waits for a human.
         # Retrying (attempts > 0): keeps its backoff. In each case only the count grows.
-        self.conn.execute(
+        self._execute(
             b"INSERT INTO jobs AS j (kind, user_id, character_id, status, due_ms, first_due_ms, "
             b"pending_messages, attempts, created_ms, updated_ms) "
             b"VALUES (%(kind)s, %(user)s, %(character)s, 'pending', "
@@ -99,7 +103,7 @@ class PostgresJobs(Repository):
     def make_due(self, kind: JobKind, user_id: str, character_id: str) -> None:
         """Make the pair's job due now, creating or reviving it; a running one is left alone."""
         stamp = now_ms()
-        self.conn.execute(
+        self._execute(
             b"INSERT INTO jobs AS j (kind, user_id, character_id, status, due_ms, first_due_ms, "
             b"pending_messages, attempts, created_ms, updated_ms) "
             b"VALUES (%s, %s, %s, 'pending', %s, %s, 0, 0, %s, %s) "
@@ -137,7 +141,7 @@ class PostgresJobs(Repository):
     def renew(self, job_id: int) -> bool:
         """Extend this instance's lease on a running job; False if another holds it or it ended."""
         lease = self._lease(now_ms())
-        cursor = self.conn.execute(
+        cursor = self._execute(
             b"UPDATE jobs SET lease_until_ms = %(until)s "
             b"WHERE id = %(id)s AND status = 'running' AND lease_owner = %(owner)s",
             {**lease, "id": job_id},
@@ -154,26 +158,26 @@ class PostgresJobs(Repository):
         arrived = row["pending_messages"] - claimed.pending_messages
         if arrived > 0:
             stamp = now_ms()
-            self.conn.execute(
+            self._execute(
                 b"UPDATE jobs SET status = 'pending', attempts = 0, last_error = NULL, due_ms = %s, "
                 b"first_due_ms = %s, pending_messages = %s, updated_ms = %s, lease_owner = NULL, "
                 b"lease_until_ms = NULL WHERE id = %s",
                 (again_at_ms, stamp, arrived, stamp, claimed.id),
             )
             return False
-        self.conn.execute(b"DELETE FROM jobs WHERE id = %s", (claimed.id,))
+        self._execute(b"DELETE FROM jobs WHERE id = %s", (claimed.id,))
         return True
 
     def fail(self, job_id: int, error: str, *, retry_at_ms: int | None) -> None:
         """Record a failure: pending again at `retry_at_ms`, or dead when that is None."""
         if retry_at_ms is None:
-            self.conn.execute(
+            self._execute(
                 b"UPDATE jobs SET status = 'dead', attempts = attempts + 1, last_error = %s, "
                 b"updated_ms = %s, lease_owner = NULL, lease_until_ms = NULL WHERE id = %s",
                 (error, now_ms(), job_id),
             )
         else:
-            self.conn.execute(
+            self._execute(
                 b"UPDATE jobs SET status = 'pending', attempts = attempts + 1, last_error = %s, "
                 b"due_ms = %s, updated_ms = %s, lease_owner = NULL, lease_until_ms = NULL WHERE id = %s",
                 (error, retry_at_ms, now_ms(), job_id),
@@ -181,7 +185,7 @@ class PostgresJobs(Repository):
 
     def postpone(self, job_id: int, due_ms: int) -> None:
         """Pending again at `due_ms`, without counting an attempt (its run was superseded)."""
-        self.conn.execute(
+        self._execute(
             b"UPDATE jobs SET status = 'pending', due_ms = %s, updated_ms = %s, lease_owner = NULL, "
             b"lease_until_ms = NULL WHERE id = %s AND status = 'running'",
             (due_ms, now_ms(), job_id),
@@ -190,7 +194,7 @@ class PostgresJobs(Repository):
     def revive(self, job_id: int) -> bool:
         """Make a dead job pending now."""
         stamp = now_ms()
-        cursor = self.conn.execute(
+        cursor = self._execute(
             b"UPDATE jobs SET status = 'pending', attempts = 0, due_ms = %s, updated_ms = %s "
             b"WHERE id = %s AND status = 'dead'",
             (stamp, stamp, job_id),
@@ -200,7 +204,7 @@ class PostgresJobs(Repository):
     def release_running(self) -> int:
         """Make pending again the jobs whose holder let its lease run out (an instance that died);
         the claims of live instances stand."""
-        cursor = self.conn.execute(
+        cursor = self._execute(
             b"UPDATE jobs SET status = 'pending', lease_owner = NULL, lease_until_ms = NULL "
             b"WHERE status = 'running' AND coalesce(lease_until_ms, 0) < %s",
             (now_ms(),),

@@ -39,6 +39,7 @@ RECALL_DOCS = "recall_docs"
 NOT_HELD = (
     RECALL_PAIRS, RECALL_DOCS, "recall_pending",
     "agent_memory_migrations", "store_state", "leases", "scrub_owed",
+    "api_keys",  # the service's own keys
 )  # fmt: skip
 # A table up to this size (with its TOAST and indexes) is rewritten by the scrub right after
 # the forget: a few seconds under its lock. A larger one is rewritten once its oldest owed

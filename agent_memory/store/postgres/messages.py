@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from agent_memory.core.domain import Message, MessageFingerprint
-from agent_memory.store.postgres.common import Repository
+from agent_memory.store.postgres.common import Repository, cursor_of
 from agent_memory.store.postgres.versions import bump
 from agent_memory.store.types import MessageChanges, NewMessage
 
-# What an insert writes, with each column's type (`id` comes from the identity).
-MESSAGE_TYPES = {
-    "agent_id": "text", "user_id": "text", "character_id": "text", "seq": "integer",
-    "role": "text", "content": "text", "turn_id": "bigint", "ts_ms": "bigint",
-    "at_ms": "bigint", "source": "text", "speaker": "text", "interrupted": "integer",
-    "interrupt_ms": "bigint", "original": "text", "fp": "text", "gap_before": "integer",
-    "extra": "text", "created_ms": "bigint", "kind": "text",
-}  # fmt: skip
-MESSAGE_COLUMNS = tuple(MESSAGE_TYPES)
-# One statement for a whole window: a column array each, unnested into rows in order.
-INSERT_MESSAGES = (
-    f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) SELECT * FROM unnest("
-    + ", ".join(f"%s::{kind}[]" for kind in MESSAGE_TYPES.values())
-    + ")"
-).encode()
+# What an insert writes (`id` comes from the identity).
+MESSAGE_COLUMNS = (
+    "agent_id", "user_id", "character_id", "seq", "role", "content", "turn_id", "ts_ms", "at_ms",
+    "source", "speaker", "interrupted", "interrupt_ms", "original", "fp", "gap_before", "extra",
+    "created_ms", "kind",
+)  # fmt: skip
+# A whole window in one COPY, rows in order (ids follow it): adapting a row is done in C,
+# where a column array each (unnest) was adapted element by element in Python.
+COPY_MESSAGES = f"COPY messages ({', '.join(MESSAGE_COLUMNS)}) FROM STDIN".encode()
+_ROW = itemgetter(*MESSAGE_COLUMNS)
 # What a row that leaves a column out stores in it (others: NULL).
 _DEFAULTS = {"kind": "turn"}
 
@@ -62,6 +58,15 @@ def fingerprint_of(row: Mapping[str, Any]) -> MessageFingerprint:
 def _stored(value: Any) -> Any:
     """A flag as the integer its column holds; anything else as it is."""
     return int(value) if isinstance(value, bool) else value
+
+
+def _row(message: NewMessage) -> list[Any]:
+    """A new message's values in `MESSAGE_COLUMNS` order, as stored."""
+    try:
+        values = _ROW(message)
+    except KeyError:  # a row may leave columns out
+        values = [message.get(column, _DEFAULTS.get(column)) for column in MESSAGE_COLUMNS]
+    return [int(value) if value.__class__ is bool else value for value in values]
 
 
 class PostgresMessages(Repository):
@@ -138,19 +143,18 @@ class PostgresMessages(Repository):
         return rows
 
     def insert(self, rows: Iterable[NewMessage]) -> None:
-        """Insert new messages in one statement (a missing column is NULL, `kind` turn)."""
+        """Insert new messages in one COPY (a missing column is NULL, `kind` turn)."""
         batch = list(rows)
         if not batch:
             return
-        columns = [
-            [_stored(row.get(column, _DEFAULTS.get(column))) for row in batch] for column in MESSAGE_COLUMNS
-        ]
         # Bumping first locks the pairs' version rows until commit, before the identity hands
         # out ids: a pair's messages then commit in id order, whichever instance writes them,
         # so a summary's watermark ("every id up to here is condensed") never skips one that
         # took a lower id but committed later.
         bump(self.conn, ((row["user_id"], row["character_id"]) for row in batch))
-        self.conn.execute(INSERT_MESSAGES, columns)
+        with cursor_of(self.conn).copy(COPY_MESSAGES) as copy:
+            for row in batch:
+                copy.write_row(_row(row))
 
     def update(self, message_id: int, changes: MessageChanges) -> None:
         """Change a stored message, counting a change of its pair; no changes: nothing to do."""

@@ -295,6 +295,18 @@ def m005_forgetting(conn: psycopg.Connection) -> None:
     )
 
 
+@migration
+def m006_api_keys(conn: psycopg.Connection) -> None:
+    """Scoped keys of the /v1 API, by hash."""
+    _run(
+        conn,
+        """CREATE TABLE api_keys (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name text, scope text NOT NULL,
+            key_hash text NOT NULL UNIQUE, created_ms bigint NOT NULL, last_used_ms bigint,
+            revoked_ms bigint)""",
+    )
+
+
 def applied(conn: psycopg.Connection) -> list[str]:
     """The migrations the database has, in order."""
     exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()

@@ -18,7 +18,7 @@ from typing import Any
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
-from agent_memory.store.postgres.common import Repository
+from agent_memory.store.postgres.common import Repository, cursor_of, int_array, text_array
 from agent_memory.store.postgres.facts import (
     FACT_COLUMNS,
     SUMMARY_COLUMNS,
@@ -82,16 +82,16 @@ class PostgresRecall(Repository):
         # which could deadlock with its delete trigger waiting for our queue rows; it is queued
         # again and looked at after that transaction ends.
         rows = self._all(
-            "SELECT id, user_id, character_id, kind, content FROM messages WHERE id = ANY(%s) "
+            "SELECT id, user_id, character_id, kind, content FROM messages WHERE id = ANY(%s::bigint[]) "
             "ORDER BY id FOR KEY SHARE SKIP LOCKED",
-            (wanted,),
+            (int_array(wanted),),
         )
         found = {row["id"] for row in rows}
         if len(found) < len(wanted):
-            self.conn.execute(
-                b"INSERT INTO recall_pending (id) SELECT id FROM messages WHERE id = ANY(%s) "
+            self._execute(
+                b"INSERT INTO recall_pending (id) SELECT id FROM messages WHERE id = ANY(%s::bigint[]) "
                 b"ON CONFLICT DO NOTHING",
-                ([i for i in wanted if i not in found],),
+                (int_array(i for i in wanted if i not in found),),
             )
         if not rows:
             return 0
@@ -101,33 +101,31 @@ class PostgresRecall(Repository):
             if row["kind"] == "turn" and (found_terms := index_terms(row["content"] or ""))
         ]
         pairs = self._pair_ids({(row["user_id"], row["character_id"]) for row, _ in computed})
+        found_ids = int_array(found)
         old_pairs = [
             row["pair"]
-            for row in self._all("SELECT DISTINCT pair FROM recall_docs WHERE id = ANY(%s)", (list(found),))
+            for row in self._all(
+                "SELECT DISTINCT pair FROM recall_docs WHERE id = ANY(%s::bigint[])", (found_ids,)
+            )
         ]
         # Pairs' statistics are locked in one order, so two instances never wait on each other in a circle.
-        self.conn.execute(
+        self._execute(
             b"SELECT pair FROM recall_pairs WHERE pair = ANY(%s) ORDER BY pair FOR UPDATE",
             (sorted({*pairs.values(), *old_pairs}),),
         )
-        self.conn.execute(b"DELETE FROM recall_docs WHERE id = ANY(%s)", (list(found),))
+        self._execute(b"DELETE FROM recall_docs WHERE id = ANY(%s::bigint[])", (found_ids,))
         totals: dict[int, list[int]] = {}
-        with self.conn.cursor().copy(b"COPY recall_docs (id, pair, length, terms) FROM STDIN") as copy:
+        with cursor_of(self.conn).copy(b"COPY recall_docs (id, pair, length, terms) FROM STDIN") as copy:
             for row, found_terms in computed:
                 pair = pairs[(row["user_id"], row["character_id"])]
-                copy.write_row(
-                    (
-                        row["id"],
-                        pair,
-                        len(found_terms),
-                        [pair_term(pair, t) for t in dict.fromkeys(found_terms)],
-                    )
-                )
+                prefix = pair_term(pair, "")
+                distinct = text_array(prefix + term for term in dict.fromkeys(found_terms))
+                copy.write_row((row["id"], pair, len(found_terms), distinct))
                 total = totals.setdefault(pair, [0, 0])
                 total[0] += 1
                 total[1] += len(found_terms)
         if totals:
-            self.conn.execute(
+            self._execute(
                 b"UPDATE recall_pairs p SET docs = p.docs + t.docs, total_length = p.total_length + t.length "
                 b"FROM unnest(%s::integer[], %s::integer[], %s::bigint[]) AS t(pair, docs, length) "
                 b"WHERE p.pair = t.pair",
@@ -142,7 +140,7 @@ class PostgresRecall(Repository):
         if missing:
             # Sorted, so two instances adding the same new pairs wait for each other in one order;
             # only new pairs are inserted, since each attempt takes a number from the identity.
-            self.conn.execute(
+            self._execute(
                 b"INSERT INTO recall_pairs (user_id, character_id) "
                 b"SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT (user_id, character_id) DO NOTHING",
                 ([user for user, _ in missing], [character for _, character in missing]),

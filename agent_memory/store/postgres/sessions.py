@@ -64,15 +64,14 @@ class PostgresSessions(Repository):
 
     __slots__ = ()
 
-    def _lock(self, agent_id: str) -> None:
-        """Hold the session's advisory lock until commit (writes only; reads need none)."""
-        if not self.conn.read_only:
-            # A statement of its own: the read after it must see what the holder before committed.
-            self.conn.execute(b"SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (agent_id,))
-
     def get(self, agent_id: str) -> Session | None:
-        self._lock(agent_id)
-        row = self._one(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = %s", (agent_id,))
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = %s"
+        # Writes hold the session's advisory lock until commit; reads need none.
+        row = (
+            self._one(sql, (agent_id,))
+            if self.conn.read_only
+            else self._one_locked(agent_id, 0, sql, (agent_id,))
+        )
         return session_of(row) if row is not None else None
 
     def in_channel(self, channel: str, sources: Sequence[IdentitySource]) -> list[Session]:
@@ -87,7 +86,7 @@ class PostgresSessions(Repository):
         ]
 
     def insert(self, session: Session) -> None:
-        self.conn.execute(
+        self._execute(
             f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_SESSION_MARKS})".encode(),
             tuple(_columns(session).values()),
         )
@@ -101,14 +100,16 @@ class PostgresSessions(Repository):
         The messages get new ids above every other (the new pair's summary watermark treats
         them as not yet condensed); recall indexes them again, and they lose their vectors.
         """
-        self._lock(agent_id)
-        before = self._one(
-            "SELECT user_id, character_id FROM sessions WHERE agent_id = %s FOR UPDATE", (agent_id,)
+        before = self._one_locked(
+            agent_id,
+            0,
+            "SELECT user_id, character_id FROM sessions WHERE agent_id = %s FOR UPDATE",
+            (agent_id,),
         )
         if before is not None:
             bump(self.conn, [(before["user_id"], before["character_id"]), (user_id, character_id)])
-        self.conn.execute(
+        self._execute(
             b"UPDATE sessions SET user_id = %s, character_id = %s WHERE agent_id = %s",
             (user_id, character_id, agent_id),
         )
-        return self.conn.execute(_MOVE, (agent_id, user_id, character_id)).rowcount
+        return self._execute(_MOVE, (agent_id, user_id, character_id)).rowcount

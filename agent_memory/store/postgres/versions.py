@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent_memory.store.postgres.common import Connection, Repository
+from agent_memory.store.postgres.common import Connection, Repository, cursor_of
 from agent_memory.store.shared.facts import USER_WIDE
 
 
@@ -25,6 +25,17 @@ class PostgresVersions(Repository):
         return rows.get(character_id, 0), rows.get(USER_WIDE, 0)
 
 
+_BUMP = (
+    b"INSERT INTO memory_versions (user_id, character_id, version) "
+    b"SELECT u, c, nextval('memory_clock') FROM unnest(%s::text[], %s::text[]) AS p(u, c) "
+    b"ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock')"
+)
+_BUMP_ONE = (
+    b"INSERT INTO memory_versions (user_id, character_id, version) VALUES (%s, %s, nextval('memory_clock')) "
+    b"ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock')"
+)
+
+
 def bump(conn: Connection, pairs: Iterable[tuple[str, str]]) -> None:
     """Count a change of each (user, character) pair's messages, in one statement."""
     # Sorted: concurrent bumps lock the pairs' rows in one order, so they queue, not deadlock.
@@ -34,9 +45,7 @@ def bump(conn: Connection, pairs: Iterable[tuple[str, str]]) -> None:
     # The clock is read again once the row is locked (DO UPDATE runs after the lock is
     # taken): a transaction that waited for another's bump commits a higher version, so a
     # version never goes back and never stays put over a change.
-    conn.execute(
-        b"INSERT INTO memory_versions (user_id, character_id, version) "
-        b"SELECT u, c, nextval('memory_clock') FROM unnest(%s::text[], %s::text[]) AS p(u, c) "
-        b"ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock')",
-        ([user for user, _ in ordered], [character for _, character in ordered]),
-    )
+    if len(ordered) == 1:  # the usual case: no arrays to adapt
+        cursor_of(conn).execute(_BUMP_ONE, ordered[0])
+        return
+    cursor_of(conn).execute(_BUMP, ([user for user, _ in ordered], [character for _, character in ordered]))

@@ -84,7 +84,7 @@ class PostgresWatches(Repository):
 
     def release_held(self) -> int:
         """Give up this instance's agents (it is stopping): anyone may take them at once."""
-        cursor = self.conn.execute(
+        cursor = self._execute(
             b"UPDATE watched_agents SET lease_owner = NULL, lease_until_ms = NULL WHERE lease_owner = %s",
             (self.instance.name,),
         )
@@ -154,7 +154,7 @@ class PostgresWatches(Repository):
         return "updated"
 
     def unfollow(self, agent_id: str, reason: str) -> bool:
-        cursor = self.conn.execute(
+        cursor = self._execute(
             b"UPDATE watched_agents SET status = 'stopped', stop_reason = %s, push_due_ms = NULL, "
             b"updated_ms = %s WHERE agent_id = %s AND status = 'watching'",
             (reason, now_ms(), agent_id),
@@ -167,14 +167,14 @@ class PostgresWatches(Repository):
         stamp = now_ms()
         lease = (self.instance.name, next_poll_ms + self.instance.lease_ms)
         if error is None:
-            self.conn.execute(
+            self._execute(
                 b"UPDATE watched_agents SET next_poll_ms = %s, last_poll_ms = %s, polls = polls + 1, "
                 b"failures = 0, last_error = NULL, updated_ms = %s, lease_owner = %s, lease_until_ms = %s "
                 b"WHERE agent_id = %s",
                 (next_poll_ms, stamp, stamp, *lease, agent_id),
             )
         else:
-            self.conn.execute(
+            self._execute(
                 b"UPDATE watched_agents SET next_poll_ms = %s, failures = failures + 1, last_error = %s, "
                 b"updated_ms = %s, lease_owner = %s, lease_until_ms = %s WHERE agent_id = %s",
                 (next_poll_ms, error, stamp, *lease, agent_id),
@@ -182,7 +182,7 @@ class PostgresWatches(Repository):
 
     def request_push(self, agent_id: str, due_ms: int) -> None:
         """Ask for a refresh push no earlier than `due_ms` (an earlier request stands)."""
-        self.conn.execute(
+        self._execute(
             b"UPDATE watched_agents SET push_due_ms = least(coalesce(push_due_ms, %s), %s) "
             b"WHERE agent_id = %s AND status = 'watching' AND base_system_messages IS NOT NULL",
             (due_ms, due_ms, agent_id),
@@ -191,12 +191,10 @@ class PostgresWatches(Repository):
     def pushed(self, agent_id: str, system_messages: list[dict[str, Any]] | None) -> None:
         """A refresh was sent (None: it was skipped, only the request is cleared)."""
         if system_messages is None:
-            self.conn.execute(
-                b"UPDATE watched_agents SET push_due_ms = NULL WHERE agent_id = %s", (agent_id,)
-            )
+            self._execute(b"UPDATE watched_agents SET push_due_ms = NULL WHERE agent_id = %s", (agent_id,))
             return
         stamp = now_ms()
-        self.conn.execute(
+        self._execute(
             b"UPDATE watched_agents SET push_due_ms = NULL, last_push_ms = %s, last_pushed = %s, "
             b"updated_ms = %s WHERE agent_id = %s",
             (stamp, dumps(system_messages), stamp, agent_id),

@@ -26,6 +26,7 @@ from sqlite_utils import Database
 
 from agent_memory.errors import StoreUnavailable
 from agent_memory.store.sqlite.analytics import SQLiteAnalytics
+from agent_memory.store.sqlite.api_keys import SQLiteApiKeys
 from agent_memory.store.sqlite.bindings import SQLiteBindings
 from agent_memory.store.sqlite.export import SQLiteExport
 from agent_memory.store.sqlite.facts import SQLiteFacts, SQLiteSummaries
@@ -95,6 +96,7 @@ class SQLiteView:
         self.watches = SQLiteWatches(conn)
         self.bindings = SQLiteBindings(conn)
         self.llm_routes = SQLiteLlmRoutes(conn)
+        self.api_keys = SQLiteApiKeys(conn)
         self.search = SQLiteSearch(conn)
         self.recall = self.search.recall
         self.versions = SQLiteVersions(conn)

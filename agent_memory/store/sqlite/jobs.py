@@ -46,6 +46,10 @@ class SQLiteJobs(Repository):
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? ORDER BY due_ms LIMIT ?", (status, limit)
         )
 
+    def counts(self) -> dict[tuple[JobKind, JobStatus], int]:
+        rows = self.conn.execute("SELECT kind, status, count(*) FROM jobs GROUP BY kind, status")
+        return {(kind, status): count for kind, status, count in rows}
+
     def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
         return self._jobs(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'pending' AND kind = ? AND due_ms <= ? "

@@ -26,6 +26,7 @@ NOT_HELD = (
     # rest are per-pair counts, message ids waiting to be indexed, and views of the index.
     "recall_docs", "recall_pairs", "recall_pending", "recall_terms",
     "memory_clock",
+    "api_keys",  # the service's own keys
 )  # fmt: skip
 # A forget optimizes the search index on the spot while the index is this small (rows of
 # its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above

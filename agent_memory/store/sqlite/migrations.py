@@ -497,3 +497,12 @@ def m014_llm_routes(db: Database) -> None:
     db.execute("CREATE INDEX llm_routes_agent ON llm_routes (agent_id)")
     # Forget deletes a user's routes by pair.
     db.execute("CREATE INDEX llm_routes_pair ON llm_routes (user_id, character_id)")
+
+
+@migrations()
+def m015_api_keys(db: Database) -> None:
+    """Scoped keys of the /v1 API, by hash (AUTOINCREMENT: a revoked key's id is never handed out again)."""
+    db.execute(
+        "CREATE TABLE api_keys (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, scope TEXT NOT NULL, "
+        "key_hash TEXT NOT NULL UNIQUE, created_ms INTEGER NOT NULL, last_used_ms INTEGER, revoked_ms INTEGER)"
+    )

@@ -1,0 +1,47 @@
+"""Scoped keys of the /v1 API, made, listed and revoked over HTTP (admin scope: web/auth.py).
+
+| method and path | what |
+|---|---|
+| `POST /v1/keys` `{"scope": "read"\\|"write"\\|"admin", "name": …}` | a new key: answered once, stored by its hash |
+| `GET /v1/keys` | every key, revoked ones too (never a key or its hash) |
+| `DELETE /v1/keys/{key_id}` | revoke a key for good |
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from agent_memory.web.auth import GATE
+from agent_memory.web.http import json_response, path_id, read_model
+from agent_memory.web.keys import MEMORY
+from agent_memory.web.schemas import KeyBody
+from agent_memory.web.shapes import api_key_json
+
+routes = web.RouteTableDef()
+
+SHOWN_ONCE = "keep the key now: only its hash is stored, and it is not shown again"
+
+
+@routes.post("/v1/keys")
+async def create_key(request: web.Request) -> web.Response:
+    """A new key of the scope asked for; the key itself is in this answer only."""
+    body = await read_model(request, KeyBody)
+    issued = await request.app[MEMORY].create_api_key(body.scope, body.name)
+    return json_response(
+        {"api_key": api_key_json(issued.record), "key": issued.key, "note": SHOWN_ONCE}, status=201
+    )
+
+
+@routes.get("/v1/keys")
+async def list_keys(request: web.Request) -> web.Response:
+    """Every key, oldest first, revoked ones with their revocation time."""
+    keys = await request.app[MEMORY].api_keys()
+    return json_response({"api_keys": [api_key_json(key) for key in keys]})
+
+
+@routes.delete("/v1/keys/{key_id}")
+async def revoke_key(request: web.Request) -> web.Response:
+    """Revoke a key: refused from its next request on (other instances: within seconds)."""
+    revoked = await request.app[MEMORY].revoke_api_key(path_id(request, "key_id"))
+    request.app[GATE].drop(revoked.key_hash)
+    return json_response({"revoked": api_key_json(revoked)})

@@ -1,0 +1,268 @@
+"""The OpenAPI document: every route described, every example valid, the real answers conforming.
+
+The fuzzed run against the live server is tests/contract.py (in .ci/run after pytest).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema_rs
+import pytest
+from conftest import TOKEN, condense, live, load_conversations
+from fakes.agora_server import FakeAgora
+from pydantic import ValidationError
+
+from agent_memory.platforms.agora.routes import WatchBody
+from agent_memory.settings import Settings
+from agent_memory.web.app import create_app
+from agent_memory.web.auth import ROUTE_SCOPES
+from agent_memory.web.docs import ASSETS
+from agent_memory.web.openapi import PATH_PARAMS, ROUTES, Route, document
+
+# What the app serves besides the API itself: the document, its page and the page's files.
+NOT_DESCRIBED = {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/assets/{name}")}
+METHOD_ORDER = {"GET": 0, "POST": 1, "DELETE": 2}
+
+
+def served(settings: Settings) -> set[tuple[str, str]]:
+    """(method, path) of every route the app registers (HEAD goes with its GET)."""
+    app = create_app(settings)
+    return {
+        (route.method, route.resource.canonical)
+        for route in app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+
+
+def validator(schema: dict[str, Any]) -> Any:
+    """A validator of `schema`, whose $refs point into the document's components."""
+    return jsonschema_rs.validator_for({**schema, "components": document()["components"]})
+
+
+def examples(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any], Any]]:
+    """Every example in the document: (where, the schema it must satisfy, the example)."""
+    if isinstance(node, dict):
+        schema = node.get("schema")
+        if isinstance(schema, dict) and "example" in node:  # a parameter's, or a media type's
+            yield where, schema, node["example"]
+        if "examples" in node and isinstance(node["examples"], list):  # a schema's own
+            for example in node["examples"]:
+                yield where, node, example
+        for key, value in node.items():
+            yield from examples(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from examples(value, f"{where}/{index}")
+
+
+def test_every_route_is_described(make_settings: Any) -> None:
+    described = {(route.method, route.path) for route in ROUTES}
+    routes = served(make_settings()) - NOT_DESCRIBED
+    assert routes - described == set(), "routes the OpenAPI document lacks (add them to ROUTES)"
+    assert described - routes == set(), "routes the document describes that the app does not serve"
+    assert len({route.operation_id for route in ROUTES}) == len(ROUTES)
+
+
+def test_the_document_is_openapi_31_with_every_operation_complete() -> None:
+    doc = document()
+    assert doc["openapi"] == "3.1.0"
+    for route in ROUTES:
+        operation = doc["paths"][route.path][route.method.lower()]
+        assert str(route.status) in operation["responses"], route.operation_id
+        params = {param["name"] for param in operation["parameters"] if param["in"] == "path"}
+        assert params == set(re.findall(r"{(\w+)}", route.path)), route.operation_id
+        if route.auth == "token" and route.path.startswith("/v1/"):
+            # The scope a key needs (web/auth.py) is in the security requirement.
+            assert operation["security"] == [{"token": [ROUTE_SCOPES[route.method, route.path]]}]
+            assert {"401", "403", "429"} <= set(operation["responses"]), route.operation_id
+    bounded = doc["paths"]["/v1/users/{user_id}/search"]["get"]["parameters"]
+    limit = next(param for param in bounded if param["name"] == "limit")
+    assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}
+    assert doc["components"]["securitySchemes"]["token"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": doc["components"]["securitySchemes"]["token"]["description"],
+    }
+    error = doc["components"]["schemas"]["ErrorAnswer"]
+    assert error["required"] == ["error"] and error["additionalProperties"] is False
+
+
+def test_every_example_validates_against_its_schema() -> None:
+    doc = document()
+    found = list(examples(doc))
+    # Path parameters, questions, every request body and the main answers carry one.
+    assert len(found) >= 45
+    for route in ROUTES:
+        if route.body is not None:
+            assert doc["components"]["schemas"][route.body.__name__]["examples"], route.operation_id
+    wrong = [
+        f"{where}: {error.message}"
+        for where, schema, example in found
+        for error in validator(schema).iter_errors(example)
+    ]
+    assert wrong == []
+    # And the validation bites: an example that breaks its schema is caught.
+    bind = document()["components"]["schemas"]["BindBody"]
+    assert not validator(bind).is_valid({"user_id": "", "character_id": "luna"})
+
+
+def test_a_changed_shape_fails_its_schema() -> None:
+    """The answers forbid what they do not list: a field added to a shape must be documented."""
+    session = document()["components"]["schemas"]["SessionAnswer"]
+    example = {
+        "session": {
+            "agent_id": "a", "user_id": "u", "character_id": "c", "identity_source": "labels",
+            "channel": None, "name": None, "status": "running", "stop_reason": None, "start_ms": 1,
+            "stop_ms": None, "rtc_uid": None, "message_count": 0, "gap_count": 0, "error_count": 0,
+            "token_warning_ms": None, "turn_count": None, "token_expiring": False,
+            "turns_truncated": False, "labels": {},
+        }
+    }  # fmt: skip
+    assert validator(session).is_valid(example)
+    assert not validator(session).is_valid({"session": {**example["session"], "new_field": 1}})
+    assert not validator(session).is_valid({"session": {**example["session"], "status": "paused"}})
+
+
+def example_request(route: Route) -> tuple[str, dict[str, str], Any]:
+    """The route's path, query and body filled with the document's examples."""
+    path = re.sub(r"{(\w+)}", lambda match: str(PATH_PARAMS[match[1]][2]), route.path)
+    query = {param.name: str(param.example) for param in route.query if param.example is not None}
+    body = None
+    if route.body is not None:
+        body = route.body.model_json_schema()["examples"][0]
+    return path, query, body
+
+
+@pytest.mark.postgres
+async def test_every_route_answers_its_examples_as_documented(start_service: Any) -> None:
+    """Each route called with the document's examples answers a documented status and shape
+    (on both backends: each builds its own statistics and search answers)."""
+    async with FakeAgora() as fake:
+        service = await live(start_service, fake, public_url="https://memory.example")
+        await load_conversations(service, "en_luna_companion")  # u-alice and luna
+        await condense(service)
+        doc = document()
+        answered: dict[str, int] = {}
+        # Reads first, then writes; forgetting last (it takes the bindings made before it).
+        order = sorted(ROUTES, key=lambda r: (METHOD_ORDER[r.method], r.operation_id.startswith("forget")))
+        for route in order:
+            path, query, body = example_request(route)
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with service.session.request(
+                route.method, service.url + path, params=query, json=body, headers=headers
+            ) as resp:
+                text = await resp.text()
+                documented = doc["paths"][route.path][route.method.lower()]["responses"]
+                assert str(resp.status) in documented, (route.operation_id, resp.status, text)
+                assert resp.headers["X-Request-Id"]
+                content = documented[str(resp.status)]["content"]
+                assert resp.content_type in content, (route.operation_id, resp.content_type)
+                if resp.content_type == "application/json":
+                    schema = content["application/json"]["schema"]
+                    errors = [error.message for error in validator(schema).iter_errors(await resp.json())]
+                    assert errors == [], (route.operation_id, errors, text[:500])
+                answered[route.operation_id] = resp.status
+    # What the examples cannot reach answers its documented error; everything else succeeds.
+    expected_errors = {
+        "retry_job": 404,  # job 1 ran and is gone
+        "chat_completions": 401,  # AGENT_MEMORY_LLM_TOKEN is not set
+        "chat_completions_routed": 401,
+        "agora_webhook": 401,  # not signed
+        "refresh_agent": 409,  # the example agent was not started through this service
+        "leave_agent": 404,  # nor running at the fake Agora
+        "get_channel_binding": 404,  # only bound later, by POST
+    }
+    failed = {name: status for name, status in answered.items() if status >= 300}
+    assert failed == expected_errors
+
+
+async def test_document_and_docs_page_are_served_without_a_key(service: Any) -> None:
+    async with service.session.get(f"{service.url}/openapi.json") as resp:
+        assert resp.status == 200
+        assert await resp.json() == document()
+    async with service.session.get(f"{service.url}/docs") as resp:
+        assert resp.status == 200 and resp.content_type == "text/html"
+        page = await resp.text()
+    # Nothing from another host: the page and its files come from this service.
+    assert "http://" not in page and "https://" not in page
+    for name in ASSETS:
+        assert f"docs/assets/{name}" in page
+        async with service.session.get(f"{service.url}/docs/assets/{name}") as resp:
+            assert resp.status == 200, name
+            assert len(await resp.read()) > 500
+    async with service.session.get(f"{service.url}/docs/assets/swagger-ui-bundle.js") as resp:
+        bundle = await resp.text()
+    # Swagger UI 5 renders OpenAPI 3.1 (4.x refuses it).
+    assert resp.content_type in ("application/javascript", "text/javascript") and "SwaggerUIBundle" in bundle
+    async with service.session.get(f"{service.url}/docs/assets/..%2Fcore.py") as resp:
+        assert resp.status == 404
+    async with service.session.get(f"{service.url}/docs/assets/swagger-editor.js") as resp:
+        assert resp.status == 404
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", "/docs"])
+async def test_document_routes_answer_head_and_refuse_post(service: Any, path: str) -> None:
+    async with service.session.head(f"{service.url}{path}") as resp:
+        assert resp.status == 200
+    async with service.session.post(f"{service.url}{path}") as resp:
+        assert resp.status == 405
+        assert "GET" in resp.headers.get("Allow", "")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "code"),
+    [
+        # A NUL in a mentions query reached SQLite's full-text parser: a 500 (the fuzzer's find).
+        ("GET", "/v1/search/mentions?q=a%00b", {}, 400, "bad_request"),
+        ("GET", "/v1/users/u%00/characters/luna/messages", {}, 400, "bad_request"),
+        ("POST", "/v1/users/u/characters/luna/facts", {"json": {"text": "a\x00b"}}, 422, "invalid_field"),
+        # What the document calls an integer, and nothing else: int() took "", "+5" and "٥".
+        ("GET", "/v1/jobs?limit=", {}, 422, "invalid_field"),
+        ("GET", "/v1/jobs?limit=%2B5", {}, 422, "invalid_field"),
+        ("GET", "/v1/jobs?limit=%D9%A5", {}, 422, "invalid_field"),
+        ("GET", "/v1/stats?since_ms=", {}, 422, "invalid_field"),
+        # Exactly what the document lists: "" and "OpenAI" were taken for the default style.
+        ("GET", "/v1/users/u/characters/luna/system-messages?style=", {}, 400, "bad_request"),
+        ("GET", "/v1/users/u/characters/luna/system-messages?style=OpenAI", {}, 400, "bad_request"),
+        ("GET", "/v1/jobs?status=", {}, 422, "invalid_field"),
+        # JSON's own types, as documented: pydantic's lax mode took 0 for false and "300" for 300.
+        ("POST", "/v1/sessions/a1/watch", {"json": {"max_tokens": "300"}}, 422, "invalid_field"),
+        (
+            "POST",
+            "/v1/render/openai-messages",
+            {"json": {"messages": [], "options": {"drop_empty": 0}}},
+            422,
+            "invalid_field",
+        ),
+    ],
+)
+async def test_what_the_fuzzer_found_is_refused_with_a_sentence(
+    service: Any, method: str, path: str, kwargs: dict[str, Any], status: int, code: str
+) -> None:
+    got, body = await service.api(method, path, **kwargs)
+    assert (got, body["error"]["code"]) == (status, code), body
+    assert any(word in body["error"]["message"] for word in ("NUL", "integer", "one of", "boolean")), body
+    # And the same parameters, well formed, are answered.
+    assert (await service.api("GET", "/v1/jobs?limit=5"))[0] == 200
+
+
+async def test_agoras_conflict_is_the_callers_409_not_a_bad_gateway(start_service: Any) -> None:
+    async with FakeAgora() as fake:
+        service = await live(start_service, fake)
+        body = {"user_id": "u-alice", "character_id": "luna", "join": {"name": "twice", "properties": {}}}
+        assert (await service.api("POST", "/v1/agents", json=body))[0] == 201
+        status, answer = await service.api("POST", "/v1/agents", json=body)
+    assert status == 409 and answer["error"]["code"] == "agora_conflict"
+    assert "already running" in answer["error"]["message"]
+
+
+def test_integer_fields_read_numbers_as_json_schema_does() -> None:
+    """100.0 is an integer to JSON Schema (and so to the fuzzer); "100" and true are not."""
+    assert WatchBody.model_validate({"max_tokens": 100.0}).max_tokens == 100
+    for wrong in ("100", True, 100.5, 49):
+        with pytest.raises(ValidationError):
+            WatchBody.model_validate({"max_tokens": wrong})
