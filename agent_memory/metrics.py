@@ -64,75 +64,69 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
-        self._requests = Histogram(
-            f"{PREFIX}_http_request_duration_seconds",
+
+        def counter(name: str, documentation: str, *labels: str, known: tuple[str, ...] = ()) -> Counter:
+            """A counter of this registry; the `known` outcomes start at zero, so that a rate over
+            the first one is not lost."""
+            made = Counter(f"{PREFIX}_{name}", documentation, labels, registry=registry)
+            for outcome in known:
+                made.labels(outcome)
+            return made
+
+        def histogram(name: str, documentation: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
+            """A histogram of this registry."""
+            return Histogram(f"{PREFIX}_{name}", documentation, labels, buckets=buckets, registry=registry)
+
+        self._requests = histogram(
+            "http_request_duration_seconds",
             "HTTP requests by method and route template, until answered (a stream: until it ended)",
-            ["method", "route"], buckets=REQUEST_BUCKETS, registry=registry,
+            REQUEST_BUCKETS, "method", "route",
         )  # fmt: skip
-        self._responses = Counter(
-            f"{PREFIX}_http_responses",
+        self._responses = counter(
+            "http_responses",
             "HTTP answers by method, route template and status (499: the client went away)",
-            ["method", "route", "status"], registry=registry,
+            "method", "route", "status",
         )  # fmt: skip
-        self._callbacks = Counter(
-            f"{PREFIX}_callbacks",
+        self._callbacks = counter(
+            "callbacks",
             "Platform callbacks by event type and what became of them (done, duplicate, ignored, "
             "partial, test, failed; rejected_signature, rejected_body, refused_unconfigured, error)",
-            ["event_type", "outcome"], registry=registry,
+            "event_type", "outcome",
         )  # fmt: skip
-        self._condense_runs = Counter(
-            f"{PREFIX}_condense_runs",
+        self._condense_runs = counter(
+            "condense_runs",
             "Condense job runs by outcome (failed: retried later; dead: out of attempts)",
-            ["outcome"], registry=registry,
+            "outcome", known=get_args(CondenseOutcome),
         )  # fmt: skip
-        self._condense_seconds = Histogram(
-            f"{PREFIX}_condense_llm_duration_seconds",
+        self._condense_seconds = histogram(
+            "condense_llm_duration_seconds",
             "Condenser calls that answered, by method (llm, or offline without a model)",
-            ["method"], buckets=LLM_BUCKETS, registry=registry,
+            LLM_BUCKETS, "method",
         )  # fmt: skip
-        self._condense_tokens = Counter(
-            f"{PREFIX}_condense_llm_tokens_sent", "Tokens sent to the condensing LLM", registry=registry
-        )
-        self._condense_messages = Counter(
-            f"{PREFIX}_condense_messages", "Messages condensed into summaries and facts", registry=registry
-        )
-        self._polls = Counter(
-            f"{PREFIX}_poll_windows",
+        self._condense_tokens = counter("condense_llm_tokens_sent", "Tokens sent to the condensing LLM")
+        self._condense_messages = counter("condense_messages", "Messages condensed into summaries and facts")
+        self._polls = counter(
+            "poll_windows",
             "History windows polled from running agents, by outcome (gone: the agent ended)",
-            ["outcome"], registry=registry,
+            "outcome", known=get_args(PollOutcome),
         )  # fmt: skip
-        self._poll_lag = Histogram(
-            f"{PREFIX}_poll_lag_seconds",
-            "How long after its due time a followed agent's poll started",
-            buckets=LAG_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self._poll_messages = Counter(
-            f"{PREFIX}_poll_new_messages",
-            "New messages merged from polled history windows",
-            registry=registry,
+        self._poll_lag = histogram(
+            "poll_lag_seconds", "How long after its due time a followed agent's poll started", LAG_BUCKETS
         )
-        self._pushes = Counter(
-            f"{PREFIX}_live_pushes",
+        self._poll_messages = counter("poll_new_messages", "New messages merged from polled history windows")
+        self._pushes = counter(
+            "live_pushes",
             "Memory pushed into running agents (live refresh), by outcome",
-            ["outcome"], registry=registry,
+            "outcome", known=get_args(PushOutcome),
         )  # fmt: skip
-        self._recalls = Histogram(
-            f"{PREFIX}_recall_duration_seconds",
+        self._recalls = histogram(
+            "recall_duration_seconds",
             "Recalls that answered (HTTP and the custom-LLM endpoint), by scope",
-            ["scope"], buckets=RECALL_BUCKETS, registry=registry,
+            RECALL_BUCKETS, "scope",
         )  # fmt: skip
-        self._recall_empty = Counter(
-            f"{PREFIX}_recall_empty",
-            "Recalls that found nothing to answer with, by scope",
-            ["scope"], registry=registry,
-        )  # fmt: skip
-        # Known outcomes start at zero, so that a rate over the first one is not lost.
-        for outcome in get_args(CondenseOutcome):
-            self._condense_runs.labels(outcome)
-        for outcome in get_args(PollOutcome):
-            self._polls.labels(outcome)
-        for outcome in get_args(PushOutcome):
-            self._pushes.labels(outcome)
+        self._recall_empty = counter(
+            "recall_empty", "Recalls that found nothing to answer with, by scope", "scope"
+        )
         # Children by label values: `labels()` validates and locks on every call, a dict does not.
         self._request_children: dict[tuple[str, str], Histogram] = {}
         self._response_children: dict[tuple[str, str, int], Counter] = {}

@@ -23,6 +23,8 @@ from agent_memory.platforms.agora.payloads import HistoryResponse, to_ms
 from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
 
+pytestmark = pytest.mark.postgres
+
 TOOLS = "agora/103_tool_calls.json"
 STAGE_OF = {"asr": "asr_ttlw", "llm": "llm_ttfb", "tts": "tts_ttfb"}
 
@@ -236,6 +238,7 @@ async def test_documented_111_yields_latency_percentiles_per_stage(service) -> N
     assert character["latency_stages_ms"] == stages
 
 
+@pytest.mark.sqlite_only  # reads SQLite's files or runs its SQL
 async def test_documented_112_records_turn_timing_and_truncation(service, caplog) -> None:
     caplog.set_level(logging.INFO, logger="agent_memory.memory.ingest")
     envelope = load_fixture("agora/112_turns_finished.json")

@@ -28,6 +28,8 @@ from fakes.openai_server import FakeOpenAI
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.web.keys import JOBS
 
+pytestmark = pytest.mark.postgres
+
 PERSONA = "You are Luna, a warm and curious companion. Keep answers short."
 FILLER = "and then we talked for a while about the weather, the city and the weekend plans"
 
@@ -83,6 +85,7 @@ async def test_without_a_configured_token_v1_is_open(start_service):
     assert status == 200 and body["messages_not_yet_covered"] == 0
 
 
+@pytest.mark.sqlite_only  # reads SQLite's files or runs its SQL
 async def test_healthz_needs_no_token_and_reports_the_schema(service):
     status, body = await service.api("GET", "/healthz", token=None)
     assert status == 200
@@ -491,6 +494,7 @@ async def seed_forget_world(service: Any) -> dict[str, dict[str, Any]]:
     return envelopes
 
 
+@pytest.mark.sqlite_only  # reads SQLite's files or runs its SQL
 async def test_forget_a_pair_removes_it_and_keeps_the_rest(service):
     envelopes = await seed_forget_world(service)
     status, body = await service.api("DELETE", "/v1/users/u-gone/characters/luna")
@@ -522,6 +526,7 @@ async def test_forget_a_pair_removes_it_and_keeps_the_rest(service):
         assert found(data, marker), f"{marker} is not on disk"
 
 
+@pytest.mark.sqlite_only  # reads SQLite's files or runs its SQL
 async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(service):
     envelopes = await seed_forget_world(service)
     status, body = await service.api("DELETE", "/v1/users/u-gone")
@@ -571,6 +576,7 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
 
 # Forgetting a user wipes the raw callbacks labelled with them, also those that never became a
 # session (a 103 that failed validation): they hold the user's words.
+@pytest.mark.sqlite_only  # reads SQLite's files or runs its SQL
 async def test_forget_a_user_also_wipes_raw_callbacks_applied_in_part(service):
     contents = said(f"remember {GONE_EN} please", "sure")
     contents.append({"content": "a message without a role"})

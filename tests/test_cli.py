@@ -5,9 +5,12 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
 from conftest import FIXTURES
 
 from agent_memory.cli import main
+
+pytestmark = pytest.mark.postgres
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

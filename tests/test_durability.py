@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from conftest import SECRET, TOKEN, agent_event, encode, turns, wait_for
 
 from agent_memory.platforms.agora.signatures import agora_headers
+
+pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES_PER_CALLBACK = 8

@@ -23,6 +23,8 @@ from agent_memory.platforms.agora.llm_proxy import first_error
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
 
+pytestmark = pytest.mark.postgres
+
 LLM_TOKEN = "agora-llm-key"
 PARAMS = {"user_id": "u-ana", "character_id": "luna"}
 

@@ -17,7 +17,6 @@ from conftest import (
     conversation,
     live,
     load_fixture,
-    on_sqlite,
     said,
     stored,
     wait_for,
@@ -27,6 +26,8 @@ from fakes.upstream_llm import FakeUpstreamLLM
 from agent_memory.cli import main
 from agent_memory.core.domain import LlmRoute
 from agent_memory.core.secrets import hash_key
+
+pytestmark = pytest.mark.postgres
 
 PUBLIC = "https://memory.example.com"
 ENDPOINT = f"{PUBLIC}/v1/llm/chat/completions"
@@ -64,10 +65,11 @@ async def routes_held(service: Any) -> list[LlmRoute]:
     """Every route stored, whatever agent it is tied to."""
 
     def read(view: Any) -> list[LlmRoute]:
-        hashes = [row[0] for row in view.conn.execute("SELECT key_hash FROM llm_routes")]
+        # Rows by name on both backends (sqlite3.Row and psycopg's dict rows).
+        hashes = [dict(row)["key_hash"] for row in view.conn.execute("SELECT key_hash FROM llm_routes")]
         return [view.llm_routes.by_key_hash(key_hash) for key_hash in hashes]
 
-    return await on_sqlite(service.store).read(read)
+    return await service.store.read(read)
 
 
 async def remember(service: Any, user: str) -> None:

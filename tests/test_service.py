@@ -19,6 +19,8 @@ from agent_memory.memory.service import EXPORT_FORMAT, Memory, SummaryState
 from agent_memory.settings import Settings
 from agent_memory.store import open_store
 
+pytestmark = pytest.mark.postgres
+
 START_MS = 1_763_690_000_000
 SECRET_WORD = "MarmaladeHeron5521"
 KEPT_WORD = "PineconeOtter8830"

@@ -24,10 +24,14 @@ from agent_memory.store.shared.search import (
     Kind,
     Scored,
     by_words,
+    flagged_matches,
     like_pattern,
+    mention_filters,
+    mentions_answer,
     query_terms,
     ranked_hits,
     scored_rows,
+    search_answer,
     several_words,
     term_patterns,
 )
@@ -35,7 +39,6 @@ from agent_memory.store.types import (
     SEARCH_KINDS,
     MentionRole,
     Mentions,
-    MentionUser,
     SearchKind,
     SearchMethod,
     UserSearch,
@@ -120,12 +123,7 @@ class PostgresSearch(Repository):
             f"WHERE {' OR '.join(f'term_{i}' for i in range(len(terms)))}",
             (*map(like_pattern, terms), user_id, *params, SUBSTRING_SCAN_ROWS),
         )
-        counts = [sum(1 for row in rows if row[f"term_{i}"]) for i in range(len(terms))]
-        matched = [row for row in rows if all(row[f"term_{i}"] for i in range(len(terms)))]
-        for row in matched:
-            for i in range(len(terms)):
-                del row[f"term_{i}"]
-        return matched, counts
+        return flagged_matches(rows, len(terms))
 
     # the answer
 
@@ -168,15 +166,8 @@ class PostgresSearch(Repository):
                 rows, containing = self._substring_rows(kind, user_id, character_id, terms)
             truncated = truncated or capped
             scored.extend(scored_rows(name, rows, containing, total, patterns))
-        return {
-            "user_id": user_id,
-            "character_id": character_id,
-            "q": q,
-            "terms": terms,
-            "method": method,
-            "truncated": truncated,
-            "results": ranked_hits(scored, patterns, limit),
-        }
+        results = ranked_hits(scored, patterns, limit)
+        return search_answer(user_id, character_id, q, terms, method, truncated=truncated, results=results)
 
     def mentions(
         self,
@@ -188,14 +179,8 @@ class PostgresSearch(Repository):
     ) -> Mentions:
         """Which users' messages contain `q` (one phrase), how many, and when first and last."""
         phrase = q.strip()
-        filters, params = "", list[Any]()
+        filters, params = mention_filters(role, character_id, "%s")
         method: SearchMethod
-        if role != "any":
-            filters += " AND m.role = %s"
-            params.append(role)
-        if character_id is not None:
-            filters += " AND m.character_id = %s"
-            params.append(character_id)
         select = (
             "SELECT m.user_id, count(*) AS messages, min(m.at_ms) AS first_ms, "
             "max(m.at_ms) AS last_ms, array_agg(DISTINCT m.character_id) AS characters"
@@ -203,7 +188,7 @@ class PostgresSearch(Repository):
         first: list[Any]
         scanned: int | None
         if len(phrase) >= MIN_FTS_CHARS:
-            method, scanned = "fts", None
+            method, scanned, floor = "fts", None, None
             source = "FROM messages m WHERE m.content ILIKE %s"
             first = [like_pattern(phrase)]
         else:
@@ -222,29 +207,16 @@ class PostgresSearch(Repository):
             f"SELECT count(DISTINCT m.user_id) AS users, count(*) AS messages {source}{filters}",
             (*first, *params),
         ) or {"users": 0, "messages": 0}
-        users: list[MentionUser] = [
-            {
-                "user_id": row["user_id"],
-                "messages": row["messages"],
-                "first_ms": row["first_ms"],
-                "last_ms": row["last_ms"],
-                "characters": sorted(row["characters"] or []),
-            }
-            for row in rows
-        ]
-        answer: Mentions = {
-            "q": q,
-            "role": role,
-            "character_id": character_id,
-            "method": method,
-            "total_users": totals["users"],
-            "total_messages": totals["messages"],
-            "users": users,
-        }
-        if scanned is not None:
-            answer["scanned_messages"] = scanned
-            answer["complete"] = floor <= 0
-        return answer
+        return mentions_answer(
+            q,
+            role,
+            character_id,
+            method,
+            totals=totals,
+            rows=((row, row["characters"] or []) for row in rows),
+            floor=floor,
+            scanned=scanned,
+        )
 
     def catch_up(self, limit: int) -> int:
         """Nothing to do: PostgreSQL keeps the trigram indexes as rows change (recall has its own)."""

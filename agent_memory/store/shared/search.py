@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,15 @@ from agent_memory.core.terms import cached_terms
 from agent_memory.core.terms import terms as terms_of
 from agent_memory.store.protocols import RecallReads
 from agent_memory.store.shared.facts import USER_WIDE, fact_scope
-from agent_memory.store.types import SearchHit, SearchKind, UserSearch
+from agent_memory.store.types import (
+    MentionRole,
+    Mentions,
+    MentionUser,
+    SearchHit,
+    SearchKind,
+    SearchMethod,
+    UserSearch,
+)
 
 MIN_FTS_CHARS = 3  # a trigram index cannot match less
 MAX_TERMS = 16
@@ -216,3 +224,86 @@ def by_words(
         "truncated": False,
         "results": results,
     }
+
+
+def flagged_matches(rows: list[dict[str, Any]], count: int) -> tuple[list[dict[str, Any]], list[int]]:
+    """Rows flagged `term_0`.. `term_{count-1}`: those holding every term (flags dropped), and
+    how many rows hold each term."""
+    counts = [sum(1 for row in rows if row[f"term_{i}"]) for i in range(count)]
+    matched = [row for row in rows if all(row[f"term_{i}"] for i in range(count))]
+    for row in matched:
+        for i in range(count):
+            del row[f"term_{i}"]
+    return matched, counts
+
+
+def search_answer(
+    user_id: str,
+    character_id: str | None,
+    q: str,
+    terms: list[str],
+    method: SearchMethod,
+    *,
+    truncated: bool,
+    results: list[SearchHit],
+) -> UserSearch:
+    """A user search's answer."""
+    return {
+        "user_id": user_id,
+        "character_id": character_id,
+        "q": q,
+        "terms": terms,
+        "method": method,
+        "truncated": truncated,
+        "results": results,
+    }
+
+
+def mention_filters(role: MentionRole, character_id: str | None, mark: str) -> tuple[str, list[Any]]:
+    """The ` AND ...` filters on messages `m` of a mentions query, `mark` being the placeholder."""
+    filters, params = "", list[Any]()
+    if role != "any":
+        filters += f" AND m.role = {mark}"
+        params.append(role)
+    if character_id is not None:
+        filters += f" AND m.character_id = {mark}"
+        params.append(character_id)
+    return filters, params
+
+
+def mentions_answer(
+    q: str,
+    role: MentionRole,
+    character_id: str | None,
+    method: SearchMethod,
+    *,
+    totals: dict[str, Any],
+    rows: Iterable[tuple[dict[str, Any], Iterable[str]]],
+    floor: int | None,
+    scanned: int | None,
+) -> Mentions:
+    """A mentions answer from the totals and (row, characters) of each user; a substring scan
+    (`scanned` rows above id `floor`) also says how far it read."""
+    users: list[MentionUser] = [
+        {
+            "user_id": row["user_id"],
+            "messages": row["messages"],
+            "first_ms": row["first_ms"],
+            "last_ms": row["last_ms"],
+            "characters": sorted(characters),
+        }
+        for row, characters in rows
+    ]
+    answer: Mentions = {
+        "q": q,
+        "role": role,
+        "character_id": character_id,
+        "method": method,
+        "total_users": totals["users"],
+        "total_messages": totals["messages"],
+        "users": users,
+    }
+    if scanned is not None and floor is not None:
+        answer["scanned_messages"] = scanned
+        answer["complete"] = floor <= 0
+    return answer

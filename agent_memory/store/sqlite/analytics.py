@@ -14,17 +14,18 @@ from agent_memory.core.domain import MetricRow
 from agent_memory.store.shared.analytics import (
     FAVOURITES,
     PERCENTILES,
+    STAGE_COLUMNS,
     STAGE_METRICS,
-    STAGES,
     TALK_MS,
     TOP,
     UNIDENTIFIED_SOURCES,
-    last_active,
-    message_rates,
-    minutes,
-    rate,
-    summary,
+    character_report,
+    metrics_source,
+    overall_report,
+    stage_stats,
+    user_report,
 )
+from agent_memory.store.shared.analytics import window as shared_window
 from agent_memory.store.sqlite.common import Repository
 from agent_memory.store.types import Report
 
@@ -47,27 +48,7 @@ SESSION_COUNTS = (
 
 def window(column: str, since_ms: int | None, until_ms: int | None) -> tuple[str, list[Any]]:
     """` AND column >= since AND column < until` for the bounds given."""
-    sql, params = "", list[Any]()
-    if since_ms is not None:
-        sql += f" AND {column} >= ?"
-        params.append(since_ms)
-    if until_ms is not None:
-        sql += f" AND {column} < ?"
-        params.append(until_ms)
-    return sql, params
-
-
-def metrics_source(
-    character_id: str | None, since_ms: int | None, until_ms: int | None
-) -> tuple[str, str, list[Any]]:
-    """FROM, WHERE and parameters of the metrics a latency query reads (of a character, in a window)."""
-    source = "FROM agent_metrics a"
-    where, params = window("a.at_ms", since_ms, until_ms)
-    if character_id is not None:
-        source += " JOIN sessions s ON s.agent_id = a.agent_id"
-        where += " AND s.character_id = ?"
-        params.append(character_id)
-    return source, where, params
+    return shared_window(column, since_ms, until_ms, "?")
 
 
 class SQLiteAnalytics(Repository):
@@ -91,7 +72,7 @@ class SQLiteAnalytics(Repository):
         until_ms: int | None = None,
     ) -> dict[str, dict[str, Any]]:
         """count, mean, min, p50, p90, p99 and max of each metric, in ms."""
-        source, where, params = metrics_source(character_id, since_ms, until_ms)
+        source, where, params = metrics_source(character_id, since_ms, until_ms, "?")
         stats: dict[str, dict[str, Any]] = {}
         for row in self._all(
             f"SELECT a.metric, count(*) AS n, avg(a.value_ms) AS mean, min(a.value_ms) AS min, "
@@ -123,34 +104,17 @@ class SQLiteAnalytics(Repository):
         until_ms: int | None = None,
     ) -> dict[str, dict[str, Any]]:
         """count, mean, min, p50, p90, p99 and max of each stage (asr, llm, tts, end_to_end)."""
-        source, where, params = metrics_source(character_id, since_ms, until_ms)
-        pick = {name: f"max(a.value_ms) FILTER (WHERE a.metric = '{name}')" for name in STAGE_METRICS}
-        columns = [
-            (f"coalesce({', '.join(pick[name] for name in names)})" if len(names) > 1
-             else pick[names[0]]) + f" AS {stage}"
-            for stage, names in STAGES.items()
-        ]  # fmt: skip
+        source, where, params = metrics_source(character_id, since_ms, until_ms, "?")
         marks = ", ".join("?" for _ in STAGE_METRICS)
-        values: dict[str, list[float]] = {stage: [] for stage in STAGES}
-        derived = 0
         # `+a.metric`: read the table in its (agent, turn) order, which is the grouping,
         # instead of through the metric index and a sort.
-        for asr, llm, tts, end_to_end in self.conn.execute(
-            f"SELECT {', '.join(columns)} {source} WHERE +a.metric IN ({marks}){where} "
-            "GROUP BY a.agent_id, a.turn_id",
-            (*STAGE_METRICS, *params),
-        ):
-            for stage, value in (("asr", asr), ("llm", llm), ("tts", tts)):
-                if value is not None:
-                    values[stage].append(value)
-            if end_to_end is None and None not in (asr, llm, tts):
-                end_to_end, derived = asr + llm + tts, derived + 1
-            if end_to_end is not None:
-                values["end_to_end"].append(end_to_end)
-        stats = {stage: summary(found) for stage, found in values.items() if found}
-        if "end_to_end" in stats:
-            stats["end_to_end"]["derived"] = derived
-        return stats
+        return stage_stats(
+            self.conn.execute(
+                f"SELECT {STAGE_COLUMNS} {source} WHERE +a.metric IN ({marks}){where} "
+                "GROUP BY a.agent_id, a.turn_id",
+                (*STAGE_METRICS, *params),
+            )
+        )
 
     def callback_problems(
         self, *, since_ms: int | None = None, until_ms: int | None = None
@@ -188,23 +152,15 @@ class SQLiteAnalytics(Repository):
             "UNION SELECT character_id FROM messages WHERE user_id = ?)",
             (user_id, user_id),
         )["n"]
-        return {
-            "user_id": user_id,
-            "sessions": sessions["sessions"],
-            "messages": sessions["messages"],
-            **message_rates(stored),
-            "talk_ms": sessions["talk_ms"],
-            "minutes_talked": minutes(sessions["talk_ms"]),
-            "characters": characters,
-            "favourite_characters": [
-                {**row, "minutes_talked": minutes(row["talk_ms"])} for row in favourites
-            ],
-            "first_active_ms": sessions["first_active_ms"],
-            "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
-            "agent_errors": sessions["agent_errors"],
-            "facts": facts,
-            "summaries": summaries,
-        }
+        return user_report(
+            user_id,
+            sessions,
+            stored,
+            characters=characters,
+            favourites=favourites,
+            facts=facts,
+            summaries=summaries,
+        )
 
     def character_stats(
         self, character_id: str, *, since_ms: int | None = None, until_ms: int | None = None
@@ -230,25 +186,15 @@ class SQLiteAnalytics(Repository):
             "ORDER BY sessions DESC, messages DESC, s.user_id LIMIT ?",
             (character_id, *s_params, TOP),
         )
-        return {
-            "character_id": character_id,
-            "window": {"since_ms": since_ms, "until_ms": until_ms},
-            "active_users": sessions["users"],
-            "sessions": sessions["sessions"],
-            "messages": sessions["messages"],
-            **message_rates(stored),
-            "talk_ms": sessions["talk_ms"],
-            "minutes_talked": minutes(sessions["talk_ms"]),
-            "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
-            "agent_errors": sessions["agent_errors"],
-            "top_users": [{**row, "minutes_talked": minutes(row["talk_ms"])} for row in top_users],
-            "latency_ms": self.latency_percentiles(
-                character_id=character_id, since_ms=since_ms, until_ms=until_ms
-            ),
-            "latency_stages_ms": self.stage_percentiles(
-                character_id=character_id, since_ms=since_ms, until_ms=until_ms
-            ),
-        }
+        return character_report(
+            character_id,
+            (since_ms, until_ms),
+            sessions,
+            stored,
+            top_users=top_users,
+            latency=self.latency_percentiles(character_id=character_id, since_ms=since_ms, until_ms=until_ms),
+            stages=self.stage_percentiles(character_id=character_id, since_ms=since_ms, until_ms=until_ms),
+        )
 
     def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report:
         """The whole service: users, characters, sessions, rates, latencies, stop reasons."""
@@ -281,25 +227,18 @@ class SQLiteAnalytics(Repository):
             "GROUP BY s.character_id ORDER BY active_users DESC, sessions DESC, s.character_id LIMIT ?",
             (*s_params, TOP),
         )
-        return {
-            "window": {"since_ms": since_ms, "until_ms": until_ms},
-            "users": sessions["users"],
-            "characters": sessions["characters"],
-            "sessions": sessions["sessions"],
-            "sessions_by_status": {row["status"]: row["n"] for row in by_status},
-            "unidentified_sessions": rate(unidentified, sessions["sessions"]),
-            "stop_reasons": {row["reason"]: row["n"] for row in reasons},
-            "messages": sessions["messages"],
-            **message_rates(stored),
-            "talk_ms": sessions["talk_ms"],
-            "minutes_talked": minutes(sessions["talk_ms"]),
-            "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
-            "agent_errors": sessions["agent_errors"],
-            "top_characters": [{**row, "minutes_talked": minutes(row["talk_ms"])} for row in top_characters],
-            "latency_ms": self.latency_percentiles(since_ms=since_ms, until_ms=until_ms),
-            "latency_stages_ms": self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
-            "callbacks": self.callback_problems(since_ms=since_ms, until_ms=until_ms),
-        }
+        return overall_report(
+            (since_ms, until_ms),
+            sessions,
+            stored,
+            by_status=by_status,
+            unidentified=unidentified,
+            reasons=reasons,
+            top_characters=top_characters,
+            latency=self.latency_percentiles(since_ms=since_ms, until_ms=until_ms),
+            stages=self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
+            callbacks=self.callback_problems(since_ms=since_ms, until_ms=until_ms),
+        )
 
     def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
         """Keep per-turn values (`metric_rows`, `turn_rows`), dated by their turn or `at_ms`;

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agent_memory.store.shared.facts import USER_WIDE, fact_scope
+from agent_memory.store.shared.export import export_report
 from agent_memory.store.sqlite.common import CHUNK, Repository
 from agent_memory.store.types import Report
-
-
-def _parsed(value: str | None) -> Any:
-    """Stored JSON as a value; text that is not JSON as it is."""
-    if not value:
-        return None
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value  # kept as stored
 
 
 class SQLiteExport(Repository):
@@ -92,46 +81,19 @@ class SQLiteExport(Repository):
                 agent_ids,
             )
         )
-        for row in sessions:
-            row["labels"] = _parsed(row["labels"])
-        for row in messages:
-            row["interrupted"] = bool(row["interrupted"])
-            row["gap_before"] = bool(row["gap_before"])
-            row["extra"] = _parsed(row["extra"])
-        for row in facts:
-            row["scope"] = fact_scope(row["character_id"])
-            row["pinned"] = bool(row["pinned"])
-        for row in summaries:
-            row["meta"] = _parsed(row["meta"])
-        for row in watched:
-            row["base_system_messages"] = _parsed(row["base_system_messages"])
-            row["last_pushed"] = _parsed(row["last_pushed"])
-        for row in raw:
-            row["body"] = _parsed(row["body"])
-        characters = sorted(
-            {row["character_id"] for row in (*sessions, *messages, *summaries)}
-            | {row["character_id"] for row in facts if row["character_id"] != USER_WIDE}
+        return export_report(
+            user_id,
+            sessions=sessions,
+            messages=messages,
+            facts=facts,
+            summaries=summaries,
+            bindings=bindings,
+            channel_bindings=channel_bindings,
+            jobs=jobs,
+            watched=watched,
+            metrics=metrics,
+            raw=raw,
         )
-        return {
-            "user_id": user_id,
-            "characters": characters,
-            "counts": {
-                "sessions": len(sessions), "messages": len(messages), "facts": len(facts),
-                "summaries": len(summaries), "bindings": len(bindings),
-                "channel_bindings": len(channel_bindings), "jobs": len(jobs),
-                "followed_agents": len(watched), "metrics": len(metrics), "raw_callbacks": len(raw),
-            },
-            "sessions": sessions,
-            "messages": messages,
-            "summaries": summaries,
-            "facts": facts,
-            "bindings": bindings,
-            "channel_bindings": channel_bindings,
-            "jobs": jobs,
-            "followed_agents": watched,
-            "metrics": metrics,
-            "raw_callbacks": raw,
-        }  # fmt: skip
 
     def _per_agent(self, sql: str, agent_ids: Sequence[str]) -> Iterable[dict[str, Any]]:
         """Run `sql` (with an `IN ({})`) over agent ids in chunks below SQLite's variable limit."""
