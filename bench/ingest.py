@@ -247,8 +247,10 @@ async def post_spread(
 SERVER_ENV = {
     "AGORA_WEBHOOK_SECRET": SECRET,
     "AGENT_MEMORY_SUMMARY_DELAY_S": "3600",
-    # Keep condense jobs from coming due during the run: this measures ingest only.
+    # Keep condense jobs from coming due during the run (nor after each call's transcript):
+    # this measures ingest only.
     "AGENT_MEMORY_SUMMARY_MAX_MESSAGES": "100000000",
+    "AGENT_MEMORY_SUMMARY_AFTER_CALL_S": "3600",
     "AGENT_MEMORY_LOG_LEVEL": "WARNING",
 }
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
@@ -18,7 +17,6 @@ __all__ = [
     "Connection",
     "Instance",
     "Repository",
-    "cursor_of",
     "dumps",
     "int_array",
     "loads_object",
@@ -26,7 +24,26 @@ __all__ = [
     "text_array",
 ]
 
-Connection = psycopg.Connection[DictRow]
+
+class Connection(psycopg.Connection[DictRow]):
+    """A pooled connection, keeping the cursors its statements reuse."""
+
+    # Making a cursor (it copies the connection's adapters) costs about as much CPU as a small
+    # statement's round trip: statements whose small result is read at once share one.
+    _shared: psycopg.Cursor[DictRow] | None = None
+    _shared_client: psycopg.ClientCursor[DictRow] | None = None
+
+    def shared_cursor(self) -> psycopg.Cursor[DictRow]:
+        """The reused cursor: each execute replaces its result, so read that first."""
+        if self._shared is None:
+            self._shared = self.cursor()
+        return self._shared
+
+    def shared_client_cursor(self) -> psycopg.ClientCursor[DictRow]:
+        """The reused cursor that binds parameters itself (several statements in one query)."""
+        if self._shared_client is None:
+            self._shared_client = psycopg.ClientCursor(self, row_factory=dict_row)
+        return self._shared_client
 
 
 # A Python list is adapted to an array element by element in Python: long lists on hot paths
@@ -43,27 +60,6 @@ def text_array(values: Iterable[str]) -> str:
     """Strings as an array literal (each quoted), for a `%s::text[]` parameter or a COPY column."""
     quoted = [value.translate(_QUOTE) for value in values]
     return '{"' + '","'.join(quoted) + '"}' if quoted else "{}"
-
-
-# Making a cursor (it copies the connection's adapters) costs about as much CPU as a small
-# statement's round trip: statements whose small result is read at once reuse one per connection.
-_CURSORS: WeakKeyDictionary[Connection, psycopg.Cursor[DictRow]] = WeakKeyDictionary()
-_CLIENT_CURSORS: WeakKeyDictionary[Connection, psycopg.ClientCursor[DictRow]] = WeakKeyDictionary()
-
-
-def cursor_of(conn: Connection) -> psycopg.Cursor[DictRow]:
-    """The connection's reusable cursor: each execute replaces its result (read it first)."""
-    cursor = _CURSORS.get(conn)
-    if cursor is None:
-        cursor = _CURSORS[conn] = conn.cursor()
-    return cursor
-
-
-def _client_cursor_of(conn: Connection) -> psycopg.ClientCursor[DictRow]:
-    cursor = _CLIENT_CURSORS.get(conn)
-    if cursor is None:
-        cursor = _CLIENT_CURSORS[conn] = psycopg.ClientCursor(conn, row_factory=dict_row)
-    return cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +81,7 @@ class Repository:
 
     def _execute(self, sql: bytes, params: Sequence[Any] | dict[str, Any] = ()) -> psycopg.Cursor[DictRow]:
         """Run a statement on the reusable cursor; read what it returns (rows, rowcount) at once."""
-        return cursor_of(self.conn).execute(sql, params)
+        return self.conn.shared_cursor().execute(sql, params)
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         # A cursor of its own: a long result would otherwise stay in memory until the next statement.
@@ -101,7 +97,7 @@ class Repository:
         read's snapshot is taken after the lock is granted, so it sees what the holder before
         committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1).
         """
-        cursor = _client_cursor_of(self.conn)
+        cursor = self.conn.shared_client_cursor()
         cursor.execute(
             f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d})); {sql}".encode(), (key, *params)
         )

@@ -175,6 +175,7 @@ class PostgresStore:
             self.url,
             min_size=1,
             max_size=self.pool_size,
+            connection_class=Connection,
             kwargs={"row_factory": dict_row},
             configure=configure,
             name=f"agent-memory-{name}",

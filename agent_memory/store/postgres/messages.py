@@ -7,7 +7,7 @@ from operator import itemgetter
 from typing import Any
 
 from agent_memory.core.domain import Message, MessageFingerprint
-from agent_memory.store.postgres.common import Repository, cursor_of
+from agent_memory.store.postgres.common import Repository
 from agent_memory.store.postgres.versions import bump
 from agent_memory.store.types import MessageChanges, NewMessage
 
@@ -152,7 +152,7 @@ class PostgresMessages(Repository):
         # so a summary's watermark ("every id up to here is condensed") never skips one that
         # took a lower id but committed later.
         bump(self.conn, ((row["user_id"], row["character_id"]) for row in batch))
-        with cursor_of(self.conn).copy(COPY_MESSAGES) as copy:
+        with self.conn.shared_cursor().copy(COPY_MESSAGES) as copy:
             for row in batch:
                 copy.write_row(_row(row))
 

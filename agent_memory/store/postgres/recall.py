@@ -18,7 +18,7 @@ from typing import Any
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
-from agent_memory.store.postgres.common import Repository, cursor_of, int_array, text_array
+from agent_memory.store.postgres.common import Repository, int_array, text_array
 from agent_memory.store.postgres.facts import (
     FACT_COLUMNS,
     SUMMARY_COLUMNS,
@@ -115,7 +115,7 @@ class PostgresRecall(Repository):
         )
         self._execute(b"DELETE FROM recall_docs WHERE id = ANY(%s::bigint[])", (found_ids,))
         totals: dict[int, list[int]] = {}
-        with cursor_of(self.conn).copy(b"COPY recall_docs (id, pair, length, terms) FROM STDIN") as copy:
+        with self.conn.shared_cursor().copy(b"COPY recall_docs (id, pair, length, terms) FROM STDIN") as copy:
             for row, found_terms in computed:
                 pair = pairs[(row["user_id"], row["character_id"])]
                 prefix = pair_term(pair, "")

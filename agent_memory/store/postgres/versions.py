@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent_memory.store.postgres.common import Connection, Repository, cursor_of
+from agent_memory.store.postgres.common import Connection, Repository
 from agent_memory.store.shared.facts import USER_WIDE
 
 
@@ -46,6 +46,8 @@ def bump(conn: Connection, pairs: Iterable[tuple[str, str]]) -> None:
     # taken): a transaction that waited for another's bump commits a higher version, so a
     # version never goes back and never stays put over a change.
     if len(ordered) == 1:  # the usual case: no arrays to adapt
-        cursor_of(conn).execute(_BUMP_ONE, ordered[0])
+        conn.shared_cursor().execute(_BUMP_ONE, ordered[0])
         return
-    cursor_of(conn).execute(_BUMP, ([user for user, _ in ordered], [character for _, character in ordered]))
+    conn.shared_cursor().execute(
+        _BUMP, ([user for user, _ in ordered], [character for _, character in ordered])
+    )
