@@ -9,6 +9,7 @@ from typing import Any
 from agent_memory.core.domain import Message, MessageFingerprint
 from agent_memory.store.postgres.common import Repository
 from agent_memory.store.postgres.versions import bump
+from agent_memory.store.shared.messages import FINGERPRINT_COLUMNS, READ_COLUMNS, SPOKEN
 from agent_memory.store.types import MessageChanges, NewMessage
 
 # What an insert writes (`id` comes from the identity).
@@ -23,18 +24,6 @@ COPY_MESSAGES = f"COPY messages ({', '.join(MESSAGE_COLUMNS)}) FROM STDIN".encod
 _ROW = itemgetter(*MESSAGE_COLUMNS)
 # What a row that leaves a column out stores in it (others: NULL).
 _DEFAULTS = {"kind": "turn"}
-
-# What a read returns, in `Message`'s order.
-READ_COLUMNS = (
-    "id, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
-    "source, speaker, interrupted, interrupt_ms, original, gap_before, extra"
-)
-FINGERPRINT_COLUMNS = (
-    "id, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original"
-)
-# Memory, summaries and transcripts read what was said; tool calls and results are kept
-# (export, GET …/messages) but were never said.
-SPOKEN = "kind = 'turn'"
 
 
 def message_of(row: Mapping[str, Any]) -> Message:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from agent_memory.core.domain import Message, MessageFingerprint
+from agent_memory.store.shared.messages import FINGERPRINT_COLUMNS, READ_COLUMNS, SPOKEN
 from agent_memory.store.sqlite.common import Repository, marks
 from agent_memory.store.sqlite.versions import bump
 from agent_memory.store.types import MessageChanges, NewMessage
@@ -23,18 +24,6 @@ _message_values = operator.itemgetter(*MESSAGE_COLUMNS)
 _NO_MESSAGE_VALUES: dict[str, Any] = {column: None for column in MESSAGE_COLUMNS} | {"kind": "turn"}
 # A row naming every column (ingest's) is taken as it is.
 _ALL = len(MESSAGE_COLUMNS)
-
-# What a read returns, in `Message`'s order.
-READ_COLUMNS = (
-    "id, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
-    "source, speaker, interrupted, interrupt_ms, original, gap_before, extra"
-)
-FINGERPRINT_COLUMNS = (
-    "id, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original"
-)
-# Memory, summaries and transcripts read what was said; tool calls and results are kept
-# (export, GET …/messages) but were never said.
-SPOKEN = "kind = 'turn'"
 
 
 def message_of(row: Sequence[Any]) -> Message:
