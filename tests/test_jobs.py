@@ -206,6 +206,24 @@ async def test_many_sessions_of_one_pair_arriving_together_make_one_job_and_one_
         assert all(f"s{i} user line 0" in fake.sent_text(0) for i in range(12))
 
 
+async def test_a_backlog_longer_than_one_call_is_condensed_whole_when_ids_and_times_disagree(start_service):
+    # An older call's turns delivered after a newer call's: later ids, earlier times. The
+    # backlog (600 turns) takes two condense calls of at most MAX_MESSAGES_PER_CALL.
+    service = await start_service(summary_delay_s=0, **NO_SWEEP)
+    labels = {"user_id": "u-late", "character_id": "c"}
+    await service.callback(agent_event(103, "NEWER", labels=labels, contents=turns(300, prefix="newer ")))
+    older = turns(300, start_ms=1_763_000_000_000, prefix="older ")
+    await service.callback(agent_event(103, "OLDER", labels=labels, contents=older))
+    for _ in range(4):
+        await condense(service)
+        if await job_of(service, "u-late", "c") is None:
+            break
+    summary = await service.store.read(lambda view: view.summaries.get("u-late", "c"))
+    uncovered = await service.store.read(lambda view: view.messages.count_after("u-late", "c", 0))
+    assert summary is not None and summary.message_count == uncovered == 600
+    assert await job_of(service, "u-late", "c") is None
+
+
 async def test_debounce_pushes_the_job_back_and_max_messages_makes_it_due(start_service):
     service = await start_service(
         summary_delay_s=60, summary_after_call_s=60, summary_max_messages=20, **NO_SWEEP

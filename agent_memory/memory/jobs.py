@@ -265,7 +265,11 @@ class CondenseJobs:
 
         previous, facts, messages = await self.store.read(read)
         more = len(messages) > MAX_MESSAGES_PER_CALL
-        messages = messages[:MAX_MESSAGES_PER_CALL]
+        if more:
+            # The one read past the limit is the highest id, wherever it falls in time: every
+            # id up to the new watermark stays in this call.
+            last = max(messages, key=lambda message: message.id)
+            messages = [message for message in messages if message is not last]
         again_at = now_ms() + round(self.settings.summary_delay_s * 1000)
         if not messages:
             await self.store.write(lambda tx: tx.jobs.finish(job, again_at_ms=again_at))

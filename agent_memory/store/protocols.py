@@ -108,7 +108,8 @@ class MessageReads(Protocol):
         ...
 
     def after(self, user_id: str, character_id: str, watermark_id: int, limit: int) -> list[Message]:
-        """Turns stored after the watermark (by id), in conversation order."""
+        """The first `limit` turns stored after the watermark, by id (every id up to the
+        highest returned is there), in conversation order."""
         ...
 
     def count_after(self, user_id: str, character_id: str, watermark_id: int) -> int: ...

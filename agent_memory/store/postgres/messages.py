@@ -90,11 +90,14 @@ class PostgresMessages(Repository):
         return rows
 
     def after(self, user_id: str, character_id: str, watermark_id: int, limit: int) -> list[Message]:
-        """Spoken turns stored after the watermark (by id), in conversation order."""
+        """The first `limit` spoken turns stored after the watermark (by id), in conversation order."""
+        # Taken by id, then ordered: the caller's new watermark is the batch's highest id, so
+        # the batch must hold every turn below it (ids and times disagree when an older call's
+        # turns arrive late, or two calls of a pair overlap).
         return self._messages(
-            f"SELECT {READ_COLUMNS} FROM messages "
+            f"SELECT * FROM (SELECT {READ_COLUMNS} FROM messages "
             f"WHERE user_id = %s AND character_id = %s AND id > %s AND {SPOKEN} "
-            "ORDER BY at_ms, seq LIMIT %s",
+            "ORDER BY id LIMIT %s) AS batch ORDER BY at_ms, seq",
             (user_id, character_id, watermark_id, limit),
         )
 
