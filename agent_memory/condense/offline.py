@@ -18,7 +18,6 @@ questions, hypotheticals and negations never make one. Facts are never updated o
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from agent_memory.condense.statements import (
     sentences,
     statement_facts,
 )
+from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day, format_minute
 from agent_memory.core.dates import annotate, resolve
 from agent_memory.core.domain import Message
@@ -386,9 +386,9 @@ class OfflineCondenser:
 
     async def condense(self, job: CondenseInput) -> CondenseResult:
         """The offline update; nothing is sent anywhere, so no tokens are counted."""
-        # Milliseconds of pure Python per job: on a thread, so the event loop keeps serving
-        # callbacks and streams (the custom-LLM endpoint's first tokens) meanwhile.
-        output = await asyncio.to_thread(condense_offline, job)
+        # Milliseconds of pure Python per job: in the worker process, so the event loop keeps
+        # serving callbacks and streams (the custom-LLM endpoint's first tokens) meanwhile.
+        output = await WORKERS.run(condense_offline, job)
         return CondenseResult(output=output, method="offline", model=MODEL_NAME)
 
     async def close(self) -> None:

@@ -1,0 +1,79 @@
+"""A worker process for pure-Python condensing, so it never holds the service's GIL.
+
+On a thread, the offline condenser's milliseconds of Python per job took the interpreter
+from the event loop in 5 ms slices: every stream relayed meanwhile (the custom-LLM
+endpoint's first tokens) waited. In its own process, at a lower CPU priority, it takes a
+core the service is not using, or yields to the one it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TypeVar
+
+from agent_memory.errors import LLMError
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+# Above the service's priority: condensing waits, answering does not.
+NICENESS = 10
+
+
+def _lower_priority() -> None:
+    nice = getattr(os, "nice", None)  # POSIX only
+    try:
+        if nice is not None:
+            nice(NICENESS)
+    except OSError:  # not allowed here: the same priority is still correct
+        pass
+
+
+class WorkerPool:
+    """One lazily started worker process, shared by every condenser of this process."""
+
+    def __init__(self) -> None:
+        self._executor: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                # Not forked: a copy of a process with running threads (the store's) may
+                # inherit a lock some thread held.
+                context = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
+                self._executor = ProcessPoolExecutor(
+                    max_workers=1, mp_context=context, initializer=_lower_priority
+                )
+            return self._executor
+
+    async def run(self, fn: Callable[..., R], *args: object) -> R:
+        """`fn(*args)` in the worker process (started at the first call); a worker that died is
+        replaced, and the call fails with LLMError so its job is retried."""
+        pool = self._pool()
+        try:
+            return await asyncio.wrap_future(pool.submit(fn, *args))
+        except BrokenProcessPool as exc:
+            with self._lock:
+                if self._executor is pool:
+                    self._executor = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            log.warning("the condensing worker process died; a new one takes the next job")
+            raise LLMError(f"the condensing worker process died: {exc}") from exc
+
+    def shutdown(self) -> None:
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+WORKERS = WorkerPool()
