@@ -76,6 +76,31 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU-seconds of a process and every process under it (a service's worker processes)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
+                    text = stat.read()
+            except OSError:
+                continue
+            parents[int(entry)] = int(text[text.rfind(")") + 2 :].split()[1])
+    tree, grew = {pid}, True
+    while grew:
+        below = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grew = bool(below)
+    total = 0.0
+    for member in tree:
+        try:
+            total += process_cpu_seconds(member)
+        except OSError:  # ended meanwhile
+            pass
+    return total
+
+
 def self_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
@@ -102,7 +127,7 @@ class Noise:
         total = self_cpu_seconds()
         for pid in self.pids:
             try:
-                total += process_cpu_seconds(pid)
+                total += tree_cpu_seconds(pid)
             except OSError:
                 pass
         return total
@@ -181,7 +206,8 @@ class Server:
         return self.proc.pid
 
     def cpu_seconds(self) -> float:
-        return process_cpu_seconds(self.proc.pid)
+        """The server's CPU time, its worker processes' included."""
+        return tree_cpu_seconds(self.proc.pid)
 
     async def wait_healthy(self, timeout: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

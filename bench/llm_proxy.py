@@ -1,7 +1,8 @@
 """The custom-LLM endpoint: time to first and last token through it vs straight to the model.
 
-    python bench/llm_proxy.py [--total 1000000] [--streams 50] [--rounds 10] [--chunks 20]
-                              [--first-token-ms 60] [--chunk-ms 15] [--record]
+    python bench/llm_proxy.py [--total 1000000] [--streams 50] [--rounds 10] [--calls 3]
+                              [--turn-gap-ms 2000] [--chunks 20] [--first-token-ms 60]
+                              [--chunk-ms 15] [--record]
 
 A fake upstream LLM (its own process, aiohttp on loopback) streams `--chunks` chunks, the
 first after `--first-token-ms`, the rest `--chunk-ms` apart. The real server
@@ -9,7 +10,9 @@ first after `--first-token-ms`, the rest `--chunk-ms` apart. The real server
 bench/system_messages.py (`--total` messages; u-bench/luna holds `--pair-messages`) with
 AGENT_MEMORY_UPSTREAM_BASE_URL pointing at the fake. Rounds alternate (ABBA): `--streams`
 concurrent streaming calls through `POST /v1/llm/chat/completions`, then as many straight to
-the fake; each call is a short Agora-shaped conversation of u-bench/luna (extended fields,
+the fake. A caller is one voice call: its calls are its turns, `--turn-gap-ms` apart (the reply
+spoken, the user answering; 0 sends them back to back, a stress far past what `--streams`
+voice calls ask). Each call is a short Agora-shaped conversation of u-bench/luna (extended fields,
 `llm.params` at the top level, a bearer key) ending in a question recall can answer. With
 `--record` each caller is an agent run (`agent_id` in `llm.params`) whose calls are its turns,
 each carrying the run's earlier turns: the endpoint records them as it goes, as in a real call.
@@ -131,8 +134,10 @@ def agora_request(call: int, agent: str | None = None, turns: int = 0, reply: st
     With `agent` (`--record`), it is turn `turns` + 1 of that agent run: the run's earlier
     questions and `reply` to each come first, and `agent_id` names the run the endpoint records into.
     """
-    at = 1_763_800_000_000 + call * 60_000
-    asked = [QUESTIONS[(call - turns + k) % len(QUESTIONS)] for k in range(turns + 1)]
+    # A run's earlier turns are the same in each of its calls (times included), as Agora resends them.
+    first = call - turns
+    at = 1_763_800_000_000 + first * 60_000
+    asked = [QUESTIONS[(first + k) % len(QUESTIONS)] for k in range(turns + 1)]
     lines = ["Hi Luna, it's me again.", "Hello again! It's good to hear from you."]
     for question in asked[:-1]:
         lines += [question, reply]
@@ -215,12 +220,15 @@ async def round_of(
 ) -> tuple[list[Timed], int | None]:
     """`args.streams` streams kept open; with `server_pid`, the server's RSS once all of them are.
 
-    Steady (the default): each of `streams` callers makes `--calls` calls back to back, the
-    callers' first calls spread over one stream's length, as turns of many calls arrive. With
-    `--burst`: every caller's one call at the same instant.
+    Steady (the default): each of `streams` callers is a voice call making `--calls` calls, one
+    per turn, `--turn-gap-ms` apart (the reply spoken, the user answering); the callers' first
+    calls spread over one turn's length, as turns of many calls arrive. With `--turn-gap-ms 0`
+    the calls follow back to back (far more requests than 50 voice calls make: a stress test).
+    With `--burst`: every caller's one call at the same instant.
     """
     streams, calls = args.streams, 1 if args.burst else args.calls
-    spread_s = 0.0 if args.burst else (args.first_token_ms + args.chunks * args.chunk_ms) / 1000
+    stream_s = (args.first_token_ms + args.chunks * args.chunk_ms) / 1000
+    spread_s = 0.0 if args.burst else stream_s + args.turn_gap_ms / 1000
     opened = [asyncio.Event() for _ in range(streams)]
     timed: list[Timed] = []
 
@@ -229,6 +237,8 @@ async def round_of(
         # With --record each caller is one agent run, its calls the run's turns.
         agent = f"bench-run-{first_call}-{index}" if args.record else None
         for number in range(calls):
+            if number:
+                await asyncio.sleep(args.turn_gap_ms / 1000)
             turns = number if agent else 0
             body = agora_request(first_call + index * calls + number, agent, turns, fake_reply(args.chunks))
             timed.append(await stream_call(session, url, body, opened[index] if number == 0 else None))
@@ -319,6 +329,7 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
             cpu_0 = server.cpu_seconds()
             client_0 = self_cpu_seconds()
             call = args.streams
+            proxy_s = 0.0
             for number in range(args.rounds):
                 # ABBA: neither side always goes first.
                 order = ("proxy", "direct") if number % 4 in (0, 3) else ("direct", "proxy")
@@ -326,9 +337,12 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
                     if kind == "proxy":
                         await asyncio.sleep(0.2)  # the previous round's streams are closed
                         idle.append(rss_bytes(server.pid))
+                    round_started = time.perf_counter()
                     calls, rss = await round_of(
                         session, paths[kind], args, call, server.pid if kind == "proxy" else None
                     )
+                    if kind == "proxy":
+                        proxy_s += time.perf_counter() - round_started
                     if rss is not None:
                         busy.append(rss)
                     timed[kind].extend(calls)
@@ -339,6 +353,7 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
             result["upstream_seen"] = await upstream_stats(upstream)
             result.update(await held_streams_rss(session, paths["proxy"], args, server.pid))
         proxied = len(timed["proxy"])
+        result["proxy_calls_per_s"] = proxied / proxy_s if proxy_s else 0.0
         result["server_cpu_ms_per_call"] = server_cpu / max(proxied, 1) * 1000
         for kind, calls in timed.items():
             good = [t for t in calls if t.error is None and t.first is not None and t.last is not None]
@@ -381,7 +396,9 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
     added_last = {k: proxy["ttlt"][k] - direct["ttlt"][k] for k in ("p50", "p99")}
     proxied = proxy["calls"] + result["proxy_warmup_calls"]  # the upstream saw those too
     shape = (
-        "all at once" if args.burst else f"kept open by {args.streams} callers making {args.calls} calls each"
+        "all at once"
+        if args.burst
+        else f"from {args.streams} callers making {args.calls} calls each, {args.turn_gap_ms:g} ms apart"
     ) + (", each caller an agent run recorded turn by turn" if args.record else "")
     print(f"\n{args.rounds} rounds each way, alternating, of {args.streams} concurrent streaming calls {shape}; "
           f"the model's first token after {args.first_token_ms} ms, {args.chunks} chunks {args.chunk_ms} ms apart")  # fmt: skip
@@ -401,6 +418,7 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
           f"{result['rss_last_round_mib']:.1f} MiB before the last; {result['rss_held_mib']:.1f} MiB with "
           f"{args.streams} streams held open, {result['rss_held_5x_mib']:.1f} MiB with {5 * args.streams}: "
           f"{result['kib_per_stream']:.1f} KiB per open stream")  # fmt: skip
+    print(f"  endpoint calls: {result['proxy_calls_per_s']:.1f} per second while timing")
     print(f"  server CPU {result['server_cpu_ms_per_call']:.2f} ms per endpoint call; "
           f"client CPU {result['client_cpu_s']:.1f} s; exit {result['server_exit']} after SIGTERM")  # fmt: skip
     print(f"  other processes: {result['other_cores']:.2f} cores busy on average while timing"
@@ -412,6 +430,8 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
         "streams": args.streams,
         "rounds": args.rounds,
         "mode": "burst" if args.burst else f"steady, {args.calls} calls per caller and round",
+        "turn_gap_ms": 0 if args.burst else args.turn_gap_ms,
+        "endpoint_calls_per_s": round(result["proxy_calls_per_s"], 1),
         "record": args.record,
         "server_env": args.server_env,
         "upstream": {"first_token_ms": args.first_token_ms, "chunks": args.chunks, "chunk_ms": args.chunk_ms},
@@ -444,7 +464,14 @@ def main() -> int:
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
     parser.add_argument("--streams", type=int, default=50, help="concurrent streaming calls")
     parser.add_argument("--rounds", type=int, default=10, help="rounds each way, alternating")
-    parser.add_argument("--calls", type=int, default=4, help="calls each caller makes per round")
+    parser.add_argument("--calls", type=int, default=3, help="calls (turns) each caller makes per round")
+    parser.add_argument(
+        "--turn-gap-ms",
+        type=float,
+        default=2000,
+        help="between one call's end and the caller's next (the reply spoken, the user answering); "
+        "0: back to back",
+    )
     parser.add_argument("--burst", action="store_true", help="every call of a round at once instead")
     parser.add_argument(
         "--record",
