@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -22,3 +26,39 @@ async def test_work_runs_in_another_process_at_a_lower_priority_and_a_dead_worke
         assert replacement not in (worker, os.getpid())
     finally:
         pool.shutdown()
+
+
+SERVICE = """
+import asyncio, os, sys, time
+from agent_memory.condense.worker import WORKERS
+print(asyncio.run(WORKERS.run(os.getpid)), flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_worker_exits_when_its_service_is_killed():
+    service = subprocess.Popen([sys.executable, "-c", SERVICE], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(service.stdout.readline())
+        os.kill(service.pid, signal.SIGKILL)
+        service.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(worker), "the worker outlived its killed service"
+    finally:
+        service.kill()
+        service.wait(timeout=10)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

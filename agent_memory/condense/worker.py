@@ -13,6 +13,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -26,15 +27,35 @@ R = TypeVar("R")
 
 # Above the service's priority: condensing waits, answering does not.
 NICENESS = 10
+ORPHAN_CHECK_S = 1.0
 
 
-def _lower_priority() -> None:
+def _orphaned(service_pid: int) -> bool:
+    try:
+        os.kill(service_pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # the pid was taken by another user's process
+        return True
+    return False
+
+
+def _watch_service(service_pid: int) -> None:
+    # A pool worker whose service was killed (kill -9, OOM) would wait for work forever.
+    while not _orphaned(service_pid):
+        time.sleep(ORPHAN_CHECK_S)
+    os._exit(0)
+
+
+def _start_worker(service_pid: int) -> None:
+    """In the worker: a lower priority, and an exit of its own once the service is gone."""
     nice = getattr(os, "nice", None)  # POSIX only
     try:
         if nice is not None:
             nice(NICENESS)
     except OSError:  # not allowed here: the same priority is still correct
         pass
+    threading.Thread(target=_watch_service, args=(service_pid,), name="watch-service", daemon=True).start()
 
 
 class WorkerPool:
@@ -51,7 +72,10 @@ class WorkerPool:
                 # inherit a lock some thread held.
                 context = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
                 self._executor = ProcessPoolExecutor(
-                    max_workers=1, mp_context=context, initializer=_lower_priority
+                    max_workers=1,
+                    mp_context=context,
+                    initializer=_start_worker,
+                    initargs=(os.getpid(),),
                 )
             return self._executor
 
