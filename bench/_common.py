@@ -68,11 +68,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat from field 3 (state) on: the name before it may hold spaces."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
         text = stat.read()
-    fields = text[text.rfind(")") + 2 :].split()  # fields[0] is field 3 (state)
+    return text[text.rfind(")") + 2 :].split()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
@@ -82,11 +87,9 @@ def tree_cpu_seconds(pid: int) -> float:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat", encoding="ascii") as stat:
-                    text = stat.read()
-            except OSError:
+                parents[int(entry)] = int(_stat_fields(int(entry))[1])
+            except OSError:  # ended meanwhile
                 continue
-            parents[int(entry)] = int(text[text.rfind(")") + 2 :].split()[1])
     tree, grew = {pid}, True
     while grew:
         below = {child for child, parent in parents.items() if parent in tree} - tree

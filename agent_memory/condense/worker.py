@@ -33,9 +33,7 @@ ORPHAN_CHECK_S = 1.0
 def _orphaned(service_pid: int) -> bool:
     try:
         os.kill(service_pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # the pid was taken by another user's process
+    except (ProcessLookupError, PermissionError):  # gone, or its pid taken by another user's process
         return True
     return False
 
