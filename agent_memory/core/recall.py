@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Literal
 
 from agent_memory.core.clock import format_day, format_minute
@@ -207,21 +208,26 @@ def text_key(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def summary_lines(summary: Summary) -> list[tuple[str, int]]:
+def summary_lines(summary: Summary) -> tuple[tuple[str, int], ...]:
     """A summary's statements with the day each belongs to (a digest's day headings), or its update time."""
+    return _statements(summary.text, summary.covered_until_ms or summary.updated_ms)
+
+
+@lru_cache(maxsize=256)
+def _statements(text: str, day_ms: int) -> tuple[tuple[str, int], ...]:
+    # Every recall of a pair reads its summary again: parsed once per text (dates are slow to parse).
     lines: list[tuple[str, int]] = []
-    day_ms = summary.covered_until_ms or summary.updated_ms
-    for raw in summary.text.splitlines():
+    for raw in text.splitlines():
         line = raw.strip()
         if not line:
             continue
         day = _DIGEST_DAY.match(line)
         if day:
             day_ms = _day_ms(day.group(1), day_ms)
-        text = _BULLET.sub("", line)
-        if text:
-            lines.append((text, day_ms))
-    return lines
+        found = _BULLET.sub("", line)
+        if found:
+            lines.append((found, day_ms))
+    return tuple(lines)
 
 
 def _day_ms(day: str, fallback: int) -> int:

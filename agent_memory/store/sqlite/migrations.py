@@ -506,3 +506,20 @@ def m015_api_keys(db: Database) -> None:
         "CREATE TABLE api_keys (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, scope TEXT NOT NULL, "
         "key_hash TEXT NOT NULL UNIQUE, created_ms INTEGER NOT NULL, last_used_ms INTEGER, revoked_ms INTEGER)"
     )
+
+
+@migrations()
+def m016_recall_changes(db: Database) -> None:
+    """Count every change to a pair's recall index, and read a pair's indexed turns by pair."""
+    # A copy of a pair's index held in memory (store/shared/postings.py) is current while this
+    # count is the one it was read at: an insert adds one, and so does a delete.
+    db.execute("ALTER TABLE recall_pairs ADD COLUMN changes INTEGER NOT NULL DEFAULT 0")
+    db.execute("UPDATE recall_pairs SET changes = docs")
+    db.execute("CREATE INDEX recall_docs_pair ON recall_docs (pair, id)")
+    db.execute("DROP TRIGGER recall_docs_ad")
+    db.execute(
+        "CREATE TRIGGER recall_docs_ad AFTER DELETE ON recall_docs BEGIN "
+        "INSERT INTO recall_fts (recall_fts, rowid, terms) VALUES ('delete', OLD.id, OLD.terms); "
+        "UPDATE recall_pairs SET docs = docs - 1, total_length = total_length - OLD.length, "
+        "changes = changes + 1 WHERE pair = OLD.pair; END"
+    )

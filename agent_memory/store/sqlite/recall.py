@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
+from agent_memory.store.shared.postings import Docs, PairPostings, PostingsCache
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
@@ -34,6 +35,8 @@ from agent_memory.store.sqlite.facts import (
 from agent_memory.store.sqlite.messages import READ_COLUMNS, message_of
 from agent_memory.store.sqlite.pairs import ensure_pairs
 
+# Copies of the most recently asked pairs' indexes, shared by every connection of this process.
+POSTINGS = PostingsCache()
 # Document frequencies reused for FREQUENCY_TTL_S, across connections (keyed by database, pair, term).
 _frequencies: dict[tuple[str, int, str], tuple[float, int]] = {}
 _SPOKEN_IN_SESSION = "FROM messages WHERE agent_id = ? AND kind = 'turn' AND content != ''"
@@ -54,11 +57,13 @@ def _phrase(term: str) -> str:
 class SQLiteRecall(Repository):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ("_file",)
+    __slots__ = ("_copies", "_file")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         self._file: str | None = None
+        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
+        self._copies: dict[int, PairPostings] = {}
 
     # indexing (writer)
 
@@ -91,10 +96,10 @@ class SQLiteRecall(Repository):
                 "INSERT INTO recall_fts (rowid, terms) VALUES (?, ?)", [(d[0], d[3]) for d in docs]
             )
             self.conn.executemany(
-                "INSERT INTO recall_pairs (pair, docs, total_length) VALUES (?, ?, ?) "
+                "INSERT INTO recall_pairs (pair, docs, total_length, changes) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (pair) DO UPDATE SET docs = docs + excluded.docs, "
-                "total_length = total_length + excluded.total_length",
-                [(pair, docs_, length) for pair, (docs_, length) in totals.items()],
+                "total_length = total_length + excluded.total_length, changes = changes + excluded.docs",
+                [(pair, docs_, length, docs_) for pair, (docs_, length) in totals.items()],
             )
             indexed += len(docs)
         return indexed
@@ -177,18 +182,55 @@ class SQLiteRecall(Repository):
             "p.user_id = ? AND p.character_id = ?", (user_id, character_id)
         )  # fmt: skip
         rows = self.conn.execute(
-            "SELECT p.id, r.docs, r.total_length FROM search_pairs p "
+            "SELECT p.id, r.docs, r.total_length, r.changes FROM search_pairs p "
             f"LEFT JOIN recall_pairs r ON r.pair = p.id WHERE {scope}",
             params,
         ).fetchall()
         pairs = [row[0] for row in rows]
         documents = sum(row[1] or 0 for row in rows)
         total_length = sum(row[2] or 0 for row in rows)
+        self._copies = {
+            pair: copy
+            for pair, docs, _, changes in rows
+            if docs and (copy := self._copy(pair, docs, changes))
+        }
         frequencies: dict[str, int] = {}
         for term, _ in weighted:
-            frequencies[term] = sum(self._frequency(pair, term) for pair in pairs)
+            frequencies[term] = sum(
+                copy.frequency(term) if (copy := self._copies.get(pair)) else self._frequency(pair, term)
+                for pair in pairs
+            )
         idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
         return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    def _copy(self, pair: int, docs: int, changes: int) -> PairPostings | None:
+        """The pair's index as held in memory, brought up to date (None: not held yet, or too large)."""
+        prefix = len(f"{pair}_")
+        columns = (
+            "SELECT (SELECT changes FROM recall_pairs WHERE pair = ?), id, length, terms FROM recall_docs"
+        )
+        whole = f"{columns} WHERE pair = ? ORDER BY id"
+
+        def read(conn: sqlite3.Connection, sql: str, *args: object) -> Docs:
+            rows = conn.execute(sql, (pair, pair, *args)).fetchall()
+            # The count comes from the same statement as the turns, so that it matches them.
+            now = rows[0][0] if rows else None
+            return now, [(doc, length, [t[prefix:] for t in terms.split()]) for _, doc, length, terms in rows]
+
+        def read_alone() -> Docs:
+            # In the background, on a connection of its own (a connection serves one thread at a time).
+            conn = sqlite3.connect(self._database())
+            try:
+                conn.execute("PRAGMA query_only = ON")
+                return read(conn, whole)
+            finally:
+                conn.close()
+
+        return POSTINGS.current(
+            (self._database(), pair), changes, docs,
+            newer=lambda last_id: read(self.conn, f"{columns} WHERE pair = ? AND id > ? ORDER BY id", last_id),
+            whole=lambda: read(self.conn, whole), whole_later=read_alone,
+        )  # fmt: skip
 
     def _frequency(self, pair: int, term: str) -> int:
         """In how many of the pair's turns `term` is (counting a long posting list costs a tenth
@@ -259,7 +301,15 @@ class SQLiteRecall(Repository):
         """The best-matching turns in scope, best first, each with the turns said around it."""
         scores: dict[int, float] = {}
         for pair in stats.pairs:
-            scores.update(self._scores(pair, stats, limit))
+            copy = self._copies.get(pair)
+            if copy is None:
+                scores.update(self._scores(pair, stats, limit))
+                continue
+            present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
+            scores.update(copy.scores(
+                present, k1=BM25_K1, b=BM25_B, average=stats.average_length, limit=limit,
+                shortlist=limit * SHORTLIST_FACTOR,
+            ))  # fmt: skip
         best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
         if not best:
             return []

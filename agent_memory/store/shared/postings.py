@@ -1,0 +1,192 @@
+"""A pair's recall index held in memory: what a question's BM25 reads, without a trip through SQL.
+
+A live call asks about one pair every turn. Reading that pair's posting lists through the
+database is most of a recall's cost (about a millisecond for a pair of 10,000 turns); held
+here, they are summed in a fraction of that. A copy is never stale: the store counts every
+change to a pair's index, and a copy is used only at the count it was read at. Turns indexed
+since are read and appended; when the count does not add up (a turn deleted, or indexed again
+after an edit) the pair is read again whole.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+log = logging.getLogger(__name__)
+
+# Turns the copies may hold in all (about 150 bytes each); the least recently asked pairs are
+# dropped past it. A pair larger than this is not copied: recall reads it through SQL.
+POSTINGS_BUDGET_DOCS = 300_000
+# A pair of more turns than this is read into memory in the background (about 6 ms per 1,000).
+READ_AT_ONCE_DOCS = 2_000
+
+# An indexed turn: its id, its length in terms, and its terms.
+Doc = tuple[int, int, Sequence[str]]
+# A read of a pair's indexed turns: its change count (None when no turn came back) and the turns.
+Docs = tuple[int | None, list[Doc]]
+
+
+@dataclass(slots=True)
+class PairPostings:
+    """One pair's terms and turn lengths, as of `changes` to its index."""
+
+    changes: int
+    last_id: int = 0
+    postings: dict[str, list[int]] = field(default_factory=dict)
+    lengths: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Each term's posting list as an array, made when first asked for and again after it grew.
+    _arrays: dict[str, NDArray[np.int64]] = field(default_factory=dict)
+
+    def add(self, docs: Iterable[Doc]) -> None:
+        """Take in indexed turns, in ascending id order."""
+        postings, lengths = self.postings, self.lengths
+        for doc, length, terms in docs:
+            lengths[doc] = length
+            for term in dict.fromkeys(terms):  # a turn counts once per word, as in the SQL index
+                found = postings.get(term)
+                if found is None:
+                    postings[term] = [doc]
+                else:
+                    found.append(doc)
+                self._arrays.pop(term, None)
+            self.last_id = doc
+
+    def frequency(self, term: str) -> int:
+        """In how many of the pair's turns `term` is."""
+        return len(self.postings.get(term, ()))
+
+    def scores(
+        self, weights: Sequence[tuple[str, float]], *, k1: float, b: float, average: float, limit: int,
+        shortlist: int,
+    ) -> dict[int, float]:  # fmt: skip
+        """BM25 (binary term frequency) of the best `limit` turns by id, ranked as the SQL index
+        ranks them: the `shortlist` with the most weighted words, then their length factor."""
+        lists = [self._array(term) for term, _ in weights]
+        ids = np.concatenate(lists) if lists else np.empty(0, np.int64)
+        if not ids.size:
+            return {}
+        docs, inverse = np.unique(ids, return_inverse=True)
+        matched = np.bincount(
+            inverse, weights=np.repeat([weight for _, weight in weights], [len(ids) for ids in lists])
+        )
+        best = np.lexsort((-docs, -matched))[:shortlist]  # most matched first, then the newest
+        lengths, scale = self.lengths, k1 + 1
+        scored = []
+        for doc, total in zip(docs[best].tolist(), matched[best].tolist(), strict=True):
+            factor = 1 + k1 * (1 - b + b * lengths.get(doc, average) / average)
+            scored.append((total * scale / factor, total, doc))
+        return {doc: score for score, _, doc in heapq.nlargest(limit, scored)}
+
+    def _array(self, term: str) -> NDArray[np.int64]:
+        found = self._arrays.get(term)
+        if found is None:
+            found = self._arrays[term] = np.array(self.postings.get(term, ()), dtype=np.int64)
+        return found
+
+
+class PostingsCache:
+    """Copies of the most recently asked pairs' indexes, within `budget_docs` turns in all."""
+
+    def __init__(self, budget_docs: int = POSTINGS_BUDGET_DOCS) -> None:
+        self.budget_docs = budget_docs
+        self._pairs: OrderedDict[tuple[str, int], PairPostings] = OrderedDict()
+        self._counted: dict[tuple[str, int], int] = {}
+        self._docs = 0
+        self._lock = threading.Lock()
+        self._loading: set[tuple[str, int]] = set()
+        # One pair read at a time: each read is tens of milliseconds of Python taken from the service.
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-postings")
+        self.hits = self.appends = self.reads = 0
+
+    def current(
+        self, key: tuple[str, int], changes: int, docs: int, *,
+        newer: Callable[[int], Docs], whole: Callable[[], Docs], whole_later: Callable[[], Docs],
+    ) -> PairPostings | None:  # fmt: skip
+        """The copy of pair `key` at `changes`: held, or brought up to date with `newer(last_id)`.
+
+        A pair that must be read whole is read at once when small (`whole()`); a larger one is
+        read in the background (`whole_later()`, on a connection of its own) and None is returned
+        meanwhile, as for a pair too large to hold: the question is answered through SQL instead
+        of waiting tens of milliseconds.
+        """
+        if docs > self.budget_docs:
+            return None
+        with self._lock:
+            held = self._pairs.get(key)
+            if held is not None:
+                self._pairs.move_to_end(key)
+        if held is not None:
+            with held.lock:
+                if held.changes == changes:
+                    self.hits += 1
+                    return held
+                now, added = newer(held.last_id)
+                # Only appends since the copy: every change counted is a turn read here.
+                if now is not None and held.changes + len(added) == now:
+                    held.add(added)
+                    held.changes = now
+                    self.appends += 1
+                    self._account(key, held)
+                    return held
+        if docs > READ_AT_ONCE_DOCS:
+            self._read_later(key, changes, whole_later)
+            return None
+        return self._read(key, changes, whole)
+
+    def _read(self, key: tuple[str, int], changes: int, whole: Callable[[], Docs]) -> PairPostings:
+        now, found = whole()
+        if now is None:  # emptied since its count was read: nothing to hold
+            return PairPostings(changes)
+        fresh = PairPostings(now)
+        fresh.add(found)
+        self.reads += 1
+        self._account(key, fresh)
+        return fresh
+
+    def _read_later(self, key: tuple[str, int], changes: int, whole: Callable[[], Docs]) -> None:
+        with self._lock:
+            if key in self._loading:
+                return
+            self._loading.add(key)
+
+        def load() -> None:
+            try:
+                self._read(key, changes, whole)
+            except Exception:  # the next question tries again; until then SQL answers
+                log.warning("reading the recall index of pair %s into memory failed", key[1], exc_info=True)
+            finally:
+                with self._lock:
+                    self._loading.discard(key)
+
+        self._loader.submit(load)
+
+    def wait_for_reads(self) -> None:
+        """Wait for the background reads under way (tests and benchmarks)."""
+        self._loader.submit(lambda: None).result()
+
+    def _account(self, key: tuple[str, int], postings: PairPostings) -> None:
+        """Hold `postings` for `key`, counting its turns; drop the least recently asked past the budget."""
+        with self._lock:
+            size = len(postings.lengths)
+            self._docs += size - self._counted.pop(key, 0)
+            self._pairs.pop(key, None)
+            self._pairs[key], self._counted[key] = postings, size
+            while self._docs > self.budget_docs and len(self._pairs) > 1:
+                dropped, _ = self._pairs.popitem(last=False)
+                self._docs -= self._counted.pop(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pairs.clear()
+            self._counted.clear()
+            self._docs = 0
