@@ -174,13 +174,20 @@ def okapi(matches: Iterable[tuple[int, float]], length: float, average_length: f
     return sum(idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in matches if tf)
 
 
-def bm25(text_terms: Sequence[str], idfs: Mapping[str, float], average_length: float) -> float:
-    """BM25 of one text (as its terms) for the weighted idfs of a question."""
+def bm25(text: str, idfs: Mapping[str, float], average_length: float) -> float:
+    """BM25 of one text (a fact, a summary line) for the weighted idfs of a question."""
+    counts, length = _term_counts(text)
+    return okapi(((tf, idfs[term]) for term, tf in counts if term in idfs), length, average_length)
+
+
+@lru_cache(maxsize=8192)
+def _term_counts(text: str) -> tuple[tuple[tuple[str, int], ...], int]:
+    # Facts and summary lines are scored again at every question: their terms are counted once.
+    found = cached_terms(text)
     counts: dict[str, int] = {}
-    for term in text_terms:
-        if term in idfs:
-            counts[term] = counts.get(term, 0) + 1
-    return okapi(((tf, idfs[term]) for term, tf in counts.items()), len(text_terms), average_length)
+    for term in found:
+        counts[term] = counts.get(term, 0) + 1
+    return tuple(counts.items()), len(found)
 
 
 def recency(at_ms: int, newest_ms: int) -> float:
@@ -249,12 +256,10 @@ def rank(
     """Turns, facts and summary lines in one list, best first; each text once."""
     always_ids = {fact.id for fact in always}
     scored_facts = [
-        (fact, bm25(cached_terms(fact.text), idfs, average_length))
-        for fact in facts
-        if fact.id not in always_ids
+        (fact, bm25(fact.text, idfs, average_length)) for fact in facts if fact.id not in always_ids
     ]
     scored_lines = [
-        (summary, text, at_ms, bm25(cached_terms(text), idfs, average_length))
+        (summary, text, at_ms, bm25(text, idfs, average_length))
         for summary in summaries
         for text, at_ms in summary_lines(summary)
     ]

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_memory.core.recall import bm25, idf, okapi, weighted_terms
-from agent_memory.core.terms import cached_terms
 from agent_memory.core.terms import terms as terms_of
 from agent_memory.store.protocols import RecallReads
 from agent_memory.store.shared.facts import USER_WIDE, fact_scope
@@ -196,7 +195,7 @@ def by_words(
             scored.append((turn.score, message.at_ms, item))
     if "fact" in kinds:
         for fact in recall.facts(user_id, character_id):
-            score = bm25(cached_terms(fact.text), stats.idfs, stats.average_length)
+            score = bm25(fact.text, stats.idfs, stats.average_length)
             if score > 0:
                 item = hit(
                     "fact", fact.id, fact.character_id or USER_WIDE, fact.text, fact.updated_ms, patterns
@@ -205,7 +204,7 @@ def by_words(
                 scored.append((score, fact.updated_ms, item))
     if "summary" in kinds:
         for summary in recall.summaries(user_id, character_id):
-            score = bm25(cached_terms(summary.text), stats.idfs, stats.average_length)
+            score = bm25(summary.text, stats.idfs, stats.average_length)
             if score > 0:
                 scored.append((score, summary.updated_ms, hit(
                     "summary", summary.watermark_id, summary.character_id, summary.text, summary.updated_ms, patterns
