@@ -157,3 +157,32 @@ async def test_a_large_pair_is_read_into_memory_in_the_background_while_sql_answ
     assert counts()[2] == before[2] + 1  # read once, in the background
     assert turns(await recall(store, "Hofner violin")) == first
     assert counts()[0] == before[0] + 1  # the copy answered
+
+
+async def test_a_database_put_in_the_place_of_another_is_never_answered_from_the_old_copy(
+    db_path: Path,
+) -> None:
+    first = open_store(Settings(db_path=db_path))
+    try:
+        await store_turns(first, "A1", "u1", "luna", "I signed up for a pottery class.", "Nice!")
+        await indexed(first)
+        assert turns(await recall(first, "pottery class"))  # held for (this file, pair 1)
+    finally:
+        first.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+    second = open_store(Settings(db_path=db_path))
+    try:
+        # Pair 1 is u9's here, and message 1 is u2's: the old copy's turn 1 is somebody else's.
+        await second.write(
+            lambda tx: tx.conn.execute(
+                "INSERT INTO search_pairs (user_id, character_id) VALUES ('u9', 'luna')"
+            )
+        )
+        await store_turns(second, "B1", "u2", "luna", "My pottery wheel arrived.", "Fun!")
+        await store_turns(second, "B2", "u9", "luna", "I play chess on Sundays.", "Cool.")
+        await indexed(second)
+        assert turns(await recall(second, "pottery class", "u9")) == []
+        assert turns(await recall(second, "chess", "u9")) == ["I play chess on Sundays."]
+    finally:
+        second.close()

@@ -516,6 +516,9 @@ def m016_recall_changes(db: Database) -> None:
     db.execute("ALTER TABLE recall_pairs ADD COLUMN changes INTEGER NOT NULL DEFAULT 0")
     db.execute("UPDATE recall_pairs SET changes = docs")
     db.execute("CREATE INDEX recall_docs_pair ON recall_docs (pair, id)")
+    # Which database this is, for such copies: another file in its place (a backup put back)
+    # starts its pair ids and counts again and must not be answered from this one's copies.
+    db.execute("INSERT INTO search_state (name, value) VALUES ('database_id', abs(random()))")
     db.execute("DROP TRIGGER recall_docs_ad")
     db.execute(
         "CREATE TRIGGER recall_docs_ad AFTER DELETE ON recall_docs BEGIN "

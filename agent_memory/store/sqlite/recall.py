@@ -57,11 +57,14 @@ def _phrase(term: str) -> str:
 class SQLiteRecall(Repository):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ("_copies", "_file")
+    __slots__ = ("_copies", "_file", "_owners", "_path")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         self._file: str | None = None
+        self._path = ""
+        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
+        self._owners: set[tuple[str, str]] = set()
         # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
         self._copies: dict[int, PairPostings] = {}
 
@@ -181,11 +184,13 @@ class SQLiteRecall(Repository):
         scope, params = ("p.user_id = ?", (user_id,)) if character_id is None else (
             "p.user_id = ? AND p.character_id = ?", (user_id, character_id)
         )  # fmt: skip
-        rows = self.conn.execute(
-            "SELECT p.id, r.docs, r.total_length, r.changes FROM search_pairs p "
+        found = self.conn.execute(
+            "SELECT p.id, r.docs, r.total_length, r.changes, p.user_id, p.character_id FROM search_pairs p "
             f"LEFT JOIN recall_pairs r ON r.pair = p.id WHERE {scope}",
             params,
         ).fetchall()
+        self._owners = {(row[4], row[5]) for row in found}
+        rows = [row[:4] for row in found]
         pairs = [row[0] for row in rows]
         documents = sum(row[1] or 0 for row in rows)
         total_length = sum(row[2] or 0 for row in rows)
@@ -219,7 +224,7 @@ class SQLiteRecall(Repository):
 
         def read_alone() -> Docs:
             # In the background, on a connection of its own (a connection serves one thread at a time).
-            conn = sqlite3.connect(self._database())
+            conn = sqlite3.connect(self._path)
             try:
                 conn.execute("PRAGMA query_only = ON")
                 return read(conn, whole)
@@ -252,9 +257,11 @@ class SQLiteRecall(Repository):
         return frequency
 
     def _database(self) -> str:
-        """The database file this connection reads (pair ids are per database)."""
+        """Which database this connection reads, as its file and its id (pair ids are per database)."""
         if self._file is None:
-            self._file = str(self.conn.execute("PRAGMA database_list").fetchone()[2])
+            self._path = str(self.conn.execute("PRAGMA database_list").fetchone()[2])
+            found = self.conn.execute("SELECT value FROM search_state WHERE name = 'database_id'").fetchone()
+            self._file = f"{self._path}#{found[0] if found else 0}"
         return self._file
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
@@ -316,7 +323,12 @@ class SQLiteRecall(Repository):
         rows = self.conn.execute(
             f"SELECT {READ_COLUMNS} FROM messages WHERE id IN ({marks(len(best))})", best
         )
-        messages = {message.id: message for message in map(message_of, rows)}
+        owners = self._owners
+        messages = {
+            message.id: message
+            for message in map(message_of, rows)
+            if (message.user_id, message.character_id) in owners
+        }
         return [TurnHit(messages[doc], scores[doc]) for doc in best if doc in messages]
 
     def messages(self, ids: Sequence[int]) -> list[Message]:
