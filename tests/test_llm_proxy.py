@@ -269,6 +269,39 @@ async def test_recalled_memory_is_one_system_message_before_the_conversation(
     assert sum("Biscuit" in (m["content"] or "") for m in again) == 1
 
 
+async def test_the_calls_own_turns_are_not_recalled_into_it_and_leave_the_budget_to_the_past(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    service = await start(start_service, upstream, recall_max_tokens=120)
+    labels = {"user_id": "u-ana", "character_id": "luna"}
+    past = [
+        {
+            "role": "user",
+            "content": "My sister's dog is called Biscuit.",
+            "turn_id": 1,
+            "timestamp": 1_700_000_000_000,
+        }
+    ]
+    await deliver(service, agent_event(103, "a-past", labels=labels, contents=past), expect="done")
+    # This call said more about the dog than fits in the budget, and ranks above the past call.
+    live = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"My sister's dog is called Rex {i}.",
+         "turn_id": i // 2 + 1, "timestamp": 1_800_000_000_000 + i * 1000}
+        for i in range(12)
+    ]  # fmt: skip
+    await deliver(service, agent_event(103, "a-live", labels=labels, contents=live), expect="done")
+    while await service.store.catch_up_search():  # the endpoint recalls from what is indexed
+        pass
+    messages = [*live, {"role": "user", "content": "What is my sister's dog called?"}]
+    body = {"model": "m", "messages": messages, "stream": False, **labels, "agent_id": "a-live"}
+    response = await post(service, body)
+    assert response.status == 200, await response.text()
+    sent = upstream.requests[-1]["messages"]
+    memory = [m["content"] for m in sent if m["role"] == "system"]
+    assert len(memory) == 1 and "Biscuit" in memory[0]
+    assert "Rex" not in memory[0]
+
+
 async def test_a_recall_past_its_deadline_forwards_without_memory(
     start_service: Any, upstream: FakeUpstreamLLM
 ) -> None:

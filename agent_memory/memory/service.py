@@ -213,11 +213,13 @@ class Memory:
         max_tokens: int = DEFAULT_RECALL_TOKENS,
         scope: RecallScope = "pair",
         indexed_only: bool = False,
+        exclude_session: str | None = None,
     ) -> Recall:
         """The memories that answer `q`, best first, within `max_tokens`; scope user reads
         all the user's characters (and always includes the user-wide facts). `indexed_only`
         answers from what the recall index holds without first catching it up: for a caller
-        that already has the latest turns (a live call's own request carries them)."""
+        that already has the latest turns (a live call's own request carries them), whose
+        own agent run `exclude_session` names."""
         if not q.strip():
             raise InvalidField("q is empty: pass the question to recall memories for, e.g. q=when is my exam")
         started = time.perf_counter()
@@ -230,7 +232,9 @@ class Memory:
             )  # fmt: skip
 
         def read(view: ReadView) -> Recall:
-            return recall_in(view, user_id, scoped, q, max_tokens, semantic=semantic)
+            return recall_in(
+                view, user_id, scoped, q, max_tokens, semantic=semantic, exclude_session=exclude_session
+            )
 
         found = await (self.store.read(read) if indexed_only else self._read_indexed(read))
         if self.metrics is not None:
@@ -583,17 +587,22 @@ def recall_in(
     max_tokens: int,
     *,
     semantic: Sequence[tuple[int, float]] = (),
+    exclude_session: str | None = None,
 ) -> Recall:
     """Recall in one read (of a pair, or of all the user's pairs when `character_id` is None);
-    `semantic` are the turns nearest in meaning (message id, similarity), fused with the keywords'."""
+    `semantic` are the turns nearest in meaning (message id, similarity), fused with the keywords';
+    the turns of `exclude_session` are left out (a live call holds its own)."""
     stats = view.recall.term_stats(user_id, character_id, weighted_terms(q))
     facts = view.recall.facts(user_id, character_id)
     keyword = view.recall.turns(stats, RECALL_CANDIDATES) if stats.idfs else []
     nearest = [TurnHit(message, similarity) for message, similarity in zip(
         view.recall.messages([message_id for message_id, _ in semantic]), (s for _, s in semantic), strict=False
     )] if semantic else []  # fmt: skip
+    hits = fuse(keyword, nearest)
+    if exclude_session is not None:
+        hits = [hit for hit in hits if hit.message.agent_id != exclude_session]
     ranked = rank(
-        hits=fuse(keyword, nearest)[:RECALL_CANDIDATES],
+        hits=hits[:RECALL_CANDIDATES],
         facts=facts,
         summaries=view.recall.summaries(user_id, character_id),
         idfs=stats.idfs,

@@ -121,13 +121,10 @@ def recall_query(messages: Sequence[Any]) -> str:
     return said[-1]
 
 
-def memory_message(memories: Sequence[RecalledMemory], already: str, agent_id: str | None) -> tuple[str, int]:
-    """The recalled memories as one system message, without those the request already holds."""
-    kept = [
-        memory
-        for memory in memories
-        if not (agent_id and memory.session == agent_id) and _normal(memory.text) not in already
-    ]
+def memory_message(memories: Sequence[RecalledMemory], already: str) -> tuple[str, int]:
+    """The recalled memories as one system message, without those the request already holds
+    (recall leaves out the call's own turns)."""
+    kept = [memory for memory in memories if _normal(memory.text) not in already]
     if not kept:
         return "", 0
     lines = [HEADING]
@@ -438,6 +435,7 @@ class LlmProxy:
                     query,
                     max_tokens=self.settings.recall_max_tokens,
                     indexed_only=True,
+                    exclude_session=call.agent_id,
                 ),
                 deadline_s,
             )
@@ -511,7 +509,7 @@ class LlmProxy:
         memory, injected = "", 0
         if found is not None and found.memories:
             already = _normal(" ".join(_text_of(m.get("content")) for m in messages))
-            memory, injected = memory_message(found.memories, already, call.agent_id)
+            memory, injected = memory_message(found.memories, already)
         self.stats.memories_injected += injected
         forwarded = dumps(self._forwarded(call, messages, memory)).encode()
         reply = Reply()
