@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import said, seed
 from test_embeddings import store_turns
+from test_recall import MAY_8
+from test_recall import recall as http_recall
 
 from agent_memory.core.recall import Recall, weighted_terms
+from agent_memory.core.textcache import held_texts
 from agent_memory.memory.service import recall_in
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
@@ -186,3 +190,20 @@ async def test_a_database_put_in_the_place_of_another_is_never_answered_from_the
         assert turns(await recall(second, "chess", "u9")) == ["I play chess on Sundays."]
     finally:
         second.close()
+
+
+async def test_a_forget_leaves_none_of_the_words_in_the_process(service: Any) -> None:
+    await seed(
+        service,
+        "u1",
+        "luna",
+        "a1",
+        said("My tortoise Zanzibarino turned 50 yesterday.", "Wow.", start_ms=MAY_8),
+    )
+    assert (await http_recall(service, "u1", "luna", "Zanzibarino"))["memories"]
+    assert len(POSTINGS) >= 1 and held_texts() > 0
+    status, _ = await service.api("DELETE", "/v1/users/u1")
+    assert status == 200
+    # The copies of pairs, the cached terms, dates and token counts held that text: all gone.
+    assert len(POSTINGS) == 0 and held_texts() == 0
+    assert (await http_recall(service, "u1", "luna", "Zanzibarino"))["memories"] == []

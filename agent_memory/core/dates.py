@@ -20,7 +20,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from functools import lru_cache
+
+from agent_memory.core.textcache import text_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +388,7 @@ def resolve(text: str, at_ms: int) -> list[DateMention]:
     return mentions
 
 
-@lru_cache(maxsize=8192)  # recall dates the same turns again at every question
+@text_cache(8192)  # recall dates the same turns again at every question
 def annotate(text: str, at_ms: int, *, same_day: bool = True) -> str:
     """`text` unchanged, followed by the dates of its relative expressions: `… (yesterday = 2023-05-07)`.
 

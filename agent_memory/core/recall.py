@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Literal
 
 from agent_memory.core.clock import format_day, format_minute
@@ -27,6 +26,7 @@ from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.render import ROLE_NAMES, said_text
 from agent_memory.core.terms import RELATED, RELATED_WEIGHT, STOP_WORDS, cached_terms, query_terms, terms
+from agent_memory.core.textcache import text_cache
 from agent_memory.core.tokens import count_message_tokens, count_tokens
 
 MemoryKind = Literal["fact", "summary", "turn"]
@@ -180,7 +180,7 @@ def bm25(text: str, idfs: Mapping[str, float], average_length: float) -> float:
     return okapi(((tf, idfs[term]) for term, tf in counts if term in idfs), length, average_length)
 
 
-@lru_cache(maxsize=8192)
+@text_cache(8192)
 def _term_counts(text: str) -> tuple[tuple[tuple[str, int], ...], int]:
     # Facts and summary lines are scored again at every question: their terms are counted once.
     found = cached_terms(text)
@@ -220,7 +220,7 @@ def summary_lines(summary: Summary) -> tuple[tuple[str, int], ...]:
     return _statements(summary.text, summary.covered_until_ms or summary.updated_ms)
 
 
-@lru_cache(maxsize=256)
+@text_cache(256)
 def _statements(text: str, day_ms: int) -> tuple[tuple[str, int], ...]:
     # Every recall of a pair reads its summary again: parsed once per text (dates are slow to parse).
     lines: list[tuple[str, int]] = []

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 
 from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Message
+from agent_memory.core.textcache import text_cache
 
 ROLE_NAMES = {"user": "User", "assistant": "Assistant"}
 
@@ -78,7 +78,7 @@ def transcript_entries(messages: Sequence[Message]) -> list[Entry]:
     return entries
 
 
-@lru_cache(maxsize=32768)
+@text_cache(32768)
 def _dated_said(content: str, interrupted: bool, original: str | None, said_ms: int) -> str:
     """What was said with its relative dates noted (cached: the same turns are rendered often).
 

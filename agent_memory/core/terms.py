@@ -11,10 +11,11 @@ split into syllable bigrams too. Numbers are kept whole ("2023", "3pm" -> "3", "
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Final
 
 import snowballstemmer  # type: ignore[import-untyped]
+
+from agent_memory.core.textcache import text_cache
 
 # Runs of one script: Latin-ish words (letters, digits, inner apostrophes), Han/kana, Hangul.
 _TOKEN = re.compile(
@@ -52,7 +53,7 @@ CJK_STOP: Final = frozenset(
 _stemmer = snowballstemmer.stemmer("english")
 
 
-@lru_cache(maxsize=65536)
+@text_cache(65536)
 def stem(word: str) -> str:
     """The Snowball stem of a case-folded word (cached: the stemmer is pure Python)."""
     return str(_stemmer.stemWord(word))
@@ -85,7 +86,7 @@ def terms(text: str) -> list[str]:
     return found
 
 
-@lru_cache(maxsize=8192)
+@text_cache(8192)
 def cached_terms(text: str) -> tuple[str, ...]:
     """`terms` of a text read again and again (facts, summary lines), computed once."""
     return tuple(terms(text))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
+
+from agent_memory.core.textcache import text_cache
 
 CJK = re.compile(
     "[\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf"
@@ -55,7 +56,7 @@ def _cjk_tokens(text: str, cjk: int) -> int:
     )
 
 
-@lru_cache(maxsize=32768)
+@text_cache(32768)
 def count_tokens(text: str) -> int:
     """Estimated tokens of `text` (cached: start contexts count the same lines again and again)."""
     if not text:

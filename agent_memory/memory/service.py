@@ -56,6 +56,7 @@ from agent_memory.core.recall import (
 )
 from agent_memory.core.secrets import hash_key, new_api_key
 from agent_memory.core.styles import DEFAULT_STYLE
+from agent_memory.core.textcache import forget_texts
 from agent_memory.embed import Embedder
 from agent_memory.errors import InvalidField, NotFound
 from agent_memory.memory.embedding import semantic_candidates
@@ -295,6 +296,9 @@ class Memory:
     async def forget(self, user_id: str, character_id: str | None = None) -> ForgetReceipt:
         """Delete everything held about a user (or one of its pairs); returns counts per table."""
         receipt = await self.store.write(lambda tx: tx.maintenance.forget(user_id, character_id))
+        # What this process keeps of remembered text (built contexts, cached terms and dates) goes too.
+        self.contexts.clear()
+        forget_texts()
         # Until the WAL is checkpointed the forgotten text still sits in it.
         await self.store.checkpoint()
         log.info("forgot %s/%s: %s", user_id, character_id or "*", receipt)
@@ -640,6 +644,10 @@ class ContextCache:
         self._built: OrderedDict[ContextRequest, tuple[tuple[int, int], Context]] = OrderedDict()
         self._lock = threading.Lock()  # reads run on several reader threads
         self.hits = self.misses = 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._built.clear()
 
     def get(self, view: ReadView, request: ContextRequest) -> Context:
         """The context for `request`, from the cache when its pair has not changed since; a new

@@ -294,3 +294,9 @@ class PostgresRecall(Repository):
         before = next((turn for turn in found if turn.seq < message.seq), None)
         after = next((turn for turn in found if turn.seq > message.seq), None)
         return before, after
+
+
+def forget_held() -> None:
+    """Drop what this process holds of the recall index (document frequencies): after a forget none
+    of its words stay in memory, and what is still remembered is read again when asked."""
+    _frequencies.clear()

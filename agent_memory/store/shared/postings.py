@@ -185,6 +185,10 @@ class PostingsCache:
                 dropped, _ = self._pairs.popitem(last=False)
                 self._docs -= self._counted.pop(dropped)
 
+    def __len__(self) -> int:
+        """How many pairs are held."""
+        return len(self._pairs)
+
     def clear(self) -> None:
         with self._lock:
             self._pairs.clear()

@@ -346,3 +346,10 @@ class SQLiteRecall(Repository):
             for row in self.conn.execute(_NEIGHBOURS, (message.agent_id, message.seq) * 2)
         }
         return found.get(-1), found.get(1)
+
+
+def forget_held() -> None:
+    """Drop what this process holds of the recall index (copies of pairs and document frequencies): after a forget none
+    of its words stay in memory, and what is still remembered is read again when asked."""
+    POSTINGS.clear()
+    _frequencies.clear()
