@@ -413,6 +413,37 @@ async def test_the_transcript_from_the_endpoint_equals_the_callbacks_and_nothing
     assert (await stats(both))["record_errors"] == 0
 
 
+async def test_a_recorded_reply_follows_the_question_it_answers(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    service = await start(start_service, upstream)
+    # Agora dates each turn as it happens, so the run's session starts among them.
+    turns = [{"role": "user", "content": "what's the weather like?", "turn_id": 1, "timestamp": now_ms()}]
+    for turn_id, said in ((1, "Sunny all day."), (2, "Rain, sadly.")):
+        if turn_id == 2:
+            await asyncio.sleep(0.05)
+            turns += [
+                {"role": "assistant", "content": "Sunny all day.", "turn_id": 1, "timestamp": now_ms() - 40},
+                {"role": "user", "content": "and tomorrow?", "turn_id": 2, "timestamp": now_ms()},
+            ]
+        upstream.script(Script(words=[said]))
+        body = {
+            "messages": turns,
+            "stream": True,
+            "model": "m",
+            "turn_id": turn_id,
+            "agent_id": "A-ORDER",
+            **PARAMS,
+        }
+        assert (await sse_events(await post(service, body)))[-1] == "[DONE]"
+    # The last reply has no next request to carry it: it is recorded after the settle time.
+    found = await wait_for(lambda: _messages(service, count=4))
+    assert transcript(found) == [
+        ("user", "what's the weather like?"), ("assistant", "Sunny all day."),
+        ("user", "and tomorrow?"), ("assistant", "Rain, sadly."),
+    ]  # fmt: skip
+
+
 def delta(text: str) -> bytes:
     """A streamed chunk's JSON saying `text`."""
     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",

@@ -67,6 +67,9 @@ class IncomingMessage:
     raw_content: Any = None
     # Everything else the item carried, kept as sent.
     extra: dict[str, Any] | None = None
+    # When this service saw it said, for its place in time only: not the platform's time, so it
+    # never disagrees with the platform's own copy of the item (which merges into it).
+    seen_ms: int | None = None
 
 
 @dataclass(slots=True)

@@ -77,7 +77,8 @@ class Arrival:
 def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
     """One incoming message as it is stored (without its place).
 
-    `at_ms` is the session's start: it dates a message that carries no time of its own.
+    `at_ms` is the session's start: it dates a message that carries no time of its own and was
+    not seen said by this service.
     Tool calls and results keep their text and tool data in `extra`, not in `content`:
     they were never said, so transcripts, search and summaries do not see them.
     """
@@ -93,7 +94,7 @@ def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
     if timestamp is None and message.elapsed_ms is not None:
         timestamp = at_ms + message.elapsed_ms
     return Arrival(
-        message.role, message.kind, content, message.turn_id, timestamp, timestamp or at_ms,
+        message.role, message.kind, content, message.turn_id, timestamp, timestamp or message.seen_ms or at_ms,
         message.source, message.speaker, message.interrupted, message.interrupt_ms,
         message.original, fingerprint(message.role, message.content, tool),
         dumps(extra) if extra else None,

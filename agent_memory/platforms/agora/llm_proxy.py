@@ -218,6 +218,8 @@ class Reply:
     blocks: list[bytes] = field(default_factory=list)
     answer: str = ""  # a whole (not streamed) answer's content
     interrupted: bool = False
+    # When the caller got its first token (or the whole answer): when the agent began to say it.
+    said_ms: int | None = None
 
     def read_body(self, body: bytes) -> None:
         try:
@@ -534,7 +536,7 @@ class LlmProxy:
                     "custom LLM: the client went away (%d characters recorded); upstream closed", len(text)
                 )
             if call.window is not None and call.agent_id is not None and text.strip():
-                self._hold_reply(call.agent_id, call.window, reply, text)
+                self._hold_reply(call, call.window, reply, text)
 
     def _went_away(self, reply: Reply) -> None:
         reply.interrupted = True
@@ -550,8 +552,15 @@ class LlmProxy:
         self.replies.drop(call.agent_id)
         self.replies.merge(call.window)
 
-    def _hold_reply(self, agent_id: str, window: HistoryWindow, reply: Reply, text: str) -> None:
-        said = IncomingMessage(role="assistant", content=text, source="llm", interrupted=reply.interrupted)
+    def _hold_reply(self, call: Call, window: HistoryWindow, reply: Reply, text: str) -> None:
+        # Placed in time when the caller got it: undated, it would sort at the run's start,
+        # before the question it answers. Not dated as Agora's own copy will be (that copy,
+        # in the next request or the 103, merges into this one).
+        said = IncomingMessage(
+            role="assistant", content=text, source="llm", interrupted=reply.interrupted,
+            seen_ms=reply.said_ms or now_ms(),
+        )  # fmt: skip
+        agent_id = window.agent_id
         held = HistoryWindow(
             agent_id=agent_id, messages=[*window.messages, said], labels=window.labels,
             labels_field=window.labels_field,
@@ -584,6 +593,7 @@ class LlmProxy:
                 body = await answer.body()
                 if call.agent_id is not None:
                     reply.read_body(body)
+                    reply.said_ms = now_ms()
                 return web.Response(
                     status=answer.status, body=body, headers=headers,
                     content_type=content_type.split(";")[0] or "application/json",
@@ -632,6 +642,7 @@ class LlmProxy:
                 if keep:
                     reply.blocks.append(block)
                 if response is None:
+                    reply.said_ms = now_ms()
                     response = await self._open_stream(request, headers)
                 await response.write(block)
                 if error is not None:
