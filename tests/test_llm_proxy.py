@@ -18,7 +18,9 @@ from fakes.upstream_llm import FakeUpstreamLLM, Script
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
+from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
+from agent_memory.memory.ingest import in_order
 from agent_memory.platforms.agora.llm_proxy import first_error
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
@@ -442,6 +444,16 @@ async def test_a_recorded_reply_follows_the_question_it_answers(
         ("user", "what's the weather like?"), ("assistant", "Sunny all day."),
         ("user", "and tomorrow?"), ("assistant", "Rain, sadly."),
     ]  # fmt: skip
+
+
+def test_a_reply_seen_before_its_run_was_first_stored_still_follows_its_question() -> None:
+    # An undated question is dated by the session's start, which the first merge sets: the reply
+    # may have reached the caller a moment before that.
+    said = [
+        IncomingMessage(role="user", content="hello"),
+        IncomingMessage(role="assistant", content="hi", seen_ms=900),
+    ]
+    assert [item.at_ms for item in in_order(said, 1000)] == [1000, 1000]
 
 
 def delta(text: str) -> bytes:

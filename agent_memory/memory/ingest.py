@@ -101,6 +101,18 @@ def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
     )  # fmt: skip
 
 
+def in_order(messages: Sequence[IncomingMessage], base_ms: int) -> list[Arrival]:
+    """The `arrival` of each message; one dated only by when this service saw it is placed no
+    earlier than the message before it (which may be dated by the session's start)."""
+    items: list[Arrival] = []
+    for message in messages:
+        item = arrival(message, base_ms)
+        if item.ts_ms is None and message.seen_ms is not None and items and item.at_ms < items[-1].at_ms:
+            item = replace(item, at_ms=items[-1].at_ms)
+        items.append(item)
+    return items
+
+
 def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
     """The outcome of an event applied without some of its parts: partial, saying which."""
     notes = list(skipped[:MAX_DETAIL_NOTES])
@@ -455,7 +467,7 @@ class Ingestor:
         call is over (its whole transcript), so no more turns are coming to wait for."""
         agent_id = session.agent_id
         base_ms = session.start_ms or stamp
-        incoming = [arrival(message, base_ms) for message in messages]
+        incoming = in_order(messages, base_ms)
         placed = self._place(tx, session, incoming)
         created_ms = now_ms()
         new_rows: list[NewMessage] = []
