@@ -536,7 +536,7 @@ class LlmProxy:
                     "custom LLM: the client went away (%d characters recorded); upstream closed", len(text)
                 )
             if call.window is not None and call.agent_id is not None and text.strip():
-                self._hold_reply(call, call.window, reply, text)
+                self._hold_reply(call.window, reply, text)
 
     def _went_away(self, reply: Reply) -> None:
         reply.interrupted = True
@@ -552,7 +552,7 @@ class LlmProxy:
         self.replies.drop(call.agent_id)
         self.replies.merge(call.window)
 
-    def _hold_reply(self, call: Call, window: HistoryWindow, reply: Reply, text: str) -> None:
+    def _hold_reply(self, window: HistoryWindow, reply: Reply, text: str) -> None:
         # Placed in time when the caller got it: undated, it would sort at the run's start,
         # before the question it answers. Not dated as Agora's own copy will be (that copy,
         # in the next request or the 103, merges into this one).

@@ -297,6 +297,6 @@ class PostgresRecall(Repository):
 
 
 def forget_held() -> None:
-    """Drop what this process holds of the recall index (document frequencies): after a forget none
-    of its words stay in memory, and what is still remembered is read again when asked."""
+    """Drop what this process holds of the recall index (document frequencies): after a forget
+    none of its words stay in memory; what is still remembered is read again."""
     _frequencies.clear()

@@ -57,11 +57,11 @@ def _phrase(term: str) -> str:
 class SQLiteRecall(Repository):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ("_copies", "_file", "_owners", "_path")
+    __slots__ = ("_copies", "_key", "_owners", "_path")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        self._file: str | None = None
+        self._key: str | None = None
         self._path = ""
         # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
         self._owners: set[tuple[str, str]] = set()
@@ -258,11 +258,11 @@ class SQLiteRecall(Repository):
 
     def _database(self) -> str:
         """Which database this connection reads, as its file and its id (pair ids are per database)."""
-        if self._file is None:
+        if self._key is None:
             self._path = str(self.conn.execute("PRAGMA database_list").fetchone()[2])
             found = self.conn.execute("SELECT value FROM search_state WHERE name = 'database_id'").fetchone()
-            self._file = f"{self._path}#{found[0] if found else 0}"
-        return self._file
+            self._key = f"{self._path}#{found[0] if found else 0}"
+        return self._key
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
         """BM25 of the pair's turns: the best `limit`, by message id (summed in SQLite, in C)."""
@@ -307,12 +307,12 @@ class SQLiteRecall(Repository):
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
         """The best-matching turns in scope, best first, each with the turns said around it."""
         scores: dict[int, float] = {}
+        present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
         for pair in stats.pairs:
             copy = self._copies.get(pair)
             if copy is None:
                 scores.update(self._scores(pair, stats, limit))
                 continue
-            present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
             scores.update(copy.scores(
                 present, k1=BM25_K1, b=BM25_B, average=stats.average_length, limit=limit,
                 shortlist=limit * SHORTLIST_FACTOR,
@@ -349,7 +349,7 @@ class SQLiteRecall(Repository):
 
 
 def forget_held() -> None:
-    """Drop what this process holds of the recall index (copies of pairs and document frequencies): after a forget none
-    of its words stay in memory, and what is still remembered is read again when asked."""
+    """Drop what this process holds of the recall index (copies of pairs, document frequencies):
+    after a forget none of its words stay in memory; what is still remembered is read again."""
     POSTINGS.clear()
     _frequencies.clear()
