@@ -20,7 +20,7 @@ from agent_memory.memory.service import recall_in
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
 from agent_memory.store.shared import postings
-from agent_memory.store.sqlite.recall import POSTINGS
+from agent_memory.store.sqlite.recall import POSTINGS, forget_held
 
 WORDS = [
     "pottery", "class", "sister", "dog", "walk", "Lisbon", "flight", "exam", "chemistry", "garden",
@@ -86,6 +86,15 @@ async def test_a_pair_held_in_memory_ranks_as_the_database_index_does(store: Sto
     assert reads == 1 and hits == len(questions) - 1 and appends == 0
     assert held == from_database
     assert all(len(found) == 20 for found in held)
+
+    # Turns said since are taken into the arrays already made of the copy's posting lists.
+    await store_turns(store, "A3", "u1", "luna", *sentences(200, seed=3))
+    await indexed(store)
+    held = [await store.read(lambda view, q=q: ranked(view, q)) for q in questions]
+    assert counts()[1:] == (before[1] + 1, before[2] + 1)  # one append, no whole read
+    budget(0)
+    forget_held()  # the database's document frequencies, not those reused from the first pass
+    assert held == [await store.read(lambda view, q=q: ranked(view, q)) for q in questions]
 
 
 async def test_the_copy_follows_new_edited_and_deleted_turns(store: Store, db_path: Path) -> None:

@@ -10,7 +10,6 @@ after an edit) the pair is read again whole.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 from collections import OrderedDict
@@ -37,29 +36,41 @@ Docs = tuple[int | None, list[Doc]]
 
 @dataclass(slots=True)
 class PairPostings:
-    """One pair's terms and turn lengths, as of `changes` to its index."""
+    """One pair's terms and turn lengths, as of `changes` to its index.
+
+    Turns are numbered densely in the order they were indexed (which is id order), and the
+    posting lists hold those numbers: a question's words are summed per turn by `bincount`.
+    """
 
     changes: int
     last_id: int = 0
+    ids: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
     postings: dict[str, list[int]] = field(default_factory=dict)
-    lengths: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # Each term's posting list as an array, made when first asked for and again after it grew.
+    # The lists as arrays, made when first asked for and extended when they grew (a live
+    # call's own turns keep adding to the words it asks about).
     _arrays: dict[str, NDArray[np.int64]] = field(default_factory=dict)
+    _ids: NDArray[np.int64] | None = None
+    _lengths: NDArray[np.int64] | None = None
 
     def add(self, docs: Iterable[Doc]) -> None:
         """Take in indexed turns, in ascending id order."""
-        postings, lengths = self.postings, self.lengths
+        postings, ids, lengths = self.postings, self.ids, self.lengths
         for doc, length, terms in docs:
-            lengths[doc] = length
+            at = len(ids)
+            ids.append(doc)
+            lengths.append(length)
             for term in dict.fromkeys(terms):  # a turn counts once per word, as in the SQL index
                 found = postings.get(term)
                 if found is None:
-                    postings[term] = [doc]
+                    postings[term] = [at]
                 else:
-                    found.append(doc)
-                self._arrays.pop(term, None)
+                    found.append(at)
             self.last_id = doc
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
     def frequency(self, term: str) -> int:
         """In how many of the pair's turns `term` is."""
@@ -71,27 +82,43 @@ class PairPostings:
     ) -> dict[int, float]:  # fmt: skip
         """BM25 (binary term frequency) of the best `limit` turns by id, ranked as the SQL index
         ranks them: the `shortlist` with the most weighted words, then their length factor."""
-        lists = [self._array(term) for term, _ in weights]
-        ids = np.concatenate(lists) if lists else np.empty(0, np.int64)
-        if not ids.size:
+        lists = [self._posting_array(term) for term, _ in weights]
+        if not any(len(found) for found in lists):
             return {}
-        docs, inverse = np.unique(ids, return_inverse=True)
         matched = np.bincount(
-            inverse, weights=np.repeat([weight for _, weight in weights], [len(ids) for ids in lists])
+            np.concatenate(lists),
+            weights=np.repeat([weight for _, weight in weights], [len(found) for found in lists]),
         )
-        best = np.lexsort((-docs, -matched))[:shortlist]  # most matched first, then the newest
-        lengths, scale = self.lengths, k1 + 1
-        scored = []
-        for doc, total in zip(docs[best].tolist(), matched[best].tolist(), strict=True):
-            factor = 1 + k1 * (1 - b + b * lengths.get(doc, average) / average)
-            scored.append((total * scale / factor, total, doc))
-        return {doc: score for score, _, doc in heapq.nlargest(limit, scored)}
+        said = np.flatnonzero(matched)
+        totals = matched[said]
+        # Most matched first, then the newest (a later turn has a larger number and id).
+        best = np.lexsort((-said, -totals))[:shortlist]
+        said, totals = said[best], totals[best]
+        self._lengths = _grown(self._lengths, self.lengths)
+        lengths = self._lengths[said]
+        scores = totals * (k1 + 1) / (1 + k1 * (1 - b + b * lengths / average))
+        kept = np.lexsort((-said, -totals, -scores))[:limit]
+        self._ids = _grown(self._ids, self.ids)
+        return dict(zip(self._ids[said[kept]].tolist(), scores[kept].tolist(), strict=True))
 
-    def _array(self, term: str) -> NDArray[np.int64]:
-        found = self._arrays.get(term)
-        if found is None:
-            found = self._arrays[term] = np.array(self.postings.get(term, ()), dtype=np.int64)
+    def _posting_array(self, term: str) -> NDArray[np.int64]:
+        listed = self.postings.get(term)
+        if listed is None:  # not kept: every word ever asked about would stay
+            return _NONE
+        found = self._arrays[term] = _grown(self._arrays.get(term), listed)
         return found
+
+
+_NONE: NDArray[np.int64] = np.empty(0, np.int64)
+
+
+def _grown(held: NDArray[np.int64] | None, listed: Sequence[int]) -> NDArray[np.int64]:
+    """`listed` as an array, reusing `held`, the array of it when it was shorter (the lists
+    only ever grow at their end)."""
+    if held is not None and len(held) == len(listed):
+        return held
+    added = np.array(listed[len(held) if held is not None else 0 :], dtype=np.int64)
+    return added if held is None else np.concatenate((held, added))
 
 
 class PostingsCache:
@@ -177,7 +204,7 @@ class PostingsCache:
     def _account(self, key: tuple[str, int], postings: PairPostings) -> None:
         """Hold `postings` for `key`, counting its turns; drop the least recently asked past the budget."""
         with self._lock:
-            size = len(postings.lengths)
+            size = len(postings)
             self._docs += size - self._counted.pop(key, 0)
             self._pairs.pop(key, None)
             self._pairs[key], self._counted[key] = postings, size
