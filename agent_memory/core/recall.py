@@ -177,17 +177,21 @@ def okapi(matches: Iterable[tuple[int, float]], length: float, average_length: f
 def bm25(text: str, idfs: Mapping[str, float], average_length: float) -> float:
     """BM25 of one text (a fact, a summary line) for the weighted idfs of a question."""
     counts, length = _term_counts(text)
-    return okapi(((tf, idfs[term]) for term, tf in counts if term in idfs), length, average_length)
+    # A question has a few terms, a text many: each of the question's is looked up, and most
+    # texts have none of them.
+    matches = [(counts[term], idf) for term, idf in idfs.items() if term in counts]
+    return okapi(matches, length, average_length) if matches else 0.0
 
 
 @text_cache(8192)
-def _term_counts(text: str) -> tuple[tuple[tuple[str, int], ...], int]:
-    # Facts and summary lines are scored again at every question: their terms are counted once.
+def _term_counts(text: str) -> tuple[Mapping[str, int], int]:
+    # Facts and summary lines are scored again at every question: their terms are counted once
+    # (the counts are shared by every caller: never changed).
     found = cached_terms(text)
     counts: dict[str, int] = {}
     for term in found:
         counts[term] = counts.get(term, 0) + 1
-    return tuple(counts.items()), len(found)
+    return counts, len(found)
 
 
 def recency(at_ms: int, newest_ms: int) -> float:
