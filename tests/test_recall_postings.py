@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,28 @@ async def test_a_forget_leaves_none_of_the_words_in_the_process(service: Any) ->
     # The copies of pairs, the cached terms, dates and token counts held that text: all gone.
     assert len(POSTINGS) == 0 and held_texts() == 0
     assert (await http_recall(service, "u1", "luna", "Zanzibarino"))["memories"] == []
+
+
+def test_a_copy_answers_while_another_thread_adds_turns_to_it() -> None:
+    copy = postings.PairPostings(0)
+    said = sentences(3_000, seed=4)
+    copy.add((doc, len(text.split()), text.split()) for doc, text in enumerate(said[:500], start=1))
+    weights = [("Lisbon", 2.0), ("exam", 1.5), ("sister", 1.0)]
+
+    def ask() -> dict[int, float]:
+        return copy.scores(weights, k1=1.2, b=0.75, average=6.0, limit=20, shortlist=80)
+
+    def add_the_rest() -> None:
+        for doc, text in enumerate(said[500:], start=501):
+            with copy.lock:
+                copy.add([(doc, len(text.split()), text.split())])
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        adding = pool.submit(add_the_rest)
+        answers = [pool.submit(lambda: [ask() for _ in range(200)]) for _ in range(3)]
+        adding.result()
+        assert all(len(found) == 20 for answer in answers for found in answer.result())
+
+    whole = postings.PairPostings(0)
+    whole.add((doc, len(text.split()), text.split()) for doc, text in enumerate(said, start=1))
+    assert ask() == whole.scores(weights, k1=1.2, b=0.75, average=6.0, limit=20, shortlist=80)

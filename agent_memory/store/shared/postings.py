@@ -94,12 +94,12 @@ class PairPostings:
         # Most matched first, then the newest (a later turn has a larger number and id).
         best = np.lexsort((-said, -totals))[:shortlist]
         said, totals = said[best], totals[best]
-        self._lengths = _grown(self._lengths, self.lengths)
-        lengths = self._lengths[said]
-        scores = totals * (k1 + 1) / (1 + k1 * (1 - b + b * lengths / average))
+        # Kept for the next question, and read here through a local: another thread may replace them.
+        all_lengths = self._lengths = _grown(self._lengths, self.lengths)
+        scores = totals * (k1 + 1) / (1 + k1 * (1 - b + b * all_lengths[said] / average))
         kept = np.lexsort((-said, -totals, -scores))[:limit]
-        self._ids = _grown(self._ids, self.ids)
-        return dict(zip(self._ids[said[kept]].tolist(), scores[kept].tolist(), strict=True))
+        ids = self._ids = _grown(self._ids, self.ids)
+        return dict(zip(ids[said[kept]].tolist(), scores[kept].tolist(), strict=True))
 
     def _posting_array(self, term: str) -> NDArray[np.int64]:
         listed = self.postings.get(term)
