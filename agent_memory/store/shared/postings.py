@@ -69,6 +69,12 @@ class PairPostings:
                     found.append(at)
             self.last_id = doc
 
+    def ready(self) -> None:
+        """Make the arrays of turn ids and lengths now (a pair read in the background is then
+        scored without making them on a question's time)."""
+        self._ids = _grown(self._ids, self.ids)
+        self._lengths = _grown(self._lengths, self.lengths)
+
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -176,6 +182,7 @@ class PostingsCache:
             return PairPostings(changes)
         fresh = PairPostings(now)
         fresh.add(found)
+        fresh.ready()
         self.reads += 1
         self._account(key, fresh)
         return fresh
