@@ -69,11 +69,12 @@ class PairPostings:
                     found.append(at)
             self.last_id = doc
 
-    def ready(self) -> None:
-        """Make the arrays of turn ids and lengths now (a pair read in the background is then
-        scored without making them on a question's time)."""
-        self._ids = _grown(self._ids, self.ids)
-        self._lengths = _grown(self._lengths, self.lengths)
+    def ready(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The arrays of turn ids and lengths, brought up to date (made when the pair is read, so
+        that a pair read in the background is scored without making them on a question's time)."""
+        ids = self._ids = _grown(self._ids, self.ids)
+        lengths = self._lengths = _grown(self._lengths, self.lengths)
+        return ids, lengths
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -100,11 +101,10 @@ class PairPostings:
         # Most matched first, then the newest (a later turn has a larger number and id).
         best = np.lexsort((-said, -totals))[:shortlist]
         said, totals = said[best], totals[best]
-        # Kept for the next question, and read here through a local: another thread may replace them.
-        all_lengths = self._lengths = _grown(self._lengths, self.lengths)
-        scores = totals * (k1 + 1) / (1 + k1 * (1 - b + b * all_lengths[said] / average))
+        # Read through locals: another thread may replace the arrays meanwhile.
+        ids, lengths = self.ready()
+        scores = totals * (k1 + 1) / (1 + k1 * (1 - b + b * lengths[said] / average))
         kept = np.lexsort((-said, -totals, -scores))[:limit]
-        ids = self._ids = _grown(self._ids, self.ids)
         return dict(zip(ids[said[kept]].tolist(), scores[kept].tolist(), strict=True))
 
     def _posting_array(self, term: str) -> NDArray[np.int64]:
