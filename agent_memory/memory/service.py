@@ -296,7 +296,9 @@ class Memory:
     async def forget(self, user_id: str, character_id: str | None = None) -> ForgetReceipt:
         """Delete everything held about a user (or one of its pairs); returns counts per table."""
         receipt = await self.store.write(lambda tx: tx.maintenance.forget(user_id, character_id))
-        # What this process keeps of remembered text (built contexts, cached terms and dates) goes too.
+        # What this process keeps of remembered text (recall's copies, built contexts, cached terms
+        # and dates) goes too, once the forget is committed: a read before would bring it back.
+        self.store.forget_held()
         self.contexts.clear()
         forget_texts()
         # Until the WAL is checkpointed the forgotten text still sits in it.

@@ -748,6 +748,11 @@ class Store(Protocol):
         """Make what was deleted leave the files now (busy, log pages, pages written back)."""
         ...
 
+    def forget_held(self) -> None:
+        """Drop what this process holds in memory of the recall index (after a forget has
+        committed: a read racing the forget would otherwise bring its words back)."""
+        ...
+
     async def catch_up_search(self) -> int:
         """Bring the search index up to date (bounded), so a search sees what was just stored."""
         ...

@@ -43,7 +43,7 @@ from agent_memory.store.postgres.leases import PostgresLeases
 from agent_memory.store.postgres.llm_routes import PostgresLlmRoutes
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
 from agent_memory.store.postgres.messages import PostgresMessages
-from agent_memory.store.postgres.recall import PostgresRecall
+from agent_memory.store.postgres.recall import PostgresRecall, forget_held
 from agent_memory.store.postgres.search import PostgresSearch
 from agent_memory.store.postgres.sessions import PostgresSessions
 from agent_memory.store.postgres.vectors import PostgresVectors
@@ -246,6 +246,10 @@ class PostgresStore:
                 return fn(conn)
             finally:
                 conn.autocommit = False
+
+    def forget_held(self) -> None:
+        """Drop what this process holds in memory of the recall index."""
+        forget_held()
 
     async def checkpoint(self) -> tuple[int, int, int]:
         """Make what was deleted leave the table files now (see PostgresMaintenance.scrub)."""

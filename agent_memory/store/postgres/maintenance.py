@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from psycopg import errors, sql
 
 from agent_memory.store.postgres.common import Connection, Repository, now_ms
-from agent_memory.store.postgres.recall import forget_held
 from agent_memory.store.postgres.versions import bump
 from agent_memory.store.shared.maintenance import COUNTED, HELD, KEEP_INBOX_STATUSES, SEARCH_INDEXED
 from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
@@ -98,7 +97,6 @@ class PostgresMaintenance(Repository):
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
         """Delete everything held for a pair, or for a user when `character_id` is None."""
-        forget_held()
         where = "user_id = %s" if character_id is None else "user_id = %s AND character_id = %s"
         params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
         # Locked, so a session of the pair is not half-forgotten by a write that runs alongside.

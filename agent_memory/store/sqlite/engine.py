@@ -37,6 +37,7 @@ from agent_memory.store.sqlite.llm_routes import SQLiteLlmRoutes
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.messages import SQLiteMessages
 from agent_memory.store.sqlite.migrations import migrations
+from agent_memory.store.sqlite.recall import forget_held
 from agent_memory.store.sqlite.search import SQLiteSearch
 from agent_memory.store.sqlite.sessions import SQLiteSessions
 from agent_memory.store.sqlite.vectors import SQLiteVectors
@@ -255,6 +256,10 @@ class SQLiteStore:
         return await self.write(
             lambda tx: tx.search.catch_up(SEARCH_CATCH_UP) + tx.recall.catch_up(SEARCH_CATCH_UP)
         )
+
+    def forget_held(self) -> None:
+        """Drop what this process holds in memory of the recall index."""
+        forget_held()
 
     async def checkpoint(self) -> tuple[int, int, int]:
         """Copy the WAL into the database file and truncate it."""

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from agent_memory.store.shared.maintenance import COUNTED, HELD, KEEP_INBOX_STATUSES, SEARCH_INDEXED
 from agent_memory.store.sqlite.common import CHUNK, Repository, marks
-from agent_memory.store.sqlite.recall import forget_held
 from agent_memory.store.sqlite.search import SearchIndex
 from agent_memory.store.sqlite.versions import bump
 from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
@@ -79,7 +78,6 @@ class SQLiteMaintenance(Repository):
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
         """Delete everything held for a pair, or for a user when `character_id` is None."""
-        forget_held()
         where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
         params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
         agent_ids = [
