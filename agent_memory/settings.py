@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -62,6 +62,7 @@ ENVIRONMENT: dict[str, str] = {
     "retention_sweep_s": "AGENT_MEMORY_RETENTION_SWEEP_S",
     "log_level": "AGENT_MEMORY_LOG_LEVEL",
     "log_format": "AGENT_MEMORY_LOG_FORMAT",
+    "event_loop": "AGENT_MEMORY_EVENT_LOOP",
     "public_url": "AGENT_MEMORY_PUBLIC_URL",
     "llm_token": "AGENT_MEMORY_LLM_TOKEN",
     "recall_max_tokens": "AGENT_MEMORY_RECALL_MAX_TOKENS",
@@ -172,6 +173,8 @@ class Settings(BaseModel):
     group_commit_max: int = Field(256, ge=1)
     log_level: str = "INFO"
     log_format: LogFormat = "text"
+    # `serve` runs on uvloop where it is installed (not on Windows); "asyncio" declines it.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     @field_validator("log_level")
     @classmethod

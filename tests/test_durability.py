@@ -7,20 +7,16 @@ real database file; the database is checked with the sqlite3 module, not through
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from conftest import SECRET, TOKEN, agent_event, encode, turns, wait_for
+from conftest import SECRET, TOKEN, agent_event, encode, turns
+from served import Server, servers
 
 from agent_memory.platforms.agora.signatures import agora_headers
 
@@ -31,76 +27,6 @@ MESSAGES_PER_CALLBACK = 8
 CLIENTS = 16
 KILL_AFTER = 150
 CALLBACKS_PER_CLIENT = 60  # 960 in all: far more than are answered before the kill
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """`agent-memory serve` in a subprocess (`db`: a file, or a PostgreSQL URL; `more`: more settings)."""
-
-    def __init__(self, db: Path | str, log: Path, more: dict[str, str] | None = None) -> None:
-        self.db = db
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("AGENT_MEMORY_", "AGORA_", "OPENAI_"))
-        }
-        env.update(
-            {
-                "AGORA_WEBHOOK_SECRET": SECRET,
-                "AGENT_MEMORY_API_TOKEN": TOKEN,
-                "AGENT_MEMORY_SUMMARY_DELAY_S": "3600",
-                "AGENT_MEMORY_SUMMARY_MAX_WAIT_S": "3600",
-                "AGENT_MEMORY_SUMMARY_MAX_MESSAGES": "100000",
-                "AGENT_MEMORY_LOG_LEVEL": "WARNING",
-                "PYTHONPATH": str(ROOT),
-                **(more or {}),
-            }
-        )
-        self.log = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_memory.cli", "serve", "--db", str(db), "--port", str(self.port)],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    async def wait_healthy(self, session: aiohttp.ClientSession, timeout_s: float = 15.0) -> dict[str, Any]:
-        """The /healthz answer once the server gives one; fails at once if the process exits."""
-
-        async def health() -> dict[str, Any] | None:
-            assert self.proc.poll() is None, f"the server exited with {self.proc.returncode}"
-            try:
-                async with session.get(f"{self.url}/healthz") as resp:
-                    return await resp.json() if resp.status == 200 else None
-            except (aiohttp.ClientError, OSError):
-                return None
-
-        answer: dict[str, Any] = await wait_for(health, timeout_s, failure="the server did not come up")
-        return answer
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        self.log.close()
-
-
-@contextmanager
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
-    try:
-        yield started
-    finally:
-        for server in started:
-            server.stop()
 
 
 def callback(client: int, index: int) -> dict[str, Any]:

@@ -20,7 +20,8 @@ import pytest
 from conftest import agent_event, agora_settings, turns, wait_for
 from fakes.agora_server import FakeAgora
 from fakes.openai_server import FakeOpenAI
-from test_durability import Server, post, servers
+from served import Server, servers
+from test_durability import post
 
 from agent_memory.condense import make_condenser
 from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult

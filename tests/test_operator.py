@@ -242,9 +242,12 @@ def test_a_read_only_database_is_said(tmp_path: Path, capsys: pytest.CaptureFixt
             "must be one of DEBUG, INFO, WARNING",
         ),
         (["serve", "--port", "0"], {"AGENT_MEMORY_LOG_FORMAT": "xml"}, "AGENT_MEMORY_LOG_FORMAT"),
+        (["serve", "--port", "0"], {"AGENT_MEMORY_EVENT_LOOP": "trio"}, "AGENT_MEMORY_EVENT_LOOP"),
     ],
 )
-def test_a_bad_log_setting_is_said(tmp_path: Path, args: list[str], env: dict[str, str], named: str) -> None:
+def test_a_bad_log_or_loop_setting_is_said(
+    tmp_path: Path, args: list[str], env: dict[str, str], named: str
+) -> None:
     said_plainly(run(*args, "--db", str(tmp_path / "m.db"), **env), named)
 
 
