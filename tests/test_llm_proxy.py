@@ -21,7 +21,8 @@ from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest import in_order
-from agent_memory.platforms.agora.llm_proxy import first_error
+from agent_memory.platforms.agora.keys import LLM_PROXY
+from agent_memory.platforms.agora.llm_proxy import BriefPairs, first_error
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
 
@@ -552,3 +553,60 @@ async def test_recall_misses_are_all_counted_and_logged_once_in_a_while(
         )
     assert (await stats(service))["recall_misses"] == 3
     assert sum("missed its" in record.getMessage() for record in caplog.records) == 1
+
+
+def test_a_pair_is_brief_after_a_quick_recall_and_not_after_a_slow_or_unfinished_one() -> None:
+    pairs = BriefPairs(brief_ms=4.0, held=2)
+    assert ("u", "c") not in pairs
+    pairs.took(("u", "c"), 1.5)
+    assert ("u", "c") in pairs
+    pairs.took(("u", "c"), 9.0)
+    assert ("u", "c") not in pairs
+    pairs.took(("u", "c"), 1.0)
+    pairs.took(("u", "c"), None)
+    assert ("u", "c") not in pairs
+    for user in ("a", "b", "d"):
+        pairs.took((user, "c"), 1.0)
+    # Held at most two: the third starts the set again (a pair still in a call rejoins at once).
+    assert ("d", "c") in pairs and ("a", "c") not in pairs
+
+
+async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_deadline(
+    start_service: Any, upstream: FakeUpstreamLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = await start(start_service, upstream, recall_timeout_ms=200)
+    # On a loaded test machine a tiny pair's recall still counts as brief.
+    service.server.app[LLM_PROXY].brief.brief_ms = 150
+    await remember(service)
+    store = service.store
+    read_brief = store.read_brief
+    brief_reads: list[float] = []
+
+    async def watched(fn: Any) -> Any:
+        brief_reads.append(time.perf_counter())
+        return await read_brief(fn)
+
+    async def ask() -> list[str]:
+        await client(service).chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "what is my sister's dog called?"}],
+            extra_body=PARAMS,
+        )
+        return [m["content"] for m in upstream.requests[-1]["messages"] if m["role"] == "system"]
+
+    monkeypatch.setattr(store, "read_brief", watched)
+    first, second = await ask(), await ask()
+    assert "Biscuit" in first[0] and second == first
+    assert len(brief_reads) == 1 and (await stats(service))["recalls_brief"] == 1
+
+    async def overrunning(fn: Any) -> Any:
+        time.sleep(0.3)  # blocks the loop, as a slow read there would: it cannot be cut short
+        return await read_brief(fn)
+
+    monkeypatch.setattr(store, "read_brief", overrunning)
+    assert await ask() == []  # past its deadline: forwarded without memory
+    counted = await stats(service)
+    assert counted["recall_misses"] == 1 and counted["recalls_brief"] == 2
+    # The pair goes back to a reader thread (read_brief is not asked again) and is answered again.
+    assert "Biscuit" in (await ask())[0]
+    assert (await stats(service))["recalls_brief"] == 2

@@ -22,7 +22,7 @@ from agent_memory.core.domain import (
 )
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction, open_store
-from agent_memory.store.sqlite import SQLiteView
+from agent_memory.store.sqlite import SQLiteStore, SQLiteView
 from agent_memory.store.sqlite.facts import fact_character
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
 from agent_memory.store.types import NewMessage
@@ -262,3 +262,16 @@ async def test_a_write_waits_for_another_process_writing_the_same_file(tmp_path:
     finally:
         service.close()
         cli.close()
+
+
+async def test_a_brief_read_runs_on_the_event_loop_in_sqlite_and_on_a_reader_thread_in_postgres(
+    store: Store,
+) -> None:
+    await store.write(lambda tx: tx.messages.insert([message(0, "hello there")]))
+    loop_thread = threading.get_ident()
+    thread, latest = await store.read_brief(
+        lambda view: (threading.get_ident(), view.messages.latest("u1", "luna", 5))
+    )
+    assert (thread == loop_thread) is isinstance(store, SQLiteStore)
+    assert latest == await store.read(lambda view: view.messages.latest("u1", "luna", 5))
+    assert [m.content for m in latest] == ["hello there"]

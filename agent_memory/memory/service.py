@@ -215,12 +215,14 @@ class Memory:
         scope: RecallScope = "pair",
         indexed_only: bool = False,
         exclude_session: str | None = None,
+        brief: bool = False,
     ) -> Recall:
         """The memories that answer `q`, best first, within `max_tokens`; scope user reads
         all the user's characters (and always includes the user-wide facts). `indexed_only`
         answers from what the recall index holds without first catching it up: for a caller
         that already has the latest turns (a live call's own request carries them), whose
-        own agent run `exclude_session` names."""
+        own agent run `exclude_session` names; with `brief` too (the caller knows this pair's
+        recall to be quick) it is read as `Store.read_brief`."""
         if not q.strip():
             raise InvalidField("q is empty: pass the question to recall memories for, e.g. q=when is my exam")
         started = time.perf_counter()
@@ -237,7 +239,10 @@ class Memory:
                 view, user_id, scoped, q, max_tokens, semantic=semantic, exclude_session=exclude_session
             )
 
-        found = await (self.store.read(read) if indexed_only else self._read_indexed(read))
+        if indexed_only:
+            found = await (self.store.read_brief(read) if brief else self.store.read(read))
+        else:
+            found = await self._read_indexed(read)
         if self.metrics is not None:
             self.metrics.recalled(scope, time.perf_counter() - started, found=bool(found.memories))
         return found

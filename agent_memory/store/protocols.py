@@ -740,6 +740,12 @@ class Store(Protocol):
         """`fn(view)` on the calling thread (CLI commands and benchmarks)."""
         ...
 
+    async def read_brief(self, fn: Callable[[ReadView], T]) -> T:
+        """`fn(view)` for a read known to take a millisecond or two: an embedded store runs it
+        on the event loop itself (a hand-off to a reader thread and back costs about as much);
+        a store across the network reads as `read` does."""
+        ...
+
     async def write(self, fn: Callable[[Transaction], T]) -> T:
         """`fn(tx)` in a transaction; returns once it is durably committed."""
         ...

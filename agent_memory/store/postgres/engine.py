@@ -203,6 +203,10 @@ class PostgresStore:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self.read_now, fn)
 
+    async def read_brief(self, fn: Callable[[PostgresView], T]) -> T:
+        """As `read`: a read over the network never runs on the event loop."""
+        return await self.read(fn)
+
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
         if self._reads is None:

@@ -242,6 +242,10 @@ class SQLiteStore:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
         return fn(self._reader())
 
+    async def read_brief(self, fn: Callable[[SQLiteView], T]) -> T:
+        """Run a brief `fn(view)` on the event loop's own thread (and reader connection)."""
+        return fn(self._reader())
+
     # writes
 
     async def write(self, fn: Callable[[SQLiteTransaction], T]) -> T:
