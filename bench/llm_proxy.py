@@ -17,7 +17,8 @@ voice calls ask). Each call is a short Agora-shaped conversation of u-bench/luna
 `--record` each caller is an agent run (`agent_id` in `llm.params`) whose calls are its turns,
 each carrying the run's earlier turns: the endpoint records them as it goes, as in a real call.
 Reported: p50/p99 time to first token and to last token of both, the added time to first
-token, how many forwarded requests carried recalled memory, and the server's memory per open
+token, how many forwarded requests carried recalled memory, the endpoint's recall counters
+(how many were brief, past the deadline, failed), and the server's memory per open
 stream (RSS with 5x `--streams` streams held open, less RSS with `--streams`, divided by the
 difference), and RSS before the first and the last timed round (nothing kept per call).
 
@@ -353,6 +354,7 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
             result["client_cpu_s"] = self_cpu_seconds() - client_0
             result["other_cores"] = noise.other_cores()
             result["upstream_seen"] = await upstream_stats(upstream)
+            result["endpoint_stats"] = await endpoint_stats(server.url)
             result.update(await held_streams_rss(session, paths["proxy"], args, server.pid))
         proxied = len(timed["proxy"])
         result["proxy_calls_per_s"] = proxied / proxy_s if proxy_s else 0.0
@@ -381,6 +383,13 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
 async def upstream_stats(upstream: str) -> dict[str, int]:
     async with aiohttp.ClientSession() as session, session.get(f"{upstream}/stats") as resp:
         return dict(await resp.json())
+
+
+async def endpoint_stats(url: str) -> dict[str, int]:
+    """The endpoint's own counters (GET /v1/llm/stats): recalls, brief ones, misses."""
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
+    async with aiohttp.ClientSession(headers=headers) as session, session.get(f"{url}/v1/llm/stats") as resp:
+        return dict((await resp.json())["llm_proxy"])
 
 
 def rounded(summary: dict[str, float]) -> dict[str, float]:
@@ -417,6 +426,12 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
     )
     print(f"  added time to last token:  p50 {added_last['p50']:.2f} ms, p99 {added_last['p99']:.2f} ms")
     print(f"  forwarded with recalled memory: {seen['with_memory']} of {proxied} endpoint calls")
+    counted = result["endpoint_stats"]
+    recalls = {
+        key: counted.get(key, 0) for key in ("recalls", "recalls_brief", "recall_misses", "recall_errors")
+    }
+    print(f"  recalls: {recalls['recalls']}, {recalls['recalls_brief']} of them read on the event loop (brief); "
+          f"{recalls['recall_misses']} past the deadline, {recalls['recall_errors']} failed")  # fmt: skip
     print(f"  server RSS: {result['rss_first_round_mib']:.1f} MiB before the first timed round, "
           f"{result['rss_last_round_mib']:.1f} MiB before the last; {result['rss_held_mib']:.1f} MiB with "
           f"{args.streams} streams held open, {result['rss_held_5x_mib']:.1f} MiB with {5 * args.streams}: "
@@ -445,6 +460,7 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
         "added_ttlt_ms": {k: round(v, 2) for k, v in added_last.items()},
         "errors": proxy["errors"] + direct["errors"],
         "with_memory": seen["with_memory"],
+        "recalls": recalls,
         "endpoint_calls": proxied,
         "kib_per_open_stream": round(result["kib_per_stream"], 1),
         "rss_mib": {

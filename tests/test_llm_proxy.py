@@ -21,6 +21,7 @@ from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest import in_order
+from agent_memory.memory.service import recall_in
 from agent_memory.platforms.agora.keys import LLM_PROXY
 from agent_memory.platforms.agora.llm_proxy import BriefPairs, first_error
 from agent_memory.upstream import HttpUpstream, Target
@@ -571,6 +572,16 @@ def test_a_pair_is_brief_after_a_quick_recall_and_not_after_a_slow_or_unfinished
     assert ("d", "c") in pairs and ("a", "c") not in pairs
 
 
+async def memory_sent(service: Service, upstream: FakeUpstreamLLM) -> list[str]:
+    """Ask about the dog; the system messages the model was sent."""
+    await client(service).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "what is my sister's dog called?"}],
+        extra_body=PARAMS,
+    )
+    return [m["content"] for m in upstream.requests[-1]["messages"] if m["role"] == "system"]
+
+
 async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_deadline(
     start_service: Any, upstream: FakeUpstreamLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -587,12 +598,7 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
         return await read_brief(fn)
 
     async def ask() -> list[str]:
-        await client(service).chat.completions.create(
-            model="m",
-            messages=[{"role": "user", "content": "what is my sister's dog called?"}],
-            extra_body=PARAMS,
-        )
-        return [m["content"] for m in upstream.requests[-1]["messages"] if m["role"] == "system"]
+        return await memory_sent(service, upstream)
 
     monkeypatch.setattr(store, "read_brief", watched)
     first, second = await ask(), await ask()
@@ -600,8 +606,11 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
     assert len(brief_reads) == 1 and (await stats(service))["recalls_brief"] == 1
 
     async def overrunning(fn: Any) -> Any:
-        time.sleep(0.3)  # blocks the loop, as a slow read there would: it cannot be cut short
-        return await read_brief(fn)
+        def slow(view: Any) -> Any:
+            time.sleep(0.3)  # blocks the loop, as a slow read there would: it cannot be cut short
+            return fn(view)
+
+        return await read_brief(slow)
 
     monkeypatch.setattr(store, "read_brief", overrunning)
     assert await ask() == []  # past its deadline: forwarded without memory
@@ -610,3 +619,23 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
     # The pair goes back to a reader thread (read_brief is not asked again) and is answered again.
     assert "Biscuit" in (await ask())[0]
     assert (await stats(service))["recalls_brief"] == 2
+
+
+async def test_a_pair_whose_read_was_slow_goes_back_to_a_reader_thread(
+    start_service: Any, upstream: FakeUpstreamLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = await start(start_service, upstream)
+    service.server.app[LLM_PROXY].brief.brief_ms = 150
+    await remember(service)
+
+    def slow_recall(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.2)
+        return recall_in(*args, **kwargs)
+
+    assert "Biscuit" in (await memory_sent(service, upstream))[0]
+    monkeypatch.setattr("agent_memory.memory.service.recall_in", slow_recall)
+    # Within its deadline the slow read still answers; the pair's next recall is not brief.
+    assert "Biscuit" in (await memory_sent(service, upstream))[0]
+    assert "Biscuit" in (await memory_sent(service, upstream))[0]
+    counted = await stats(service)
+    assert counted["recalls_brief"] == 1 and counted["recall_misses"] == 0

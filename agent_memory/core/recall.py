@@ -145,6 +145,8 @@ class Recall:
     system_message: str
     candidates: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+    # How long its read took where it ran (a thread hand-off not counted).
+    read_ms: float = 0.0
 
 
 def weighted_terms(q: str) -> list[tuple[str, float]]:

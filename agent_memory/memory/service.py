@@ -235,9 +235,11 @@ class Memory:
             )  # fmt: skip
 
         def read(view: ReadView) -> Recall:
-            return recall_in(
+            reading = time.perf_counter()
+            found = recall_in(
                 view, user_id, scoped, q, max_tokens, semantic=semantic, exclude_session=exclude_session
             )
+            return replace(found, read_ms=(time.perf_counter() - reading) * 1000)
 
         if indexed_only:
             found = await (self.store.read_brief(read) if brief else self.store.read(read))

@@ -54,10 +54,11 @@ DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 SHORT_TURN_WORDS = 5
 # How often open streams are checked for a client that went away (well inside 100 ms).
 DISCONNECT_POLL_S = 0.05
-# A pair whose last recall took less than this is recalled on the event loop (the embedded
+# A pair whose last recall read in less than this is recalled on the event loop (the embedded
 # store): handing the read to a reader thread and back cost about 0.5 ms of a 2 ms recall
-# (bench/llm_proxy.py, side by side). One recalled slower (its index not held in memory yet, or
-# grown large) goes back to a reader thread, where the deadline can cut it short.
+# (bench/llm_proxy.py, side by side). One read slower (its index not held in memory yet, so
+# searched in SQLite, which a reader thread does without the GIL) goes back to a reader
+# thread, where the deadline can cut it short.
 BRIEF_RECALL_MS = 4.0
 BRIEF_PAIRS_HELD = 10_000
 # Recall misses are logged at most this often (each is counted): an overloaded service would
@@ -347,7 +348,7 @@ class BriefPairs:
         return pair in self._pairs
 
     def took(self, pair: tuple[str, str], ms: float | None) -> None:
-        """How long the pair's recall took (None: it did not finish)."""
+        """How long the pair's recall read took (None: it did not finish)."""
         if ms is None or ms >= self.brief_ms:
             self._pairs.discard(pair)
             return
@@ -489,7 +490,7 @@ class LlmProxy:
             )  # fmt: skip
             return None
         took_ms = (time.perf_counter() - started) * 1000
-        self.brief.took(pair, took_ms)
+        self.brief.took(pair, found.read_ms if took_ms <= deadline_ms else None)
         if took_ms > deadline_ms:
             # Read on the event loop, the recall could not be cut short: still, past its
             # deadline the request goes on without memory, as from a reader thread.
