@@ -67,6 +67,7 @@ ENVIRONMENT: dict[str, str] = {
     "llm_token": "AGENT_MEMORY_LLM_TOKEN",
     "recall_max_tokens": "AGENT_MEMORY_RECALL_MAX_TOKENS",
     "recall_timeout_ms": "AGENT_MEMORY_RECALL_TIMEOUT_MS",
+    "recall_brief_ms": "AGENT_MEMORY_RECALL_BRIEF_MS",
     "upstream_base_url": "AGENT_MEMORY_UPSTREAM_BASE_URL",
     "upstream_api_key": "AGENT_MEMORY_UPSTREAM_API_KEY",
     "upstream_model": "AGENT_MEMORY_UPSTREAM_MODEL",
@@ -159,6 +160,8 @@ class Settings(BaseModel):
     llm_token: str | None = None
     recall_max_tokens: int = Field(400, ge=50)
     recall_timeout_ms: float = Field(30, gt=0)
+    # A pair whose last recall read in less is recalled on the event loop (SQLite); 0: never.
+    recall_brief_ms: float = Field(4.0, ge=0)
     upstream_base_url: str | None = None
     upstream_api_key: str | None = None
     upstream_model: str | None = None

@@ -22,7 +22,6 @@ from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest import in_order
 from agent_memory.memory.service import recall_in
-from agent_memory.platforms.agora.keys import LLM_PROXY
 from agent_memory.platforms.agora.llm_proxy import BriefPairs, first_error
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
@@ -557,7 +556,7 @@ async def test_recall_misses_are_all_counted_and_logged_once_in_a_while(
 
 
 def test_a_pair_is_brief_after_a_quick_recall_and_not_after_a_slow_or_unfinished_one() -> None:
-    pairs = BriefPairs(brief_ms=4.0, held=2)
+    pairs = BriefPairs(4.0, held=2)
     assert ("u", "c") not in pairs
     pairs.took(("u", "c"), 1.5)
     assert ("u", "c") in pairs
@@ -585,9 +584,8 @@ async def memory_sent(service: Service, upstream: FakeUpstreamLLM) -> list[str]:
 async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_deadline(
     start_service: Any, upstream: FakeUpstreamLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = await start(start_service, upstream, recall_timeout_ms=200)
     # On a loaded test machine a tiny pair's recall still counts as brief.
-    service.server.app[LLM_PROXY].brief.brief_ms = 150
+    service = await start(start_service, upstream, recall_timeout_ms=200, recall_brief_ms=150)
     await remember(service)
     store = service.store
     read_brief = store.read_brief
@@ -624,8 +622,7 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
 async def test_a_pair_whose_read_was_slow_goes_back_to_a_reader_thread(
     start_service: Any, upstream: FakeUpstreamLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = await start(start_service, upstream)
-    service.server.app[LLM_PROXY].brief.brief_ms = 150
+    service = await start(start_service, upstream, recall_brief_ms=150)
     await remember(service)
 
     def slow_recall(*args: Any, **kwargs: Any) -> Any:
@@ -639,3 +636,13 @@ async def test_a_pair_whose_read_was_slow_goes_back_to_a_reader_thread(
     assert "Biscuit" in (await memory_sent(service, upstream))[0]
     counted = await stats(service)
     assert counted["recalls_brief"] == 1 and counted["recall_misses"] == 0
+
+
+async def test_a_brief_time_of_zero_keeps_every_recall_on_a_reader_thread(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    service = await start(start_service, upstream, recall_brief_ms=0)
+    await remember(service)
+    for _ in range(3):
+        assert "Biscuit" in (await memory_sent(service, upstream))[0]
+    assert (await stats(service))["recalls_brief"] == 0

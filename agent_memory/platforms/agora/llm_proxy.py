@@ -54,12 +54,11 @@ DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 SHORT_TURN_WORDS = 5
 # How often open streams are checked for a client that went away (well inside 100 ms).
 DISCONNECT_POLL_S = 0.05
-# A pair whose last recall read in less than this is recalled on the event loop (the embedded
-# store): handing the read to a reader thread and back cost about 0.5 ms of a 2 ms recall
-# (bench/llm_proxy.py, side by side). One read slower (its index not held in memory yet, so
-# searched in SQLite, which a reader thread does without the GIL) goes back to a reader
-# thread, where the deadline can cut it short.
-BRIEF_RECALL_MS = 4.0
+# A pair whose last recall read in less than AGENT_MEMORY_RECALL_BRIEF_MS is recalled on the
+# event loop (the embedded store): handing the read to a reader thread and back cost about
+# 0.5 ms of a 2 ms recall (bench/llm_proxy.py, side by side). One read slower (its index not
+# held in memory yet, so searched in SQLite, which a reader thread does without the GIL) goes
+# back to a reader thread, where the deadline can cut it short.
 BRIEF_PAIRS_HELD = 10_000
 # Recall misses are logged at most this often (each is counted): an overloaded service would
 # otherwise spend its time writing one line per call.
@@ -337,9 +336,9 @@ class HeldReplies:
 
 
 class BriefPairs:
-    """The pairs whose last recall was brief (under `BRIEF_RECALL_MS`): recalled on the event loop."""
+    """The pairs whose last recall read in under `brief_ms`: recalled on the event loop."""
 
-    def __init__(self, brief_ms: float = BRIEF_RECALL_MS, held: int = BRIEF_PAIRS_HELD) -> None:
+    def __init__(self, brief_ms: float, held: int = BRIEF_PAIRS_HELD) -> None:
         self.brief_ms = brief_ms
         self.held = held
         self._pairs: set[tuple[str, str]] = set()
@@ -384,7 +383,7 @@ class LlmProxy:
         self.stats = ProxyStats()
         self.disconnects = Disconnects()
         self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s)
-        self.brief = BriefPairs()
+        self.brief = BriefPairs(settings.recall_brief_ms)
         self._miss_logged_at = float("-inf")
         self._unlogged_misses = 0
 
