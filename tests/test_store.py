@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,14 @@ from agent_memory.core.domain import (
     Session,
     Summary,
 )
+from agent_memory.core.recall import weighted_terms
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction, open_store
+from agent_memory.store.shared import postings
 from agent_memory.store.sqlite import SQLiteStore, SQLiteView
 from agent_memory.store.sqlite.facts import fact_character
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
+from agent_memory.store.sqlite.recall import forget_held
 from agent_memory.store.types import NewMessage
 
 pytestmark = pytest.mark.postgres
@@ -275,3 +279,28 @@ async def test_a_brief_read_runs_on_the_event_loop_in_sqlite_and_on_a_reader_thr
     assert (thread == loop_thread) is isinstance(store, SQLiteStore)
     assert latest == await store.read(lambda view: view.messages.latest("u1", "luna", 5))
     assert [m.content for m in latest] == ["hello there"]
+
+
+@pytest.mark.sqlite_only
+async def test_a_brief_read_that_would_search_sqlite_goes_to_a_reader_thread(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.write(
+        lambda tx: tx.messages.insert([message(i, f"my dog Biscuit number {i}") for i in range(6)])
+    )
+    await store.catch_up_search()
+    # The pair is not held in memory, and is read into it in the background: a question now
+    # would be searched in SQLite.
+    forget_held()
+    monkeypatch.setattr(postings, "READ_AT_ONCE_DOCS", 0)
+    threads: list[int] = []
+
+    def ask(view: Any) -> list[int]:
+        threads.append(threading.get_ident())
+        stats = view.recall.term_stats("u1", "luna", weighted_terms("what is my dog called"))
+        return [hit.message.id for hit in view.recall.turns(stats, 3)]
+
+    found = await store.read_brief(ask)
+    assert len(found) == 3
+    assert threads[0] == threading.get_ident() and threads[-1] != threading.get_ident()
+    assert found == await store.read(ask)

@@ -54,13 +54,19 @@ def _phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+class NotBrief(Exception):
+    """A brief read would have searched SQLite (a pair not held in memory): it goes to a reader thread."""
+
+
 class SQLiteRecall(Repository):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ("_copies", "_key", "_owners", "_path")
+    __slots__ = ("_copies", "_key", "_owners", "_path", "brief")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
+        # Set while a brief read runs on the event loop: a search in SQLite would hold it up.
+        self.brief = False
         self._key: str | None = None
         self._path = ""
         # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
@@ -311,6 +317,8 @@ class SQLiteRecall(Repository):
         for pair in stats.pairs:
             copy = self._copies.get(pair)
             if copy is None:
+                if self.brief:
+                    raise NotBrief
                 scores.update(self._scores(pair, stats, limit))
                 continue
             scores.update(copy.scores(
