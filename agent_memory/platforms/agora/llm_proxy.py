@@ -476,9 +476,7 @@ class LlmProxy:
                 deadline_ms / 1000,
             )
         except TimeoutError:
-            self.brief.took(pair, None)
-            self.stats.recall_misses += 1
-            self._log_miss(call)
+            self._missed(call, pair)
             return None
         except Exception as exc:
             self.brief.took(pair, None)
@@ -488,15 +486,19 @@ class LlmProxy:
                 call.user_id, call.character_id, (time.perf_counter() - started) * 1000, exc,
             )  # fmt: skip
             return None
-        took_ms = (time.perf_counter() - started) * 1000
-        self.brief.took(pair, found.read_ms if took_ms <= deadline_ms else None)
-        if took_ms > deadline_ms:
+        if (time.perf_counter() - started) * 1000 > deadline_ms:
             # Read on the event loop, the recall could not be cut short: still, past its
             # deadline the request goes on without memory, as from a reader thread.
-            self.stats.recall_misses += 1
-            self._log_miss(call)
+            self._missed(call, pair)
             return None
+        self.brief.took(pair, found.read_ms)
         return found
+
+    def _missed(self, call: Call, pair: tuple[str, str]) -> None:
+        """A recall past its deadline: counted, logged now and then; its pair is not brief."""
+        self.brief.took(pair, None)
+        self.stats.recall_misses += 1
+        self._log_miss(call)
 
     def _log_miss(self, call: Call) -> None:
         self._unlogged_misses += 1
