@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 # Below 10^11 a timestamp is seconds (10^11 ms is 1973, 10^11 s is the year 5138);
@@ -58,7 +59,13 @@ def to_ms(value: Any) -> int | None:
 
 def format_day(ms: int) -> str:
     """`2026-11-03` (UTC)."""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+    return _day(ms // 86_400_000)
+
+
+@lru_cache(maxsize=4096)
+def _day(day: int) -> str:
+    # Every recalled memory shows its day: formatted once per day, not per memory.
+    return datetime.fromtimestamp(day * 86_400, UTC).strftime("%Y-%m-%d")
 
 
 def format_minute(ms: int) -> str:

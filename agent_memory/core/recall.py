@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Literal
 
 from agent_memory.core.clock import format_day, format_minute
@@ -209,13 +210,12 @@ def _said(message: Message) -> str:
     return said_text(message.content, message.interrupted, message.original)
 
 
-def _dated(memory: RecalledMemory) -> RecalledMemory:
-    """A turn with its relative dates resolved against when it was said (done only for the shown)."""
-    if memory.kind != "turn":
-        return memory
-    return replace(memory, text=annotate(memory.text, memory.at_ms))
+def _dated_text(memory: RecalledMemory) -> str:
+    """A turn's text with its relative dates resolved against when it was said (done only for the shown)."""
+    return annotate(memory.text, memory.at_ms) if memory.kind == "turn" else memory.text
 
 
+@text_cache(8192)
 def text_key(text: str) -> str:
     """What two memories share when they say the same words (case and spacing aside)."""
     return " ".join(text.casefold().split())
@@ -269,47 +269,59 @@ def rank(
         for summary in summaries
         for text, at_ms in summary_lines(summary)
     ]
-    times = [said_at(hit.message) for hit in hits]
-    times += [fact.updated_ms for fact, score in scored_facts if score > 0]
+    hit_times = [said_at(hit.message) for hit in hits]
+    times = hit_times + [fact.updated_ms for fact, score in scored_facts if score > 0]
     times += [at_ms for _, _, at_ms, score in scored_lines if score > 0]
     newest = max(times, default=0)
 
     def prior(score: float, at_ms: int) -> float:
         return round(score * (1 + RECENCY_WEIGHT * recency(at_ms, newest)), 4)
 
-    found: list[RecalledMemory] = [
-        RecalledMemory(
-            "turn", _said(hit.message), said_at(hit.message), prior(hit.score, said_at(hit.message)),
-            hit.message.character_id, session=hit.message.agent_id, role=hit.message.role, id=hit.message.id,
-            message=hit.message,
-        )
-        for hit in hits
-    ]  # fmt: skip
+    # Ranked and deduplicated as plain tuples: only the memories kept are built (most hits
+    # are dropped as repeats or below the floor, on every turn of a live call).
+    found: list[tuple[float, int, str, TurnHit | Fact | Summary]] = [
+        (prior(hit.score, at_ms), at_ms, _said(hit.message), hit)
+        for hit, at_ms in zip(hits, hit_times, strict=True)
+    ]
     found += [
-        RecalledMemory(
-            "fact", fact.text, fact.updated_ms, prior(score, fact.updated_ms), fact.character_id, id=fact.id
-        )
+        (prior(score, fact.updated_ms), fact.updated_ms, fact.text, fact)
         for fact, score in scored_facts
         if score > 0
     ]
     found += [
-        RecalledMemory("summary", text, at_ms, prior(score, at_ms), summary.character_id)
+        (prior(score, at_ms), at_ms, text, summary)
         for summary, text, at_ms, score in scored_lines
         if score > 0
     ]
-    found.sort(key=lambda memory: (-memory.score, -memory.at_ms))
-    floor = found[0].score * MIN_RELATIVE_SCORE if found else 0.0
+    found.sort(key=lambda entry: (-entry[0], -entry[1]))
+    floor = found[0][0] * MIN_RELATIVE_SCORE if found else 0.0
     kept: list[RecalledMemory] = []
     seen: set[str] = set()
-    for memory in found:
-        key = text_key(memory.text)
-        if memory.score >= floor and key not in seen:
-            seen.add(key)
-            kept.append(memory)
+    for score, at_ms, text, source in found:
+        if score < floor:
+            break  # sorted: every one after scores less
+        key = text_key(text)
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(_memory(source, text, at_ms, score))
     pinned = [RecalledMemory("fact", f.text, f.updated_ms, 0.0, None, id=f.id, always=True) for f in always]
     return pinned + kept
 
 
+def _memory(source: TurnHit | Fact | Summary, text: str, at_ms: int, score: float) -> RecalledMemory:
+    if isinstance(source, TurnHit):
+        message = source.message
+        return RecalledMemory(
+            "turn", text, at_ms, score, message.character_id, session=message.agent_id, role=message.role,
+            id=message.id, message=message,
+        )  # fmt: skip
+    if isinstance(source, Fact):
+        return RecalledMemory("fact", text, at_ms, score, source.character_id, id=source.id)
+    return RecalledMemory("summary", text, at_ms, score, source.character_id)
+
+
+@lru_cache(maxsize=4096)
 def _stamp(at_ms: int) -> str:
     return f"{format_day(at_ms)} {format_minute(at_ms)}"
 
@@ -334,11 +346,15 @@ def _clip(text: str, budget: int) -> str:
 
 def memory_line(memory: RecalledMemory) -> str:
     """How one memory reads in the system message (without its context)."""
-    if memory.kind == "fact":
-        return f"- Fact: {memory.text}"
-    if memory.kind == "summary":
-        return f"- [{format_day(memory.at_ms)}] Summary: {memory.text}"
-    return f"- [{_stamp(memory.at_ms)}] {_speaker(memory.role)}: {memory.text}"
+    return _line(memory.kind, memory.text, memory.at_ms, memory.role)
+
+
+def _line(kind: MemoryKind, text: str, at_ms: int, role: str | None) -> str:
+    if kind == "fact":
+        return f"- Fact: {text}"
+    if kind == "summary":
+        return f"- [{format_day(at_ms)}] Summary: {text}"
+    return f"- [{_stamp(at_ms)}] {_speaker(role)}: {text}"
 
 
 def context_line(turn: ContextTurn) -> str:
@@ -356,30 +372,34 @@ def fit(
 ) -> Recall:
     """The best memories that fit in `max_tokens`, then context for them while room is left."""
     used = count_message_tokens(HEADING)
-    chosen: list[RecalledMemory] = []
+    chosen: list[tuple[RecalledMemory, str]] = []
     for memory in ranked:
-        memory = _dated(memory)
-        cost = count_tokens(memory_line(memory)) + 1
+        text = _dated_text(memory)
+        cost = count_tokens(_line(memory.kind, text, memory.at_ms, memory.role)) + 1
         if used + cost <= max_tokens:  # else a shorter one further down may still fit
             used += cost
-            chosen.append(memory)
+            chosen.append((memory, text))
     # A neighbour that is itself shown is not repeated as context.
-    shown_keys = {text_key((memory.message and _said(memory.message)) or memory.text) for memory in chosen}
+    shown_keys = {text_key((memory.message and _said(memory.message)) or memory.text) for memory, _ in chosen}
     shown: list[RecalledMemory] = []
-    for memory in chosen:
+    for memory, text in chosen:
         added: list[ContextTurn] = []
         if neighbours is not None and memory.message is not None and used < max_tokens:
             before, after = neighbours(memory.message)
             for position, turn in (("before", before), ("after", after)):
                 if turn is None or text_key(_said(turn)) in shown_keys:
                     continue
-                text = _clip(annotate(_said(turn), said_at(turn)), CONTEXT_MAX_TOKENS)
-                context = ContextTurn(position, turn.role, text, said_at(turn))  # type: ignore[arg-type]
+                said = _clip(annotate(_said(turn), said_at(turn)), CONTEXT_MAX_TOKENS)
+                context = ContextTurn(position, turn.role, said, said_at(turn))  # type: ignore[arg-type]
                 cost = count_tokens(context_line(context)) + 1
                 if used + cost <= max_tokens:
                     used += cost
                     added.append(context)
-        shown.append(replace(memory, context=tuple(added)))
+        # Built once, not copied with `dataclasses.replace` (which reads every field by name).
+        shown.append(RecalledMemory(
+            memory.kind, text, memory.at_ms, memory.score, memory.character_id, session=memory.session,
+            role=memory.role, id=memory.id, context=tuple(added), always=memory.always, message=memory.message,
+        ))  # fmt: skip
     text_lines = [HEADING]
     for memory in shown:
         text_lines.append(memory_line(memory))

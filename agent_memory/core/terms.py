@@ -94,7 +94,7 @@ def cached_terms(text: str) -> tuple[str, ...]:
 
 def query_terms(text: str) -> list[str]:
     """The distinct terms of a question, first occurrence first."""
-    return list(dict.fromkeys(terms(text)))
+    return list(dict.fromkeys(cached_terms(text)))
 
 
 # Words a question and its answer often do not share: "where do I live" is answered by "we moved
