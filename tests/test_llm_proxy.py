@@ -588,33 +588,33 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
     service = await start(start_service, upstream, recall_timeout_ms=200, recall_brief_ms=150)
     await remember(service)
     store = service.store
-    read_brief = store.read_brief
+    read_here = store.read_here
     brief_reads: list[float] = []
 
-    async def watched(fn: Any) -> Any:
+    def watched(fn: Any) -> Any:
         brief_reads.append(time.perf_counter())
-        return await read_brief(fn)
+        return read_here(fn)
 
     async def ask() -> list[str]:
         return await memory_sent(service, upstream)
 
-    monkeypatch.setattr(store, "read_brief", watched)
+    monkeypatch.setattr(store, "read_here", watched)
     first, second = await ask(), await ask()
     assert "Biscuit" in first[0] and second == first
     assert len(brief_reads) == 1 and (await stats(service))["recalls_brief"] == 1
 
-    async def overrunning(fn: Any) -> Any:
-        def slow(view: Any) -> Any:
-            time.sleep(0.3)  # blocks the loop, as a slow read there would: it cannot be cut short
-            return fn(view)
+    def slow_recall(*args: Any, **kwargs: Any) -> Any:
+        # Read on the loop (SQLite) this blocks it, as a slow read there would: it cannot be
+        # cut short. PostgreSQL declines to read there, and its reader thread is.
+        time.sleep(0.3)
+        return recall_in(*args, **kwargs)
 
-        return await read_brief(slow)
-
-    monkeypatch.setattr(store, "read_brief", overrunning)
+    monkeypatch.setattr("agent_memory.memory.service.recall_in", slow_recall)
     assert await ask() == []  # past its deadline: forwarded without memory
     counted = await stats(service)
     assert counted["recall_misses"] == 1 and counted["recalls_brief"] == 2
-    # The pair goes back to a reader thread (read_brief is not asked again) and is answered again.
+    monkeypatch.setattr("agent_memory.memory.service.recall_in", recall_in)
+    # The pair goes back to a reader thread (read_here is not asked again) and is answered again.
     assert "Biscuit" in (await ask())[0]
     assert (await stats(service))["recalls_brief"] == 2
 

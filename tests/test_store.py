@@ -23,7 +23,7 @@ from agent_memory.core.domain import (
 )
 from agent_memory.core.recall import weighted_terms
 from agent_memory.settings import Settings
-from agent_memory.store import Store, Transaction, open_store
+from agent_memory.store import NotBrief, Store, Transaction, open_store
 from agent_memory.store.shared import postings
 from agent_memory.store.sqlite import SQLiteStore, SQLiteView
 from agent_memory.store.sqlite.facts import fact_character
@@ -268,21 +268,25 @@ async def test_a_write_waits_for_another_process_writing_the_same_file(tmp_path:
         cli.close()
 
 
-async def test_a_brief_read_runs_on_the_event_loop_in_sqlite_and_on_a_reader_thread_in_postgres(
+async def test_a_read_here_runs_on_the_calling_thread_in_sqlite_and_is_declined_by_postgres(
     store: Store,
 ) -> None:
     await store.write(lambda tx: tx.messages.insert([message(0, "hello there")]))
-    loop_thread = threading.get_ident()
-    thread, latest = await store.read_brief(
-        lambda view: (threading.get_ident(), view.messages.latest("u1", "luna", 5))
-    )
-    assert (thread == loop_thread) is isinstance(store, SQLiteStore)
-    assert latest == await store.read(lambda view: view.messages.latest("u1", "luna", 5))
-    assert [m.content for m in latest] == ["hello there"]
+
+    def latest(view: Any) -> tuple[int, list[Message]]:
+        return threading.get_ident(), view.messages.latest("u1", "luna", 5)
+
+    if isinstance(store, SQLiteStore):
+        thread, found = store.read_here(latest)
+        assert thread == threading.get_ident()
+        assert [m.content for m in found] == ["hello there"] and found == (await store.read(latest))[1]
+    else:
+        with pytest.raises(NotBrief):  # over the network: never on the event loop
+            store.read_here(latest)
 
 
 @pytest.mark.sqlite_only
-async def test_a_brief_read_that_would_search_sqlite_goes_to_a_reader_thread(
+async def test_a_read_here_that_would_search_sqlite_is_declined_and_answered_on_a_thread(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store.write(
@@ -300,7 +304,8 @@ async def test_a_brief_read_that_would_search_sqlite_goes_to_a_reader_thread(
         stats = view.recall.term_stats("u1", "luna", weighted_terms("what is my dog called"))
         return [hit.message.id for hit in view.recall.turns(stats, 3)]
 
-    found = await store.read_brief(ask)
-    assert len(found) == 3
-    assert threads[0] == threading.get_ident() and threads[-1] != threading.get_ident()
-    assert found == await store.read(ask)
+    with pytest.raises(NotBrief):
+        store.read_here(ask)
+    assert threads == [threading.get_ident()]
+    assert len(await store.read(ask)) == 3
+    assert threads[-1] != threading.get_ident()

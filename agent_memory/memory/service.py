@@ -65,7 +65,7 @@ from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Progress, PurgeReport, Retention
 from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
-from agent_memory.store import ReadView, Store, Transaction
+from agent_memory.store import NotBrief, ReadView, Store, Transaction
 from agent_memory.store.types import (
     SEARCH_KINDS,
     ForgetReceipt,
@@ -215,16 +215,13 @@ class Memory:
         scope: RecallScope = "pair",
         indexed_only: bool = False,
         exclude_session: str | None = None,
-        brief: bool = False,
     ) -> Recall:
         """The memories that answer `q`, best first, within `max_tokens`; scope user reads
         all the user's characters (and always includes the user-wide facts). `indexed_only`
         answers from what the recall index holds without first catching it up: for a caller
         that already has the latest turns (a live call's own request carries them), whose
-        own agent run `exclude_session` names; with `brief` too (the caller knows this pair's
-        recall to be quick) it is read as `Store.read_brief`."""
-        if not q.strip():
-            raise InvalidField("q is empty: pass the question to recall memories for, e.g. q=when is my exam")
+        own agent run `exclude_session` names."""
+        _check_question(q)
         started = time.perf_counter()
         scoped = None if scope == "user" else character_id
         semantic: list[tuple[int, float]] = []
@@ -233,21 +230,29 @@ class Memory:
                 self.store, self.embedder, user_id=user_id, character_id=scoped, q=q,
                 k=RECALL_CANDIDATES, timeout_s=self.settings.embeddings_timeout_s,
             )  # fmt: skip
+        read = _recall_read(user_id, scoped, q, max_tokens, semantic, exclude_session)
+        found = await (self.store.read(read) if indexed_only else self._read_indexed(read))
+        self._recalled(scope, started, found)
+        return found
 
-        def read(view: ReadView) -> Recall:
-            reading = time.perf_counter()
-            found = recall_in(
-                view, user_id, scoped, q, max_tokens, semantic=semantic, exclude_session=exclude_session
-            )
-            return replace(found, read_ms=(time.perf_counter() - reading) * 1000)
+    def recall_here(
+        self, user_id: str, character_id: str, q: str, *, max_tokens: int, exclude_session: str | None
+    ) -> Recall:
+        """`recall(indexed_only=True)` of one pair, read right here on the calling thread (the
+        event loop) for a pair whose recall is known to be brief (`Store.read_here`). Raises
+        NotBrief when it cannot be: an embeddings model would be asked over the network, or
+        the store will not read here."""
+        _check_question(q)
+        if self.embedder is not None:
+            raise NotBrief("recall asks the embeddings model first, over the network")
+        started = time.perf_counter()
+        found = self.store.read_here(_recall_read(user_id, character_id, q, max_tokens, (), exclude_session))
+        self._recalled("pair", started, found)
+        return found
 
-        if indexed_only:
-            found = await (self.store.read_brief(read) if brief else self.store.read(read))
-        else:
-            found = await self._read_indexed(read)
+    def _recalled(self, scope: RecallScope, started: float, found: Recall) -> None:
         if self.metrics is not None:
             self.metrics.recalled(scope, time.perf_counter() - started, found=bool(found.memories))
-        return found
 
     async def _read_indexed(self, read: Callable[[ReadView], T]) -> T:
         """`read` once the recall index holds every stored turn (catching it up first when it
@@ -590,6 +595,27 @@ class Memory:
             return outcome
 
         return await self.store.write(merge)
+
+
+def _check_question(q: str) -> None:
+    if not q.strip():
+        raise InvalidField("q is empty: pass the question to recall memories for, e.g. q=when is my exam")
+
+
+def _recall_read(
+    user_id: str, character_id: str | None, q: str, max_tokens: int,
+    semantic: Sequence[tuple[int, float]], exclude_session: str | None,
+) -> Callable[[ReadView], Recall]:  # fmt: skip
+    """Recall as one read, timed where it runs (`Recall.read_ms`: a thread hand-off not counted)."""
+
+    def read(view: ReadView) -> Recall:
+        reading = time.perf_counter()
+        found = recall_in(
+            view, user_id, character_id, q, max_tokens, semantic=semantic, exclude_session=exclude_session
+        )
+        return replace(found, read_ms=(time.perf_counter() - reading) * 1000)
+
+    return read
 
 
 def recall_in(

@@ -62,6 +62,10 @@ from agent_memory.store.types import (
 T = TypeVar("T")
 
 
+class NotBrief(Exception):
+    """A read asked for right here (`Store.read_here`) that would not be brief: read it on a thread."""
+
+
 # sessions: one per agent run
 
 
@@ -740,10 +744,11 @@ class Store(Protocol):
         """`fn(view)` on the calling thread (CLI commands and benchmarks)."""
         ...
 
-    async def read_brief(self, fn: Callable[[ReadView], T]) -> T:
-        """`fn(view)` for a read known to take a millisecond or two: an embedded store runs it
-        on the event loop itself (a hand-off to a reader thread and back costs about as much);
-        a store across the network reads as `read` does."""
+    def read_here(self, fn: Callable[[ReadView], T]) -> T:
+        """`fn(view)` right here, on the calling thread (the event loop), for a read known to
+        take a millisecond or two: a hand-off to a reader thread and back costs about as much.
+        Raises NotBrief when this store will not: a store across the network never reads on the
+        loop, and the embedded one declines a read as soon as it would search SQLite."""
         ...
 
     async def write(self, fn: Callable[[Transaction], T]) -> T:

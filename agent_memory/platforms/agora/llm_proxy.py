@@ -42,6 +42,7 @@ from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.events import LABELS_FIELD, incoming
 from agent_memory.platforms.agora.payloads import MemoryMessage
+from agent_memory.store import NotBrief
 from agent_memory.upstream import HttpUpstream, Target, Upstream, UpstreamFailed
 
 log = logging.getLogger(__name__)
@@ -447,52 +448,64 @@ class LlmProxy:
         agent_id = str(agent_id) if isinstance(agent_id, str | int) and str(agent_id) else None
         return Call(body, user_id, character_id, agent_id, route, body.get("stream") is True)
 
-    async def _recall(self, call: Call) -> Recall | None:
+    async def _recall(self, call: Call, *, brief: bool) -> Recall | None:
         """The memories recalled for the call's latest user turn; None when nothing was asked,
-        or recall was too late or failed (counted and logged)."""
+        or recall was too late or failed (counted and logged). A `brief` pair is read right
+        here on the event loop, without suspending (unless the store declines), and so at once."""
         query = recall_query(call.body["messages"])
         if not query:
             return None
         self.stats.recalls += 1
         deadline_ms = self.settings.recall_timeout_ms
         pair = (call.user_id, call.character_id)
-        brief = pair in self.brief
+        started = time.perf_counter()
         if brief:
             self.stats.recalls_brief += 1
-        started = time.perf_counter()
+            try:
+                found = self.memory.recall_here(
+                    call.user_id, call.character_id, query, max_tokens=self.settings.recall_max_tokens,
+                    exclude_session=call.agent_id,
+                )  # fmt: skip
+            except NotBrief:
+                pass  # on a reader thread, within what is left of the deadline
+            except Exception as exc:
+                self._failed(call, pair, started, exc)
+                return None
+            else:
+                if (time.perf_counter() - started) * 1000 > deadline_ms:
+                    # Read on the event loop, the recall could not be cut short: still, past its
+                    # deadline the request goes on without memory, as from a reader thread.
+                    self._missed(call, pair)
+                    return None
+                self.brief.took(pair, found.read_ms)
+                return found
         try:
             found = await asyncio.wait_for(
                 # The request carries this call's turns: recall needs only what is already
                 # indexed, and must not wait for the index to catch up with them.
                 self.memory.recall(
-                    call.user_id,
-                    call.character_id,
-                    query,
-                    max_tokens=self.settings.recall_max_tokens,
-                    indexed_only=True,
-                    exclude_session=call.agent_id,
-                    brief=brief,
+                    call.user_id, call.character_id, query, max_tokens=self.settings.recall_max_tokens,
+                    indexed_only=True, exclude_session=call.agent_id,
                 ),
-                deadline_ms / 1000,
-            )
+                max(deadline_ms / 1000 - (time.perf_counter() - started), 0.0),
+            )  # fmt: skip
         except TimeoutError:
             self._missed(call, pair)
             return None
         except Exception as exc:
-            self.brief.took(pair, None)
-            self.stats.recall_errors += 1
-            log.warning(
-                "custom LLM: recall for %s/%s failed after %.1f ms (%s); answered without memory",
-                call.user_id, call.character_id, (time.perf_counter() - started) * 1000, exc,
-            )  # fmt: skip
-            return None
-        if (time.perf_counter() - started) * 1000 > deadline_ms:
-            # Read on the event loop, the recall could not be cut short: still, past its
-            # deadline the request goes on without memory, as from a reader thread.
-            self._missed(call, pair)
+            self._failed(call, pair, started, exc)
             return None
         self.brief.took(pair, found.read_ms)
         return found
+
+    def _failed(self, call: Call, pair: tuple[str, str], started: float, exc: Exception) -> None:
+        """A recall that failed: counted and logged; its pair is not brief."""
+        self.brief.took(pair, None)
+        self.stats.recall_errors += 1
+        log.warning(
+            "custom LLM: recall for %s/%s failed after %.1f ms (%s); answered without memory",
+            call.user_id, call.character_id, (time.perf_counter() - started) * 1000, exc,
+        )  # fmt: skip
 
     def _missed(self, call: Call, pair: tuple[str, str]) -> None:
         """A recall past its deadline: counted, logged now and then; its pair is not brief."""
@@ -546,14 +559,20 @@ class LlmProxy:
         call = await self._read(request, route)
         if isinstance(call, web.Response):
             return call
-        # Recall runs on a reader thread while this one renders the messages.
-        recalling = asyncio.ensure_future(self._recall(call))
+        # A brief pair is recalled at once, right here; another on a reader thread while this
+        # one renders the messages (a task, and each hop through the loop waits behind every
+        # ready stream's chunk).
+        brief = (call.user_id, call.character_id) in self.brief
+        found = await self._recall(call, brief=True) if brief else None
+        recalling = None if brief else asyncio.ensure_future(self._recall(call, brief=False))
         try:
             messages = to_openai_messages(call.body["messages"])
         except InvalidField as exc:
-            recalling.cancel()
+            if recalling is not None:
+                recalling.cancel()
             return self._bad(exc.message, "messages")
-        found = await recalling
+        if recalling is not None:
+            found = await recalling
         memory, injected = "", 0
         if found is not None and found.memories:
             already = _normal(" ".join(_text_of(m.get("content")) for m in messages))

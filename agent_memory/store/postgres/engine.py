@@ -49,6 +49,7 @@ from agent_memory.store.postgres.sessions import PostgresSessions
 from agent_memory.store.postgres.vectors import PostgresVectors
 from agent_memory.store.postgres.versions import PostgresVersions
 from agent_memory.store.postgres.watches import PostgresWatches
+from agent_memory.store.protocols import NotBrief
 
 __all__ = ["PostgresStore", "PostgresTransaction", "PostgresView"]
 
@@ -203,9 +204,9 @@ class PostgresStore:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self.read_now, fn)
 
-    async def read_brief(self, fn: Callable[[PostgresView], T]) -> T:
-        """As `read`: a read over the network never runs on the event loop."""
-        return await self.read(fn)
+    def read_here(self, fn: Callable[[PostgresView], T]) -> T:
+        """Never: a read over the network does not run on the event loop."""
+        raise NotBrief("PostgreSQL is read over the network, on a reader thread")
 
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""

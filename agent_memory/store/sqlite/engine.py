@@ -37,7 +37,7 @@ from agent_memory.store.sqlite.llm_routes import SQLiteLlmRoutes
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.messages import SQLiteMessages
 from agent_memory.store.sqlite.migrations import migrations
-from agent_memory.store.sqlite.recall import NotBrief, forget_held
+from agent_memory.store.sqlite.recall import forget_held
 from agent_memory.store.sqlite.search import SQLiteSearch
 from agent_memory.store.sqlite.sessions import SQLiteSessions
 from agent_memory.store.sqlite.vectors import SQLiteVectors
@@ -242,18 +242,16 @@ class SQLiteStore:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
         return fn(self._reader())
 
-    async def read_brief(self, fn: Callable[[SQLiteView], T]) -> T:
-        """Run a brief `fn(view)` on the event loop's own thread (and reader connection); one
-        that would search SQLite for a pair not held in memory is run on a reader thread instead."""
+    def read_here(self, fn: Callable[[SQLiteView], T]) -> T:
+        """Run a brief `fn(view)` on the calling thread (the event loop) and its own reader
+        connection; raises NotBrief, before any slow step, when it would search SQLite for a
+        pair not held in memory."""
         view = self._reader()
         view.recall.brief = True
         try:
             return fn(view)
-        except NotBrief:
-            pass
         finally:
             view.recall.brief = False
-        return await self.read(fn)
 
     # writes
 

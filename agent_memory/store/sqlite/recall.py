@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
+from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.postings import Docs, PairPostings, PostingsCache
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
@@ -52,10 +53,6 @@ def _pair_term(pair: int, term: str) -> str:
 
 def _phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
-
-
-class NotBrief(Exception):
-    """A brief read would have searched SQLite (a pair not held in memory): it goes to a reader thread."""
 
 
 class SQLiteRecall(Repository):
@@ -318,7 +315,9 @@ class SQLiteRecall(Repository):
             copy = self._copies.get(pair)
             if copy is None:
                 if self.brief:
-                    raise NotBrief
+                    raise NotBrief(
+                        "the pair's recall index is not held in memory: it would be searched in SQLite"
+                    )
                 scores.update(self._scores(pair, stats, limit))
                 continue
             scores.update(copy.scores(
