@@ -203,6 +203,19 @@ async def test_a_moved_session_takes_its_messages_in_order_under_new_ids(store: 
     assert changed[0][0] > versions[0][0] and changed[1][0] > versions[1][0]
 
 
+async def test_an_update_that_changes_nothing_counts_no_change_of_its_pair(store: Store) -> None:
+    await store.write(lambda tx: tx.sessions.insert(session()))
+    await store.write(lambda tx: tx.messages.insert([message(0, "hello")]))
+    (stored,) = await store.read(lambda view: view.messages.of_session("A1"))
+    version = await store.read(lambda view: view.versions.of_pair("u1", "luna"))
+    # What a window overlapping stored turns asks, turn after turn: the pair's cached
+    # context must not be built again for it.
+    await store.write(lambda tx: tx.messages.update(stored.id, {}))
+    assert await store.read(lambda view: view.versions.of_pair("u1", "luna")) == version
+    await store.write(lambda tx: tx.messages.update(stored.id, {"interrupted": True}))
+    assert await store.read(lambda view: view.versions.of_pair("u1", "luna")) > version
+
+
 async def test_the_queue_claims_postpones_and_finishes(store: Store) -> None:
     timing = {"delay_ms": 0, "max_wait_ms": 0, "max_messages": 1, "new_messages": 3}
     await store.write(lambda tx: tx.jobs.schedule(CONDENSE, "u1", "luna", **timing))

@@ -131,6 +131,12 @@ class SQLiteMessages(Repository):
         bump(self.conn, ((row["user_id"], row["character_id"]) for row in full))
 
     def update(self, message_id: int, changes: MessageChanges) -> None:
+        """Change a stored message, counting a change of its pair; no changes: nothing to do."""
+        # Ingest calls this for every stored message a window overlaps (a live call's every
+        # request carries its earlier turns), mostly with nothing to change: no statement
+        # then, and the pair's version stays, so its cached context is not built again.
+        if not changes:
+            return
         self._set("messages", "id", message_id, dict(changes))
         pair = self.conn.execute(
             "SELECT user_id, character_id FROM messages WHERE id = ?", (message_id,)
