@@ -1,9 +1,12 @@
 """The real `agent-memory serve` runs on uvloop (unless declined), and the custom-LLM endpoint
-recalls, streams and cancels on it as it does on asyncio's own loop."""
+recalls, streams and cancels on it as it does on asyncio's own loop; the interpreter is tuned
+for short pauses of that loop."""
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,8 @@ import pytest
 from conftest import TOKEN, wait_for
 from fakes.upstream_llm import FakeUpstreamLLM, Script
 from served import Server, servers
+
+from agent_memory import cli
 
 LLM_TOKEN = "agora-llm-key"
 PAIR = "/v1/users/u-ana/characters/luna"
@@ -111,3 +116,16 @@ async def test_the_event_loop_is_said_at_start_and_asyncio_can_be_chosen(
             async with aiohttp.ClientSession() as session:
                 await server.wait_healthy(session)
     assert f"event loop {setting}" in (tmp_path / "serve.log").read_text()
+
+
+def test_serve_takes_the_gil_back_within_a_millisecond_and_collects_young_objects_rarely() -> None:
+    interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
+    try:
+        cli.tune_interpreter()
+        # A thread busy merging or indexing keeps the loop (every stream) waiting at most this.
+        assert sys.getswitchinterval() <= 0.001
+        assert gc.get_threshold()[0] >= 50_000 and gc.get_freeze_count() > 0
+    finally:
+        sys.setswitchinterval(interval)
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
