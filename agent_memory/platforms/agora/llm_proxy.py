@@ -570,9 +570,9 @@ class LlmProxy:
         call = await self._read(request, route)
         if isinstance(call, web.Response):
             return call
-        # A brief pair is recalled at once, right here; another on a reader thread while this
-        # one renders the messages (a task, and each hop through the loop waits behind every
-        # ready stream's chunk).
+        # A brief pair is recalled at once, right here: as a task it would first wait its turn
+        # on the loop, behind every stream with a chunk ready. Another pair is recalled on a
+        # reader thread while this one renders the messages.
         brief = (call.user_id, call.character_id) in self.brief
         found = await self._recall(call, brief=True) if brief else None
         recalling = None if brief else asyncio.ensure_future(self._recall(call, brief=False))
