@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ ENVIRONMENT: dict[str, str] = {
     "port": "AGENT_MEMORY_PORT",
     "api_token": "AGENT_MEMORY_API_TOKEN",
     "allow_open_api": "AGENT_MEMORY_ALLOW_OPEN_API",
+    "trusted_proxies": "AGENT_MEMORY_TRUSTED_PROXIES",
     "webhook_secret": "AGORA_WEBHOOK_SECRET",
     "insecure_webhooks": "AGENT_MEMORY_INSECURE_WEBHOOKS",
     "max_body_bytes": "AGENT_MEMORY_MAX_BODY_BYTES",
@@ -78,6 +80,24 @@ ENVIRONMENT: dict[str, str] = {
     "metrics_public": "AGENT_MEMORY_METRICS_PUBLIC",
 }
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(given: str | Iterable[str]) -> tuple[Network, ...]:
+    """Networks from comma-separated IPs and CIDRs ("10.0.0.1, 10.1.0.0/16"); ValueError names a bad one."""
+    items = given.split(",") if isinstance(given, str) else list(given)
+    networks: list[Network] = []
+    for item in (part.strip() for part in items):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"{item!r} is not an IP address or CIDR network (e.g. 10.0.0.1 or 10.0.0.0/8)"
+            ) from None
+    return tuple(networks)
+
 
 class Settings(BaseModel):
     """Everything the service can be told; defaults run the embedded SQLite service."""
@@ -97,6 +117,9 @@ class Settings(BaseModel):
     # on an address other than loopback unless allow_open_api says it is meant.
     api_token: str | None = None
     allow_open_api: bool = False
+    # Reverse proxies whose X-Forwarded-For names the client (web/address.py): comma-separated
+    # IPs and CIDRs. None by default: the peer is the client, whatever a header says.
+    trusted_proxies: tuple[Network, ...] = ()
 
     webhook_secret: str | None = None
     insecure_webhooks: bool = False
@@ -186,6 +209,16 @@ class Settings(BaseModel):
         if level.upper() not in LOG_LEVELS:
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
         return level.upper()
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, given: Any) -> Any:
+        """Comma-separated IPs and CIDRs (the environment's form), or a list of them."""
+        if isinstance(given, str) or (
+            isinstance(given, list | tuple) and all(isinstance(x, str) for x in given)
+        ):
+            return parse_networks(given)
+        return given
 
     @model_validator(mode="before")
     @classmethod

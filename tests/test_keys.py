@@ -25,7 +25,7 @@ from conftest import TOKEN, Service, assert_error, wait_for
 from agent_memory.cli import main
 from agent_memory.core.domain import KEY_SCOPES, KeyScope
 from agent_memory.core.secrets import API_KEY_PREFIX, hash_key
-from agent_memory.errors import NotConfigured
+from agent_memory.errors import InvalidField, NotConfigured
 from agent_memory.settings import Settings
 from agent_memory.web.auth import FAILURES_ALLOWED, OWN_BEARER, ROUTE_SCOPES, FailureLimiter, open_api_warning
 from agent_memory.web.keys import AUTH_STATS
@@ -153,31 +153,119 @@ async def test_the_command_makes_lists_and_revokes_keys_the_service_takes(
     assert "revoked" in await command("list")
 
 
-async def test_wrong_keys_from_an_address_are_limited_and_missing_ones_are_not(service: Service) -> None:
+async def get(
+    service: Service, path: str, key: str | None, forwarded: str | None = None
+) -> tuple[int, str, str]:
+    """GET `path` with `key` as bearer (and an X-Forwarded-For): (status, media type, body text)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if forwarded is not None:
+        headers["X-Forwarded-For"] = forwarded
+    async with service.session.get(f"{service.url}{path}", headers=headers) as resp:
+        return resp.status, resp.content_type, await resp.text()
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The gate's warnings, as logged."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "agent_memory.web.auth" and r.levelname == "WARNING"
+    ]
+
+
+async def test_wrong_keys_are_limited_but_a_right_key_is_always_let_in(
+    service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader = await make_key(service, "read")
     for _ in range(FAILURES_ALLOWED + 5):  # no key at all is no guess
         assert (await service.api("GET", "/v1/stats", token=None))[0] == 401
+    assert warnings_of(caplog) == []
     for _ in range(FAILURES_ALLOWED):
-        assert (await service.api("GET", "/v1/stats", token="guess"))[0] == 401
-    async with service.session.get(
-        f"{service.url}/v1/stats", headers={"Authorization": f"Bearer {TOKEN}"}
-    ) as resp:
-        message = assert_error(
-            resp.status, await resp.json(), 429, "rate_limited"
-        )  # even the right token waits
-        assert int(resp.headers["Retry-After"]) >= 1 and "too many wrong keys" in message
+        assert (await service.api("GET", "/v1/stats", token="guess-1234"))[0] == 401
+    for _ in range(5):  # the address's further wrong keys wait
+        async with service.session.get(
+            f"{service.url}/v1/stats", headers={"Authorization": "Bearer guess-1234"}
+        ) as resp:
+            message = assert_error(resp.status, await resp.json(), 429, "rate_limited")
+            assert int(resp.headers["Retry-After"]) >= 1 and "too many wrong keys from 127.0.0.1" in message
+    # The right keys are let in all the same: the admin token, a scoped key, the metrics scrape.
+    assert (await service.api("GET", "/v1/stats"))[0] == 200
+    assert (await service.api("GET", "/v1/users/u/characters/c/facts", token=reader))[0] == 200
+    status, media, text = await get(service, "/metrics", TOKEN)
+    assert (status, media) == (200, "text/plain") and "agent_memory_auth_refused" in text
+    assert (await service.api("GET", "/v1/stats", token="guess-1234"))[0] == 429  # and the wrong still wait
     status, _ = await service.api("GET", "/healthz", token=None)
     assert status == 200  # only /v1 is behind the gate
     refused = service.server.app[AUTH_STATS].refused
-    assert refused["wrong"] == FAILURES_ALLOWED and refused["limited"] == 1
+    assert refused["wrong"] == FAILURES_ALLOWED and refused["limited"] == 6
+    # One warning for the address, naming it and never the key sent.
+    (warning,) = warnings_of(caplog)
+    assert "127.0.0.1" in warning and f"{FAILURES_ALLOWED} wrong API keys" in warning
+    assert "guess-1234" not in caplog.text and TOKEN not in caplog.text
+
+
+async def test_metrics_refuses_in_plain_text(service: Service) -> None:
+    """A scraper reads text: a refusal in JSON breaks its parser; a plain line is shown as the target's error."""
+    reader = await make_key(service, "read")
+    for key, status, code in (
+        (None, 401, "unauthorized"),
+        (reader, 403, "forbidden"),
+        ("wrong", 401, "unauthorized"),
+    ):
+        answered, media, text = await get(service, "/metrics", key)
+        assert (answered, media) == (status, "text/plain") and text.startswith(f"{code}: "), (key, text)
+        assert not text.lstrip().startswith("{")
+    for _ in range(FAILURES_ALLOWED):
+        await get(service, "/metrics", "wrong")
+    answered, media, text = await get(service, "/metrics", "wrong")
+    assert (answered, media) == (429, "text/plain") and text.startswith("rate_limited: too many wrong keys")
+    assert (await get(service, "/metrics", TOKEN))[:2] == (200, "text/plain")
+
+
+async def test_x_forwarded_for_names_the_client_only_from_a_trusted_proxy(
+    start_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not a trusted proxy (the default): the header is anyone's to write, and changes nothing.
+    direct = await start_service()
+    for number in range(FAILURES_ALLOWED):
+        assert (await get(direct, "/v1/stats", "wrong", forwarded=f"198.51.100.{number}"))[0] == 401
+    assert (await get(direct, "/v1/stats", "wrong", forwarded="198.51.100.99"))[0] == 429
+    assert [w for w in warnings_of(caplog) if "127.0.0.1" in w] and "198.51.100" not in caplog.text
+    caplog.clear()
+
+    # Behind trusted proxies (the test client's 127.0.0.1 and a 10/8 hop), the right-most address
+    # that is not one of them is the client's; what a client wrote left of it is not believed.
+    proxied = await start_service(trusted_proxies="127.0.0.1, 10.0.0.0/8")
+    for number in range(FAILURES_ALLOWED):
+        spoofed = f"192.0.2.{number}, 203.0.113.7, 10.1.2.3"
+        assert (await get(proxied, "/v1/stats", "wrong", forwarded=spoofed))[0] == 401
+    assert (await get(proxied, "/v1/stats", "wrong", forwarded="203.0.113.7"))[0] == 429
+    assert (await get(proxied, "/v1/stats", TOKEN, forwarded="203.0.113.7"))[0] == 200
+    assert (await get(proxied, "/v1/stats", "wrong", forwarded="203.0.113.8"))[0] == 401  # another client
+    assert (await get(proxied, "/v1/stats", "wrong"))[0] == 401  # the proxy itself, as a client
+    (warning,) = warnings_of(caplog)
+    assert "203.0.113.7" in warning and "192.0.2." not in caplog.text
+
+
+def test_trusted_proxies_are_read_from_the_environment_and_a_bad_one_is_named() -> None:
+    read = Settings.from_env({"AGENT_MEMORY_TRUSTED_PROXIES": "10.0.0.1, 172.16.0.0/12,::1"})
+    assert [str(network) for network in read.trusted_proxies] == ["10.0.0.1/32", "172.16.0.0/12", "::1/128"]
+    assert Settings.from_env({}).trusted_proxies == ()
+    with pytest.raises(InvalidField) as refused:
+        Settings.from_env({"AGENT_MEMORY_TRUSTED_PROXIES": "10.0.0.1,proxy.local"})
+    assert (
+        "AGENT_MEMORY_TRUSTED_PROXIES" in refused.value.message and "'proxy.local'" in refused.value.message
+    )
 
 
 def test_the_limiter_forgets_an_address_after_its_window_and_keeps_few() -> None:
     now = [1000.0]
     limiter = FailureLimiter(3, 60.0, kept=2, clock=lambda: now[0])
-    for _ in range(3):
+    for count in range(3):
         assert limiter.wait_s("10.0.0.1") == 0
-        limiter.failed("10.0.0.1")
-    assert limiter.wait_s("10.0.0.1") == 60.0
+        now[0] += 1.0
+        assert limiter.failed("10.0.0.1") == (count == 2)  # reported once, when it becomes limited
+    assert limiter.wait_s("10.0.0.1") == 60.0  # a whole window from the failure that limited it
     assert limiter.wait_s("10.0.0.2") == 0  # others are heard
     now[0] += 59.0
     assert limiter.wait_s("10.0.0.1") == 1.0

@@ -5,19 +5,21 @@ create`) carry a scope. Every /v1 route names the scope it needs in `ROUTE_SCOPE
 reads one pair's memory, `write` changes it or starts and stops agents, `admin` reaches across
 users (forget, export, mentions, stats, purge, jobs, keys). Write implies read; admin, all.
 Without a token the API is open: `serve` refuses that on an address other machines reach
-unless told it is meant (`open_api_warning`).
+unless told it is meant (`open_api_warning`). Wrong keys are counted per client address
+(web/address.py) and limited; a right key is always checked and let in.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import math
 import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import Final, Literal, NoReturn
 
 from aiohttp import web
 
@@ -26,9 +28,12 @@ from agent_memory.core.domain import ApiKey, KeyScope
 from agent_memory.core.secrets import grants, hash_key
 from agent_memory.errors import Forbidden, NotConfigured, RateLimited, Unauthorized
 from agent_memory.memory.service import Memory
-from agent_memory.settings import Settings
+from agent_memory.settings import Network, Settings
+from agent_memory.web.address import client_address
 from agent_memory.web.http import Handler
 from agent_memory.web.keys import AUTH_STATS, MEMORY, AuthStats
+
+log = logging.getLogger(__name__)
 
 # A route that checks a bearer of its own (the custom-LLM endpoint: Agora's llm.api_key).
 OWN_BEARER: Final = "own bearer"
@@ -80,7 +85,8 @@ ROUTE_SCOPES: Final[dict[tuple[str, str], Needs]] = {
     ("POST", "/v1/llm/{route}/chat/completions"): OWN_BEARER,
 }
 
-# An address that sent this many wrong keys within the window waits out the window.
+# An address that sent this many wrong keys within the window has its wrong keys refused (429) for a
+# window; a right key is let in all the same.
 FAILURES_ALLOWED = 20
 FAILURE_WINDOW_S = 60.0
 # Addresses remembered at most (the oldest is dropped first): memory stays bounded whoever knocks.
@@ -103,7 +109,11 @@ def needs(method: str, route: str | None) -> Needs:
 
 
 class FailureLimiter:
-    """Wrong keys counted per client address in fixed windows; memory bounded by ADDRESSES_KEPT."""
+    """Wrong keys counted per client address in fixed windows; memory bounded by ADDRESSES_KEPT.
+
+    An address that reaches `allowed` wrong keys is limited for a whole window from that moment:
+    its further wrong keys are refused (429) until then, and it is reported once per window.
+    """
 
     def __init__(
         self,
@@ -120,7 +130,7 @@ class FailureLimiter:
         self._windows: OrderedDict[str, tuple[float, int]] = OrderedDict()
 
     def wait_s(self, address: str) -> float:
-        """How long `address` must wait before it is heard again (0: now)."""
+        """How long `address`'s wrong keys are refused still (0: they are heard now)."""
         window = self._windows.get(address)
         if window is None:
             return 0.0
@@ -130,24 +140,39 @@ class FailureLimiter:
             return 0.0
         return left if window[1] >= self.allowed else 0.0
 
-    def failed(self, address: str) -> None:
+    def failed(self, address: str) -> bool:
+        """Count a wrong key from `address`; True when it is the one that makes the address limited."""
         now = self.clock()
         start, count = self._windows.pop(address, (now, 0))
         if now - start >= self.window_s:
             start, count = now, 0
-        self._windows[address] = (start, count + 1)  # newest last: the oldest go first
+        count += 1
+        if count == self.allowed:
+            # Limited from now for a whole window, so the next window (and the next report of
+            # this address) is at least one window away.
+            start = now
+        self._windows[address] = (start, count)  # newest last: the oldest go first
         while len(self._windows) > self.kept:
             self._windows.popitem(last=False)
+        return count == self.allowed
 
 
 class Gate:
     """Checks each /v1 request's bearer against the admin token and the stored keys."""
 
-    def __init__(self, token: str | None, memory: Memory, stats: AuthStats, limiter: FailureLimiter) -> None:
+    def __init__(
+        self,
+        token: str | None,
+        memory: Memory,
+        stats: AuthStats,
+        limiter: FailureLimiter,
+        proxies: tuple[Network, ...] = (),
+    ) -> None:
         self.token_hash = hash_key(token) if token else None
         self.memory = memory
         self.stats = stats
         self.limiter = limiter
+        self.proxies = proxies  # AGENT_MEMORY_TRUSTED_PROXIES: whose X-Forwarded-For is believed
         # key hash -> (the key as read, monotonic time read)
         self._keys: OrderedDict[str, tuple[ApiKey, float]] = OrderedDict()
 
@@ -163,28 +188,43 @@ class Gate:
         needed = needs(request.method, route)
         if needed == OWN_BEARER or self.open:
             return
-        address = request.remote or "unknown"
-        wait = self.limiter.wait_s(address)
-        if wait > 0:
-            self.stats.refuse("limited")
-            raise RateLimited(
-                f"too many wrong keys from {address}: try again in {math.ceil(wait)} s", retry_after=wait
-            )
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         given = given.strip()
         if scheme.lower() != "bearer" or not given:
             self.stats.refuse("missing")
             raise Unauthorized(MISSING)
+        # A right key is always checked and let in, however many wrong ones came from its address
+        # (behind a proxy that address is everyone's): only the wrong ones are limited.
         scope = await self.scope_of(given)
         if scope is None:
-            self.limiter.failed(address)
-            self.stats.refuse("wrong")
-            raise Unauthorized(WRONG)
+            self.refuse_wrong(client_address(request, self.proxies))
         if not grants(scope, needed):
             self.stats.refuse("scope")
             raise Forbidden(
                 f"{request.method} {route} needs a key of scope {needed} or above; this key's scope is {scope}"
             )
+
+    def refuse_wrong(self, address: str) -> NoReturn:
+        """Count a wrong key from `address` and refuse it: 401, or 429 while the address is limited."""
+        wait = self.limiter.wait_s(address)
+        if wait > 0:
+            self.stats.refuse("limited")
+            raise RateLimited(
+                f"too many wrong keys from {address}: send the right key, or wait {math.ceil(wait)} s",
+                retry_after=wait,
+            )
+        if self.limiter.failed(address):
+            # Once per address and window (FailureLimiter); the address, never what was sent.
+            log.warning(
+                "%d wrong API keys from %s within %.0f s: its wrong keys are refused (429) for %.0f s; "
+                "right keys from it are still let in",
+                self.limiter.allowed,
+                address,
+                self.limiter.window_s,
+                self.limiter.window_s,
+            )
+        self.stats.refuse("wrong")
+        raise Unauthorized(WRONG)
 
     async def scope_of(self, given: str) -> KeyScope | None:
         """The scope the bearer holds: admin for the token, a live key's own, None for anything else."""
@@ -233,7 +273,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 def install_gate(app: web.Application, settings: Settings) -> Gate:
     """Put a gate for `settings.api_token` in the app (the middleware finds it there), with its stats."""
     stats = app[AUTH_STATS] = AuthStats()
-    gate = app[GATE] = Gate(settings.api_token, app[MEMORY], stats, FailureLimiter())
+    gate = app[GATE] = Gate(
+        settings.api_token, app[MEMORY], stats, FailureLimiter(), settings.trusted_proxies
+    )
     return gate
 
 

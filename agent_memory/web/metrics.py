@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent_memory.core.domain import JobKind, JobStatus
-from agent_memory.errors import Unauthorized
+from agent_memory.errors import AgentMemoryError, Unauthorized
 from agent_memory.metrics import PREFIX, Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store
@@ -108,10 +109,22 @@ class MetricsEndpoint:
         if not self.settings.metrics_public:
             try:
                 await request.app[GATE].admit(request)  # /metrics is no /v1 route: it needs admin
-            except Unauthorized as exc:
-                raise Unauthorized(f"{exc.message}; or set AGENT_MEMORY_METRICS_PUBLIC=1") from None
+            except AgentMemoryError as exc:
+                return refusal(exc)
         await self.database.refresh()
         return web.Response(body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def refusal(exc: AgentMemoryError) -> web.Response:
+    """A refused scrape in plain text: a scraper reads text, and shows this line as the target's error."""
+    message = exc.message
+    if isinstance(exc, Unauthorized):
+        message += "; or set AGENT_MEMORY_METRICS_PUBLIC=1"
+    response = web.Response(status=exc.status, text=f"{exc.code}: {message}\n", content_type="text/plain")
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+    return response
 
 
 def add_metrics_route(app: web.Application, settings: Settings, metrics: Metrics, store: Store) -> None:
