@@ -13,6 +13,8 @@ import jsonschema_rs
 import pytest
 from conftest import TOKEN, condense, live, load_conversations
 from fakes.agora_server import FakeAgora
+from fakes.upstream_llm import FakeUpstreamLLM, Script
+from openapi_spec_validator.validation.validators import OpenAPIV31SpecValidator
 from pydantic import ValidationError
 
 from agent_memory.platforms.agora.routes import WatchBody
@@ -25,6 +27,7 @@ from agent_memory.web.openapi import PATH_PARAMS, ROUTES, Route, document
 # What the app serves besides the API itself: the document, its page and the page's files.
 NOT_DESCRIBED = {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/assets/{name}")}
 METHOD_ORDER = {"GET": 0, "POST": 1, "DELETE": 2}
+PAIR_PATH = "/v1/users/{user_id}/characters/{character_id}"
 
 
 def served(settings: Settings) -> set[tuple[str, str]]:
@@ -107,6 +110,89 @@ def test_every_example_validates_against_its_schema() -> None:
     # And the validation bites: an example that breaks its schema is caught.
     bind = document()["components"]["schemas"]["BindBody"]
     assert not validator(bind).is_valid({"user_id": "", "character_id": "luna"})
+
+
+async def test_the_served_document_passes_openapi_spec_validator(service: Any) -> None:
+    """What CI validates: the document as the live service serves it (`default: null` on a field
+    that cannot be null, from SkipJsonSchema[None], made it fail with 9 errors)."""
+    async with service.session.get(f"{service.url}/openapi.json") as resp:
+        served = await resp.json()
+    problems = [
+        f"{'/'.join(map(str, error.path))}: {error.message}"
+        for error in OpenAPIV31SpecValidator(served).iter_errors()
+    ]
+    assert problems == []
+
+
+def test_every_success_answer_carries_an_example() -> None:
+    doc = document()
+    missing = [
+        f"{method.upper()} {path} {status} {media}"
+        for path, operations in doc["paths"].items()
+        for method, operation in operations.items()
+        for status, answer in operation["responses"].items()
+        if status.startswith("2")
+        for media, content in answer["content"].items()
+        if "example" not in content or content["example"] in ({}, [], None)
+    ]
+    assert missing == []
+    # Built from the models: a user id reads like one, a time like one, a nested model filled in.
+    messages = doc["paths"][PAIR_PATH + "/messages"]["get"]["responses"]["200"]["content"]["application/json"]
+    (message,) = messages["example"]["messages"]
+    assert (
+        messages["example"]["user_id"] == "u-alice"
+        and message["ts_ms"] > 10**12
+        and message["kind"] == "turn"
+    )
+
+
+def test_the_statuses_the_service_answers_are_documented() -> None:
+    doc = document()
+
+    def statuses(method: str, path: str) -> dict[str, Any]:
+        return dict(doc["paths"][path][method.lower()]["responses"])
+
+    for route in ROUTES:
+        answers = statuses(route.method, route.path)
+        if route.auth == "token" and route.path.startswith("/v1/"):
+            assert "503" in answers, route.operation_id  # store_unavailable: the gate reads keys too
+        if route.body is not None or route.operation_id == "agora_webhook":
+            assert {"400", "408", "413"} <= set(answers), route.operation_id
+    for path in ("/v1/llm/chat/completions", "/v1/llm/{route}/chat/completions"):
+        assert {"429", "500", "502", "503", "504"} <= set(statuses("POST", path))
+    metrics = statuses("GET", "/metrics")
+    for status in ("401", "403", "429"):
+        assert list(metrics[status]["content"]) == ["text/plain"], status
+
+
+async def test_real_refusals_are_documented_with_the_media_type_answered(start_service: Any) -> None:
+    """Statuses the service answered that the document lacked: each is produced here, for real."""
+    doc = document()
+    async with FakeUpstreamLLM() as upstream:
+        service = await start_service(
+            llm_token="llm-key", upstream_base_url=upstream.base_url, upstream_first_byte_timeout_s=0.2,
+            max_body_bytes=1024,
+        )  # fmt: skip
+        chat = {"messages": [{"role": "user", "content": "hi"}], "user_id": "u", "model": "m"}
+        llm = {"Authorization": "Bearer llm-key"}
+        admin = {"Authorization": f"Bearer {TOKEN}"}
+        upstream.script(Script(status=429, retry_after="3"), Script(status=500), Script(hang=True))
+        calls: list[tuple[str, str, str, dict[str, Any]]] = [
+            ("POST", "/v1/llm/chat/completions", "/v1/llm/chat/completions", {"json": chat, "headers": llm}),
+            ("POST", "/v1/llm/chat/completions", "/v1/llm/chat/completions", {"json": chat, "headers": llm}),
+            ("POST", "/v1/llm/chat/completions", "/v1/llm/chat/completions", {"json": chat, "headers": llm}),
+            ("GET", "/metrics", "/metrics", {}),
+            ("POST", PAIR_PATH + "/facts", "/v1/users/u/characters/c/facts", {"data": b"{", "headers": admin}),
+            ("POST", PAIR_PATH + "/facts", "/v1/users/u/characters/c/facts", {"json": {"text": "x" * 2000}, "headers": admin}),
+        ]  # fmt: skip
+        seen = []
+        for method, template, path, kwargs in calls:
+            async with service.session.request(method, service.url + path, **kwargs) as resp:
+                documented = doc["paths"][template][method.lower()]["responses"]
+                assert str(resp.status) in documented, (template, resp.status, await resp.text())
+                assert resp.content_type in documented[str(resp.status)]["content"], (template, resp.status)
+                seen.append(resp.status)
+    assert seen == [429, 500, 504, 401, 400, 413]
 
 
 def test_a_changed_shape_fails_its_schema() -> None:

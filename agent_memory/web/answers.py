@@ -3,7 +3,9 @@
 The shaping functions (web/shapes.py, the routes) build the JSON; these models describe it for
 the OpenAPI document (web/openapi.py) and for clients that want typed answers. Each forbids
 fields it does not list, so a shape that grows a field the document lacks fails the contract
-tests (tests/test_openapi.py, tests/contract.py) instead of drifting silently.
+tests (tests/test_openapi.py, tests/contract.py) instead of drifting silently. A model's own
+`examples` is its answers' example in the document; the others' are built from their fields
+(web/openapi.py Examples).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from agent_memory.core.domain import (
 from agent_memory.core.events import OutcomeStatus
 from agent_memory.store.types import MentionRole, SearchMethod
 
-# A key that some answers leave out (rather than send as null): described by its value alone.
+# A key that some answers leave out (rather than send as null): described by its value alone,
+# not required and with no default in the document (web/openapi.py DocumentSchema).
 Omitted = SkipJsonSchema[None]
 Style = Literal["openai", "gemini", "anthropic"]
 Object = dict[str, Any]
@@ -563,4 +566,19 @@ class WebhookAnswer(Answer):
 class ChatCompletion(BaseModel):
     """The upstream LLM's answer, passed on (with `stream`: server-sent events instead)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "chatcmpl-9x2", "object": "chat.completion", "created": 1793736960, "model": "gpt-4o-mini",
+                    "choices": [
+                        {
+                            "index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "Miso again? What did the plant do this time?"},
+                        }
+                    ],
+                }
+            ]
+        },
+    )  # fmt: skip

@@ -15,6 +15,8 @@ from functools import cache
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from agent_memory import __version__
 from agent_memory.core.facts import MAX_FACT_CHARS
@@ -42,13 +44,19 @@ ERRORS: Final[dict[int, str]] = {
     401: "missing or wrong credentials",
     403: "the key's scope does not reach this route",
     404: "no such record, or nothing is held",
+    408: "the body did not arrive in time: a stalled upload is dropped",
     409: "the request does not fit the current state",
     413: "the body is over AGENT_MEMORY_MAX_BODY_BYTES",
     422: "a value is out of range or of the wrong type (the message names it)",
-    429: "slow down (Retry-After): too many wrong keys from this address, or Agora asks it",
-    502: "Agora's REST API answered with an error, or not at all",
-    503: "a feature needs a setting that is not set, or the database is unreachable",
+    429: "slow down (Retry-After): too many wrong keys from this address, or Agora or the upstream LLM asks it",
+    500: "the upstream LLM failed (its answer relayed)",
+    502: "Agora's REST API or the upstream LLM answered with an error, or not at all",
+    503: "the database is unreachable (store_unavailable), a feature needs a setting that is not set, "
+    "or the upstream LLM is unavailable",
+    504: "the upstream LLM did not answer in time (AGENT_MEMORY_UPSTREAM_FIRST_BYTE_TIMEOUT_S)",
 }
+# What the custom-LLM endpoint relays from the upstream LLM, besides its own refusals.
+UPSTREAM_ERRORS: Final = (429, 500, 502, 503, 504)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,8 @@ class Route:
     streams: bool = False
     text: str | None = None
     extra_answers: dict[int, Any] = field(default_factory=dict)
+    # Reads a body it has no model for (the webhook checks its signature over the bytes first).
+    reads_body: bool = False
 
 
 def _limit(default: int, high: int) -> Param:
@@ -456,6 +466,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Prometheus metrics (the bearer token unless AGENT_MEMORY_METRICS_PUBLIC=1)",
         "service",
         None,
+        # An admin key's route like /v1's (web/metrics.py), refused in text as it answers.
+        errors=(403, 429),
         text="text/plain",
     ),
     # Agora
@@ -526,7 +538,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "custom LLM",
         a.ChatCompletion,
         body=ChatCompletionRequest,
-        errors=(400, 401, 413, 502, 503),
+        errors=(400, 401, 413, *UPSTREAM_ERRORS),
         auth="llm",
         streams=True,
     ),
@@ -538,7 +550,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "custom LLM",
         a.ChatCompletion,
         body=ChatCompletionRequest,
-        errors=(400, 401, 413, 502, 503),
+        errors=(400, 401, 413, *UPSTREAM_ERRORS),
         auth="llm",
         streams=True,
     ),
@@ -554,6 +566,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         a.WebhookAnswer,
         errors=(400, 401, 413, 422, 503),
         auth="signature",
+        reads_body=True,
         description="Agora's NCS posts agent events here, signed with AGORA_WEBHOOK_SECRET "
         "(Agora-Signature-V2: hex HMAC-SHA256 of the body).",
     ),
@@ -620,12 +633,27 @@ def _parameters(route: Route) -> list[dict[str, Any]]:
     return params
 
 
-def _content(route: Route, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+# Examples of what the text answers hold.
+TEXT_EXAMPLES: Final = {
+    "text/plain": "# HELP agent_memory_callbacks_total Agora callbacks by event type and outcome\n"
+    "# TYPE agent_memory_callbacks_total counter\n"
+    'agent_memory_callbacks_total{event_type="103",outcome="done"} 12.0\n',
+}
+TEXT_ERROR_EXAMPLE: Final = "unauthorized: missing bearer token: send 'Authorization: Bearer <key>'"
+SSE_EXAMPLE: Final = {"data": "[DONE]"}
+
+
+def _media(schema: dict[str, Any], example: Any) -> dict[str, Any]:
+    return {"schema": schema, "example": example}
+
+
+def _content(route: Route, refs: dict[Any, dict[str, Any]], examples: Examples) -> dict[str, Any]:
     if route.answer is None:
-        return {route.text or "text/plain": {"schema": {"type": "string"}}}
-    content: dict[str, Any] = {JSON: {"schema": refs[route.answer]}}
+        media = route.text or "text/plain"
+        return {media: _media({"type": "string"}, TEXT_EXAMPLES[media])}
+    content: dict[str, Any] = {JSON: _media(refs[route.answer], examples.of(refs[route.answer]))}
     if route.streams:
-        content["text/event-stream"] = {"schema": SSE_EVENT}
+        content["text/event-stream"] = _media(SSE_EVENT, SSE_EXAMPLE)
     return content
 
 
@@ -634,23 +662,38 @@ def _answer(description: str, content: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "headers": {"X-Request-Id": header}, "content": content}
 
 
-def _operation(route: Route, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]:
-    answers = {str(route.status): _answer(route.summary, _content(route, refs))}
-    for status, answer in route.extra_answers.items():
-        answers[str(status)] = _answer(route.summary, {JSON: {"schema": refs[answer]}})
+def _errors(route: Route, scope: str | None) -> list[int]:
+    """Every error status the route can answer, whichever part of the service answers it."""
     errors = set(route.errors)
-    scope = ROUTE_SCOPES.get((route.method, route.path)) if route.auth == "token" else None
     if route.auth != "none":
         errors.add(401)
     errors.add(400)  # a NUL character in the path or query (web/http.py nul_middleware)
     if scope is not None:
         errors |= {403, 429}  # a key of too low a scope; too many wrong keys from one address
-    error = refs[a.ErrorAnswer]
+    if route.auth == "token" and route.path.startswith("/v1/"):
+        # The gate itself reads a scoped key from the database: any /v1 route can find it down.
+        errors.add(503)
+    if route.body is not None or route.reads_body:
+        # Bad JSON; too large; too slow to arrive (web/http.py, the app's body limits).
+        errors |= {400, 408, 413}
+    return sorted(errors)
+
+
+def _operation(route: Route, refs: dict[Any, dict[str, Any]], examples: Examples) -> dict[str, Any]:
+    answers = {str(route.status): _answer(route.summary, _content(route, refs, examples))}
+    for status, answer in route.extra_answers.items():
+        answers[str(status)] = _answer(route.summary, {JSON: _media(refs[answer], examples.of(refs[answer]))})
+    scope = ROUTE_SCOPES.get((route.method, route.path)) if route.auth == "token" else None
+    error: dict[str, Any] = refs[a.ErrorAnswer]
     if route.auth == "llm":
         # The endpoint answers OpenAI's shape; what the app refuses before it (413, a NUL), ours.
         error = {"anyOf": [refs[a.OpenAIErrorAnswer], error]}
-    for status in sorted(errors):
-        answers[str(status)] = _answer(ERRORS[status], {JSON: {"schema": error}})
+    for status in _errors(route, scope):
+        if route.text is not None:  # a text route refuses in text too (web/metrics.py)
+            content = {"text/plain": _media({"type": "string"}, TEXT_ERROR_EXAMPLE)}
+        else:
+            content = {JSON: {"schema": error}}
+        answers[str(status)] = _answer(ERRORS[status], content)
     operation: dict[str, Any] = {
         "operationId": route.operation_id,
         "summary": route.summary,
@@ -671,6 +714,148 @@ def _operation(route: Route, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     return operation
 
 
+def admits_null(schema: JsonSchemaValue) -> bool:
+    """Whether null satisfies `schema` (a $ref names a model or an enum: never null here)."""
+    if "type" in schema:
+        kinds = schema["type"]
+        return kinds == "null" or (isinstance(kinds, list) and "null" in kinds)
+    if "const" in schema:
+        return schema["const"] is None
+    if "enum" in schema:
+        return None in schema["enum"]
+    if "anyOf" in schema or "oneOf" in schema:
+        branches: list[JsonSchemaValue] = schema.get("anyOf") or schema.get("oneOf") or []
+        return any(admits_null(branch) for branch in branches)
+    if "allOf" in schema:
+        return all(admits_null(branch) for branch in schema["allOf"])
+    return "$ref" not in schema  # no constraint at all: anything, null too
+
+
+class DocumentSchema(GenerateJsonSchema):
+    """Pydantic's schemas, but a default the field's own schema refuses is left out.
+
+    A key that an answer leaves out rather than sends as null (answers.py `Omitted`:
+    `X | SkipJsonSchema[None] = None`) has None as its Python default, and no null in its
+    schema: `default: null` there contradicts the schema (openapi-spec-validator refuses it).
+    Absent is what the field not being required already says.
+    """
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        json_schema = super().default_schema(schema)
+        if "default" in json_schema and json_schema["default"] is None and not admits_null(json_schema):
+            del json_schema["default"]
+        return json_schema
+
+
+# Values for fields by name, where the name says more than the type (a user's id, a time);
+# taken where the value fits the field's schema (a free object, a list of strings, a string).
+NAMED_EXAMPLES: Final[dict[str, Any]] = {
+    "user_id": "u-alice",
+    "character_id": "luna",
+    "agent_id": "366YCNGT3TP2WA6A62BUEAWSB",
+    "session": "366YCNGT3TP2WA6A62BUEAWSB",
+    "channel": "alice-luna-1103",
+    "noticeId": "2000001428:4330:107",
+    "rtc_uid": "1001",
+    "q": "cat",
+    "terms": ["cat"],
+    "characters": ["luna"],
+    "moved_sessions": ["366YCNGT3TP2WA6A62BUEAWSB"],
+    "role": "user",
+    "speaker": "user",
+    "source": "history",
+    "text": "The user has a cat named Miso",
+    "content": "My cat Miso knocked over the plant again.",
+    "snippet": "My [cat] Miso knocked over the plant again.",
+    "at": "2026-11-03T14:16:00Z",
+    "name": "dashboard",
+    "model": "gpt-4o-mini",
+    "version": "0.1.0",
+    "format": "agent-memory-export/1",
+    "key": "amk_3q2v7x9Jk1bW8eYpR0sT5uLm",
+    "note": "the key is shown once and not shown again: keep it now",
+    "stop_reason": "left",
+    "last_error": "the LLM answered 503",
+    "labels": {"user_id": "u-alice", "character_id": "luna"},
+    "system_messages": [{"role": "system", "content": "What you remember about this user: a cat named Miso"}],
+    "messages": [{"role": "user", "content": "How is Miso?"}],
+    "deleted": {"messages": 42, "facts": 3, "summaries": 1},
+    "counts": {"sessions": 2, "messages": 42, "facts": 3, "summaries": 1},
+    "llm_proxy": {"requests": 12, "recall_misses": 0, "upstream_errors": 0},
+    "included": {"persona": False, "facts": 1, "summary": True, "messages": 4},
+}
+TIME_MS: Final = 1_793_736_960_000
+
+
+def _fits(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether a named example fits a schema that says no more than its type (no model, no bounds)."""
+    kind = schema.get("type")
+    if kind == "string":
+        return isinstance(value, str) and "pattern" not in schema and len(value) >= schema.get("minLength", 0)
+    if kind == "object":
+        return isinstance(value, dict) and "properties" not in schema and "additionalProperties" in schema
+    if kind == "array":
+        items = schema.get("items", {})
+        return isinstance(value, list) and all(_fits(item, items) for item in value)
+    return False
+
+
+class Examples:
+    """An example of any schema of the document, built from the schema itself.
+
+    A model's own example (`json_schema_extra` examples, as on ErrorAnswer) is taken as it is;
+    any other object is built field by field: a field's own examples, then its name's
+    (NAMED_EXAMPLES, times in epoch ms), then its type and bounds. So each answer model has an
+    example without one kept by hand per route, and a field added to a model appears in it.
+    """
+
+    def __init__(self, components: dict[str, Any]) -> None:
+        self.components = components
+
+    def of(self, schema: dict[str, Any], name: str | None = None, depth: int = 0) -> Any:
+        """An example of `schema` (for a property called `name`)."""
+        if "$ref" in schema:
+            target = self.components[schema["$ref"].rsplit("/", 1)[1]]
+            return self.of(target, name, depth + 1)
+        for key in ("examples", "example"):
+            if key in schema:
+                return schema[key][0] if key == "examples" else schema[key]
+        if "const" in schema:
+            return schema["const"]
+        if "enum" in schema:
+            return schema["enum"][0]
+        branches = schema.get("anyOf") or schema.get("oneOf") or schema.get("allOf")
+        if branches:  # the first branch that holds something
+            chosen = next((branch for branch in branches if not admits_null(branch)), branches[0])
+            return self.of(chosen, name, depth)
+        kind = schema.get("type")
+        named = NAMED_EXAMPLES.get(name or "")
+        if named is not None and _fits(named, schema):
+            return named
+        if kind == "object" or "properties" in schema:
+            return self._object(schema, depth)
+        if kind == "array":
+            items = schema.get("items")
+            return [self.of(items, None, depth + 1)] if items and depth < 8 else []
+        if kind == "string":
+            return "string".ljust(schema.get("minLength", 0), "x")[: schema.get("maxLength", 6)]
+        if kind == "integer":
+            if name is not None and name.endswith("_ms"):
+                return TIME_MS
+            return max(schema.get("minimum", 1), 1) if schema.get("maximum", 1) >= 1 else schema["maximum"]
+        if kind == "number":
+            return 0.5
+        if kind == "boolean":
+            return False
+        return None  # null, or anything
+
+    def _object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+        properties: dict[str, Any] = schema.get("properties", {})
+        if depth > 8:
+            return {}
+        return {key: self.of(value, key, depth + 1) for key, value in properties.items()}
+
+
 def _schemas() -> tuple[dict[Any, dict[str, Any]], dict[str, Any]]:
     """Every model's schema under components/schemas, and a $ref to each by its type."""
     answers = {route.answer for route in ROUTES if route.answer is not None} | {
@@ -680,7 +865,11 @@ def _schemas() -> tuple[dict[Any, dict[str, Any]], dict[str, Any]]:
     bodies = {route.body for route in ROUTES if route.body is not None}
     inputs = [(kind, "serialization", TypeAdapter(kind)) for kind in answers]
     inputs += [(kind, "validation", TypeAdapter(kind)) for kind in bodies]
-    found, definitions = TypeAdapter.json_schemas(inputs, ref_template=REF)  # type: ignore[arg-type]
+    found, definitions = TypeAdapter.json_schemas(
+        inputs,  # type: ignore[arg-type]
+        ref_template=REF,
+        schema_generator=DocumentSchema,
+    )
     refs = {kind: schema for (kind, _mode), schema in found.items()}
     return refs, dict(sorted(definitions.get("$defs", {}).items()))  # a stable document
 
@@ -689,9 +878,10 @@ def _schemas() -> tuple[dict[Any, dict[str, Any]], dict[str, Any]]:
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document (built once)."""
     refs, schemas = _schemas()
+    examples = Examples(schemas)
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, refs)
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, refs, examples)
     return {
         "openapi": "3.1.0",
         "info": {
