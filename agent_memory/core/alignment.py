@@ -64,6 +64,8 @@ class Enrichable(Comparable, Protocol):
     def interrupt_ms(self) -> int | None: ...
     @property
     def original(self) -> str | None: ...
+    @property
+    def images_json(self) -> str | None: ...
 
 
 # A message as alignment sees it: its fingerprint, and its time and turn when known.
@@ -138,6 +140,9 @@ def enrichment(stored: MessageFingerprint, incoming: Enrichable) -> MessageChang
         changes["interrupt_ms"] = incoming.interrupt_ms
     if incoming.original is not None and incoming.original != stored.original:
         changes["original"] = incoming.original
+    if incoming.images_json and not stored.images_json:
+        # A copy that lost a turn's images (text only) never clears those kept.
+        changes["images"] = incoming.images_json
     return changes
 
 

@@ -132,6 +132,9 @@ class Message:
     # Everything else the platform sent with it, including a tool item's data, as JSON text:
     # most reads never look at it, so it is parsed only when asked for (`extra`).
     extra_json: str | None = None
+    # What is kept of the images shown with it (core/images.py), as JSON text: never part of
+    # what was said, so no memory text (context, recall, summaries) ever reads it.
+    images_json: str | None = None
 
     @property
     def spoken(self) -> bool:
@@ -142,6 +145,14 @@ class Message:
     def extra(self) -> dict[str, Any]:
         """What the platform sent beyond the columns (a tool item's data among it)."""
         return _parsed_object(self.extra_json)
+
+    @property
+    def images(self) -> list[dict[str, Any]]:
+        """The images kept with it, oldest part first (none: empty)."""
+        if not self.images_json:
+            return []
+        value = json.loads(self.images_json)
+        return value if isinstance(value, list) else []
 
 
 @record
@@ -159,6 +170,7 @@ class MessageFingerprint:
     interrupted: bool
     interrupt_ms: int | None
     original: str | None
+    images_json: str | None = None
 
 
 class MessageChanges(TypedDict, total=False):
@@ -173,6 +185,8 @@ class MessageChanges(TypedDict, total=False):
     interrupt_ms: int | None
     original: str | None
     gap_before: bool
+    # JSON text of the images kept with it (a later copy adds them when the first had none).
+    images: str | None
 
 
 @record

@@ -70,6 +70,9 @@ class IncomingMessage:
     # When this service saw it said, for its place in time only: not the platform's time, so it
     # never disagrees with the platform's own copy of the item (which merges into it).
     seen_ms: int | None = None
+    # What is kept of the images among its content parts (core/images.py): stored with the
+    # item, never part of its text.
+    images: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

@@ -72,6 +72,8 @@ class Arrival:
     fp: str
     # What the platform sent beyond the columns, as JSON text.
     extra_json: str | None
+    # What is kept of the images shown with it, as JSON text (core/images.py).
+    images_json: str | None = None
 
 
 def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
@@ -97,7 +99,7 @@ def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
         message.role, message.kind, content, message.turn_id, timestamp, timestamp or message.seen_ms or at_ms,
         message.source, message.speaker, message.interrupted, message.interrupt_ms,
         message.original, fingerprint(message.role, message.content, tool),
-        dumps(extra) if extra else None,
+        dumps(extra) if extra else None, dumps(message.images) if message.images else None,
     )  # fmt: skip
 
 
@@ -155,6 +157,7 @@ def stored_form(item: Arrival, session: Session, seq: int, gap_before: bool, cre
         "gap_before": gap_before,
         "extra": item.extra_json,
         "created_ms": created_ms,
+        "images": item.images_json,
     }
 
 

@@ -70,6 +70,8 @@ class NewMessage(TypedDict, total=False):
     # JSON text of what the platform sent beyond the columns.
     extra: str | None
     created_ms: int
+    # JSON text of the images kept with it (core/images.py), None when it had none.
+    images: str | None
 
 
 class SessionChanges(TypedDict, total=False):

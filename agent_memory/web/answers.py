@@ -99,6 +99,24 @@ class Health(Answer):
 # the pair's memory
 
 
+class UrlImage(Answer):
+    """An image given by an http(s) URL, kept as sent."""
+
+    kind: Literal["url"]
+    url: str
+
+
+class DataImage(Answer):
+    """An image sent inline (a data: URL): only its media type and decoded size are kept."""
+
+    kind: Literal["data"]
+    media_type: str | None = Field(description="e.g. image/png; null when the URL named none")
+    size_bytes: int
+
+
+ImageOut = Annotated[UrlImage | DataImage, Field(discriminator="kind")]
+
+
 class MessageOut(Answer):
     """A stored message; a tool call or result (`kind`) also carries `tool`, its data as sent."""
 
@@ -116,6 +134,10 @@ class MessageOut(Answer):
     interrupt_ms: int | None
     original: str | None = Field(description="the whole reply when the user interrupted it")
     gap_before: bool
+    images: list[ImageOut] = Field(
+        description="the images shown with the turn, never part of its text or of memory; "
+        "an http(s) URL as sent (up to 4 KiB), of a data: URL only its media type and size"
+    )
     tool: Object | Omitted = None
 
 

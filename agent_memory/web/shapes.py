@@ -31,6 +31,7 @@ def message_json(message: Message) -> dict[str, Any]:
         "interrupt_ms": message.interrupt_ms,
         "original": message.original,
         "gap_before": message.gap_before,
+        "images": message.images,
     }
     if not message.spoken:
         extra = message.extra

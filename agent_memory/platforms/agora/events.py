@@ -256,7 +256,7 @@ def incoming(message: MemoryMessage) -> IncomingMessage:
         # With llm.vendor "custom" the speech start is the only time a message has.
         timestamp, elapsed = speech_time(speech_start)
     # Positional, in field order (keywords cost twice as much), once per message of every callback.
-    return IncomingMessage(
+    item = IncomingMessage(
         message.role,  # role
         message.content,  # content
         kind,  # kind
@@ -273,6 +273,9 @@ def incoming(message: MemoryMessage) -> IncomingMessage:
         message.raw_content,  # raw_content
         extra or None,  # extra
     )
+    if message.content_images:
+        item.images = message.content_images
+    return item
 
 
 def speech_time(value: float | None) -> tuple[int | None, int | None]:

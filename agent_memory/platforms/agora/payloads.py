@@ -8,6 +8,7 @@ to integer milliseconds by magnitude (Agora documents milliseconds and shows sec
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
@@ -24,6 +25,9 @@ from pydantic import (
 
 from agent_memory.core.clock import MICROSECONDS_ABOVE, SECONDS_BELOW, as_number, to_ms  # noqa: F401  # re-exported
 from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, TURN, MessageKind
+from agent_memory.core.images import Image, images_of
+
+log = logging.getLogger(__name__)
 
 
 def _to_str(value: Any) -> Any:
@@ -62,6 +66,15 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in value)
     return str(value)
+
+
+def _images(parts: list[Any]) -> list[Image] | None:
+    """The images kept of a turn's content parts (None: none); dropped ones are logged by reason."""
+    kept, dropped = images_of(parts)
+    if dropped:
+        # Reasons only: a URL (or a data: URL's payload) is the user's data, never logged.
+        log.info("%d image(s) of a turn not kept: %s", len(dropped), "; ".join(sorted(set(dropped))))
+    return kept or None
 
 
 # Messages come 32 (up to 1024) to a callback: each model normalises its raw dict in one
@@ -119,6 +132,8 @@ class MemoryMessage(BaseModel):
     # The content as sent when it was not text: absent or null (None), or a list of parts.
     content_is_text: bool = Field(True, exclude=True)
     raw_content: Any = Field(None, exclude=True)
+    # What is kept of the images among the parts (core/images.py), None when there are none.
+    content_images: list[Image] | None = Field(None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -128,8 +143,10 @@ class MemoryMessage(BaseModel):
         data = dict(data)
         if not isinstance(data.get("content"), str):
             data["content_is_text"] = False
-            data["raw_content"] = data.get("content")
-            data["content"] = _text(data.get("content"))
+            data["raw_content"] = content = data.get("content")
+            data["content"] = _text(content)
+            if isinstance(content, list):
+                data["content_images"] = _images(content)
         if "timestamp" in data:
             data["timestamp"] = to_ms(data["timestamp"])
         turn_id = data.get("turn_id")

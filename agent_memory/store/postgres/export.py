@@ -32,7 +32,7 @@ class PostgresExport(Repository):
         )
         messages = self._all(
             "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
-            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, created_ms "
+            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, images, created_ms "
             f"FROM messages WHERE user_id = %s ORDER BY character_id {C}, at_ms, seq, id",
             (user_id,),
         )

@@ -16,7 +16,7 @@ from agent_memory.store.types import MessageChanges, NewMessage
 MESSAGE_COLUMNS = (
     "agent_id", "user_id", "character_id", "seq", "role", "content", "turn_id", "ts_ms", "at_ms",
     "source", "speaker", "interrupted", "interrupt_ms", "original", "fp", "gap_before", "extra",
-    "created_ms", "kind",
+    "created_ms", "kind", "images",
 )  # fmt: skip
 # A whole window in one COPY, rows in order (ids follow it): adapting a row is done in C,
 # where a column array each (unnest) was adapted element by element in Python.
@@ -32,7 +32,7 @@ def message_of(row: Mapping[str, Any]) -> Message:
         row["id"], row["agent_id"], row["user_id"], row["character_id"], row["seq"], row["role"],
         row["kind"], row["content"], row["turn_id"], row["ts_ms"], row["at_ms"], row["source"],
         row["speaker"], bool(row["interrupted"]), row["interrupt_ms"], row["original"],
-        bool(row["gap_before"]), row["extra"],
+        bool(row["gap_before"]), row["extra"], row["images"],
     )  # fmt: skip
 
 
@@ -41,6 +41,7 @@ def fingerprint_of(row: Mapping[str, Any]) -> MessageFingerprint:
     return MessageFingerprint(
         row["id"], row["seq"], row["fp"], bool(row["gap_before"]), row["turn_id"], row["ts_ms"],
         row["source"], row["speaker"], bool(row["interrupted"]), row["interrupt_ms"], row["original"],
+        row["images"],
     )  # fmt: skip
 
 

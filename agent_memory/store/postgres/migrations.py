@@ -258,7 +258,8 @@ def m004_vectors(conn: psycopg.Connection) -> None:
     )
 
 
-# Columns holding what people said or what was learned of them (maintenance.py).
+# Columns holding what people said or what was learned of them when m005 ran (later
+# migrations set their own columns' statistics: this is m005's list, run on every new database).
 PRIVATE_TEXT = {
     "messages": ("content", "original", "extra"),
     "facts": ("text", "norm"),
@@ -304,6 +305,18 @@ def m006_api_keys(conn: psycopg.Connection) -> None:
             id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name text, scope text NOT NULL,
             key_hash text NOT NULL UNIQUE, created_ms bigint NOT NULL, last_used_ms bigint,
             revoked_ms bigint)""",
+    )
+
+
+@migration
+def m007_message_images(conn: psycopg.Connection) -> None:
+    """The images shown with a turn (core/images.py), as JSON text; NULL for every older message."""
+    # Nullable and without a default: a catalog change only, no row is rewritten. Its values
+    # (URLs the user shared) are kept out of the planner's statistics as m005 did for the rest.
+    _run(
+        conn,
+        "ALTER TABLE messages ADD COLUMN images text",
+        "ALTER TABLE messages ALTER COLUMN images SET STATISTICS 0",
     )
 
 

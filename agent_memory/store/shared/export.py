@@ -42,6 +42,7 @@ def export_report(
         row["interrupted"] = bool(row["interrupted"])
         row["gap_before"] = bool(row["gap_before"])
         row["extra"] = _parsed(row["extra"])
+        row["images"] = _parsed(row["images"]) or []
     for row in facts:
         row["scope"] = fact_scope(row["character_id"])
         row["pinned"] = bool(row["pinned"])

@@ -34,7 +34,7 @@ class SQLiteExport(Repository):
         )
         messages = self._all(
             "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
-            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, created_ms "
+            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, images, created_ms "
             "FROM messages WHERE user_id = ? ORDER BY character_id, at_ms, seq, id",
             (user_id,),
         )

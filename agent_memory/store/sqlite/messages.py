@@ -16,7 +16,7 @@ from agent_memory.store.types import MessageChanges, NewMessage
 MESSAGE_COLUMNS = (
     "agent_id", "user_id", "character_id", "seq", "role", "content", "turn_id", "ts_ms",
     "at_ms", "source", "speaker", "interrupted", "interrupt_ms", "original", "fp",
-    "gap_before", "extra", "created_ms", "kind",
+    "gap_before", "extra", "created_ms", "kind", "images",
 )  # fmt: skip
 INSERT_MESSAGE = f"INSERT INTO messages ({', '.join(MESSAGE_COLUMNS)}) VALUES ({marks(len(MESSAGE_COLUMNS))})"
 # Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
@@ -30,20 +30,23 @@ def message_of(row: Sequence[Any]) -> Message:
     """A `READ_COLUMNS` row as a message."""
     (
         id_, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms,
-        source, speaker, interrupted, interrupt_ms, original, gap_before, extra,
+        source, speaker, interrupted, interrupt_ms, original, gap_before, extra, images,
     ) = row  # fmt: skip
     return Message(
         id_, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms,
-        source, speaker, bool(interrupted), interrupt_ms, original, bool(gap_before), extra,
+        source, speaker, bool(interrupted), interrupt_ms, original, bool(gap_before), extra, images,
     )  # fmt: skip
 
 
 def fingerprint_of(row: Sequence[Any]) -> MessageFingerprint:
     """A `FINGERPRINT_COLUMNS` row."""
-    id_, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original = row
+    (
+        id_, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original,
+        images,
+    ) = row  # fmt: skip
     return MessageFingerprint(
         id_, seq, fp, bool(gap_before), turn_id, ts_ms, source, speaker, bool(interrupted),
-        interrupt_ms, original,
+        interrupt_ms, original, images,
     )  # fmt: skip
 
 

@@ -526,3 +526,10 @@ def m016_recall_changes(db: Database) -> None:
         "UPDATE recall_pairs SET docs = docs - 1, total_length = total_length - OLD.length, "
         "changes = changes + 1 WHERE pair = OLD.pair; END"
     )
+
+
+@migrations()
+def m017_message_images(db: Database) -> None:
+    """The images shown with a turn (core/images.py), as JSON text; NULL for every older message."""
+    # Adding a nullable column without a default rewrites no row: instant at any size.
+    db.execute("ALTER TABLE messages ADD COLUMN images TEXT")
