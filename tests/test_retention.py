@@ -245,6 +245,8 @@ MARKERS = {
     "korean": "뷁퉯쀍뤣쉛",
 }
 CONTROL = "Plain control sentence kept for the other user"
+# An image shown with a turn: its URL is user data too (stored beside the turn, never its text).
+IMAGE_URL = "https://photos.example.test/Zqvxwjkq-holiday-snapshot.jpg"
 
 
 def trigrams(text: str) -> set[bytes]:
@@ -255,7 +257,14 @@ def trigrams(text: str) -> set[bytes]:
 
 async def remember_secrets(service: Any, user: str) -> None:
     secret_lines = [
-        {"role": "user", "content": f"My code word is {MARKERS['english']}", "turn_id": 1},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": f"My code word is {MARKERS['english']}"},
+                {"type": "image_url", "image_url": {"url": IMAGE_URL}},
+            ],
+            "turn_id": 1,
+        },
         {"role": "assistant", "content": f"记住了:{MARKERS['chinese']}", "turn_id": 1},
         {"role": "user", "content": f"한국어로는 {MARKERS['korean']}", "turn_id": 2},
     ]
@@ -279,6 +288,8 @@ async def remember_secrets(service: Any, user: str) -> None:
     for marker in MARKERS.values():
         status, found = await service.api("GET", f"/v1/users/{user}/search", params={"q": marker})
         assert found["results"], marker
+    status, held = await service.api("GET", f"/v1/users/{user}/characters/luna/messages")
+    assert [image["url"] for m in held["messages"] for image in m["images"]] == [IMAGE_URL]
 
 
 def database_files(db_path: Path | str) -> bytes:
@@ -301,6 +312,7 @@ def database_files(db_path: Path | str) -> bytes:
 def assert_no_trace(db_path: Path | str) -> None:
     data = database_files(db_path)
     assert CONTROL.encode() in data  # the scan does see text that is still held
+    assert IMAGE_URL.encode() not in data
     for name, marker in MARKERS.items():
         assert marker.encode() not in data, name
         left = [piece.decode() for piece in trigrams(marker) if piece in data]
@@ -310,7 +322,7 @@ def assert_no_trace(db_path: Path | str) -> None:
 async def test_forget_leaves_no_trace_on_disk(service, db_path, backend) -> None:
     await remember_secrets(service, "u-secret")
     before = database_files(db_path)
-    assert all(marker.encode() in before for marker in MARKERS.values())
+    assert all(marker.encode() in before for marker in (*MARKERS.values(), IMAGE_URL))
     status, body = await service.api("DELETE", "/v1/users/u-secret")
     assert status == 200, body
     receipt = body["deleted"]
