@@ -15,6 +15,7 @@ import pytest
 from conftest import Service, agent_event, condense, deliver, wait_for
 from fakes.upstream_llm import FakeUpstreamLLM, Script
 from sqlite_utils import Database
+from test_retention import database_files
 
 import agent_memory.store.postgres.migrations as pg_migrations
 from agent_memory.core.alignment import fingerprint
@@ -90,7 +91,7 @@ async def upstream() -> AsyncIterator[FakeUpstreamLLM]:
 
 
 async def test_images_in_the_custom_llm_requests_history_are_kept_with_their_turn(
-    start_service: Any, upstream: FakeUpstreamLLM, caplog: pytest.LogCaptureFixture
+    start_service: Any, upstream: FakeUpstreamLLM, caplog: pytest.LogCaptureFixture, db_path: Any
 ) -> None:
     service = await start_service(
         llm_token=LLM_TOKEN, upstream_base_url=upstream.base_url, upstream_api_key="k",
@@ -127,6 +128,11 @@ async def test_images_in_the_custom_llm_requests_history_are_kept_with_their_tur
     assert notes and "2 image(s)" in notes[0] and f"URL over {MAX_URL_BYTES} bytes" in notes[0]
     assert not any(leaks(r.getMessage()) for r in caplog.records)
     await assert_memory_text_has_no_image(service)
+    # Nothing on disk holds the inline image, nor the URLs that were not kept.
+    await service.store.checkpoint()
+    data = database_files(db_path)
+    assert PHOTO.encode() in data
+    assert PIXELS_B64[:40].encode() not in data and b"LONGMARK" not in data and b"FTPMARK" not in data
 
 
 # the 103 callback

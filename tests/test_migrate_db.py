@@ -54,6 +54,14 @@ async def fill(service: Any) -> None:
     await deliver(
         service, agent_event(111, "AGENT-M", labels=labels, metrics=[{"turn_id": 1, "llm_ttfb": 321}])
     )
+    shown = [
+        {"type": "text", "text": "Look at my jasmine tea set"},
+        {"type": "image_url", "image_url": {"url": "https://photos.example.test/tea-set.jpg"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    ]
+    await deliver(
+        service, agent_event(103, "AGENT-PIC", labels=labels, contents=[{"role": "user", "content": shown}])
+    )
     for text, scope in (("Lives in Lisbon", "user"), ("Likes jasmine tea", "character")):
         status, _ = await service.api(
             "POST", "/v1/users/u-alice/characters/luna/facts", json={"text": text, "scope": scope}
@@ -123,6 +131,8 @@ async def test_a_sqlite_memory_moves_to_postgres_and_answers_the_same(
     assert len(pairs) >= 4
     before = await answers(on_sqlite, pairs)
     assert any(body.get("memories") for _path, _params, body in before)  # recall found something
+    # Images kept with a turn are exported, and so compared after the copy.
+    assert any(m["images"] for _path, _params, body in before for m in body.get("messages", []))
     with sqlite3.connect(path) as conn:
         handed_out = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()[0]
         highest = conn.execute("SELECT max(id) FROM messages").fetchone()[0]
