@@ -161,6 +161,15 @@ async def test_images_in_a_signed_103_are_kept_shown_exported_and_left_out_of_me
     await assert_memory_text_has_no_image(service)
 
 
+async def test_images_move_with_their_session_to_its_user(service: Service) -> None:
+    contents = [{"role": "user", "content": parts(), "turn_id": 1}]
+    await deliver(service, agent_event(103, "A-MOVE", contents=contents), expect="done")  # no labels
+    status, body = await service.api("POST", "/v1/sessions/A-MOVE/bind", json=dict(PAIR))
+    assert status == 200, body
+    found = await messages(service)
+    assert [(m["content"], m["images"]) for m in found] == [(QUESTION, KEPT)]
+
+
 # databases of the previous schema
 
 
