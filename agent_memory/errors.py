@@ -13,6 +13,7 @@
     ├── RateLimited                 429  too many wrong keys from an address; `retry_after` says how long
     ├── NotConfigured               503  a feature needs a setting that is not set
     ├── StoreUnavailable            503  the database could not commit; the caller should retry
+    │   └── DatabaseDown            503  the database server does not answer at all (an outage)
     ├── LLMError                         condensing through the LLM failed (never sent to a client)
     │   ├── LLMUnavailable               timeout, 429, 5xx: try again later
     │   └── LLMBadOutput                 the answer is not the JSON we asked for
@@ -104,6 +105,13 @@ class NotConfigured(AgentMemoryError):
 class StoreUnavailable(AgentMemoryError):
     status = 503
     code = "store_unavailable"
+
+
+class DatabaseDown(StoreUnavailable):
+    """The database server does not answer (refused, lost, timed out): retried until it does."""
+
+    # Seconds a client is told to wait before trying again (the Retry-After header).
+    retry_after: float | None = 1.0
 
 
 class LLMError(AgentMemoryError):

@@ -78,6 +78,11 @@ class PostgresCluster:
                 "--locale=C.UTF-8",
             ]
         )
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Serve the cluster (again, after `halt`), on its port."""
         options = [
             f"-p {self.port}",
             f"-k {self.root}",
@@ -100,7 +105,10 @@ class PostgresCluster:
                 "start",
             ]
         )
-        return self
+
+    def halt(self) -> None:
+        """Stop the server at once, as a kill -9 would (`pg_ctl stop -m immediate`); its data stays."""
+        self._run(["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"])
 
     def pid(self) -> int:
         """The postmaster's process id."""

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from agent_memory.condense import make_condenser
 from agent_memory.embed import make_embedder
+from agent_memory.errors import DatabaseDown
 from agent_memory.logs import REQUEST_ID_HEADER, log_access, request_id_for
 from agent_memory.memory.embedding import EmbeddingJobs
 from agent_memory.memory.jobs import CondenseJobs
@@ -32,6 +33,9 @@ from agent_memory.web.routes import memory as api
 log = logging.getLogger(__name__)
 
 REQUEST_ID = web.RequestKey("request_id", str)
+# Starting while the database server does not answer: try again this often, say so this often.
+DB_WAIT_RETRY_S = 1.0
+DB_WAIT_LOG_EVERY_S = 30.0
 
 
 @web.middleware
@@ -67,9 +71,26 @@ async def send_request_id(request: web.Request, response: web.StreamResponse) ->
 
 
 async def store_context(app: web.Application) -> AsyncIterator[None]:
-    """Open the database (migrating it) for the app's lifetime."""
+    """Open the database (migrating it) for the app's lifetime; while its server does not
+    answer, wait for it (a deployment may start the service before the database)."""
     store = app[STORE]
-    await asyncio.get_running_loop().run_in_executor(None, store.open)
+    waiting_since = logged_at = None
+    while True:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, store.open)
+            break
+        except DatabaseDown as exc:
+            now = time.monotonic()
+            waiting_since = waiting_since or now
+            if logged_at is None or now - logged_at >= DB_WAIT_LOG_EVERY_S:
+                log.warning(
+                    "%s; waiting for it (trying every %g s, %.0f s so far)",
+                    exc.message, DB_WAIT_RETRY_S, now - waiting_since,
+                )  # fmt: skip
+                logged_at = now
+            await asyncio.sleep(DB_WAIT_RETRY_S)
+    if waiting_since is not None:
+        log.warning("the database answers after %.0f s: starting", time.monotonic() - waiting_since)
     yield
     await asyncio.get_running_loop().run_in_executor(None, store.close)
 

@@ -37,7 +37,8 @@ from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import HistoryWindow, IncomingMessage
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
-from agent_memory.errors import InvalidField
+from agent_memory.core.secrets import hash_key
+from agent_memory.errors import InvalidField, StoreUnavailable
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.events import LABELS_FIELD, incoming
@@ -90,6 +91,9 @@ class ProxyStats:
     recorded: int = 0
     record_errors: int = 0
     unrecorded: int = 0  # no agent run to record into
+    store_unavailable: int = (
+        0  # recalls and recordings skipped: the database was down (relayed without memory)
+    )
 
     def report(self) -> dict[str, int]:
         return asdict(self)
@@ -335,6 +339,11 @@ class HeldReplies:
         try:
             outcome = await self.memory.merge_window(window, now_ms())
             self.stats.recorded += outcome.new_messages
+        except StoreUnavailable as exc:
+            # The run's next request (or its 103) carries these turns again.
+            self.stats.record_errors += 1
+            self.stats.store_unavailable += 1
+            log.warning("custom LLM: recording agent %s failed: %s", window.agent_id, exc.message)
         except Exception:
             self.stats.record_errors += 1
             log.exception("custom LLM: recording agent %s failed", window.agent_id)
@@ -398,6 +407,9 @@ class LlmProxy:
         self.brief = BriefPairs(settings.recall_brief_ms)
         self._miss_logged_at = float("-inf")
         self._unlogged_misses = 0
+        # Per-agent keys found in the database, by hash: while it is down, a live call whose key
+        # was found before goes on (without memory) instead of failing.
+        self._routes: dict[str, LlmRoute] = {}
 
     def table(self) -> list[web.RouteDef]:
         return [
@@ -424,8 +436,17 @@ class LlmProxy:
         if scheme.lower() == "bearer" and key:
             if token and hmac.compare_digest(key.encode(), token.encode()):
                 return None
-            route = await self.memory.llm_route(key)
+            try:
+                route = await self.memory.llm_route(key)
+            except StoreUnavailable:
+                route = self._routes.get(hash_key(key))
+                if route is None:
+                    raise
+                return route
             if route is not None:
+                if len(self._routes) >= BRIEF_PAIRS_HELD:
+                    self._routes.clear()
+                self._routes[route.key_hash] = route
                 return route
         self.stats.unauthorized += 1
         return openai_error(
@@ -513,6 +534,8 @@ class LlmProxy:
         """A recall that failed: counted and logged; its pair is not brief."""
         self.brief.took(pair, None)
         self.stats.recall_errors += 1
+        if isinstance(exc, StoreUnavailable):
+            self.stats.store_unavailable += 1
         log.warning(
             "custom LLM: recall for %s/%s failed after %.1f ms (%s); answered without memory",
             call.user_id, call.character_id, (time.perf_counter() - started) * 1000, exc,

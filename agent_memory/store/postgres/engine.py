@@ -5,6 +5,11 @@ writes in READ COMMITTED transactions that lock what they must (a session's wind
 under its advisory lock, jobs and followed agents are claimed with leases). A write that
 deadlocks or loses a serialisation race is run again from the start; its function only
 touches the transaction, so running it again is safe.
+
+An outage trips a circuit: while PostgreSQL does not answer, every read and write fails at
+once with `DatabaseDown` (no request waits on the pool), and a probe connects every
+`PROBE_EVERY_S`; once one answers, the pools are made anew (their old connections are dead,
+and psycopg_pool's own reconnection backs off for many seconds) and the store serves again.
 """
 
 from __future__ import annotations
@@ -21,15 +26,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import IsolationLevel, errors
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from agent_memory.core.clock import Backoff
-from agent_memory.errors import StoreUnavailable
+from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store.postgres import migrations
 from agent_memory.store.postgres.analytics import PostgresAnalytics
 from agent_memory.store.postgres.api_keys import PostgresApiKeys
@@ -60,14 +66,54 @@ T = TypeVar("T")
 # A write that deadlocked or lost a serialisation race is run again this many times.
 WRITE_ATTEMPTS = 5
 RETRY_BACKOFF = Backoff(base_s=0.005, cap_s=0.2)
-# How long a caller waits for a free pooled connection before the store is "unavailable".
-POOL_WAIT_S = 30.0
+# How long a caller waits for a pooled connection. The executors have as many threads as the
+# pools have connections, so a caller waits only while a connection is being made: past this,
+# PostgreSQL is taken as down (the circuit trips and a probe checks at once).
+POOL_WAIT_S = 1.5
+# The pools' first connections at startup, from a server that may be cold.
+OPEN_WAIT_S = 30.0
+# Every connection gives up connecting after 2 s (libpq's least), and notices within ~10 s a
+# server that vanished without closing its sockets (host down, network cut), not after hours.
+CONNECT_OPTIONS: dict[str, Any] = {
+    "connect_timeout": 2,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+# While PostgreSQL is down, a probe connects this often to see whether it is back.
+PROBE_EVERY_S = 0.25
 # The recall index is brought up to date in the background this often, this much at a time.
 INDEX_EVERY_S = 0.2
 INDEX_CHUNK = 500
 # Messages a search or recall indexes before it reads, so that it sees what was just stored.
 SEARCH_CATCH_UP = 20_000
 _RETRYABLE = (errors.DeadlockDetected, errors.SerializationFailure)
+# The server going away: admin shutdown, crash shutdown, starting up (besides class 08, connection).
+_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether `exc` says the server does not answer (not that it refused a statement)."""
+    if isinstance(exc, PoolTimeout | PoolClosed):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate
+        return state is None or state.startswith("08") or state in _SERVER_GONE
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Outage:
+    """Why and since when (monotonic) PostgreSQL is taken as down."""
+
+    reason: str
+    since: float
 
 
 def _index_chunk(tx: PostgresTransaction) -> int:
@@ -138,6 +184,11 @@ class PostgresStore:
         self._stop = threading.Event()
         self._indexer: threading.Thread | None = None
         self._rng = random.Random()
+        # The circuit: set while PostgreSQL is down; the prober waits for `_tripped`.
+        self._outage: _Outage | None = None
+        self._circuit = threading.Lock()
+        self._tripped = threading.Event()
+        self._prober: threading.Thread | None = None
 
     @property
     def location(self) -> str:
@@ -147,25 +198,42 @@ class PostgresStore:
     # lifecycle
 
     def open(self) -> None:
-        """Migrate the database (one instance at a time), open the pools and start indexing."""
+        """Migrate the database (one instance at a time), open the pools and start indexing.
+
+        Raises DatabaseDown when the server does not answer (the service waits and tries again),
+        StoreUnavailable when it refuses (no such database, wrong password).
+        """
         try:
-            with psycopg.connect(self.url, connect_timeout=10) as conn:
+            with psycopg.connect(self.url, **CONNECT_OPTIONS) as conn:
                 ran = migrations.apply(conn)
+            if ran:
+                log.info("migrated %s: %s", self.location, ", ".join(ran))
+            self._open_pools(OPEN_WAIT_S)
         except psycopg.Error as exc:
-            raise StoreUnavailable(
-                f"cannot open PostgreSQL at {self.location}: {exc}".strip()
+            error = DatabaseDown if is_outage(exc) else StoreUnavailable
+            raise error(
+                f"cannot open PostgreSQL at {self.location}: {_first_line(exc)}"
                 + " (check AGENT_MEMORY_DB, and that the server is up and the database exists)"
             ) from exc
-        if ran:
-            log.info("migrated %s: %s", self.location, ", ".join(ran))
-        self._reads = self._pool("reads", read_only=True)
-        self._writes = self._pool("writes", read_only=False)
+        self._prober = threading.Thread(target=self._probe_loop, name="pg-probe", daemon=True)
+        self._prober.start()
         if self._index:
             self._indexer = threading.Thread(target=self._index_loop, name="pg-index", daemon=True)
             self._indexer.start()
         log.info("store ready: %s as instance %s", self.location, self.instance.name)
 
-    def _pool(self, name: str, *, read_only: bool) -> ConnectionPool[Connection]:
+    def _open_pools(self, wait_s: float) -> None:
+        """Open new pools (each with its first connection made) in place of the old ones."""
+        reads = self._pool("reads", read_only=True, size=self.pool_size, wait_s=wait_s)
+        try:
+            # One more writer than writer threads: the indexing thread's.
+            writes = self._pool("writes", read_only=False, size=self.pool_size + 1, wait_s=wait_s)
+        except BaseException:
+            reads.close()
+            raise
+        self._reads, self._writes = reads, writes
+
+    def _pool(self, name: str, *, read_only: bool, size: int, wait_s: float) -> ConnectionPool[Connection]:
         def configure(conn: Connection) -> None:
             conn.isolation_level = (
                 IsolationLevel.REPEATABLE_READ if read_only else IsolationLevel.READ_COMMITTED
@@ -175,22 +243,24 @@ class PostgresStore:
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.url,
             min_size=1,
-            max_size=self.pool_size,
+            max_size=size,
             connection_class=Connection,
-            kwargs={"row_factory": dict_row},
+            kwargs={"row_factory": dict_row, **CONNECT_OPTIONS},
             configure=configure,
             name=f"agent-memory-{name}",
             open=False,
             timeout=POOL_WAIT_S,
         )
-        pool.open(wait=True, timeout=POOL_WAIT_S)
+        pool.open(wait=True, timeout=wait_s)
         return pool
 
     def close(self) -> None:
         """Stop indexing, finish running work and close the pools."""
         self._stop.set()
-        if self._indexer is not None:
-            self._indexer.join()
+        self._tripped.set()  # wakes the prober, which sees the stop
+        for thread in (self._indexer, self._prober):
+            if thread is not None:
+                thread.join()
         self._readers.shutdown(wait=True)
         self._writers.shutdown(wait=True)
         for pool in (self._reads, self._writes):
@@ -210,13 +280,12 @@ class PostgresStore:
 
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
-        if self._reads is None:
-            raise StoreUnavailable("the store is not open")
+        pool = self._pool_of(self._reads)
         try:
-            with self._reads.connection() as conn, conn.transaction():
+            with pool.connection() as conn, conn.transaction():
                 return fn(PostgresView(conn, self.instance))
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"PostgreSQL at {self.location} did not answer: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise self._failure(exc) from exc
 
     # writes
 
@@ -227,30 +296,31 @@ class PostgresStore:
 
     def write_now(self, fn: Callable[[PostgresTransaction], T]) -> T:
         """Run `fn(tx)` in a transaction on the calling thread, again if it deadlocked."""
-        if self._writes is None:
-            raise StoreUnavailable("the store is not open")
         for attempt in range(1, WRITE_ATTEMPTS + 1):
+            pool = self._pool_of(self._writes)
             try:
-                with self._writes.connection() as conn, conn.transaction():
+                with pool.connection() as conn, conn.transaction():
                     return fn(PostgresTransaction(conn, self.instance))
             except _RETRYABLE as exc:
                 if attempt == WRITE_ATTEMPTS:
                     raise StoreUnavailable(f"a write kept conflicting with others: {exc}") from exc
                 time.sleep(RETRY_BACKOFF.delay_s(attempt, self._rng))
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                raise StoreUnavailable(f"PostgreSQL at {self.location} did not answer: {exc}") from exc
+            except psycopg.OperationalError as exc:
+                raise self._failure(exc) from exc
         raise AssertionError("unreachable")
 
     def run_outside_transaction(self, fn: Callable[[Connection], T]) -> T:
         """`fn(conn)` on a writer connection in autocommit mode (VACUUM cannot run in a transaction)."""
-        if self._writes is None:
-            raise StoreUnavailable("the store is not open")
-        with self._writes.connection() as conn:
-            conn.autocommit = True
-            try:
-                return fn(conn)
-            finally:
-                conn.autocommit = False
+        pool = self._pool_of(self._writes)
+        try:
+            with pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    return fn(conn)
+                finally:
+                    conn.autocommit = False
+        except psycopg.OperationalError as exc:
+            raise self._failure(exc) from exc
 
     def forget_held(self) -> None:
         """Drop what this process holds in memory of the recall index."""
@@ -267,13 +337,81 @@ class PostgresStore:
         """Index the turns stored but not yet in the recall index (bounded); returns how many."""
         return await self.write(lambda tx: tx.recall.catch_up(SEARCH_CATCH_UP))
 
+    # the circuit
+
+    def _pool_of(self, pool: ConnectionPool[Connection] | None) -> ConnectionPool[Connection]:
+        """`pool`, unless PostgreSQL is down (DatabaseDown at once) or the store is not open."""
+        outage = self._outage
+        if outage is not None:
+            raise self._down(outage)
+        if pool is None:
+            raise StoreUnavailable("the store is not open")
+        return pool
+
+    def _down(self, outage: _Outage) -> DatabaseDown:
+        return DatabaseDown(
+            f"PostgreSQL at {self.location} is down ({outage.reason}; for "
+            f"{time.monotonic() - outage.since:.1f} s): the service serves again as soon as it answers"
+        )
+
+    def _failure(self, exc: psycopg.OperationalError) -> StoreUnavailable:
+        """What a caller is told of `exc`; when the server does not answer, the circuit trips."""
+        if not is_outage(exc):
+            return StoreUnavailable(f"PostgreSQL at {self.location} gave up a statement: {_first_line(exc)}")
+        with self._circuit:
+            outage = self._outage
+            if outage is None:
+                outage = self._outage = _Outage(_first_line(exc), time.monotonic())
+                self._tripped.set()
+                log.error(
+                    "PostgreSQL at %s is down (%s): every request is answered 503 at once until it answers again",
+                    self.location, outage.reason,
+                )  # fmt: skip
+        return self._down(outage)
+
+    def _probe_loop(self) -> None:
+        """While the circuit is tripped: drop the dead pools, probe until PostgreSQL answers, make new ones."""
+        while True:
+            self._tripped.wait()
+            if self._stop.is_set():
+                return
+            for pool in (self._reads, self._writes):
+                if pool is not None:
+                    # Its connections are dead, and its own reconnection would back off for seconds.
+                    pool.close(timeout=1.0)
+            while not self._answers():
+                if self._stop.wait(PROBE_EVERY_S):
+                    return
+            with self._circuit:
+                outage, self._outage = self._outage, None
+                self._tripped.clear()
+            if outage is not None:
+                log.warning(
+                    "PostgreSQL at %s answers again after %.1f s down: serving",
+                    self.location, time.monotonic() - outage.since,
+                )  # fmt: skip
+
+    def _answers(self) -> bool:
+        """Whether PostgreSQL answers now; if it does, the pools are made anew first."""
+        try:
+            with psycopg.connect(self.url, autocommit=True, **CONNECT_OPTIONS) as conn:
+                conn.execute(b"SELECT 1")
+            self._open_pools(POOL_WAIT_S)
+        except psycopg.Error:
+            return False
+        return True
+
     # background indexing
 
     def _index_loop(self) -> None:
         """Keep the recall index up to date, a chunk at a time, whichever instance stored the turns."""
         while not self._stop.wait(INDEX_EVERY_S):
+            if self._outage is not None:
+                continue  # said once, when the circuit tripped
             try:
                 while not self._stop.is_set() and self.write_now(_index_chunk) == INDEX_CHUNK:
                     pass
+            except DatabaseDown:
+                pass
             except Exception:
                 log.exception("indexing messages for recall failed; it is tried again later")
