@@ -89,6 +89,8 @@ class Probes:
     async def health(self) -> tuple[int, Any]:
         async def go() -> tuple[int, Any]:
             async with self.session.get(f"{self.url}/healthz") as resp:
+                if resp.status == 503:
+                    assert resp.headers.get("Retry-After") == "1", resp.headers
                 return await answer(resp)
 
         return await self.timed("healthz", go)

@@ -12,7 +12,7 @@ from agent_memory import __version__
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
 from agent_memory.core.styles import style_from_query
-from agent_memory.errors import NotFound, StoreUnavailable
+from agent_memory.errors import DatabaseDown, NotFound, StoreUnavailable
 from agent_memory.web.http import int_query, json_response, path_id, read_model
 from agent_memory.web.keys import MEMORY
 from agent_memory.web.schemas import (
@@ -48,7 +48,8 @@ async def healthz(request: web.Request) -> web.Response:
     try:
         migrations = await memory.schema_migrations()
     except Exception as exc:
-        raise StoreUnavailable(f"database not reachable: {exc}") from exc
+        kind = DatabaseDown if isinstance(exc, DatabaseDown) else StoreUnavailable
+        raise kind(f"database not reachable: {exc}") from exc
     return json_response(
         {"status": "ok", "version": __version__, "database": memory.store.location, "schema": migrations}
     )
