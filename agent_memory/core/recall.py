@@ -148,6 +148,8 @@ class Recall:
     extra: dict[str, object] = field(default_factory=dict)
     # How long its read took where it ran (a thread hand-off not counted).
     read_ms: float = 0.0
+    # Turns in scope not yet in the recall index when it answered (it stopped waiting for them).
+    index_lag: int = 0
 
 
 def weighted_terms(q: str) -> list[tuple[str, float]]:

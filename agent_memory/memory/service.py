@@ -58,7 +58,7 @@ from agent_memory.core.secrets import hash_key, new_api_key
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.core.textcache import forget_texts
 from agent_memory.embed import Embedder
-from agent_memory.errors import InvalidField, NotFound
+from agent_memory.errors import DatabaseDown, InvalidField, NotFound, StoreUnavailable
 from agent_memory.memory.embedding import semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
@@ -80,8 +80,10 @@ log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "agent-memory-export/1"
 JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "dead")
-# How many bounded index catch-ups a recall waits for before it answers from what is indexed.
+# How many bounded index catch-ups a recall waits for before it answers from what is indexed,
+# and for how long at most (then its answer says how many turns it could not see: `index_lag`).
 CATCH_UP_ROUNDS = 20
+CATCH_UP_WAIT_S = 2.0
 # Start contexts kept built (a few kB each).
 CONTEXT_CACHE_SIZE = 2048
 # What a read answers when the recall index is behind (None may be a real answer).
@@ -231,7 +233,12 @@ class Memory:
                 k=RECALL_CANDIDATES, timeout_s=self.settings.embeddings_timeout_s,
             )  # fmt: skip
         read = _recall_read(user_id, scoped, q, max_tokens, semantic, exclude_session)
-        found = await (self.store.read(read) if indexed_only else self._read_indexed(read))
+        if indexed_only:
+            found = await self.store.read(read)
+        else:
+            found = await self._read_indexed(
+                read, behind=lambda view: replace(read(view), index_lag=view.recall.lag(user_id, scoped))
+            )
         self._recalled(scope, started, found)
         return found
 
@@ -254,17 +261,32 @@ class Memory:
         if self.metrics is not None:
             self.metrics.recalled(scope, time.perf_counter() - started, found=bool(found.memories))
 
-    async def _read_indexed(self, read: Callable[[ReadView], T]) -> T:
+    async def _read_indexed(
+        self, read: Callable[[ReadView], T], behind: Callable[[ReadView], T] | None = None
+    ) -> T:
         """`read` once the recall index holds every stored turn (catching it up first when it
-        is behind), in one read; after `CATCH_UP_ROUNDS` bounded catch-ups, from what is indexed."""
+        is behind), in one read; after `CATCH_UP_ROUNDS` bounded catch-ups or `CATCH_UP_WAIT_S`,
+        or when the catch-up gives up (another drain holds the queue), `behind` (or `read`) from
+        what is indexed."""
+        deadline = time.monotonic() + CATCH_UP_WAIT_S
         for _ in range(CATCH_UP_ROUNDS):
             answer = await self.store.read(lambda view: _Behind if view.recall.behind() else read(view))
             if answer is not _Behind:
                 return cast(T, answer)
-            # Turns were stored since the index last caught up: recall must see them.
-            if not await self.store.catch_up_search():
+            if time.monotonic() >= deadline:
                 break
-        return await self.store.read(read)
+            # Turns were stored since the index last caught up: recall must see them.
+            try:
+                if not await self.store.catch_up_search():
+                    break
+            except DatabaseDown:
+                raise
+            except StoreUnavailable as exc:  # a statement or lock wait past its bound
+                log.warning(
+                    "recall answers from what is indexed: catching the index up failed: %s", exc.message
+                )
+                break
+        return await self.store.read(behind or read)
 
     async def messages(self, user_id: str, character_id: str, limit: int) -> list[Message]:
         """The pair's `limit` latest messages, oldest first, tool calls and results included."""

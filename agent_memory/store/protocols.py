@@ -490,6 +490,10 @@ class RecallReads(Protocol):
         """Whether messages are stored that the recall index has not taken in yet."""
         ...
 
+    def lag(self, user_id: str, character_id: str | None) -> int:
+        """How many of the scope's turns (a pair's, or all the user's: None) are not indexed yet."""
+        ...
+
     def term_stats(
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
     ) -> TermStats:

@@ -283,6 +283,11 @@ class RecallAnswer(Answer):
     tokens: int
     max_tokens: int
     system_message: SystemMessage
+    index_lag: int = Field(
+        ge=0,
+        description="turns in scope stored but not yet in the recall index, left out of this answer: "
+        "recall waits a bounded time for the index to catch up, then answers from what it holds (0: none)",
+    )
 
 
 class ForgetAnswer(Answer):

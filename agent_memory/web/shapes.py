@@ -163,6 +163,7 @@ def recall_json(recall: Recall) -> dict[str, Any]:
         "tokens": recall.tokens,
         "max_tokens": recall.max_tokens,
         "system_message": {"role": "system", "content": recall.system_message},
+        "index_lag": recall.index_lag,
     }
 
 

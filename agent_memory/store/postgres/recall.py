@@ -7,6 +7,17 @@ the asking pair's postings. BM25's statistics are the pair's own (`recall_pairs`
 queues them in `recall_pending`, and any instance takes queued ids with SKIP LOCKED, so
 several index at once without taking a turn twice. Ranking follows SQLite's exactly (the same
 shortlist by matched words, then document length), so both backends answer alike.
+
+The queue is drained by one statement whose cost follows what it takes, whatever the
+planner believes of the queue's size: its rows are picked (and locked) once, in a
+materialised CTE, and the statement is planned afresh each time (never prepared). The old
+`DELETE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)`, once psycopg prepared it and
+PostgreSQL cached a generic plan while the queue was nearly empty (a 3-row estimate), ran as
+a nested-loop semi-join over every queued row against the picked ones: 7.1 s for 500 of
+35,000 queued ids, and minutes for a recall's 20,000 (it grows with queued × taken). Every
+transaction on the queue and index carries its own statement and lock timeouts
+(`SET LOCAL`): a backend left behind by a killed instance gives up within them, and a
+recall waits no longer than `WAIT_LOCK_MS` for another drain to commit.
 """
 
 from __future__ import annotations
@@ -14,6 +25,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from psycopg import errors
 
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
@@ -35,6 +48,15 @@ from agent_memory.store.shared.recall import (
     SHORTLIST_FACTOR,
 )
 
+# Each statement of a catch-up (drain, index) gives up past this: its work is bounded (a few
+# thousand rows), so only a stuck or runaway one reaches it.
+QUEUE_STATEMENT_TIMEOUT_MS = 10_000
+# A catch-up that finds every queued id taken by another drain waits this long for it to commit;
+# then recall answers from what is indexed (and says how many turns are not).
+WAIT_LOCK_MS = 1_000
+# Each statement of a recall's read gives up past this (a dead client's backend too).
+RECALL_STATEMENT_TIMEOUT_MS = 10_000
+
 # Document frequencies reused for FREQUENCY_TTL_S, across connections (keyed by database, pair, term).
 _frequencies: dict[tuple[str, int, str], tuple[float, int]] = {}
 
@@ -55,24 +77,46 @@ class PostgresRecall(Repository):
         """Index up to `limit` queued messages (new or changed); returns how many were taken.
 
         When every queued message is being indexed by another transaction, this waits for it
-        to commit, so that a read afterwards sees what was queued before it asked.
+        to commit (at most `WAIT_LOCK_MS`, then returns 0), so that a read afterwards sees
+        what was queued before it asked. Runs in a transaction of its own: its timeouts are
+        set for that transaction alone.
         """
+        self._timeouts(QUEUE_STATEMENT_TIMEOUT_MS, lock_ms=QUEUE_STATEMENT_TIMEOUT_MS)
         taken = self._take(limit, wait=False)
         if not taken and self.behind():
-            taken = self._take(limit, wait=True)
+            try:
+                with self.conn.transaction():  # a savepoint: giving up leaves the transaction usable
+                    self._timeouts(QUEUE_STATEMENT_TIMEOUT_MS, lock_ms=WAIT_LOCK_MS)
+                    taken = self._take(limit, wait=True)
+                    self._timeouts(QUEUE_STATEMENT_TIMEOUT_MS, lock_ms=QUEUE_STATEMENT_TIMEOUT_MS)
+            except errors.LockNotAvailable:
+                return 0  # another drain holds them: what it indexes is read once it commits
         if taken:
             self.index(taken)
         return len(taken)
+
+    def _timeouts(self, statement_ms: int, *, lock_ms: int | None = None) -> None:
+        """Bound this transaction's statements (and lock waits) from here on; never the session's."""
+        if lock_ms is None:
+            self._execute(b"SELECT set_config('statement_timeout', %s, true)", (str(statement_ms),))
+            return
+        self._execute(
+            b"SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+            (str(statement_ms), str(lock_ms)),
+        )
 
     def _take(self, limit: int, *, wait: bool) -> list[int]:
         """Dequeue up to `limit` ids, oldest first: deleting them now makes a change to one of
         those messages, committed meanwhile, queue it again once this transaction ends."""
         skip = "" if wait else " SKIP LOCKED"
-        rows = self._all(
-            "DELETE FROM recall_pending WHERE id IN (SELECT id FROM recall_pending ORDER BY id "
-            f"LIMIT %s FOR UPDATE{skip}) RETURNING id",
+        # Never prepared: a plan cached while the queue was nearly empty would be kept for it when long.
+        rows = self.conn.execute(
+            "WITH picked AS MATERIALIZED (SELECT id FROM recall_pending ORDER BY id "
+            f"LIMIT %s FOR UPDATE{skip}) DELETE FROM recall_pending p USING picked "
+            "WHERE p.id = picked.id RETURNING p.id".encode(),
             (limit,),
-        )
+            prepare=False,
+        ).fetchall()
         return sorted(row["id"] for row in rows)
 
     def index(self, ids: Iterable[int]) -> int:
@@ -165,6 +209,19 @@ class PostgresRecall(Repository):
         """Whether messages are queued that the index has not taken in yet."""
         return bool(self._count("SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"))
 
+    def lag(self, user_id: str, character_id: str | None) -> int:
+        """How many of the scope's turns are stored but not in the index yet."""
+        scope, params = (
+            ("", (user_id,))
+            if character_id is None
+            else (" AND m.character_id = %s", (user_id, character_id))
+        )
+        return self._count(
+            "SELECT count(*) FROM recall_pending p JOIN messages m ON m.id = p.id "
+            f"WHERE m.user_id = %s{scope} AND m.kind = 'turn'",
+            params,
+        )
+
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
         """The facts in scope: a pair's and the user-wide ones, or all of the user's."""
         if character_id is not None:
@@ -186,7 +243,11 @@ class PostgresRecall(Repository):
     def term_stats(
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
     ) -> TermStats:
-        """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
+        """BM25's statistics over the turns in scope: each term's weighted idf, the average length.
+
+        Recall's first statement: the rest of its read is bounded from here (SET LOCAL, this read only).
+        """
+        self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
         scope, params = (
             ("", (user_id,)) if character_id is None else (" AND character_id = %s", (user_id, character_id))
         )

@@ -179,6 +179,19 @@ class SQLiteRecall(Repository):
         ).fetchone()
         return bool(row[0])
 
+    def lag(self, user_id: str, character_id: str | None) -> int:
+        """How many of the scope's turns are stored but not in the index yet."""
+        scope, params = (
+            ("", (user_id,)) if character_id is None else (" AND character_id = ?", (user_id, character_id))
+        )
+        row = self.conn.execute(
+            "SELECT count(*) FROM messages WHERE kind = 'turn' AND user_id = ?" + scope + " AND (id > "
+            "(SELECT value FROM search_state WHERE name = 'recall_indexed_upto') "
+            "OR id IN (SELECT id FROM recall_pending))",
+            params,
+        ).fetchone()
+        return int(row[0])
+
     def term_stats(
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
     ) -> TermStats:
