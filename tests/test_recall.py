@@ -221,6 +221,19 @@ async def test_recall_sees_what_was_stored_a_moment_ago(service) -> None:
     assert body["memories"][0]["text"].startswith("My flight to Lisbon leaves Friday.")
 
 
+async def test_the_index_lag_counts_the_scope_turns_not_indexed_yet(service) -> None:
+    await seed(service, "u-lag", "luna", "lag1", said("One.", "Two.", "Three.", "Four."))
+    body = await recall(service, "u-lag", "luna", "three")
+    assert body["index_lag"] == 0
+
+    def edit_then_count(tx: Transaction) -> tuple[int, int, int]:
+        # Edited turns are queued for indexing again; in this transaction none is taken yet.
+        tx.conn.execute("UPDATE messages SET content = content || ' again' WHERE user_id = 'u-lag'")
+        return tx.recall.lag("u-lag", "luna"), tx.recall.lag("u-lag", None), tx.recall.lag("u-other", None)
+
+    assert await service.store.write(edit_then_count) == (4, 4, 0)
+
+
 async def test_nothing_matches_gives_an_empty_answer(service) -> None:
     await seed(service, "u1", "luna", "a1", said(*small_talk(4), start_ms=MAY_8))
     body = await recall(service, "u1", "luna", "quantum chromodynamics")
