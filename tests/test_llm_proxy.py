@@ -13,8 +13,10 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
-from conftest import Service, agent_event, deliver, load_fixture, wait_for
+from conftest import Service, agent_event, agora_settings, deliver, inbox_of, load_fixture, poll, wait_for
+from fakes.agora_server import FakeAgora
 from fakes.upstream_llm import FakeUpstreamLLM, Script
+from test_retention import database_files
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
@@ -22,6 +24,7 @@ from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest import in_order
 from agent_memory.memory.service import recall_in
+from agent_memory.platforms.agora.keys import POLLER
 from agent_memory.platforms.agora.llm_proxy import BriefPairs, first_error
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
@@ -646,3 +649,79 @@ async def test_a_brief_time_of_zero_keeps_every_recall_on_a_reader_thread(
     for _ in range(3):
         assert "Biscuit" in (await memory_sent(service, upstream))[0]
     assert (await stats(service))["recalls_brief"] == 0
+
+
+# Forget in the middle of a live call: final, whatever the call, the poller or Agora send after.
+
+SAID_BEFORE = (
+    "my locker code is Qzvxwjkq4471",
+    "Noted, Qzvxwjkq4471.",
+    "the cat is Wfxbnrtz",
+    "Wfxbnrtz, lovely.",
+)
+SAID_AFTER = ("new start, call me Plovrenki", "Hello again, Plovrenki.")
+
+
+def turn(role: str, text: str, turn_id: int, at_ms: int) -> dict[str, Any]:
+    meta = {"source": "asr", "user": "1001"} if role == "user" else {"source": "llm"}
+    return {"role": role, "content": text, "turn_id": turn_id, "timestamp": at_ms, "metadata": meta}
+
+
+async def ask(service: Service, upstream: FakeUpstreamLLM, agent_id: str, memory: list[dict[str, Any]],
+              reply: str) -> None:  # fmt: skip
+    """One request of the call as Agora sends it, the model saying `reply`."""
+    upstream.script(Script(words=[reply]))
+    body = {
+        "messages": [{"role": "system", "content": "You are Luna."}, *memory], "stream": True, "model": "m",
+        "turn_id": memory[-1]["turn_id"], "agent_id": agent_id, **PARAMS,
+    }  # fmt: skip
+    assert (await sse_events(await post(service, body)))[-1] == "[DONE]"
+
+
+async def test_a_forget_in_the_middle_of_a_live_call_is_final(
+    start_service: Any, upstream: FakeUpstreamLLM, fake: FakeAgora, db_path: Any
+) -> None:
+    service = await start(start_service, upstream, **agora_settings(fake), llm_reply_settle_s=0.5)
+    poller = service.server.app[POLLER]
+    assert poller.scheduler is not None
+    poller.scheduler.pause()
+    agent = "AGENT-FORGET-LIVE"
+    fake.add_agent(agent)
+    await deliver(service, agent_event(101, agent, labels=dict(PARAMS)), expect="done")  # followed
+    start_ms = now_ms() - 60_000
+    before = [turn("user" if i % 2 == 0 else "assistant", text, i // 2 + 1, start_ms + i * 1000)
+              for i, text in enumerate(SAID_BEFORE)]  # fmt: skip
+    await ask(service, upstream, agent, before[:1], SAID_BEFORE[1])
+    await ask(service, upstream, agent, before[:3], SAID_BEFORE[3])  # its reply is held now
+    await wait_for(lambda: _messages(service, count=3))
+
+    # A poll under way reads the history before the forget and merges it after.
+    fake.say(agent, before)
+    fake.latency_s = 0.5
+    polling = asyncio.ensure_future(poll(service))
+    await wait_for(lambda: fake.count("/history") == 1)
+    status, body = await service.api("DELETE", "/v1/users/u-ana")
+    assert status == 200 and body["deleted"]["messages"] == 3, body
+    await polling
+    fake.latency_s = 0
+
+    # The call goes on: its next request carries what was said before, and something new.
+    after = turn("user", SAID_AFTER[0], 3, now_ms())
+    await ask(service, upstream, agent, [*before, after], SAID_AFTER[1])
+    kept = await wait_for(lambda: _messages(service, count=2, assistant=True))
+    # Agora's 103 of the whole call, after it ended.
+    late = agent_event(103, agent, labels=dict(PARAMS), notice_id=f"{agent}:103",
+                       contents=[*before, after, turn("assistant", SAID_AFTER[1], 3, now_ms())])  # fmt: skip
+    answer = await deliver(service, late, expect="done")
+    assert answer["new_messages"] == 0
+    await asyncio.sleep(0.6)  # past the settle time: a reply still held would be recorded now
+
+    assert transcript(await _messages(service)) == [("user", SAID_AFTER[0]), ("assistant", SAID_AFTER[1])]
+    entry = await inbox_of(service, f"{agent}:103")
+    assert entry is not None and entry.status == "forgotten" and entry.body == ""
+    assert (await stats(service))["record_errors"] == 0
+    await service.store.checkpoint()
+    data = database_files(db_path)
+    assert SAID_AFTER[0].encode() in data  # the scan sees what is held
+    for text in ("Qzvxwjkq4471", "Wfxbnrtz"):
+        assert text.encode() not in data, text

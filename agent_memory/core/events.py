@@ -152,6 +152,8 @@ class Outcome:
     user_id: str | None = None
     character_id: str | None = None
     detail: str | None = None
+    # Items left out as said before a forget of their user (or pair): never stored again.
+    forgotten: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,30 @@ def in_order(messages: Sequence[IncomingMessage], base_ms: int) -> list[Arrival]
     return items
 
 
+def said_after(
+    messages: Sequence[IncomingMessage], items: Sequence[Arrival], placed: Placement, cutoff: int
+) -> list[int]:
+    """The indexes of a window's items said after a forget at `cutoff`, the only ones kept.
+
+    An item is dated by its own time (the platform's, or when this service saw it said), never
+    by its session's start. One already stored was kept after the forget; so is an undated one
+    that follows, in the window, an item said after it (its place is its evidence). An undated
+    item with nothing after the forget before it may have been said before: it is left out.
+    """
+    kept: list[int] = []
+    after = False
+    for index, (message, item, (_, existing, _)) in enumerate(
+        zip(messages, items, placed.positions, strict=True)
+    ):
+        said_ms = item.ts_ms if item.ts_ms is not None else message.seen_ms
+        if existing is not None or (said_ms is not None and said_ms > cutoff):
+            after = True
+            kept.append(index)
+        elif said_ms is None and after:
+            kept.append(index)
+    return kept
+
+
 def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
     """The outcome of an event applied without some of its parts: partial, saying which."""
     notes = list(skipped[:MAX_DETAIL_NOTES])
@@ -179,20 +203,22 @@ class Ingestor:
             return Outcome("duplicate", agent_id=raw.agent_id)
         outcome = self._apply(tx, raw, event)
         # Written once, with its final status: an update would rewrite (and zero) the raw body.
+        # A body holding what was said before a forget is not kept (its id is: a redelivery
+        # is still recognised), as the forget blanked those it found.
         tx.inbox.insert(
             InboxEntry(
                 event_id=raw.event_id,
                 event_type=storable(raw.event_type) or 0,
                 received_ms=raw.received_ms,
-                body=raw.body,
-                status=outcome.status,
+                body="" if outcome.forgotten else raw.body,
+                status="forgotten" if outcome.forgotten else outcome.status,
                 product_id=storable(raw.product_id),
                 notify_ms=storable(raw.notify_ms),
                 agent_id=raw.agent_id,
                 # Whose words these are, even if the event never becomes a session: forget finds them.
                 label_user=_label(raw.labels, self.settings.label_user_key),
                 label_character=_label(raw.labels, self.settings.label_character_key),
-                error=outcome.detail,
+                error=None if outcome.forgotten else outcome.detail,
             )
         )
         return outcome
@@ -200,7 +226,10 @@ class Ingestor:
     def reapply(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
         """Apply again an event already recorded (reprocessing), recording the outcome."""
         outcome = self._apply(tx, raw, event)
-        tx.inbox.set_status(raw.event_id, outcome.status, outcome.detail)
+        if outcome.forgotten:
+            tx.inbox.blank(raw.event_id)
+        else:
+            tx.inbox.set_status(raw.event_id, outcome.status, outcome.detail)
         return outcome
 
     def _apply(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
@@ -222,11 +251,11 @@ class Ingestor:
 
         `stamp` is when the platform says it happened: it dates what has no time of its own.
         """
-        session = self.ensure_session(tx, event, stamp)
+        session, cutoff = self.session_to_write(tx, event, stamp)
         agent_id = session.agent_id
         changes: SessionChanges = {"updated_ms": now_ms()}
         if event.kind == "history":
-            outcome = self.merge(tx, session, event.messages, stamp, ended=True)
+            outcome = self.merge(tx, session, event.messages, stamp, ended=True, cutoff=cutoff)
             # The whole transcript comes after the run stopped, whether or not `left` came yet.
             if session.status == "running":
                 changes["status"] = "stopped"
@@ -275,8 +304,8 @@ class Ingestor:
 
     def merge_window(self, tx: Transaction, window: HistoryWindow, stamp: int) -> Outcome:
         """Merge a history window read from the platform while the agent runs."""
-        session = self.ensure_session(tx, window, stamp)
-        outcome = self.merge(tx, session, window.messages, stamp)
+        session, cutoff = self.session_to_write(tx, window, stamp)
+        outcome = self.merge(tx, session, window.messages, stamp, cutoff=cutoff)
         if window.skipped:
             return set_aside(outcome, window.skipped, "history window")
         return outcome
@@ -335,6 +364,18 @@ class Ingestor:
             event.agent_id, event.name or "-", channel, keys, user_key,
             identity.user_id, identity.character_id, fix, event.agent_id, channel,
         )  # fmt: skip
+
+    def session_to_write(
+        self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int
+    ) -> tuple[Session, int | None]:
+        """The event's session (`ensure_session`) and when its pair was last forgotten (None:
+        never). On a shared database the cut-off is read under the user's lock: a forget of the
+        user under way is waited for, and it may have deleted the session meanwhile."""
+        session = self.ensure_session(tx, event, stamp)
+        cutoff = tx.maintenance.forget_cutoff(session.user_id, session.character_id, session.agent_id)
+        if cutoff is not None:
+            session = self.ensure_session(tx, event, stamp)
+        return session, cutoff
 
     def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:
         """The event's session, created or moved to a better-founded identity."""
@@ -465,13 +506,23 @@ class Ingestor:
         stamp: int,
         *,
         ended: bool = False,
+        cutoff: int | None = None,
     ) -> Outcome:
         """Merge one window of a session's transcript into what is stored of it; `ended`: the
-        call is over (its whole transcript), so no more turns are coming to wait for."""
+        call is over (its whole transcript), so no more turns are coming to wait for; `cutoff`:
+        when the pair was last forgotten (what was said before it is left out)."""
         agent_id = session.agent_id
         base_ms = session.start_ms or stamp
         incoming = in_order(messages, base_ms)
         placed = self._place(tx, session, incoming)
+        forgotten = 0
+        if cutoff is not None:
+            kept = said_after(messages, incoming, placed, cutoff)
+            forgotten = len(incoming) - len(kept)
+            if forgotten:
+                # Placed again without them, as if they had never been sent.
+                incoming = [incoming[index] for index in kept]
+                placed = self._place(tx, session, incoming)
         created_ms = now_ms()
         new_rows: list[NewMessage] = []
         spoken = 0
@@ -508,6 +559,7 @@ class Ingestor:
             gap=placed.new_gap,
             user_id=session.user_id,
             character_id=session.character_id,
+            forgotten=forgotten,
         )
 
     @staticmethod

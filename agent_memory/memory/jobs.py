@@ -90,11 +90,15 @@ def apply_result(
     messages: list[Message],
     result: CondenseResult,
     previous: Summary | None,
+    read_ms: int | None = None,
 ) -> dict[str, int]:
-    """Commit a condensed result: summary, fact changes and watermark together."""
+    """Commit a condensed result: summary, fact changes and watermark together; `read_ms`: when
+    its messages were read (a forget since then drops it)."""
     user_id, character_id = job.user_id, job.character_id
-    if tx.jobs.by_id(job.id) is None:
-        # Forgetting the pair deletes its job: what we condensed must not come back.
+    cutoff = tx.maintenance.forget_cutoff(user_id, character_id)
+    # Forgetting the pair deletes its job (whose id SQLite may give to the next one) and leaves
+    # its cut-off: what we condensed must not come back.
+    if tx.jobs.by_id(job.id) is None or (cutoff is not None and read_ms is not None and cutoff >= read_ms):
         raise Forgotten(f"{user_id}/{character_id} was forgotten while it was being condensed")
     current = tx.summaries.get(user_id, character_id)
     if (current and current.watermark_id) != (previous and previous.watermark_id):
@@ -263,6 +267,7 @@ class CondenseJobs:
                 view.messages.after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1),
             )
 
+        read_ms = now_ms()
         previous, facts, messages = await self.store.read(read)
         more = len(messages) > MAX_MESSAGES_PER_CALL
         if more:
@@ -281,7 +286,7 @@ class CondenseJobs:
                 model=previous.model or "", fallback_reason="only empty messages",
             )  # fmt: skip
             await self.store.write(
-                lambda tx: (apply_result(tx, job, messages, result, previous),
+                lambda tx: (apply_result(tx, job, messages, result, previous, read_ms),
                             tx.jobs.finish(job, again_at_ms=again_at))
             )  # fmt: skip
             return
@@ -304,7 +309,7 @@ class CondenseJobs:
             )
 
         def commit(tx: Transaction) -> dict[str, int]:
-            changes = apply_result(tx, job, messages, result, previous)
+            changes = apply_result(tx, job, messages, result, previous, read_ms)
             finished = tx.jobs.finish(job, again_at_ms=now_ms() if more else again_at)
             if finished and more:
                 tx.jobs.make_due(CONDENSE, user_id, character_id)

@@ -165,6 +165,8 @@ class Memory:
         self.retention = retention
         self.embedder = embedder
         self.metrics = metrics
+        # Told of every committed forget (user, character or None), to drop what they hold of it.
+        self.forget_listeners: list[Callable[[str, str | None], None]] = []
         if metrics is not None:
             contexts = self.contexts
             metrics.add_reported(
@@ -335,6 +337,10 @@ class Memory:
         self.store.forget_held()
         self.contexts.clear()
         forget_texts()
+        for listener in self.forget_listeners:
+            # What a platform holds to record later (a live call's held reply): what it would
+            # still record would be dropped by the cut-off, but it goes now all the same.
+            listener(user_id, character_id)
         # Until the WAL is checkpointed the forgotten text still sits in it.
         await self.store.checkpoint()
         log.info("forgot %s/%s: %s", user_id, character_id or "*", receipt)

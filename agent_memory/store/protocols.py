@@ -297,6 +297,10 @@ class Inbox(InboxReads, Protocol):
 
     def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None: ...
 
+    def blank(self, event_id: str) -> None:
+        """Drop a raw event's text (status `forgotten`); its id stays, so a redelivery is recognised."""
+        ...
+
 
 # watches: running agents the service follows
 
@@ -603,13 +607,19 @@ class MaintenanceReads(Protocol):
 
     def search_state(self) -> SearchState: ...
 
+    def forget_cutoff(self, user_id: str, character_id: str, agent_id: str | None = None) -> int | None:
+        """When the pair, its whole user or the agent run was last forgotten, None if never:
+        what was said before it is never stored again. In a write transaction on a shared database, a forget
+        of the user under way is waited for (and nothing forgets it until commit)."""
+        ...
+
 
 class Maintenance(MaintenanceReads, Protocol):
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
         """Delete everything held for a pair, or for a user when `character_id` is None
-        (a pair's forget keeps the user's user-wide facts). Raw events keep their id, so a
-        redelivery is still recognised, but lose their text. `Store.checkpoint` afterwards
-        makes the deletion reach the file."""
+        (a pair's forget keeps the user's user-wide facts), and record the time of the forget
+        (`forget_cutoff`). Raw events keep their id, so a redelivery is still recognised, but
+        lose their text. `Store.checkpoint` afterwards makes the deletion reach the file."""
         ...
 
     def purge_messages(

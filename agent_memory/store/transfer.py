@@ -36,10 +36,11 @@ COPIED = (
     "facts", "summaries", "jobs", "watched_agents", "agent_metrics", "llm_routes",
     # After facts and summaries, whose triggers count versions: it replaces what they counted.
     "memory_versions",
-    "api_keys",
+    "api_keys", "forgets",
 )  # fmt: skip
-# Of those, the service's own (its API keys): nothing of a user, so copied but never forgotten.
-SERVICE = ("api_keys",)
+# Of those, the service's own (its API keys) and forgets' cut-offs (hashes, which keep a forget
+# final in the new database too): nothing a user said, so copied but never forgotten.
+SERVICE = ("api_keys", "forgets")
 # PostgreSQL tables rebuilt from messages by the backend (its recall index), and those that
 # are each database's own (schema, counters, leases, owed scrubs).
 REBUILT = ("recall_pairs", "recall_docs", "recall_pending")

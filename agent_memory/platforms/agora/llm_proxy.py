@@ -324,6 +324,12 @@ class HeldReplies:
         handle = loop.call_later(self.settle_s, self._settle, agent_id)
         self._held[agent_id] = (window, handle)
 
+    def forget(self, labels: Mapping[str, str]) -> None:
+        """A forget: drop the held replies of the pair (or user) whose `labels` it names."""
+        for agent_id, (window, _) in list(self._held.items()):
+            if all(window.labels.get(key) == value for key, value in labels.items()):
+                self.drop(agent_id)
+
     def _settle(self, agent_id: str) -> None:
         held = self._held.pop(agent_id, None)
         if held is not None:
@@ -410,6 +416,15 @@ class LlmProxy:
         # Per-agent keys found in the database, by hash: while it is down, a live call whose key
         # was found before goes on (without memory) instead of failing.
         self._routes: dict[str, LlmRoute] = {}
+        memory.forget_listeners.append(self._forgotten)
+
+    def _forgotten(self, user_id: str, character_id: str | None) -> None:
+        """Held replies of a forgotten user (or pair) are dropped (any recorded later would
+        be left out by the forget's cut-off all the same, on every instance)."""
+        labels = {self.settings.label_user_key: user_id}
+        if character_id is not None:
+            labels[self.settings.label_character_key] = character_id
+        self.replies.forget(labels)
 
     def table(self) -> list[web.RouteDef]:
         return [

@@ -69,3 +69,10 @@ class PostgresInbox(Repository):
         self._execute(
             b"UPDATE inbox SET status = %s, error = %s WHERE notice_id = %s", (status, error, event_id)
         )
+
+    def blank(self, event_id: str) -> None:
+        """Drop a raw event's text (status `forgotten`); its id stays, so a redelivery is recognised."""
+        self._execute(
+            b"UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE notice_id = %s",
+            (event_id,),
+        )

@@ -23,9 +23,17 @@ from collections.abc import Sequence
 
 from psycopg import errors, sql
 
-from agent_memory.store.postgres.common import Connection, Repository, now_ms
+from agent_memory.store.postgres.common import Connection, Repository, now_ms, text_array
 from agent_memory.store.postgres.versions import bump
-from agent_memory.store.shared.maintenance import COUNTED, HELD, KEEP_INBOX_STATUSES, SEARCH_INDEXED
+from agent_memory.store.shared.maintenance import (
+    COUNTED,
+    FORGETS,
+    HELD,
+    KEEP_INBOX_STATUSES,
+    SEARCH_INDEXED,
+    cutoff_keys,
+    forgotten_keys,
+)
 from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
 
 log = logging.getLogger(__name__)
@@ -40,6 +48,7 @@ NOT_HELD = (
     RECALL_PAIRS, RECALL_DOCS, "recall_pending",
     "agent_memory_migrations", "store_state", "leases", "scrub_owed",
     "api_keys",  # the service's own keys
+    FORGETS,  # when users were forgotten, by hash: what makes a forget final
 )  # fmt: skip
 # A table up to this size (with its TOAST and indexes) is rewritten by the scrub right after
 # the forget: a few seconds under its lock. A larger one is rewritten once its oldest owed
@@ -52,6 +61,10 @@ HORIZON_WAIT_S = 5.0
 LOCK_TIMEOUT = "5s"
 # pg_advisory_lock key held while scrubbing ("agmscrub" as 8 bytes).
 SCRUB_LOCK = 0x61676D7363727562
+# The seed of a user's advisory lock (sessions' are 0, inbox events' 1): a forget holds it
+# exclusively, every merge shared while it checks the cut-off and writes.
+USER_LOCK_SEED = 2
+_FORGET_CUTOFF = f"SELECT max(forgot_ms) AS at FROM {FORGETS} WHERE key = ANY(%s::text[])"
 # Memory for rebuilding the indexes (the trigram GIN indexes build much faster with more).
 REWRITE_WORK_MEM = "128MB"
 
@@ -93,19 +106,53 @@ class PostgresMaintenance(Repository):
         # Retention's dead rows are autovacuum's: the trigram indexes have no segments to merge.
         return {"dead_rows": 0, "scrub_owed": int(row["owed"]), "messages_indexed_upto": int(row["upto"])}
 
+    def forget_cutoff(self, user_id: str, character_id: str, agent_id: str | None = None) -> int | None:
+        """When the pair, its whole user or the agent run was last forgotten, None if never; in
+        a write transaction, under the user's lock shared (a forget of the user under way is
+        waited for, and none starts until commit), read after the lock is granted."""
+        params = (text_array(cutoff_keys(user_id, character_id, agent_id)),)
+        if self.conn.read_only:
+            row = self._one(_FORGET_CUTOFF, params)
+        else:
+            cursor = self.conn.shared_client_cursor()
+            cursor.execute(
+                f"SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, {USER_LOCK_SEED:d})); "
+                f"{_FORGET_CUTOFF}".encode(),
+                (user_id, *params),
+            )
+            cursor.nextset()
+            row = cursor.fetchone()
+        return None if row is None or row["at"] is None else int(row["at"])
+
     # forgetting
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
         """Delete everything held for a pair, or for a user when `character_id` is None."""
         where = "user_id = %s" if character_id is None else "user_id = %s AND character_id = %s"
         params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
-        # Locked, so a session of the pair is not half-forgotten by a write that runs alongside.
-        agent_ids = [
-            row["agent_id"]
-            for row in self._all(
-                f"SELECT agent_id FROM sessions WHERE {where} ORDER BY agent_id FOR UPDATE", params
-            )
-        ]
+        sessions = f"SELECT agent_id FROM sessions WHERE {where} ORDER BY agent_id"
+        # The locks a merge takes, in its order: each session's (a merge under way finishes
+        # first, and none starts on it until this commits), then the user's. Without them a
+        # merge under way kept writing into a session deleted here: orphan messages whose
+        # places every later window of the run collided with. A merge holds its session's
+        # lock before it asks for the user's, so the user's comes last here.
+        self.conn.execute(
+            f"SELECT count(pg_advisory_xact_lock(hashtextextended(agent_id, 0))) FROM ({sessions}) AS s".encode(),
+            params,
+        )
+        self.conn.execute(
+            f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {USER_LOCK_SEED:d}))".encode(), (user_id,)
+        )
+        # Read again under the user's lock: a session first stored meanwhile is deleted too (no
+        # merge can be under way in it now: a merge writes only under the user's lock).
+        agent_ids = [row["agent_id"] for row in self._all(f"{sessions} FOR UPDATE", params)]
+        # The cut-off every later write checks: what was said before it never comes back, from a
+        # held reply, a poll, a late callback or a reprocess, on any instance.
+        self.conn.execute(
+            f"INSERT INTO {FORGETS} (key, forgot_ms) SELECT key, %s FROM unnest(%s::text[]) AS key "
+            f"ON CONFLICT (key) DO UPDATE SET forgot_ms = greatest({FORGETS}.forgot_ms, excluded.forgot_ms)".encode(),
+            (now_ms(), text_array(forgotten_keys(user_id, character_id, agent_ids))),
+        )
         receipt: ForgetReceipt = {}
         touched: list[str] = []
         for held in HELD:

@@ -320,6 +320,13 @@ def m007_message_images(conn: psycopg.Connection) -> None:
     )
 
 
+@migration
+def m008_forgets(conn: psycopg.Connection) -> None:
+    """When each user (or pair) was forgotten, by hash: every later write drops what was said before."""
+    # key: the hash of a user, a pair or an agent run (store/shared/maintenance.py), never an id.
+    _run(conn, "CREATE TABLE forgets (key text PRIMARY KEY, forgot_ms bigint NOT NULL)")
+
+
 def applied(conn: psycopg.Connection) -> list[str]:
     """The migrations the database has, in order."""
     exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()

@@ -5,6 +5,8 @@ Each backend lists the rest of its schema (its own indexes and bookkeeping) as `
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,3 +47,25 @@ SEARCH_INDEXED = ("messages", "facts", "summaries")
 KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or to be reprocessed
 # The tables `counts` reports.
 COUNTED = ("messages", "sessions", "facts", "summaries", "jobs", "inbox")
+
+# The table of forget cut-offs: kept (never forgotten, copied by migrate-db), holding hashes only.
+FORGETS = "forgets"
+
+
+def forgotten_keys(user_id: str, character_id: str | None, agent_ids: Sequence[str] = ()) -> list[str]:
+    """The keys a forget of a pair (or of a user, `character_id` None) records its cut-off
+    under: the user's or the pair's, and each forgotten agent run's (a window of one names no
+    user once its session is gone: a poll's, an unlabelled callback's)."""
+    owner = _digest("user", user_id) if character_id is None else _digest("pair", user_id, character_id)
+    return [owner, *(_digest("agent", agent_id) for agent_id in agent_ids)]
+
+
+def cutoff_keys(user_id: str, character_id: str, agent_id: str | None = None) -> list[str]:
+    """The keys whose cut-offs bind a write to a pair (and an agent run): the latest counts."""
+    keys = [_digest("user", user_id), _digest("pair", user_id, character_id)]
+    return keys if agent_id is None else [*keys, _digest("agent", agent_id)]
+
+
+def _digest(*parts: str) -> str:
+    """Hashes, not ids: a cut-off outlives the forget, and keeps no one's id in the clear."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()

@@ -62,3 +62,9 @@ class SQLiteInbox(Repository):
         self.conn.execute(
             "UPDATE inbox SET status = ?, error = ? WHERE notice_id = ?", (status, error, event_id)
         )
+
+    def blank(self, event_id: str) -> None:
+        """Drop a raw event's text (status `forgotten`); its id stays, so a redelivery is recognised."""
+        self.conn.execute(
+            "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE notice_id = ?", (event_id,)
+        )

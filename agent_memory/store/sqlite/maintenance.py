@@ -11,7 +11,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from agent_memory.store.shared.maintenance import COUNTED, HELD, KEEP_INBOX_STATUSES, SEARCH_INDEXED
+from agent_memory.core.clock import now_ms
+from agent_memory.store.shared.maintenance import (
+    COUNTED,
+    FORGETS,
+    HELD,
+    KEEP_INBOX_STATUSES,
+    SEARCH_INDEXED,
+    cutoff_keys,
+    forgotten_keys,
+)
 from agent_memory.store.sqlite.common import CHUNK, Repository, marks
 from agent_memory.store.sqlite.search import SearchIndex
 from agent_memory.store.sqlite.versions import bump
@@ -27,6 +36,7 @@ NOT_HELD = (
     "recall_docs", "recall_pairs", "recall_pending", "recall_terms",
     "memory_clock",
     "api_keys",  # the service's own keys
+    FORGETS,  # when users were forgotten, by hash: what makes a forget final
 )  # fmt: skip
 # A forget optimizes the search index on the spot while the index is this small (rows of
 # its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above
@@ -74,6 +84,14 @@ class SQLiteMaintenance(Repository):
     def search_state(self) -> SearchState:
         return self.index.state()
 
+    def forget_cutoff(self, user_id: str, character_id: str, agent_id: str | None = None) -> int | None:
+        """When the pair, its whole user or the agent run was last forgotten, None if never."""
+        keys = cutoff_keys(user_id, character_id, agent_id)
+        row = self.conn.execute(
+            f"SELECT max(forgot_ms) FROM {FORGETS} WHERE key IN ({marks(len(keys))})", keys
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     # forgetting
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
@@ -83,6 +101,14 @@ class SQLiteMaintenance(Repository):
         agent_ids = [
             row[0] for row in self.conn.execute(f"SELECT agent_id FROM sessions WHERE {where}", params)
         ]
+        # The cut-off every later write checks (ingest's merge, condensing): what was said before
+        # it never comes back, from a held reply, a poll, a late callback or a reprocess.
+        forgot_ms = now_ms()
+        self.conn.executemany(
+            f"INSERT INTO {FORGETS} (key, forgot_ms) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET forgot_ms = max(forgot_ms, excluded.forgot_ms)",
+            [(key, forgot_ms) for key in forgotten_keys(user_id, character_id, agent_ids)],
+        )
         receipt: ForgetReceipt = {}
         for held in HELD:
             if held.by == "pair":

@@ -533,3 +533,10 @@ def m017_message_images(db: Database) -> None:
     """The images shown with a turn (core/images.py), as JSON text; NULL for every older message."""
     # Adding a nullable column without a default rewrites no row: instant at any size.
     db.execute("ALTER TABLE messages ADD COLUMN images TEXT")
+
+
+@migrations()
+def m018_forgets(db: Database) -> None:
+    """When each user (or pair) was forgotten, by hash: every later write drops what was said before."""
+    # key: the hash of a user, a pair or an agent run (store/shared/maintenance.py), never an id.
+    db.execute("CREATE TABLE forgets (key TEXT PRIMARY KEY, forgot_ms INTEGER NOT NULL) WITHOUT ROWID")
