@@ -708,7 +708,7 @@ async def test_a_forget_in_the_middle_of_a_live_call_is_final(
     # The call goes on: its next request carries what was said before, and something new.
     after = turn("user", SAID_AFTER[0], 3, now_ms())
     await ask(service, upstream, agent, [*before, after], SAID_AFTER[1])
-    kept = await wait_for(lambda: _messages(service, count=2, assistant=True))
+    await wait_for(lambda: _messages(service, count=2, assistant=True))
     # Agora's 103 of the whole call, after it ended.
     late = agent_event(103, agent, labels=dict(PARAMS), notice_id=f"{agent}:103",
                        contents=[*before, after, turn("assistant", SAID_AFTER[1], 3, now_ms())])  # fmt: skip

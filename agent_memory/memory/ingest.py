@@ -522,7 +522,11 @@ class Ingestor:
             if forgotten:
                 # Placed again without them, as if they had never been sent.
                 incoming = [incoming[index] for index in kept]
-                placed = self._place(tx, session, incoming)
+                placed = (
+                    self._place(tx, session, incoming)
+                    if incoming
+                    else Placement([], None, session.gap_count, False)
+                )
         created_ms = now_ms()
         new_rows: list[NewMessage] = []
         spoken = 0
