@@ -17,16 +17,18 @@ from typing import Any
 import aiohttp
 import psycopg
 import pytest
-from conftest import agent_event, agora_settings, turns, wait_for
+from conftest import agent_event, agora_settings, deliver, turns, wait_for
 from fakes.agora_server import FakeAgora
 from fakes.openai_server import FakeOpenAI
 from served import Server, servers
 from test_durability import post
 
+from agent_memory.cli import main
 from agent_memory.condense import make_condenser
 from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import CONDENSE, Job
+from agent_memory.core.events import HistoryWindow, IncomingMessage
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import PURGE_LEASE, SCRUB_LEASE
 from agent_memory.memory.schedule import my_turn
@@ -37,6 +39,7 @@ from agent_memory.settings import Settings
 from agent_memory.store import Transaction
 from agent_memory.store.postgres import PostgresStore, PostgresTransaction
 from agent_memory.store.types import NewMessage
+from agent_memory.web.keys import MEMORY
 
 pytestmark = pytest.mark.postgres
 
@@ -589,3 +592,95 @@ async def test_two_processes_share_the_work_and_one_killed_under_load_loses_noth
     assert {messages[agent_id] for agent_id in live_agents} == {(8, 8)}
     _, pairs = condensed_pairs(database)
     assert {(user, character) for user, character, _, _ in pairs} >= set(jobs_of_a)
+
+
+# -- a forget racing the merges of a live run -----------------------------------------------
+
+RACE_LABELS = {"user_id": "u-race", "character_id": "luna"}
+
+
+def race_window(agent_id: str, count: int, start_ms: int, tag: str) -> HistoryWindow:
+    """The run's first `count` turns, as a poll or the custom-LLM endpoint merges them."""
+    said = [
+        IncomingMessage(role="user" if i % 2 == 0 else "assistant", content=f"{tag} line {i}",
+                        turn_id=i // 2 + 1, ts_ms=start_ms + i * 1000)
+        for i in range(count)
+    ]  # fmt: skip
+    return HistoryWindow(agent_id=agent_id, messages=said, labels=dict(RACE_LABELS))
+
+
+async def test_a_forget_racing_the_merges_of_a_run_leaves_the_run_whole(
+    instances, database, start_service, backend
+) -> None:
+    if backend == "sqlite":
+        pytest.skip("two instances on one PostgreSQL database (the service is started on it)")
+    service = await start_service(db_path=database)
+    here = service.server.app[MEMORY]
+    other = Memory(Settings(db_path=database, summary_delay_s=3600), instances())
+    agent = "AGENT-RACE"
+    # A merge holds its transaction open after writing (as a slow one does) while the forget
+    # starts: the forget waits for it, where it used to delete around it.
+    writing, release = threading.Event(), threading.Event()
+
+    def held_open(tx: Any) -> None:
+        writing.set()
+        release.wait(30)
+
+    first = asyncio.ensure_future(
+        other.merge_window(race_window(agent, 4, now_ms() - 600_000, "before"), now_ms(), then=held_open)
+    )
+    await wait_for(writing.is_set)
+    forgetting = asyncio.ensure_future(here.forget("u-race"))
+
+    def lock_waits(view: Any) -> int:
+        return view.conn.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()["n"]
+
+    await wait_for(lambda: forgetting.done() or service.store.read(lock_waits))
+    release.set()
+    assert (await first).new_messages == 4
+    assert (await forgetting)["messages"] == 4
+    window = race_window(agent, 4, now_ms() + 1000, "after the first forget")
+    assert (await here.merge_window(window, now_ms())).new_messages == 4
+    # Then merges of both instances, a forget starting among them, round after round.
+    for round_ in range(8):
+        before = now_ms() - 600_000
+        merges = [
+            (here if k % 2 else other).merge_window(race_window(agent, 2 * k + 2, before, "before"), now_ms())
+            for k in range(8)
+        ]
+        # The forget starts while the merges of both instances are under way.
+        outcomes = await asyncio.gather(*merges[:4], here.forget("u-race"), *merges[4:])
+        assert all(o.status == "done" for o in outcomes if not isinstance(o, dict)), (round_, outcomes)
+        # The run goes on after the forget, on either instance: its windows merge.
+        window = race_window(agent, 4, now_ms() + 1000, f"after {round_}")
+        for memory in (here, other):
+            assert (await memory.merge_window(window, now_ms())).status == "done"
+
+    def orphans(view: Any) -> int:
+        return view.conn.execute(
+            "SELECT count(*) AS n FROM messages m WHERE NOT EXISTS "
+            "(SELECT 1 FROM sessions s WHERE s.agent_id = m.agent_id)"
+        ).fetchone()["n"]
+
+    assert await service.store.read(orphans) == 0
+    # Only what was said after the last forget is held, once.
+    _, body = await service.api("GET", "/v1/users/u-race/characters/luna/messages")
+    assert [m["content"] for m in body["messages"]] == [f"after 7 line {i}" for i in range(4)]
+    # The run's 103, and a callback applied in part, which `reprocess` applies again.
+    contents = [
+        *(
+            {"role": m.role, "content": m.content, "turn_id": m.turn_id, "timestamp": m.ts_ms}
+            for m in window.messages
+        ),
+        {"role": "user", "content": "a late question", "turn_id": 3, "timestamp": now_ms() + 10_000},
+    ]
+    answer = await deliver(
+        service, agent_event(103, agent, labels=RACE_LABELS, contents=contents), expect="done"
+    )
+    assert answer["new_messages"] == 1
+    partial = agent_event(103, agent, labels=RACE_LABELS, notice_id="late-partial",
+                          contents=[*contents, {"content": "no role"}])  # fmt: skip
+    await deliver(service, partial, expect="partial")
+    assert await asyncio.to_thread(main, ["reprocess", "--db", database]) == 0
