@@ -25,6 +25,7 @@ from conftest import (
 )
 from fakes.openai_server import FakeOpenAI
 
+from agent_memory.core.clock import now_ms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.web.keys import JOBS
 
@@ -622,6 +623,10 @@ async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back
         await asyncio.wait_for(llm.arrived.wait(), 10)  # the job has read the messages
         status, body = await service.api("DELETE", "/v1/users/u-race")
         assert status == 200 and body["deleted"]["messages"] == 2
+        # The user talks again: the pair's new job may have the forgotten one's id (SQLite reuses it).
+        await seed(
+            service, "u-race", "luna", "RACE-2", said("a new start", "welcome back", start_ms=now_ms())
+        )
         llm.release.set()
         # Until the job has committed or given up.
         await asyncio.wait_for(service.server.app[JOBS].drained(), 10)
@@ -631,7 +636,7 @@ async def test_forgetting_while_a_first_condense_runs_does_not_bring_memory_back
         )
         assert stored == (None, [])
         status, body = await service.api("GET", "/v1/users/u-race/characters/luna/system-messages")
-        assert body["system_messages"] == []
+        assert GONE_EN not in json.dumps(body)
 
 
 async def condensed(service: Any, user: str, character: str) -> dict[str, Any]:
