@@ -9,6 +9,7 @@ import pytest
 from conftest import agent_event, load_fixture, turns
 
 from agent_memory.core.alignment import align
+from agent_memory.core.events import HistoryWindow, IncomingMessage
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.platforms.agora.events import parse_callback, session_event
 from agent_memory.platforms.agora.payloads import AgentHistory
@@ -248,3 +249,26 @@ async def test_message_ids_are_never_reused_after_the_newest_are_forgotten(store
     fresh = await store.read(lambda view: view.messages.of_session("B2"))
     # A reused id would sit under a watermark that covered the forgotten messages.
     assert min(r.id for r in fresh) > highest
+
+
+async def test_after_a_forget_a_window_keeps_only_what_was_said_after_it(store, ingestor):
+    await store.write(lambda tx: tx.maintenance.forget("u-f", None))
+    cutoff = await store.read(lambda view: view.maintenance.forget_cutoff("u-f", "any character"))
+    assert cutoff is not None
+    said = [
+        IncomingMessage("user", "undated, nothing after the forget before it"),
+        IncomingMessage("assistant", "dated before", ts_ms=cutoff - 1000),
+        IncomingMessage("user", "dated after", ts_ms=cutoff + 1000),
+        IncomingMessage("assistant", "undated, after it"),
+        IncomingMessage("user", "relayed after", seen_ms=cutoff + 2000),
+    ]
+    window = HistoryWindow("F1", messages=said, labels={"user_id": "u-f", "character_id": "c"})
+    kept = ["dated after", "undated, after it", "relayed after"]
+    for new in (3, 0):  # the same window again: what is stored is evidence, nothing doubles
+        outcome = await store.write(lambda tx: ingestor.merge_window(tx, window, cutoff + 5000))
+        assert (outcome.new_messages, outcome.forgotten, outcome.gap) == (new, 2, False)
+        assert await transcript(store, "F1") == kept
+    # Another user's windows are not touched.
+    other = HistoryWindow("F2", messages=said, labels={"user_id": "u-other", "character_id": "c"})
+    outcome = await store.write(lambda tx: ingestor.merge_window(tx, other, cutoff + 5000))
+    assert (outcome.new_messages, outcome.forgotten) == (5, 0)

@@ -233,8 +233,17 @@ class _QueryVectors:
             while len(self._vectors) > self.size:
                 self._vectors.popitem(last=False)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+
 
 _query_vectors = _QueryVectors(QUERY_CACHE_SIZE)
+
+
+def forget_questions() -> None:
+    """Drop the recent questions' vectors (their keys are what was asked): after a forget."""
+    _query_vectors.clear()
 
 
 async def semantic_candidates(

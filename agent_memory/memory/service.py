@@ -59,7 +59,7 @@ from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.core.textcache import forget_texts
 from agent_memory.embed import Embedder
 from agent_memory.errors import DatabaseDown, InvalidField, NotFound, StoreUnavailable
-from agent_memory.memory.embedding import semantic_candidates
+from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Progress, PurgeReport, Retention
@@ -337,6 +337,7 @@ class Memory:
         self.store.forget_held()
         self.contexts.clear()
         forget_texts()
+        forget_questions()
         for listener in self.forget_listeners:
             # What a platform holds to record later (a live call's held reply): what it would
             # still record would be dropped by the cut-off, but it goes now all the same.
