@@ -252,23 +252,31 @@ async def test_message_ids_are_never_reused_after_the_newest_are_forgotten(store
 
 
 async def test_after_a_forget_a_window_keeps_only_what_was_said_after_it(store, ingestor):
-    await store.write(lambda tx: tx.maintenance.forget("u-f", None))
-    cutoff = await store.read(lambda view: view.maintenance.forget_cutoff("u-f", "any character"))
-    assert cutoff is not None
+    labels = {"user_id": "u-f", "character_id": "c"}
+    early = HistoryWindow("F1", messages=[IncomingMessage("user", "said early")], labels=labels)
+    await store.write(lambda tx: ingestor.merge_window(tx, early, 1_000))
+    await store.write(lambda tx: tx.maintenance.forget("u-f", None))  # the run F1 is under way
+    forgot = await store.read(lambda view: view.maintenance.forget_cutoff("u-f", "any character", "F1"))
+    assert forgot is not None and forgot.run
+    cutoff = forgot.at_ms
     said = [
-        IncomingMessage("user", "undated, nothing after the forget before it"),
+        IncomingMessage("user", "said early"),  # undated, nothing after the forget before it
         IncomingMessage("assistant", "dated before", ts_ms=cutoff - 1000),
         IncomingMessage("user", "dated after", ts_ms=cutoff + 1000),
         IncomingMessage("assistant", "undated, after it"),
         IncomingMessage("user", "relayed after", seen_ms=cutoff + 2000),
     ]
-    window = HistoryWindow("F1", messages=said, labels={"user_id": "u-f", "character_id": "c"})
+    window = HistoryWindow("F1", messages=said, labels=labels)
     kept = ["dated after", "undated, after it", "relayed after"]
     for new in (3, 0):  # the same window again: what is stored is evidence, nothing doubles
         outcome = await store.write(lambda tx: ingestor.merge_window(tx, window, cutoff + 5000))
         assert (outcome.new_messages, outcome.forgotten, outcome.gap) == (new, 2, False)
         assert await transcript(store, "F1") == kept
+    # A run the forget did not find is taken as begun after it: only its dated past is left out.
+    later = HistoryWindow("F2", messages=said, labels=labels)
+    outcome = await store.write(lambda tx: ingestor.merge_window(tx, later, cutoff + 5000))
+    assert (outcome.new_messages, outcome.forgotten) == (4, 1)
     # Another user's windows are not touched.
-    other = HistoryWindow("F2", messages=said, labels={"user_id": "u-other", "character_id": "c"})
+    other = HistoryWindow("F3", messages=said, labels={"user_id": "u-other", "character_id": "c"})
     outcome = await store.write(lambda tx: ingestor.merge_window(tx, other, cutoff + 5000))
     assert (outcome.new_messages, outcome.forgotten) == (5, 0)

@@ -44,7 +44,7 @@ from agent_memory.core.records import record
 from agent_memory.memory.embedding import schedule_embedding
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
-from agent_memory.store.types import NewMessage, SessionChanges
+from agent_memory.store.types import ForgetCutoff, NewMessage, SessionChanges
 
 log = logging.getLogger(__name__)
 
@@ -116,17 +116,19 @@ def in_order(messages: Sequence[IncomingMessage], base_ms: int) -> list[Arrival]
 
 
 def said_after(
-    messages: Sequence[IncomingMessage], items: Sequence[Arrival], placed: Placement, cutoff: int
+    messages: Sequence[IncomingMessage], items: Sequence[Arrival], placed: Placement, forgot: ForgetCutoff
 ) -> list[int]:
-    """The indexes of a window's items said after a forget at `cutoff`, the only ones kept.
+    """The indexes of a window's items said after a forget, the only ones kept.
 
     An item is dated by its own time (the platform's, or when this service saw it said), never
-    by its session's start. One already stored was kept after the forget; so is an undated one
-    that follows, in the window, an item said after it (its place is its evidence). An undated
-    item with nothing after the forget before it may have been said before: it is left out.
+    by its session's start. One already stored was kept after the forget. An undated one of a
+    run the forget found (under way then) is kept when it follows, in the window, an item said
+    after it (its place is its evidence), else left out: it may have been said before. An
+    undated one of a run the forget did not find is kept: that run is taken as begun after it.
     """
+    cutoff = forgot.at_ms
     kept: list[int] = []
-    after = False
+    after = not forgot.run
     for index, (message, item, (_, existing, _)) in enumerate(
         zip(messages, items, placed.positions, strict=True)
     ):
@@ -367,7 +369,7 @@ class Ingestor:
 
     def session_to_write(
         self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int
-    ) -> tuple[Session, int | None]:
+    ) -> tuple[Session, ForgetCutoff | None]:
         """The event's session (`ensure_session`) and when its pair was last forgotten (None:
         never). On a shared database the cut-off is read under the user's lock: a forget of the
         user under way is waited for, and it may have deleted the session meanwhile."""
@@ -506,7 +508,7 @@ class Ingestor:
         stamp: int,
         *,
         ended: bool = False,
-        cutoff: int | None = None,
+        cutoff: ForgetCutoff | None = None,
     ) -> Outcome:
         """Merge one window of a session's transcript into what is stored of it; `ended`: the
         call is over (its whole transcript), so no more turns are coming to wait for; `cutoff`:

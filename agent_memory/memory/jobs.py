@@ -98,7 +98,9 @@ def apply_result(
     cutoff = tx.maintenance.forget_cutoff(user_id, character_id)
     # Forgetting the pair deletes its job (whose id SQLite may give to the next one) and leaves
     # its cut-off: what we condensed must not come back.
-    if tx.jobs.by_id(job.id) is None or (cutoff is not None and read_ms is not None and cutoff >= read_ms):
+    if tx.jobs.by_id(job.id) is None or (
+        cutoff is not None and read_ms is not None and cutoff.at_ms >= read_ms
+    ):
         raise Forgotten(f"{user_id}/{character_id} was forgotten while it was being condensed")
     current = tx.summaries.get(user_id, character_id)
     if (current and current.watermark_id) != (previous and previous.watermark_id):

@@ -45,6 +45,7 @@ from agent_memory.core.domain import (
 from agent_memory.core.recall import TermStats, TurnHit
 from agent_memory.store.types import (
     SEARCH_KINDS,
+    ForgetCutoff,
     ForgetReceipt,
     MentionRole,
     Mentions,
@@ -607,7 +608,9 @@ class MaintenanceReads(Protocol):
 
     def search_state(self) -> SearchState: ...
 
-    def forget_cutoff(self, user_id: str, character_id: str, agent_id: str | None = None) -> int | None:
+    def forget_cutoff(
+        self, user_id: str, character_id: str, agent_id: str | None = None
+    ) -> ForgetCutoff | None:
         """When the pair, its whole user or the agent run was last forgotten, None if never:
         what was said before it is never stored again. In a write transaction on a shared database, a forget
         of the user under way is waited for (and nothing forgets it until commit)."""

@@ -96,6 +96,15 @@ class SessionChanges(TypedDict, total=False):
 
 
 @dataclass(frozen=True, slots=True)
+class ForgetCutoff:
+    """When a pair (or its user, or an agent run) was last forgotten: what was said before is
+    never stored again. `run`: the agent run itself was found by a forget (it was under way)."""
+
+    at_ms: int
+    run: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PurgeStep:
     """What one bounded message purge did, and where the next one resumes."""
 

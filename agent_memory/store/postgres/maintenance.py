@@ -34,7 +34,14 @@ from agent_memory.store.shared.maintenance import (
     cutoff_keys,
     forgotten_keys,
 )
-from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
+from agent_memory.store.types import (
+    ForgetCutoff,
+    ForgetReceipt,
+    PurgeStep,
+    SearchKind,
+    SearchState,
+    StorageStats,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +71,9 @@ SCRUB_LOCK = 0x61676D7363727562
 # The seed of a user's advisory lock (sessions' are 0, inbox events' 1): a forget holds it
 # exclusively, every merge shared while it checks the cut-off and writes.
 USER_LOCK_SEED = 2
-_FORGET_CUTOFF = f"SELECT max(forgot_ms) AS at FROM {FORGETS} WHERE key = ANY(%s::text[])"
+_FORGET_CUTOFF = (
+    f"SELECT max(forgot_ms) AS at, bool_or(key = %s) AS run FROM {FORGETS} WHERE key IN (%s, %s, %s)"
+)
 # Memory for rebuilding the indexes (the trigram GIN indexes build much faster with more).
 REWRITE_WORK_MEM = "128MB"
 
@@ -106,11 +115,14 @@ class PostgresMaintenance(Repository):
         # Retention's dead rows are autovacuum's: the trigram indexes have no segments to merge.
         return {"dead_rows": 0, "scrub_owed": int(row["owed"]), "messages_indexed_upto": int(row["upto"])}
 
-    def forget_cutoff(self, user_id: str, character_id: str, agent_id: str | None = None) -> int | None:
+    def forget_cutoff(
+        self, user_id: str, character_id: str, agent_id: str | None = None
+    ) -> ForgetCutoff | None:
         """When the pair, its whole user or the agent run was last forgotten, None if never; in
         a write transaction, under the user's lock shared (a forget of the user under way is
         waited for, and none starts until commit), read after the lock is granted."""
-        params = (text_array(cutoff_keys(user_id, character_id, agent_id)),)
+        user, pair, run = cutoff_keys(user_id, character_id, agent_id)
+        params = (run, user, pair, run)
         if self.conn.read_only:
             row = self._one(_FORGET_CUTOFF, params)
         else:
@@ -122,7 +134,7 @@ class PostgresMaintenance(Repository):
             )
             cursor.nextset()
             row = cursor.fetchone()
-        return None if row is None or row["at"] is None else int(row["at"])
+        return None if row is None or row["at"] is None else ForgetCutoff(int(row["at"]), bool(row["run"]))
 
     # forgetting
 

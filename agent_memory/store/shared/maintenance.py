@@ -60,10 +60,11 @@ def forgotten_keys(user_id: str, character_id: str | None, agent_ids: Sequence[s
     return [owner, *(_digest("agent", agent_id) for agent_id in agent_ids)]
 
 
-def cutoff_keys(user_id: str, character_id: str, agent_id: str | None = None) -> list[str]:
-    """The keys whose cut-offs bind a write to a pair (and an agent run): the latest counts."""
-    keys = [_digest("user", user_id), _digest("pair", user_id, character_id)]
-    return keys if agent_id is None else [*keys, _digest("agent", agent_id)]
+def cutoff_keys(user_id: str, character_id: str, agent_id: str | None = None) -> tuple[str, str, str]:
+    """The keys whose cut-offs bind a write to a pair and an agent run (the latest counts): the
+    user's, the pair's and the run's ('' without a run)."""
+    run = "" if agent_id is None else _digest("agent", agent_id)
+    return _digest("user", user_id), _digest("pair", user_id, character_id), run
 
 
 def _digest(*parts: str) -> str:

@@ -24,7 +24,14 @@ from agent_memory.store.shared.maintenance import (
 from agent_memory.store.sqlite.common import CHUNK, Repository, marks
 from agent_memory.store.sqlite.search import SearchIndex
 from agent_memory.store.sqlite.versions import bump
-from agent_memory.store.types import ForgetReceipt, PurgeStep, SearchKind, SearchState, StorageStats
+from agent_memory.store.types import (
+    ForgetCutoff,
+    ForgetReceipt,
+    PurgeStep,
+    SearchKind,
+    SearchState,
+    StorageStats,
+)
 
 # The schema's tables outside HELD: they hold no user's data of their own. The search indexes
 # mirror messages, facts and summaries by trigger; forget drops the user's pair tokens and
@@ -84,13 +91,16 @@ class SQLiteMaintenance(Repository):
     def search_state(self) -> SearchState:
         return self.index.state()
 
-    def forget_cutoff(self, user_id: str, character_id: str, agent_id: str | None = None) -> int | None:
+    def forget_cutoff(
+        self, user_id: str, character_id: str, agent_id: str | None = None
+    ) -> ForgetCutoff | None:
         """When the pair, its whole user or the agent run was last forgotten, None if never."""
-        keys = cutoff_keys(user_id, character_id, agent_id)
+        user, pair, run = cutoff_keys(user_id, character_id, agent_id)
         row = self.conn.execute(
-            f"SELECT max(forgot_ms) FROM {FORGETS} WHERE key IN ({marks(len(keys))})", keys
+            f"SELECT max(forgot_ms), max(key = ?) FROM {FORGETS} WHERE key IN (?, ?, ?)",
+            (run, user, pair, run),
         ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        return None if row is None or row[0] is None else ForgetCutoff(int(row[0]), bool(row[1]))
 
     # forgetting
 
