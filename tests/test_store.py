@@ -322,3 +322,34 @@ async def test_a_read_here_that_would_search_sqlite_is_declined_and_answered_on_
     assert threads == [threading.get_ident()]
     assert len(await store.read(ask)) == 3
     assert threads[-1] != threading.get_ident()
+
+
+async def test_a_populated_database_of_the_previous_schema_gains_forget_cut_offs(db_path: Path) -> None:
+    """The forgets table is a migration of its own on either backend, run over what is held."""
+    opened = open_store(Settings(db_path=db_path))
+    try:
+        message: NewMessage = {"agent_id": "A", "user_id": "u", "character_id": "c", "seq": 0,
+                               "role": "user", "content": "kept across the upgrade", "at_ms": 1, "fp": "f"}  # fmt: skip
+        await opened.write(lambda tx: tx.messages.insert([message]))
+
+        def back_to_the_previous_schema(tx: Any) -> None:
+            # As a database the previous version left: no forgets table, its migration not run.
+            tx.conn.execute("DROP TABLE forgets")
+            table = "_sqlite_migrations" if isinstance(opened, SQLiteStore) else "agent_memory_migrations"
+            tx.conn.execute(f"DELETE FROM {table} WHERE name IN ('m017_forgets', 'm007_forgets')")
+
+        await opened.write(back_to_the_previous_schema)
+    finally:
+        opened.close()
+    upgraded = open_store(Settings(db_path=db_path))
+    try:
+        assert {"m017_forgets", "m007_forgets"} & set(await upgraded.read(lambda v: v.maintenance.schema()))
+        assert [m.content for m in await upgraded.read(lambda v: v.messages.of_session("A"))] == [
+            "kept across the upgrade"
+        ]
+        assert await upgraded.read(lambda v: v.maintenance.forget_cutoff("u", "c")) is None
+        await upgraded.write(lambda tx: tx.maintenance.forget("u", "c"))
+        assert await upgraded.read(lambda v: v.maintenance.forget_cutoff("u", "c")) is not None
+        assert await upgraded.read(lambda v: v.maintenance.forget_cutoff("u", "other")) is None
+    finally:
+        upgraded.close()
