@@ -336,14 +336,14 @@ async def test_a_populated_database_of_the_previous_schema_gains_forget_cut_offs
             # As a database the previous version left: no forgets table, its migration not run.
             tx.conn.execute("DROP TABLE forgets")
             table = "_sqlite_migrations" if isinstance(opened, SQLiteStore) else "agent_memory_migrations"
-            tx.conn.execute(f"DELETE FROM {table} WHERE name IN ('m017_forgets', 'm007_forgets')")
+            tx.conn.execute(f"DELETE FROM {table} WHERE name IN ('m018_forgets', 'm008_forgets')")
 
         await opened.write(back_to_the_previous_schema)
     finally:
         opened.close()
     upgraded = open_store(Settings(db_path=db_path))
     try:
-        assert {"m017_forgets", "m007_forgets"} & set(await upgraded.read(lambda v: v.maintenance.schema()))
+        assert {"m018_forgets", "m008_forgets"} & set(await upgraded.read(lambda v: v.maintenance.schema()))
         assert [m.content for m in await upgraded.read(lambda v: v.messages.of_session("A"))] == [
             "kept across the upgrade"
         ]
