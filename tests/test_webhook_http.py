@@ -561,3 +561,20 @@ async def test_nolabels_falls_back_to_the_rtc_uid(service):
     assert s.status == "stopped"  # no 102 came, but a 103 is only sent after the stop
     status, body = await service.api("GET", "/v1/users/rtc:3003/characters/default/messages")
     assert status == 200 and len(body["messages"]) == 9
+
+
+async def test_an_undated_item_is_dated_by_its_place_in_the_list(service):
+    # Agora's custom-vendor 103: the last item ("[think API injected] …") has no speech_* fields.
+    envelope = load_fixture("agora/103_custom_llm_think_injected.json")
+    status, answer = await service.callback(envelope)
+    assert status == 200 and answer["status"] == "done", answer
+    said = [item["content"] for item in envelope["payload"]["contents"]]
+    rows = await stored(service, "CUSTOMLLM000000000000002")
+    assert [m.content for m in rows] == said
+    # Said after the reply before it: never before the greeting.
+    assert [m.at_ms for m in rows] == sorted(m.at_ms for m in rows)
+    assert rows[-1].at_ms >= rows[-2].at_ms == 1_715_009_208_040
+    assert rows[-1].ts_ms is None  # when exactly is unknown: only its place is evidence
+    status, body = await service.api("GET", "/v1/users/u-custom-think/characters/luna/messages")
+    assert status == 200, body
+    assert [m["content"] for m in body["messages"]] == said

@@ -104,12 +104,14 @@ def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
 
 
 def in_order(messages: Sequence[IncomingMessage], base_ms: int) -> list[Arrival]:
-    """The `arrival` of each message; one dated only by when this service saw it is placed no
-    earlier than the message before it (which may be dated by the session's start)."""
+    """The `arrival` of each message; one without a time of its own (dated only by when this
+    service saw it, or not at all) is placed no earlier than the message before it: its place
+    in the list is evidence of when it was said (Agora's custom-LLM 103 sends a `think`
+    injection without speech times, after the turns it followed)."""
     items: list[Arrival] = []
     for message in messages:
         item = arrival(message, base_ms)
-        if item.ts_ms is None and message.seen_ms is not None and items and item.at_ms < items[-1].at_ms:
+        if item.ts_ms is None and items and item.at_ms < items[-1].at_ms:
             item = replace(item, at_ms=items[-1].at_ms)
         items.append(item)
     return items
