@@ -13,7 +13,17 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
-from conftest import Service, agent_event, agora_settings, deliver, inbox_of, load_fixture, poll, wait_for
+from conftest import (
+    Service,
+    agent_event,
+    agora_settings,
+    deliver,
+    inbox_of,
+    load_fixture,
+    poll,
+    stored,
+    wait_for,
+)
 from fakes.agora_server import FakeAgora
 from fakes.upstream_llm import FakeUpstreamLLM, Script
 from test_retention import database_files
@@ -725,3 +735,136 @@ async def test_a_forget_in_the_middle_of_a_live_call_is_final(
     assert SAID_AFTER[0].encode() in data  # the scan sees what is held
     for text in ("Qzvxwjkq4471", "Wfxbnrtz"):
         assert text.encode() not in data, text
+
+
+# interrupted or heard: the caller leaving, and Agora's own copy of the reply
+
+ASKED = {"role": "user", "content": "tell me about Biscuit", "turn_id": 1, "timestamp": 1_795_000_000_000,
+         "metadata": {"source": "asr", "user": "1001"}}  # fmt: skip
+FULL = "Biscuit is a corgi."
+
+
+def asking(agent_id: str, *history: dict[str, Any]) -> dict[str, Any]:
+    """Agora's request for the reply to the latest user turn."""
+    return {
+        "messages": [{"role": "system", "content": "You are Luna."}, ASKED, *history],
+        "stream": True, "model": "m", "turn_id": 1, "agent_id": agent_id, **PARAMS,
+    }  # fmt: skip
+
+
+async def leave_after(service: Service, body: dict[str, Any], marker: bytes) -> None:
+    """A caller that reads the stream up to `marker` and closes the connection at once."""
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(
+            f"{service.url}/v1/llm/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {LLM_TOKEN}"},
+        )
+        await response.content.readuntil(marker)
+        response.close()
+
+
+async def replies(service: Service, agent_id: str, *, interrupted: bool | None = None) -> list[Any]:
+    """The run's stored replies (once there are any, and the last one is `interrupted` when given)."""
+    found = [m for m in await stored(service, agent_id) if m.role == "assistant"]
+    if not found or (interrupted is not None and found[-1].interrupted != interrupted):
+        return []
+    return found
+
+
+@pytest.mark.parametrize("leaves_after", ["[DONE]", "the finish chunk"])
+async def test_a_reply_relayed_to_its_end_is_not_interrupted_when_the_caller_then_leaves(
+    start_service: Any, upstream: FakeUpstreamLLM, leaves_after: str
+) -> None:
+    # Agora's engine closes right after [DONE]; the upstream is still open (slow to close, or
+    # slow to send [DONE]), so the caller is seen leaving while the answer is still relayed.
+    service = await start(start_service, upstream)
+    words = ["Biscuit", " is", " a", " corgi."]
+    if leaves_after == "[DONE]":
+        upstream.script(Script(words=words, pause_after_done_s=60))
+        marker = b"[DONE]"
+    else:
+        upstream.script(Script(words=words, pause_before_done_s=60))
+        marker = b'"finish_reason": "stop"'
+    await leave_after(service, asking("A-HEARD"), marker)
+    await wait_for(lambda: upstream.disconnects, 5, failure="the endpoint never saw the caller leave")
+    said = await wait_for(lambda: replies(service, "A-HEARD"))
+    assert [(m.content, m.interrupted) for m in said] == [(FULL, False)]
+    assert (await stats(service))["cancelled"] == 0
+
+
+async def test_a_reply_cut_mid_stream_is_stored_interrupted(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    service = await start(start_service, upstream)
+    upstream.script(Script(words=["Biscuit is", " a corgi."], hang_after_first=True))
+    await leave_after(service, asking("A-CUT"), b'"Biscuit is"')
+    said = await wait_for(lambda: replies(service, "A-CUT"))
+    assert [(m.content, m.interrupted) for m in said] == [("Biscuit is", True)]
+    assert (await stats(service))["cancelled"] == 1
+
+
+def agoras_copy(heard: str) -> dict[str, Any]:
+    """Agora's copy of the reply: what the user heard, interrupted when that is not all of it."""
+    meta: dict[str, Any] = {"source": "llm"}
+    if heard != FULL:
+        meta.update(interrupted=True, interrupt_timestamp=1_795_000_003_000, original=FULL)
+    return {
+        "role": "assistant",
+        "content": heard,
+        "turn_id": 1,
+        "timestamp": 1_795_000_001_000,
+        "metadata": meta,
+    }
+
+
+async def _agoras(service: Service, agent_id: str) -> list[Any]:
+    said = await replies(service, agent_id)
+    return said if said and said[0].source == "llm" else []
+
+
+@pytest.mark.parametrize("heard", [FULL, "Biscuit"])
+@pytest.mark.parametrize("carrier", ["next request", "103"])
+async def test_agoras_copy_of_a_reply_corrects_the_one_recorded_before_it(
+    start_service: Any, upstream: FakeUpstreamLLM, heard: str, carrier: str
+) -> None:
+    service = await start(start_service, upstream)
+    # The whole text went out, but not the upstream's finish: the endpoint cannot know it was
+    # heard and records it interrupted; Agora knows.
+    upstream.script(Script(words=[FULL], hang_after_first=True), Script(words=["Good night."]))
+    await leave_after(service, asking("A-FIX"), FULL.encode())
+    await wait_for(lambda: replies(service, "A-FIX", interrupted=True))
+    copy_ = agoras_copy(heard)
+    if carrier == "next request":
+        asked_again = {"role": "user", "content": "good night", "turn_id": 2, "timestamp": 1_795_000_005_000,
+                       "metadata": {"source": "asr", "user": "1001"}}  # fmt: skip
+        assert (await sse_events(await post(service, asking("A-FIX", copy_, asked_again))))[-1] == "[DONE]"
+    else:
+        await deliver(service, agent_event(103, "A-FIX", labels=dict(PARAMS), contents=[ASKED, copy_]))
+    said = await wait_for(lambda: _agoras(service, "A-FIX"), failure="Agora's copy never replaced ours")
+    first = said[0]
+    assert (first.content, first.interrupted, first.source) == (heard, heard != FULL, "llm")
+    assert first.original == (None if heard == FULL else FULL)
+    assert [m.content for m in await stored(service, "A-FIX")][:2] == ["tell me about Biscuit", heard]
+    status, body = await service.api("GET", "/v1/users/u-ana/characters/luna/messages")
+    assert status == 200 and [m["content"] for m in body["messages"]].count(heard) == 1, body
+
+
+@pytest.mark.parametrize("heard", [FULL, "Biscuit"])
+async def test_agoras_copy_of_a_reply_wins_over_the_one_recorded_after_it(
+    start_service: Any, upstream: FakeUpstreamLLM, store: Any, heard: str
+) -> None:
+    # The 103 comes while the relayed reply is still held; the held one is merged last (here
+    # when the service stops) and must change nothing.
+    service = await start(start_service, upstream, llm_reply_settle_s=3600)
+    upstream.script(Script(words=[FULL], hang_after_first=True))
+    await leave_after(service, asking("A-LATE"), FULL.encode())
+    await wait_for(lambda: _stats_cancelled(service))
+    await deliver(
+        service, agent_event(103, "A-LATE", labels=dict(PARAMS), contents=[ASKED, agoras_copy(heard)])
+    )
+    await service.server.close()  # the held reply is merged on the way out
+    rows = await store.read(lambda view: view.messages.of_session("A-LATE"))
+    assert [(m.role, m.content, m.interrupted, m.source) for m in rows] == [
+        ("user", "tell me about Biscuit", False, "asr"), ("assistant", heard, heard != FULL, "llm"),
+    ]  # fmt: skip

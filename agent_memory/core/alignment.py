@@ -7,6 +7,11 @@ the stored transcript on every overlapping position, and only what lies outside 
 part is new. Overlapping messages that arrive with more detail (turn, time, interruption)
 enrich the stored row. A window that overlaps nothing is placed by time, as a new part after
 a gap.
+
+A reply this service relayed from the upstream model (`RELAYED`) is its own copy, kept until
+the platform's arrives: it may say more or less than what the user heard, so at its place any
+copy of the same role is it, and the platform's copy (text, interruption) wins over it,
+whichever of the two was merged first.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent_memory.core.domain import MessageChanges, MessageFingerprint
+from agent_memory.core.events import RELAYED
 
 # Repeated contents ("ok", "") may stand in many places; a window is placed by the
 # most recent ones only.
@@ -44,6 +50,10 @@ class Comparable(Protocol):
     """What alignment compares of a message: its fingerprint, and its time and turn when known."""
 
     @property
+    def role(self) -> str: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
     def fp(self) -> str: ...
     @property
     def ts_ms(self) -> int | None: ...
@@ -55,7 +65,7 @@ class Enrichable(Comparable, Protocol):
     """A later copy of a message: the fields it may add to or correct in the stored one."""
 
     @property
-    def source(self) -> str | None: ...
+    def content(self) -> str: ...
     @property
     def speaker(self) -> str | None: ...
     @property
@@ -68,28 +78,40 @@ class Enrichable(Comparable, Protocol):
     def images_json(self) -> str | None: ...
 
 
-# A message as alignment sees it: its fingerprint, and its time and turn when known.
-Key = tuple[str, int | None, int | None]
+# A message as alignment sees it: its fingerprint, its time and turn when known, and its
+# role, marked `~` for a relayed copy (which stands for any copy of that role at its place).
+Key = tuple[str, int | None, int | None, str]
+
+
+def relayed(message: Comparable) -> bool:
+    """Whether a message is this service's own copy of a reply it relayed (the platform's wins)."""
+    return message.source == RELAYED
 
 
 def key_of(message: Comparable) -> Key:
     """What alignment compares of a stored or incoming message."""
-    return (message.fp, message.ts_ms, message.turn_id)
+    return (
+        message.fp,
+        message.ts_ms,
+        message.turn_id,
+        f"~{message.role}" if relayed(message) else message.role,
+    )
 
 
 def keys_of(messages: Sequence[Comparable]) -> list[Key]:
     """`key_of` each message, in order."""
-    return [(m.fp, m.ts_ms, m.turn_id) for m in messages]
+    return [key_of(m) for m in messages]
 
 
 def same_message(a: Key | str, b: Key | str) -> bool:
-    """Same role and content, and no disagreement on time or turn where both know it."""
-    a_fp, a_ts, a_turn = (a, None, None) if isinstance(a, str) else a
-    b_fp, b_ts, b_turn = (b, None, None) if isinstance(b, str) else b
-    return (
-        a_fp == b_fp
-        and (a_ts is None or b_ts is None or a_ts == b_ts)
-        and (a_turn is None or b_turn is None or a_turn == b_turn)
+    """Same role and content (or a relayed copy and another of its role), and no disagreement
+    on time or turn where both know it."""
+    a_fp, a_ts, a_turn, a_role = (a, None, None, "") if isinstance(a, str) else a
+    b_fp, b_ts, b_turn, b_role = (b, None, None, "") if isinstance(b, str) else b
+    if a_fp != b_fp and not ("~" in a_role + b_role and a_role.lstrip("~") == b_role.lstrip("~") != ""):
+        return False
+    return (a_ts is None or b_ts is None or a_ts == b_ts) and (
+        a_turn is None or b_turn is None or a_turn == b_turn
     )
 
 
@@ -98,7 +120,8 @@ def align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | Non
 
     The chosen offset agrees with `stored` on every position the two share and shares
     the most positions; among equals, the latest offset wins. A repeated content ("Are
-    you still there?") matches only where its time and turn do not say otherwise.
+    you still there?") matches only where its time and turn do not say otherwise. Only
+    equal contents vote for an offset; a relayed copy need only agree with it.
     """
     if not stored or not window:
         return None
@@ -122,8 +145,11 @@ def enrichment(stored: MessageFingerprint, incoming: Enrichable) -> MessageChang
     """The fields a later copy of a stored message adds or corrects.
 
     A field the copy leaves empty says nothing: turn 0 is a turn, but time 0 and "not
-    interrupted" are not (a copy without the flag must not clear it).
+    interrupted" are not (a copy without the flag must not clear it). Between a relayed copy
+    and the platform's, the platform's wins (`correction`).
     """
+    if relayed(incoming) != relayed(stored):
+        return correction(stored, incoming) if relayed(stored) else {}
     changes: MessageChanges = {}
     if incoming.turn_id is not None and incoming.turn_id != stored.turn_id:
         changes["turn_id"] = incoming.turn_id
@@ -143,6 +169,32 @@ def enrichment(stored: MessageFingerprint, incoming: Enrichable) -> MessageChang
     if incoming.images_json and not stored.images_json:
         # A copy that lost a turn's images (text only) never clears those kept.
         changes["images"] = incoming.images_json
+    return changes
+
+
+def correction(stored: MessageFingerprint, incoming: Enrichable) -> MessageChanges:
+    """The platform's copy of a reply stored as this service relayed it: what the user heard.
+
+    Its text replaces what was relayed, and its source the relayed mark. A copy with
+    metadata (a source) says whether the reply was interrupted, "not" included (Agora:
+    absent means false); a bare copy (role and content only) leaves the relayed flag.
+    """
+    changes: MessageChanges = {"source": incoming.source or "llm"}
+    if incoming.fp != stored.fp:
+        changes["content"], changes["fp"] = incoming.content, incoming.fp
+    if incoming.turn_id is not None and incoming.turn_id != stored.turn_id:
+        changes["turn_id"] = incoming.turn_id
+    if incoming.ts_ms and incoming.ts_ms != stored.ts_ms:
+        changes["ts_ms"] = changes["at_ms"] = incoming.ts_ms
+    if incoming.speaker is not None and incoming.speaker != stored.speaker:
+        changes["speaker"] = incoming.speaker
+    if incoming.source is not None:
+        if incoming.interrupted != stored.interrupted:
+            changes["interrupted"] = incoming.interrupted
+        if incoming.interrupt_ms != stored.interrupt_ms:
+            changes["interrupt_ms"] = incoming.interrupt_ms
+        if incoming.original != stored.original:
+            changes["original"] = incoming.original
     return changes
 
 

@@ -161,6 +161,7 @@ class MessageFingerprint:
 
     id: int
     seq: int
+    role: str
     fp: str
     gap_before: bool
     turn_id: int | None
@@ -176,6 +177,9 @@ class MessageFingerprint:
 class MessageChanges(TypedDict, total=False):
     """Fields a later copy of a stored message adds or corrects (`core.alignment.enrichment`)."""
 
+    # The platform's copy of a reply replaces the text this service relayed (`correction`).
+    content: str
+    fp: str
     turn_id: int | None
     ts_ms: int | None
     at_ms: int

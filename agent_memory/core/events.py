@@ -14,6 +14,9 @@ from typing import Any, Final, Literal
 # What a transcript item is: a spoken (or typed) turn, or tool traffic of the agent's LLM.
 MessageKind = Literal["turn", "tool_call", "tool_result"]
 TURN: Final = "turn"
+# The source of a reply as this service relayed it from the upstream model (custom LLM): kept
+# until the platform's own copy, which says what the user heard, replaces it.
+RELAYED: Final = "relayed"
 TOOL_CALL: Final = "tool_call"
 TOOL_RESULT: Final = "tool_result"
 

@@ -40,6 +40,10 @@ class Script:
     hang_after_first: bool = False
     # Send exactly these bytes instead, one write each, `delay_s` apart (events split or joined).
     raw: list[bytes] | None = None
+    # Wait this long after the finish chunk before `[DONE]`, or after `[DONE]` before the
+    # stream's end (an upstream slow to close: the caller may leave first).
+    pause_before_done_s: float = 0.0
+    pause_after_done_s: float = 0.0
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -151,7 +155,11 @@ class FakeUpstreamLLM:
                 usage = {**chunk({}), "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3,
                                                                "total_tokens": 8}}  # fmt: skip
                 await response.write(sse(usage))
+            if script.pause_before_done_s:
+                await asyncio.sleep(script.pause_before_done_s)
             await response.write(sse("[DONE]"))
+            if script.pause_after_done_s:
+                await asyncio.sleep(script.pause_after_done_s)
             await response.write_eof()
         except (asyncio.CancelledError, ConnectionResetError):
             self.disconnects.append(Disconnect(time.perf_counter(), sent))

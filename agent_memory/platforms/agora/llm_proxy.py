@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
-from agent_memory.core.events import HistoryWindow, IncomingMessage
+from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
 from agent_memory.core.secrets import hash_key
@@ -71,6 +71,8 @@ PARAMS_ADVICE = (
     "POST /v1/agents with memory_llm, whose key names the pair"
 )
 _SPACES = re.compile(r"\s+")
+# An event that ends the answer: a finish reason (not null), or the stream's `[DONE]`.
+_ANSWER_END = re.compile(rb'"finish_reason"\s*:\s*"|data:\s*\[DONE\]')
 
 
 @dataclass(slots=True)
@@ -230,6 +232,9 @@ class Reply:
     blocks: list[bytes] = field(default_factory=list)
     answer: str = ""  # a whole (not streamed) answer's content
     interrupted: bool = False
+    # The upstream's last chunk (its finish, `[DONE]`, or the end of its stream) was relayed:
+    # a caller that leaves now (Agora's engine closes right after `[DONE]`) heard it all.
+    relayed_all: bool = False
     # When the caller got its first token (or the whole answer): when the agent began to say it.
     said_ms: int | None = None
 
@@ -653,6 +658,8 @@ class LlmProxy:
                 self._hold_reply(call.window, reply, text)
 
     def _went_away(self, reply: Reply) -> None:
+        if reply.relayed_all:
+            return  # it left after the answer's end: nothing was cut short
         reply.interrupted = True
         self.stats.cancelled += 1
 
@@ -671,7 +678,7 @@ class LlmProxy:
         # before the question it answers. Not dated as Agora's own copy will be (that copy,
         # in the next request or the 103, merges into this one).
         said = IncomingMessage(
-            role="assistant", content=text, source="llm", interrupted=reply.interrupted,
+            role="assistant", content=text, source=RELAYED, interrupted=reply.interrupted,
             seen_ms=reply.said_ms or now_ms(),
         )  # fmt: skip
         agent_id = window.agent_id
@@ -762,6 +769,10 @@ class LlmProxy:
                 if error is not None:
                     self.stats.upstream_errors += 1
                     break
+                if not reply.relayed_all and _ANSWER_END.search(block) is not None:
+                    reply.relayed_all = True
+            else:
+                reply.relayed_all = True  # the upstream's stream ended: its last chunk went out
         except UpstreamFailed as exc:
             self.stats.upstream_errors += 1
             if response is None:

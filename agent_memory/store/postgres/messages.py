@@ -39,7 +39,7 @@ def message_of(row: Mapping[str, Any]) -> Message:
 def fingerprint_of(row: Mapping[str, Any]) -> MessageFingerprint:
     """A `FINGERPRINT_COLUMNS` row (by name)."""
     return MessageFingerprint(
-        row["id"], row["seq"], row["fp"], bool(row["gap_before"]), row["turn_id"], row["ts_ms"],
+        row["id"], row["seq"], row["role"], row["fp"], bool(row["gap_before"]), row["turn_id"], row["ts_ms"],
         row["source"], row["speaker"], bool(row["interrupted"]), row["interrupt_ms"], row["original"],
         row["images"],
     )  # fmt: skip

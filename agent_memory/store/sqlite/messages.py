@@ -41,11 +41,11 @@ def message_of(row: Sequence[Any]) -> Message:
 def fingerprint_of(row: Sequence[Any]) -> MessageFingerprint:
     """A `FINGERPRINT_COLUMNS` row."""
     (
-        id_, seq, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original,
-        images,
+        id_, seq, role, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms,
+        original, images,
     ) = row  # fmt: skip
     return MessageFingerprint(
-        id_, seq, fp, bool(gap_before), turn_id, ts_ms, source, speaker, bool(interrupted),
+        id_, seq, role, fp, bool(gap_before), turn_id, ts_ms, source, speaker, bool(interrupted),
         interrupt_ms, original, images,
     )  # fmt: skip
 
