@@ -534,8 +534,13 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
     await poll(service)
     assert fake.updates == []  # new turns alone push nothing
     await condense(service)
+    # The agent holds all 6 (max_history 8): nothing to condense, nothing to push back.
+    assert await service.store.read(lambda view: view.summaries.get("u-f", "luna")) is None
+    fake.say(agent, full[6:12])
+    await poll(service)
+    await condense(service)
     summary = await service.store.read(lambda view: view.summaries.get("u-f", "luna"))
-    assert summary is not None and summary.method == "offline"
+    assert summary is not None and summary.method == "offline" and summary.message_count == 12 - 8
     watch = await watch_of(service, agent)
     assert watch.push_due_ms is not None and watch.last_push_ms is None
     await sweep(service)
@@ -551,7 +556,7 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
     assert watch.push_due_ms is None and watch.last_pushed == first
 
     # Two more condenses inside the interval: no update, one push waiting for the interval.
-    for upto in (12, 18):
+    for upto in (15, 18):
         fake.say(agent, full[len(fake.agents[agent].messages) : upto])
         await poll(service)
         await condense(service)
@@ -572,8 +577,10 @@ async def test_condensing_during_a_call_pushes_the_full_list_once_per_interval(s
     assert len(fake.updates) == 2
     second = pushed_list(fake.updates[1])
     assert second == own + await memory_now(service, "u-f", persona, exclude_agent_id=agent)
-    # Newer memory (the summary now covers the call's later turns), still without the turns.
-    assert second != first and "refresh user message 16" in json.dumps(second)
+    # Newer memory (the summary now covers the call's later turns, up to the agent's window),
+    # still without the turns.
+    assert second != first and "refresh user message 8" in json.dumps(second)
+    assert "refresh user message 10" not in json.dumps(second)
     assert "The most recent turns" not in json.dumps(second)
 
     # On demand: at once, inside the interval, the same full list.
@@ -606,7 +613,8 @@ async def test_condensing_during_a_call_starts_after_n_new_messages(start_servic
     await poll(service)
     await condense(service)
     summary = await service.store.read(lambda view: view.summaries.get("u-n", "luna"))
-    assert summary is not None and summary.message_count == 12
+    # All but the 8 (max_history) the agent still holds itself.
+    assert summary is not None and summary.message_count == 12 - 8
     await sweep(service)
     assert [agent_id for agent_id, _ in fake.updates] == [agent]
 
@@ -615,8 +623,13 @@ async def test_condense_pushes_into_every_running_agent_of_the_pair_only(start_s
     service = await live(start_service, fake)
     mine = await start_agent(service, "u-g1", "luna-g1")
     other = await start_agent(service, "u-g2", "luna-g2")
-    fake.say(mine, conversation(4, tag="mine"))
-    fake.say(other, conversation(2, tag="other"))
+    # Past each agent's window (max_history 8), so that some of each call is condensed.
+    mine_said, other_said = conversation(12, tag="mine"), conversation(10, tag="other")
+    fake.say(mine, mine_said[:6])
+    fake.say(other, other_said[:6])
+    await poll(service)
+    fake.say(mine, mine_said[6:])
+    fake.say(other, other_said[6:])
     await poll(service)
     await condense(service)
     await sweep(service)
@@ -624,6 +637,48 @@ async def test_condense_pushes_into_every_running_agent_of_the_pair_only(start_s
     by_agent = {agent: json.dumps(pushed_list((agent, body))) for agent, body in fake.updates}
     assert "mine user message" in by_agent[mine] and "other" not in by_agent[mine]
     assert "other user message" in by_agent[other] and "mine" not in by_agent[other]
+
+
+async def test_a_refresh_never_pushes_back_what_the_running_agent_still_holds(start_service, fake):
+    service = await live(start_service, fake)
+    window = 6  # the join's llm.max_history
+    request = {
+        "user_id": "u-held",
+        "character_id": "luna",
+        "join": join_body("luna-held", max_history=window),
+    }
+    status, answer = await service.api("POST", "/v1/agents", json=request)
+    assert status == 201, answer
+    agent = answer["agent_id"]
+    assert (await watch_of(service, agent)).max_history == window
+    call = conversation(20, tag="held")
+    for upto in range(5, 21, 5):  # a long call, condensed as it goes
+        fake.say(agent, call[upto - 5 : upto])
+        await poll(service)
+        await condense(service)
+        status, _ = await service.api("POST", f"/v1/agents/{agent}/refresh")
+        assert status == 200
+        pushed = json.dumps(pushed_list(fake.updates[-1]))
+        cut = max(upto - window, 0)
+        held, older = call[cut:upto], call[:cut]
+        assert not [m["content"] for m in held if m["content"] in pushed], "pushed back what the agent holds"
+        # Older turns of the call may come back condensed.
+        assert all(m["content"] in pushed for m in older), pushed
+    # The call ends: what its agent held is condensed now.
+    await service.callback(agent_event(102, agent, labels={"user_id": "u-held", "character_id": "luna"},
+                                       status="STOPPED"))  # fmt: skip
+    await condense(service)
+    summary = await service.store.read(lambda view: view.summaries.get("u-held", "luna"))
+    assert summary is not None and summary.message_count == len(call)
+    assert call[-1]["content"] in summary.text
+
+
+async def test_a_join_with_an_impossible_max_history_is_refused_before_agora(start_service, fake):
+    service = await live(start_service, fake)
+    request = {"user_id": "u-held", "character_id": "luna", "join": join_body("luna-bad", max_history=0)}
+    status, answer = await service.api("POST", "/v1/agents", json=request)
+    assert status == 422 and "max_history" in answer["error"]["message"], answer
+    assert fake.agents == {}
 
 
 async def test_refresh_of_an_agent_not_started_through_the_service_is_409(start_service, fake):

@@ -277,6 +277,9 @@ class Watch:
     last_pushed_json: str | None = None
     created_ms: int | None = None
     updated_ms: int | None = None
+    # How many messages the agent keeps in its own window (Agora: `llm.max_history`; None: the
+    # platform's default). A refresh never pushes back what the agent still holds.
+    max_history: int | None = None
 
     @property
     def refreshes(self) -> bool:

@@ -266,13 +266,13 @@ class Ingestor:
             if event.stop_ms and not session.stop_ms:
                 changes["stop_ms"] = event.stop_ms
             tx.sessions.update(agent_id, changes)
-            tx.watches.unfollow(agent_id, "history delivered")
+            self.stop_following(tx, session, "history delivered")
             return outcome
         if event.kind == "joined" and event.follow:
             tx.watches.follow(agent_id, "callback", first_poll_ms=now_ms())
         elif event.kind == "left":
             reason = f"agent left ({event.stop_status})" if event.stop_status else "agent left"
-            tx.watches.unfollow(agent_id, reason)
+            self.stop_following(tx, session, reason)
             changes["status"] = "failed" if event.failed else "stopped"
             changes["stop_reason"] = event.stop_reason
             changes["stop_ms"] = event.stop_ms or session.stop_ms or stamp
@@ -293,6 +293,13 @@ class Ingestor:
             log.info("agent %s: %s", agent_id, event.advice)
         tx.sessions.update(agent_id, changes)
         return Outcome("done", agent_id=agent_id, user_id=session.user_id, character_id=session.character_id)
+
+    def stop_following(self, tx: Transaction, session: Session, reason: str) -> None:
+        """Stop following a run whose call ended: what its agent held itself, kept out of the
+        summary while a refresh could push it back (`memory.jobs.held_from`), is condensed now."""
+        watch = tx.watches.get(session.agent_id)
+        if tx.watches.unfollow(session.agent_id, reason) and watch is not None and watch.refreshes:
+            self.schedule_condense(tx, session.user_id, session.character_id, 0, ended=True)
 
     @staticmethod
     def warn_token_expiring(tx: Transaction, session: Session, event: SessionEvent) -> None:

@@ -45,6 +45,9 @@ MAX_MESSAGES_PER_CALL = 400
 # A running job's lease is renewed this many times per lease time, so a late renewal or two
 # never lets it run out while its instance lives.
 RENEWALS_PER_LEASE = 3
+# The messages a running agent keeps in its own window when it was not told how many (Agora's
+# default llm.max_history).
+DEFAULT_AGENT_WINDOW = 32
 
 
 class Forgotten(Exception):
@@ -139,6 +142,22 @@ def apply_result(
         if fact_id in known and fact_id not in pinned:
             changes["removed"] += int(tx.facts.delete(fact_id))
     return changes
+
+
+def held_from(view: ReadView, user_id: str, character_id: str) -> int | None:
+    """The lowest id of what the pair's running agents that are refreshed still hold themselves
+    (the last `max_history` messages of each), None when they hold nothing.
+
+    A summary must not cover those: a live refresh would push them back into the call that
+    holds them. They are condensed once they leave its window, or when the call ends.
+    """
+    held = [
+        row.id
+        for watch in view.watches.running_for(user_id, character_id)
+        if watch.refreshes
+        for row in view.messages.tail(watch.agent_id, watch.max_history or DEFAULT_AGENT_WINDOW)
+    ]
+    return min(held, default=None)
 
 
 class CondenseJobs:
@@ -263,11 +282,11 @@ class CondenseJobs:
         def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[Message]]:
             summary = view.summaries.get(user_id, character_id)
             watermark = summary.watermark_id if summary else 0
-            return (
-                summary,
-                view.facts.of_pair(user_id, character_id),
-                view.messages.after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1),
-            )
+            after = view.messages.after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1)
+            held = held_from(view, user_id, character_id)
+            if held is not None:
+                after = [message for message in after if message.id < held]
+            return summary, view.facts.of_pair(user_id, character_id), after
 
         read_ms = now_ms()
         previous, facts, messages = await self.store.read(read)

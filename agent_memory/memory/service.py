@@ -392,6 +392,7 @@ class Memory:
         max_tokens: int | None = None,
         style: str | None = None,
         event: SessionEvent | None = None,
+        max_history: int | None = None,
     ) -> Following:
         """Follow a running agent, in one transaction: tie it to a pair if given, start its session
         from `event` if given, and poll (and, with `base_system_messages`, refresh) it."""
@@ -404,7 +405,7 @@ class Memory:
             session = self.ingestor.ensure_session(tx, event, now_ms()) if event is not None else None
             result = tx.watches.follow(
                 agent_id, origin, first_poll_ms=now_ms(), base_system_messages=base_system_messages,
-                persona=persona, max_tokens=max_tokens, style=style,
+                persona=persona, max_tokens=max_tokens, style=style, max_history=max_history,
             )  # fmt: skip
             if session is None:
                 session = tx.sessions.get(agent_id)
@@ -441,8 +442,11 @@ class Memory:
         """The platform no longer knows the agent: stop following it and end its session if still running."""
 
         def stop(tx: Transaction) -> None:
-            tx.watches.unfollow(agent_id, reason)
             session = tx.sessions.get(agent_id)
+            if session is None:
+                tx.watches.unfollow(agent_id, reason)
+            else:
+                self.ingestor.stop_following(tx, session, reason)
             if session is not None and session.status == "running":
                 tx.sessions.update(agent_id, {"status": "stopped", "stop_reason": stop_reason})
 

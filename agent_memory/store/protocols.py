@@ -351,9 +351,10 @@ class Watches(WatchReads, Protocol):
         persona: str | None = None,
         max_tokens: int | None = None,
         style: str | None = None,
+        max_history: int | None = None,
     ) -> WatchResult:
         """Follow a running agent; an explicit request (not a platform event) also updates or
-        resumes an existing watch."""
+        resumes an existing watch (`max_history`: the messages the agent holds itself)."""
         ...
 
     def unfollow(self, agent_id: str, reason: str) -> bool: ...

@@ -89,6 +89,8 @@ class WatchBody(BaseModel):
     max_tokens: Annotated[int, Field(ge=50, le=200_000), WHOLE] | None = None
     # The agent's llm.style: the shape refreshed memory is sent in.
     style: Literal["openai", "gemini", "anthropic"] | None = None
+    # The agent's llm.max_history (Agora's default when not given): a refresh leaves out what it holds.
+    max_history: Annotated[int, Field(ge=1, le=1024), WHOLE] | None = None
 
 
 # A Studio pipeline join (top-level `pipeline_id`) takes its LLM settings from the saved
@@ -104,6 +106,8 @@ PIPELINE_KEEPS_ITS_PROMPT = (
 
 # The custom-LLM endpoint, under AGENT_MEMORY_PUBLIC_URL; Agora posts every turn here.
 LLM_PATH = "/v1/llm/chat/completions"
+# Agora's range of llm.max_history (AGORA.md; its default, 32, is the memory's default window).
+MAX_HISTORY_RANGE = 1024
 # What `api_key` holds in an llm block printed for people: the secret is never printed unasked.
 TOKEN_PLACEHOLDER = "<AGENT_MEMORY_LLM_TOKEN>"
 NO_PUBLIC_URL = (
@@ -160,6 +164,19 @@ def plan_memory(join: dict[str, Any]) -> MemoryPlan:
     if join.get("pipeline_id") and own is None:
         return MemoryPlan(False, style, PIPELINE_KEEPS_ITS_PROMPT)
     return MemoryPlan(True, style, None)
+
+
+def max_history_of(join: dict[str, Any]) -> int | None:
+    """The join's `llm.max_history` (the messages the agent keeps itself); None: Agora's default."""
+    value = ((join.get("properties") or {}).get("llm") or {}).get("max_history")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HISTORY_RANGE:
+        raise InvalidField(
+            f"join.properties.llm.max_history must be a whole number from 1 to {MAX_HISTORY_RANGE} "
+            f"(Agora's range), not {value!r}"
+        )
+    return value
 
 
 class Upstream(NamedTuple):
@@ -301,6 +318,7 @@ class AgentRoutes:
         settings = memory.settings
         body = await read_model(request, StartBody)
         plan = plan_memory(body.join)
+        max_history = max_history_of(body.join)
         upstream = upstream_of(body.join, plan, settings.public_url) if body.memory_llm else None
         max_tokens = body.max_tokens or settings.context_max_tokens
         context = None
@@ -360,7 +378,7 @@ class AgentRoutes:
         following = await memory.follow(
             agent_id, origin="join", user_id=body.user_id, character_id=body.character_id,
             base_system_messages=own, persona=body.persona, max_tokens=max_tokens, style=plan.style,
-            event=session_event(joined),
+            event=session_event(joined), max_history=max_history,
         )  # fmt: skip
         # The start event always yields a session; the check narrows the type.
         assert following.session is not None
@@ -406,7 +424,7 @@ class AgentRoutes:
         following = await self.memory.follow(
             agent_id, origin="manual", user_id=body.user_id, character_id=body.character_id,
             base_system_messages=body.system_messages, persona=body.persona,
-            max_tokens=body.max_tokens, style=body.style,
+            max_tokens=body.max_tokens, style=body.style, max_history=body.max_history,
         )  # fmt: skip
         watch = following.watch
         created = following.result == "created"

@@ -327,6 +327,12 @@ def m008_forgets(conn: psycopg.Connection) -> None:
     _run(conn, "CREATE TABLE forgets (key text PRIMARY KEY, forgot_ms bigint NOT NULL)")
 
 
+@migration
+def m009_watch_max_history(conn: psycopg.Connection) -> None:
+    """How many messages a followed agent holds itself (Agora's llm.max_history): a refresh leaves them out."""
+    _run(conn, "ALTER TABLE watched_agents ADD COLUMN max_history integer")
+
+
 def applied(conn: psycopg.Connection) -> list[str]:
     """The migrations the database has, in order."""
     exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()

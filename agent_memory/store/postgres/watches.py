@@ -18,7 +18,7 @@ from agent_memory.store.postgres.common import Repository, dumps, now_ms
 WATCH_COLUMNS = (
     "agent_id, origin, status, next_poll_ms, stop_reason, last_poll_ms, polls, failures, "
     "last_error, base_system_messages, persona, max_tokens, style, push_due_ms, last_push_ms, "
-    "last_pushed, created_ms, updated_ms"
+    "last_pushed, created_ms, updated_ms, max_history"
 )
 _QUALIFIED = ", ".join(f"w.{column}" for column in WATCH_COLUMNS.split(", "))
 # Whether this instance (%(me)s) may take a followed agent at %(now)s.
@@ -108,6 +108,7 @@ class PostgresWatches(Repository):
         persona: str | None = None,
         max_tokens: int | None = None,
         style: str | None = None,
+        max_history: int | None = None,
     ) -> WatchResult:
         """Follow a running agent (held by this instance); an explicit request (not a platform
         event) also updates or resumes an existing watch."""
@@ -120,11 +121,11 @@ class PostgresWatches(Repository):
         # Two instances told of one agent at once: one inserts, the other finds its row.
         created = self._one(
             "INSERT INTO watched_agents (agent_id, origin, status, next_poll_ms, base_system_messages, "
-            "persona, max_tokens, style, created_ms, updated_ms, lease_owner, lease_until_ms) "
-            "VALUES (%s, %s, 'watching', %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "persona, max_tokens, style, created_ms, updated_ms, lease_owner, lease_until_ms, max_history) "
+            "VALUES (%s, %s, 'watching', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (agent_id) DO NOTHING RETURNING agent_id",
             (agent_id, origin, first_poll_ms, base, persona, max_tokens, style, stamp, stamp,
-             self.instance.name, lease_until),
+             self.instance.name, lease_until, max_history),
         )  # fmt: skip
         if created is not None:
             return "created"
@@ -137,11 +138,12 @@ class PostgresWatches(Repository):
             return "unchanged"
         existing = watch_of(row)
         changes: dict[str, Any] = {}
-        if base is not None and (base, persona, max_tokens, style) != (
+        if base is not None and (base, persona, max_tokens, style, max_history) != (
             existing.base_system_messages_json, existing.persona, existing.max_tokens,
-            existing.style,
+            existing.style, existing.max_history,
         ):  # fmt: skip
-            changes.update(base_system_messages=base, persona=persona, max_tokens=max_tokens, style=style)
+            changes.update(base_system_messages=base, persona=persona, max_tokens=max_tokens, style=style,
+                           max_history=max_history)  # fmt: skip
         if existing.status != "watching":
             changes.update(
                 status="watching", stop_reason=None, next_poll_ms=first_poll_ms, failures=0,

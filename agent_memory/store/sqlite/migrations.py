@@ -540,3 +540,9 @@ def m018_forgets(db: Database) -> None:
     """When each user (or pair) was forgotten, by hash: every later write drops what was said before."""
     # key: the hash of a user, a pair or an agent run (store/shared/maintenance.py), never an id.
     db.execute("CREATE TABLE forgets (key TEXT PRIMARY KEY, forgot_ms INTEGER NOT NULL) WITHOUT ROWID")
+
+
+@migrations()
+def m019_watch_max_history(db: Database) -> None:
+    """How many messages a followed agent holds itself (Agora's llm.max_history): a refresh leaves them out."""
+    db.execute("ALTER TABLE watched_agents ADD COLUMN max_history INTEGER")

@@ -12,7 +12,7 @@ from agent_memory.store.sqlite.common import Repository, dumps, now_ms
 WATCH_COLUMNS = (
     "agent_id, origin, status, next_poll_ms, stop_reason, last_poll_ms, polls, failures, "
     "last_error, base_system_messages, persona, max_tokens, style, push_due_ms, last_push_ms, "
-    "last_pushed, created_ms, updated_ms"
+    "last_pushed, created_ms, updated_ms, max_history"
 )
 _QUALIFIED = ", ".join(f"w.{column}" for column in WATCH_COLUMNS.split(", "))
 
@@ -80,6 +80,7 @@ class SQLiteWatches(Repository):
         persona: str | None = None,
         max_tokens: int | None = None,
         style: str | None = None,
+        max_history: int | None = None,
     ) -> WatchResult:
         """Follow a running agent; an explicit request (not a platform event) also updates or
         resumes an existing watch. `style` is the agent's LLM message style (None: default)."""
@@ -92,19 +93,31 @@ class SQLiteWatches(Repository):
         if existing is None:
             self.conn.execute(
                 "INSERT INTO watched_agents (agent_id, origin, status, next_poll_ms, "
-                "base_system_messages, persona, max_tokens, style, created_ms, updated_ms) "
-                "VALUES (?, ?, 'watching', ?, ?, ?, ?, ?, ?, ?)",
-                (agent_id, origin, first_poll_ms, base, persona, max_tokens, style, stamp, stamp),
+                "base_system_messages, persona, max_tokens, style, created_ms, updated_ms, max_history) "
+                "VALUES (?, ?, 'watching', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    agent_id,
+                    origin,
+                    first_poll_ms,
+                    base,
+                    persona,
+                    max_tokens,
+                    style,
+                    stamp,
+                    stamp,
+                    max_history,
+                ),
             )
             return "created"
         if origin == "callback":
             return "unchanged"
         changes: dict[str, Any] = {}
-        if base is not None and (base, persona, max_tokens, style) != (
+        if base is not None and (base, persona, max_tokens, style, max_history) != (
             existing.base_system_messages_json, existing.persona, existing.max_tokens,
-            existing.style,
+            existing.style, existing.max_history,
         ):  # fmt: skip
-            changes.update(base_system_messages=base, persona=persona, max_tokens=max_tokens, style=style)
+            changes.update(base_system_messages=base, persona=persona, max_tokens=max_tokens, style=style,
+                           max_history=max_history)  # fmt: skip
         if existing.status != "watching":
             changes.update(status="watching", stop_reason=None, next_poll_ms=first_poll_ms, failures=0)
         if not changes:
