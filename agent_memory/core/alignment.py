@@ -188,6 +188,8 @@ def correction(stored: MessageFingerprint, incoming: Enrichable) -> MessageChang
         changes["ts_ms"] = changes["at_ms"] = incoming.ts_ms
     if incoming.speaker is not None and incoming.speaker != stored.speaker:
         changes["speaker"] = incoming.speaker
+    if incoming.images_json and not stored.images_json:
+        changes["images"] = incoming.images_json
     if incoming.source is not None:
         if incoming.interrupted != stored.interrupted:
             changes["interrupted"] = incoming.interrupted
