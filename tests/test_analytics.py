@@ -291,3 +291,27 @@ async def test_talk_time_leaves_out_runs_with_placeholder_times(service) -> None
     await deliver(service, real, placeholder)
     _status, stats = await service.api("GET", "/v1/users/u-t/stats")
     assert stats["sessions"] == 2 and stats["talk_ms"] == 300_000
+
+
+async def test_112_stage_latencies_sent_as_an_object_reach_the_stats(service) -> None:
+    """Agora's documented 112 sends `segmented_latency_ms` as an object of stage -> ms (issue 23.6)."""
+    envelope = load_fixture("agora/112_turns_finished_segmented_object.json")
+    await deliver(service, envelope, expect="done")
+    for path in ("/v1/characters/luna/stats", "/v1/stats"):
+        status, stats = await service.api("GET", path)
+        assert status == 200, stats
+        latency = stats["latency_ms"]
+        assert {name: latency[name]["count"] for name in ("asr_ttlw", "llm_ttft", "tts_ttfb")} == {
+            "asr_ttlw": 2,
+            "llm_ttft": 2,
+            "tts_ttfb": 2,
+        }, latency
+        assert (latency["asr_ttlw"]["min"], latency["llm_ttft"]["max"]) == (200, 700)
+        stages = stats["latency_stages_ms"]
+        assert {stage: stages[stage]["count"] for stage in ("asr", "llm", "tts", "end_to_end")} == {
+            "asr": 2,
+            "llm": 2,
+            "tts": 2,
+            "end_to_end": 2,
+        }, stages
+        assert (stages["llm"]["min"], stages["end_to_end"]["derived"]) == (600, 0)

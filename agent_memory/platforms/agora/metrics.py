@@ -26,7 +26,8 @@ def turn_rows(turns: Any) -> list[MetricRow]:
     """The latencies and durations of a 112 payload's `turns`, dated by each turn's start.
 
     Agora documents a turn as `start` {start_at, type, metadata}, `end` {end_at, type,
-    metadata} and `metrics` {e2e_latency_ms, segmented_latency_ms: [{name, latency}]}.
+    metadata} and `metrics` {e2e_latency_ms, segmented_latency_ms} (an object of stage -> ms,
+    or a list of {name, latency}: see `stages`).
     A turn with `start_ts`/`stop_ts` instead (an early shape of ours) gives its duration.
     """
     rows: list[MetricRow] = []
@@ -40,10 +41,7 @@ def turn_rows(turns: Any) -> list[MetricRow]:
         found: dict[str, float | None] = {}
         metrics = _object(turn.get("metrics"))
         found["e2e_latency_ms"] = _as_float(metrics.get("e2e_latency_ms"))
-        segments = metrics.get("segmented_latency_ms")
-        for segment in segments if isinstance(segments, list) else ():
-            if isinstance(segment, dict) and isinstance(segment.get("name"), str):
-                found[segment["name"]] = _as_float(segment.get("latency"))
+        found.update(stages(metrics.get("segmented_latency_ms")))
         if start_ms is not None and end_ms is not None and end_ms >= start_ms:
             found["turn_duration_ms"] = float(end_ms - start_ms)
         found["speech_duration_ms"] = _as_float(_object(start.get("metadata")).get("speech_duration_ms"))
@@ -51,6 +49,21 @@ def turn_rows(turns: Any) -> list[MetricRow]:
         found["playback_duration_ms"] = _as_float(playback)
         rows.extend((turn_id, name, ms, start_ms) for name, ms in found.items() if ms is not None and ms >= 0)
     return rows
+
+
+def stages(segments: Any) -> dict[str, float | None]:
+    """Per-stage latencies of a 112 turn, in either shape Agora documents.
+
+    The webhook page shows an object of stage -> ms (`{"asr_ttlw": 200, "llm_ttft": 600}`);
+    the turns API shows a list of `{name, latency}`. Anything else gives nothing.
+    """
+    if isinstance(segments, dict):
+        return {str(name): _as_float(latency) for name, latency in segments.items()}
+    found: dict[str, float | None] = {}
+    for segment in segments if isinstance(segments, list) else ():
+        if isinstance(segment, dict) and isinstance(segment.get("name"), str):
+            found[segment["name"]] = _as_float(segment.get("latency"))
+    return found
 
 
 def _object(value: Any) -> dict[str, Any]:
