@@ -9,6 +9,7 @@
     ├── Forbidden                   403  the key is good but its scope does not reach the route
     ├── NotFound                    404  no such session, fact, job or route
     ├── Conflict                    409  the request does not fit the current state
+    ├── RequestTimeout              408  the body did not arrive in time (AGENT_MEMORY_BODY_TIMEOUT_S)
     ├── PayloadTooLarge             413  the body is over the configured limit
     ├── RateLimited                 429  too many wrong keys from an address; `retry_after` says how long
     ├── NotConfigured               503  a feature needs a setting that is not set
@@ -81,6 +82,11 @@ class NotFound(AgentMemoryError):
 class Conflict(AgentMemoryError):
     status = 409
     code = "conflict"
+
+
+class RequestTimeout(AgentMemoryError):
+    status = 408
+    code = "request_timeout"
 
 
 class PayloadTooLarge(AgentMemoryError):

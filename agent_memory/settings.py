@@ -26,6 +26,7 @@ ENVIRONMENT: dict[str, str] = {
     "webhook_secret": "AGORA_WEBHOOK_SECRET",
     "insecure_webhooks": "AGENT_MEMORY_INSECURE_WEBHOOKS",
     "max_body_bytes": "AGENT_MEMORY_MAX_BODY_BYTES",
+    "body_timeout_s": "AGENT_MEMORY_BODY_TIMEOUT_S",
     "label_user_key": "AGENT_MEMORY_LABEL_USER",
     "label_character_key": "AGENT_MEMORY_LABEL_CHARACTER",
     "default_character": "AGENT_MEMORY_DEFAULT_CHARACTER",
@@ -124,6 +125,9 @@ class Settings(BaseModel):
     webhook_secret: str | None = None
     insecure_webhooks: bool = False
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # A request body must arrive whole within this (a stalled one is answered 408 and dropped):
+    # callbacks and API bodies are small, so 15 s only cuts off a sender that stopped sending.
+    body_timeout_s: float = Field(15.0, gt=0, le=60)
     label_user_key: str = "user_id"
     label_character_key: str = "character_id"
     default_character: str = "default"

@@ -22,6 +22,9 @@ from typing import Any, Literal
 # above 10^14 it is microseconds.
 SECONDS_BELOW = 10**11
 MICROSECONDS_ABOVE = 10**14
+# The last millisecond a date can name (9999-12-31 23:59:59.999 UTC): a time after it cannot be
+# formatted, and from a platform it can only be a fault (a bit flip, a wrong unit, a fuzzer).
+LAST_MS = 253_402_300_799_999
 # 2**62 s is far past any cap; the bound only keeps the float power finite.
 _MAX_DOUBLINGS = 62
 
@@ -46,15 +49,28 @@ def as_number(value: Any) -> float | int | None:
 
 
 def to_ms(value: Any) -> int | None:
-    """Normalise an epoch timestamp in s, ms or µs (int, float or digit string) to ms."""
+    """Normalise an epoch timestamp in s, ms or µs (int, float or digit string) to ms.
+
+    None for what is no time: not a number, negative, or after the last day a date can name.
+    """
     value = as_number(value)
-    if value is None or value < 0:
+    if value is None or value < 0 or value > LAST_MS * 1000:
         return None
     if value < SECONDS_BELOW:
         return round(value * 1000)
     if value > MICROSECONDS_ABOVE:
-        return round(value / 1000)
-    return round(value)
+        return possible_ms(round(value / 1000))
+    return possible_ms(round(value))
+
+
+def possible_ms(ms: int | None) -> int | None:
+    """`ms` if it names a moment from 1970 to the end of year 9999, else None."""
+    return ms if ms is not None and 0 <= ms <= LAST_MS else None
+
+
+def impossible_time(value: Any) -> bool:
+    """Whether `value` is a number that no reading (s, ms or µs) makes a possible time."""
+    return as_number(value) is not None and to_ms(value) is None
 
 
 def format_day(ms: int) -> str:

@@ -143,6 +143,11 @@ def said_after(
     return kept
 
 
+def first_time(messages: Sequence[IncomingMessage]) -> int | None:
+    """The earliest time the messages carry: a run's start when its platform gave none (or none usable)."""
+    return min((message.ts_ms for message in messages if message.ts_ms is not None), default=None)
+
+
 def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
     """The outcome of an event applied without some of its parts: partial, saying which."""
     notes = list(skipped[:MAX_DETAIL_NOTES])
@@ -242,7 +247,7 @@ class Ingestor:
             return event
         try:
             with tx.savepoint():
-                outcome = self.apply_event(tx, event, raw.notify_ms or now_ms())
+                outcome = self.apply_event(tx, event, raw.notify_ms or raw.received_ms)
         except Exception as exc:  # the raw event stays; `agent-memory reprocess` retries it
             log.exception("callback %s (type %s) failed", raw.event_id, raw.event_type)
             return Outcome("failed", detail=f"{type(exc).__name__}: {exc}")
@@ -405,7 +410,7 @@ class Ingestor:
                 status="running",
                 channel=event.channel,
                 name=event.name,
-                start_ms=event.start_ms or stamp,
+                start_ms=event.start_ms or first_time(event.messages) or stamp,
                 stop_ms=event.stop_ms if isinstance(event, SessionEvent) else None,
                 labels=dict(event.labels),
                 rtc_uid=uid,

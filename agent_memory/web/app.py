@@ -23,7 +23,7 @@ from agent_memory.settings import Settings
 from agent_memory.store import make_store
 from agent_memory.web import docs
 from agent_memory.web.auth import auth_middleware, install_gate
-from agent_memory.web.http import Handler, errors_middleware, nul_middleware
+from agent_memory.web.http import BODY_TIMEOUT_S, Handler, errors_middleware, nul_middleware
 from agent_memory.web.keys import EMBEDDINGS, JOBS, MEMORY, RETENTION, SETTINGS, STORE
 from agent_memory.web.metrics import METRICS, add_metrics_route
 from agent_memory.web.routes import insights
@@ -129,8 +129,13 @@ def create_app(settings: Settings) -> web.Application:
             nul_middleware,
         ],
         client_max_size=settings.max_body_bytes,
-        # A persona travels in the query string; let one of MAX_PERSONA_CHARS through.
-        handler_args={"max_line_size": 256 * 1024},
+        handler_args={
+            # A persona travels in the query string; let one of MAX_PERSONA_CHARS through.
+            "max_line_size": 256 * 1024,
+            # After answering a body it did not read (408, 413), aiohttp reads on for this long
+            # before closing: a stalled sender is held no longer than the body timeout again.
+            "lingering_time": min(10.0, settings.body_timeout_s),
+        },
     )
     store = make_store(settings)
     metrics = Metrics() if settings.metrics else None
@@ -143,6 +148,7 @@ def create_app(settings: Settings) -> web.Application:
     memory = Memory(settings, store, jobs=jobs, retention=retention, embedder=embedder, metrics=metrics)
     app.on_response_prepare.append(send_request_id)
     app[SETTINGS] = settings
+    app[BODY_TIMEOUT_S] = settings.body_timeout_s
     app[STORE] = store
     app[MEMORY] = memory
     app[JOBS] = jobs

@@ -5,7 +5,7 @@ Every error answer has the shape `{"error": {"code": "...", "message": "..."}}`.
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import math
 import re
@@ -15,8 +15,15 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from agent_memory.core.jsonutil import dumps
-from agent_memory.errors import AgentMemoryError, BadRequest, InvalidField, InvalidJSON
+from agent_memory.core.jsonutil import dumps, read_json
+from agent_memory.errors import (
+    AgentMemoryError,
+    BadRequest,
+    InvalidField,
+    InvalidJSON,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,10 @@ INTEGER = re.compile(r"-?[0-9]+")
 # stop at it): refused in paths, queries and bodies alike.
 NUL = "\x00"
 NO_NUL = "NUL characters (U+0000) are not accepted"
+
+# How long a request body may take to arrive (settings.body_timeout_s, put here by the app).
+BODY_TIMEOUT_S = web.AppKey("body_timeout_s", float)
+DEFAULT_BODY_TIMEOUT_S = 15.0
 
 HTTP_CODES = {
     400: "bad_request",
@@ -57,6 +68,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if exc.status >= 500:
             log.warning("%s %s: %s", request.method, request.path, exc.message)
         response = error_response(exc.status, exc.code, exc.message)
+        if exc.status == 408:
+            response.force_close()  # the rest of a stalled body is not waited for on this connection
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is not None and exc.status in (429, 503):
             response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
@@ -105,13 +118,34 @@ def holds_nul(value: Any) -> bool:
     return False
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The whole request body, within the size and the time allowed: every route reads it here."""
+    limit = request.app._client_max_size
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(
+            f"the body is {request.content_length} bytes, over the {limit} allowed "
+            "(AGENT_MEMORY_MAX_BODY_BYTES)"
+        )
+    timeout_s = request.app.get(BODY_TIMEOUT_S, DEFAULT_BODY_TIMEOUT_S)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the body did not arrive within {timeout_s:g} s (AGENT_MEMORY_BODY_TIMEOUT_S): "
+            "send it whole, with a Content-Length that matches it"
+        ) from None
+
+
+async def read_json_body(request: web.Request, *, empty: Any = None) -> Any:
+    """The body parsed as JSON (`empty` for no body), or InvalidJSON saying what is wrong."""
+    raw = await read_body(request)
+    return read_json(raw) if raw else empty
+
+
 async def read_model(request: web.Request, model: type[ModelT]) -> ModelT:
     """Parse the JSON body into `model`, with messages that say what is wrong."""
-    raw = await request.read()
-    try:
-        data = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidJSON(f"the body is not valid JSON: {exc}") from None
+    data = await read_json_body(request, empty={})
     if not isinstance(data, dict):
         raise InvalidJSON("the body must be a JSON object")
     if holds_nul(data):

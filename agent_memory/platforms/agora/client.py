@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -15,12 +14,14 @@ import aiohttp
 from pydantic import ValidationError
 
 from agent_memory.core.clock import Backoff, retry_after_s
+from agent_memory.core.jsonutil import read_json
 from agent_memory.errors import (
     AgoraConflict,
     AgoraError,
     AgoraNotFound,
     AgoraRateLimited,
     AgoraServerError,
+    InvalidJSON,
     NotConfigured,
 )
 from agent_memory.platforms.agora.payloads import HistoryResponse
@@ -202,8 +203,8 @@ def _parse_ok(text: str, prefix: str, status: int, *, body_optional: bool = Fals
     if not text.strip():
         return {}
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = read_json(text)  # what Agora says is kept: the one reader makes it storable
+    except InvalidJSON:
         data = None
     if not isinstance(data, dict) and body_optional:
         return {}
@@ -223,8 +224,8 @@ def _error_from_response(
     detail: str | None = None
     reason: str | None = None
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = read_json(text)
+    except InvalidJSON:
         data = None
     if isinstance(data, dict):
         if data.get("detail") is not None:

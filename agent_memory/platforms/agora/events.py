@@ -8,13 +8,12 @@ runs it off the store's writer thread.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from pydantic import ValidationError
 
-from agent_memory.core.clock import MICROSECONDS_ABOVE
+from agent_memory.core.clock import LAST_MS, MICROSECONDS_ABOVE, impossible_time, possible_ms
 from agent_memory.core.events import (
     TURN,
     EventKind,
@@ -23,8 +22,8 @@ from agent_memory.core.events import (
     Outcome,
     RawEvent,
     SessionEvent,
-    storable,
 )
+from agent_memory.core.jsonutil import read_json
 from agent_memory.errors import InvalidJSON
 from agent_memory.platforms.agora.metrics import metric_rows, turn_rows
 from agent_memory.platforms.agora.payloads import (
@@ -70,20 +69,21 @@ ParsedEvent = SessionEvent | Outcome
 
 def read_envelope(body: bytes | str) -> tuple[Envelope, str]:
     """The envelope and the body as text, or InvalidJSON saying what is wrong."""
-    try:
-        text = body.decode("utf-8") if isinstance(body, bytes) else body
-        data = json.loads(text)
-    except UnicodeDecodeError as exc:
-        raise InvalidJSON(f"the body is not UTF-8: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidJSON(f"the body is not valid JSON: {exc}") from None
+    data = read_json(body)  # the raw bytes were valid UTF-8 if this returns
+    text = body.decode("utf-8") if isinstance(body, bytes) else body
     if not isinstance(data, dict):
         raise InvalidJSON("the body must be a JSON object (an NCS envelope)")
     try:
-        return Envelope.model_validate(data), text
+        envelope = Envelope.model_validate(data)
     except ValidationError as exc:
         fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors())
         raise InvalidJSON(f"not an NCS envelope: missing or invalid {fields}") from None
+    if impossible_time(data.get("notifyMs")):
+        log.warning(
+            "callback %s: notifyMs %.6g is not a possible time; ignored (what it would date is "
+            "dated by its receipt)", envelope.noticeId, float(data["notifyMs"]),
+        )  # fmt: skip
+    return envelope, text
 
 
 def parse_callback(body: bytes | str, received_ms: int, *, follow: bool) -> tuple[RawEvent, ParsedEvent]:
@@ -288,4 +288,6 @@ def speech_time(value: float | None) -> tuple[int | None, int | None]:
         return None, None
     if value < RELATIVE_SPEECH_BELOW:
         return None, round(value)
-    return storable(round(value / 1000) if value > MICROSECONDS_ABOVE else round(value)), None
+    if value > LAST_MS * 1000:  # no reading makes it a possible time (and dividing could overflow)
+        return None, None
+    return possible_ms(round(value / 1000) if value > MICROSECONDS_ABOVE else round(value)), None

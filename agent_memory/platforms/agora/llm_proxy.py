@@ -38,13 +38,14 @@ from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
 from agent_memory.core.secrets import hash_key
-from agent_memory.errors import InvalidField, StoreUnavailable
+from agent_memory.errors import InvalidField, InvalidJSON, StoreUnavailable
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.events import LABELS_FIELD, incoming
 from agent_memory.platforms.agora.payloads import MemoryMessage
 from agent_memory.store import NotBrief
 from agent_memory.upstream import HttpUpstream, Target, Upstream, UpstreamFailed
+from agent_memory.web.http import read_json_body
 
 log = logging.getLogger(__name__)
 
@@ -480,9 +481,9 @@ class LlmProxy:
 
     async def _read(self, request: web.Request, route: LlmRoute | None) -> Call | web.Response:
         try:
-            body = json.loads(await request.read() or b"null")
-        except (UnicodeDecodeError, ValueError) as exc:
-            return self._bad(f"the body is not valid JSON: {exc}")
+            body = await read_json_body(request)
+        except InvalidJSON as exc:
+            return self._bad(exc.message)
         if not isinstance(body, dict):
             return self._bad("the body must be a JSON object (an OpenAI chat completion request)")
         if not isinstance(body.get("messages"), list):

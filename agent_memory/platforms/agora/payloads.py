@@ -23,7 +23,13 @@ from pydantic import (
     model_validator,
 )
 
-from agent_memory.core.clock import MICROSECONDS_ABOVE, SECONDS_BELOW, as_number, to_ms  # noqa: F401  # re-exported
+from agent_memory.core.clock import (  # noqa: F401  # MICROSECONDS_ABOVE, SECONDS_BELOW re-exported
+    MICROSECONDS_ABOVE,
+    SECONDS_BELOW,
+    as_number,
+    impossible_time,
+    to_ms,
+)
 from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, TURN, MessageKind
 from agent_memory.core.images import Image, images_of
 
@@ -45,6 +51,10 @@ def _to_int(value: Any) -> Any:
         return int(value)
     return value
 
+
+# The speech times a custom LLM's messages carry, and where a 112 turn carries its times.
+SPEECH_TIMES = ("speech_start_ms", "speech_end_ms")
+TURN_TIMES = (("start", "start_at"), ("end", "end_at"), ("", "start_ts"), ("", "stop_ts"))
 
 Millis = Annotated[int | None, BeforeValidator(to_ms)]
 LooseStr = Annotated[str | None, BeforeValidator(_to_str)]
@@ -102,6 +112,8 @@ class MessageMetadata(BaseModel):
             value = data.get(name)
             if value is not None and not isinstance(value, str):
                 data[name] = _to_str(value)
+                if not isinstance(data[name], str):  # an object or a list: kept as sent, never read
+                    data[f"{name}_as_sent"], data[name] = value, None
         if "interrupted" in data:
             data["interrupted"] = _loose_bool(data["interrupted"])
         if "interrupt_timestamp" in data:
@@ -134,6 +146,8 @@ class MemoryMessage(BaseModel):
     raw_content: Any = Field(None, exclude=True)
     # What is kept of the images among the parts (core/images.py), None when there are none.
     content_images: list[Image] | None = Field(None, exclude=True)
+    # Time fields sent as numbers that are no possible time: ignored, and reported.
+    ignored_times: list[str] | None = Field(None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -148,7 +162,20 @@ class MemoryMessage(BaseModel):
             if isinstance(content, list):
                 data["content_images"] = _images(content)
         if "timestamp" in data:
+            if impossible_time(data["timestamp"]):
+                data["ignored_times"] = ["timestamp"]
             data["timestamp"] = to_ms(data["timestamp"])
+        meta = data.get("metadata")
+        if isinstance(meta, dict) and impossible_time(meta.get("interrupt_timestamp")):
+            data.setdefault("ignored_times", []).append("metadata.interrupt_timestamp")
+        for name in SPEECH_TIMES:
+            if name in data and impossible_time(data[name]):
+                data.setdefault("ignored_times", []).append(name)
+                data[name] = None  # kept out of the message's extras too: it is no time
+        for name in (*SPEECH_TIMES, "speech_algorithmic_delay"):
+            value = data.get(name)
+            if value is not None and (isinstance(value, bool) or as_number(value) is None):
+                data[f"{name}_as_sent"], data[name] = value, None  # not a number: kept as sent
         turn_id = data.get("turn_id")
         if turn_id is not None and type(turn_id) is not int:
             data["turn_id"] = _turn_number(turn_id)
@@ -165,6 +192,8 @@ class MemoryMessage(BaseModel):
             for name in ("tool_call_id", "name"):
                 if data.get(name) is not None and not isinstance(data[name], str):
                     data[name] = _to_str(data[name])
+                    if not isinstance(data[name], str):  # an object or a list: kept as sent
+                        data[f"{name}_as_sent"], data[name] = data[name], None
             if data.get("tool_calls") is not None and not isinstance(data["tool_calls"], list):
                 data["tool_calls"] = [data["tool_calls"]]
         return data
@@ -242,12 +271,18 @@ def valid_objects(raw: Any, field: str, *, need_turn: bool = False) -> tuple[lis
     return kept, skipped
 
 
+# Top-level fields of the wrong type a payload may lose before it is refused whole.
+MAX_UNREADABLE_FIELDS = 8
+
+
 class Lenient(BaseModel):
     """A payload whose unusable parts are set aside (and listed) instead of failing it whole."""
 
     # False: validate as a whole first (the common, fast case) and look at the parts only
     # when that fails; True: always (when set_aside also reshapes what is valid).
     set_aside_first: ClassVar[bool] = True
+    # Top-level time fields (by their names on the wire): one that is no possible time is ignored.
+    time_fields: ClassVar[tuple[str, ...]] = ()
     _skipped: list[str] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="wrap")
@@ -255,16 +290,48 @@ class Lenient(BaseModel):
     def _set_aside_what_cannot_be_applied(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         if not isinstance(data, dict):
             return handler(data)
+        notes = [
+            f"{name}: {float(data[name]):.6g} is not a possible time; ignored"
+            for name in cls.time_fields
+            if impossible_time(data.get(name))
+        ]
+        model = None
         if not cls.set_aside_first:
             try:
-                return handler(data)
+                model = handler(data)
             except ValidationError:
                 pass  # one bad part must not cost the others: look at them one by one
-        data, skipped = cls.set_aside(dict(data))
-        model = handler(data)
-        if skipped and isinstance(model, Lenient):
-            model._skipped = skipped
+        if model is None:
+            data, skipped = cls.set_aside(dict(data))
+            notes.extend(skipped)
+            model = cls._without_unreadable_fields(data, handler, notes)
+        if isinstance(model, Lenient):
+            notes.extend(model.ignored_times())
+            if notes:
+                model._skipped = notes
         return model
+
+    @classmethod
+    def _without_unreadable_fields(
+        cls, data: dict[str, Any], handler: ValidatorFunctionWrapHandler, notes: list[str]
+    ) -> Any:
+        """The model of `data`, leaving out (and noting) each top-level field of the wrong type."""
+        for _ in range(MAX_UNREADABLE_FIELDS):
+            try:
+                return handler(data)
+            except ValidationError as exc:
+                errors = [err for err in exc.errors() if err["loc"] and err["loc"][0] in data]
+                if not errors:
+                    raise
+                for err in errors:
+                    notes.append(f"{err['loc'][0]}: {err['msg']}; ignored")
+                unreadable = {err["loc"][0] for err in errors}
+                data = {name: value for name, value in data.items() if name not in unreadable}
+        return handler(data)
+
+    def ignored_times(self) -> list[str]:
+        """A note for each time inside the payload's parts that is no possible time."""
+        return []
 
     @classmethod
     def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -310,6 +377,7 @@ class AgentPayload(Lenient):
     """Fields every agent event (101/102/103/104/110/111/112) may carry; times in ms."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+    time_fields: ClassVar[tuple[str, ...]] = ("start_ts", "stop_ts")
 
     agent_id: LooseStr = None
     channel: LooseStr = None
@@ -352,6 +420,15 @@ class Transcript(Lenient):
     def set_aside(cls, data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         data["contents"], skipped = valid_messages(data.get("contents"))
         return data, skipped
+
+    def ignored_times(self) -> list[str]:
+        """`contents[i].<field>` for each message time that is no possible time (the message is kept)."""
+        return [
+            f"contents[{index}].{name}: not a possible time; ignored (the message is kept)"
+            for index, message in enumerate(self.contents)
+            if message.ignored_times
+            for name in message.ignored_times
+        ]
 
 
 class AgentHistory(AgentPayload, Transcript):
@@ -416,6 +493,17 @@ class TurnsFinished(AgentPayload):
         data["turns"], skipped = valid_objects(data.get("turns"), "turns", need_turn=True)
         return data, skipped
 
+    def ignored_times(self) -> list[str]:
+        """`turns[i].<field>` for each turn time that is no possible time (the turn is kept)."""
+        notes: list[str] = []
+        for index, turn in enumerate(self.turns):
+            for part, name in TURN_TIMES:
+                holder = turn.get(part) if part else turn
+                if isinstance(holder, dict) and impossible_time(holder.get(name)):
+                    where = f"{part}.{name}" if part else name
+                    notes.append(f"turns[{index}].{where}: not a possible time; ignored (the turn is kept)")
+        return notes
+
 
 PAYLOAD_MODELS: dict[int, type[AgentPayload]] = {
     101: AgentJoined,
@@ -438,6 +526,7 @@ class HistoryResponse(Transcript):
     """`GET …/agents/{agent_id}/history`: the running agent's short-term memory."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+    time_fields: ClassVar[tuple[str, ...]] = ("start_ts",)
 
     agent_id: LooseStr = None
     start_ms: Millis = Field(None, alias="start_ts")

@@ -9,12 +9,13 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from agent_memory.core.events import Outcome, RawEvent, SessionEvent
-from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge
+from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
 from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.platforms.agora.payloads import PAYLOAD_MODELS
 from agent_memory.platforms.agora.signatures import verify_agora
 from agent_memory.settings import Settings
+from agent_memory.web.http import read_body
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def rejection(exc: Exception) -> str:
         return "rejected_signature"
     if isinstance(exc, NotConfigured):
         return "refused_unconfigured"
-    if isinstance(exc, PayloadTooLarge | BadRequest | web.HTTPRequestEntityTooLarge):
+    if isinstance(exc, PayloadTooLarge | BadRequest | RequestTimeout | web.HTTPRequestEntityTooLarge):
         return "rejected_body"
     return "error"
 
@@ -75,14 +76,8 @@ class AgoraReceiver:
         )
 
     async def verified_body(self, request: web.Request) -> bytes:
-        """The raw body, within the size allowed and signed with the webhook secret."""
-        limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise PayloadTooLarge(
-                f"the body is {request.content_length} bytes, over the {limit} allowed "
-                "(AGENT_MEMORY_MAX_BODY_BYTES)"
-            )
-        body = await request.read()
+        """The raw body, within the size and time allowed and signed with the webhook secret."""
+        body = await read_body(request)
         secret = self.settings.webhook_secret
         if secret:
             verify_agora(secret, body, request.headers)
