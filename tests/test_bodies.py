@@ -122,18 +122,20 @@ async def test_an_impossible_turn_time_keeps_the_turn_metrics(service: Service) 
 
 @pytest.mark.postgres
 async def test_a_field_of_the_wrong_type_costs_only_itself(service: Service) -> None:
-    """Found by bench/fuzz_bodies.py: a `channel` object failed the whole 103; a message whose
-    `metadata.source`, `name` or `speech_start_ms` had the wrong type was set aside."""
+    """Found by bench/fuzz_bodies.py: a `channel` object or a `turn_id` of 2^64 failed the whole 103;
+    a message whose `metadata.source`, `name` or `speech_start_ms` had the wrong type was set aside."""
     contents = said("hello there", "hi, what can I do", "tell me a joke", "why did the chicken")
     contents[0]["metadata"] = {"source": {}, "user": ["1001"]}
     contents[1]["name"] = {"a": 1}
     contents[2]["speech_start_ms"] = "soon"
+    contents[3]["turn_id"] = 2**64  # past a 64-bit column: the message is kept without a turn
     envelope = agent_event(103, "WRONGTYPE", labels=LABELS, contents=contents, channel={"": None})
     status, answer = await service.callback(envelope)
     assert (status, answer["status"], answer["new_messages"]) == (200, "partial", 4), answer
     messages = await stored(service, "WRONGTYPE")
     assert [m.content for m in messages] == [item["content"] for item in contents]
     assert messages[0].source is None and messages[0].speaker is None
+    assert messages[3].turn_id is None
     row = await inbox_of(service, envelope["noticeId"])
     assert row is not None and "channel" in (row.error or "")
     # Without a usable agent id nothing can be applied: ignored (kept raw), not failed.

@@ -30,7 +30,7 @@ from agent_memory.core.clock import (  # noqa: F401  # MICROSECONDS_ABOVE, SECON
     impossible_time,
     to_ms,
 )
-from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, TURN, MessageKind
+from agent_memory.core.events import INT64_MAX, INT64_MIN, TOOL_CALL, TOOL_RESULT, TURN, MessageKind
 from agent_memory.core.images import Image, images_of
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class MemoryMessage(BaseModel):
             if value is not None and (isinstance(value, bool) or as_number(value) is None):
                 data[f"{name}_as_sent"], data[name] = value, None  # not a number: kept as sent
         turn_id = data.get("turn_id")
-        if turn_id is not None and type(turn_id) is not int:
+        if turn_id is not None and (type(turn_id) is not int or not INT64_MIN <= turn_id <= INT64_MAX):
             data["turn_id"] = _turn_number(turn_id)
             if data["turn_id"] is None:  # an unreadable turn id must not cost the message
                 data["turn_id_as_sent"] = turn_id
