@@ -54,6 +54,7 @@ def _to_int(value: Any) -> Any:
 
 # The speech times a custom LLM's messages carry, and where a 112 turn carries its times.
 SPEECH_TIMES = ("speech_start_ms", "speech_end_ms")
+SPEECH_FIELDS = (*SPEECH_TIMES, "speech_algorithmic_delay")
 TURN_TIMES = (("start", "start_at"), ("end", "end_at"), ("", "start_ts"), ("", "stop_ts"))
 
 Millis = Annotated[int | None, BeforeValidator(to_ms)]
@@ -162,20 +163,26 @@ class MemoryMessage(BaseModel):
             if isinstance(content, list):
                 data["content_images"] = _images(content)
         if "timestamp" in data:
-            if impossible_time(data["timestamp"]):
+            value = data["timestamp"]
+            data["timestamp"] = to_ms(value)
+            if data["timestamp"] is None and value is not None and impossible_time(value):
                 data["ignored_times"] = ["timestamp"]
-            data["timestamp"] = to_ms(data["timestamp"])
         meta = data.get("metadata")
-        if isinstance(meta, dict) and impossible_time(meta.get("interrupt_timestamp")):
+        if (
+            isinstance(meta, dict)
+            and "interrupt_timestamp" in meta
+            and impossible_time(meta["interrupt_timestamp"])
+        ):
             data.setdefault("ignored_times", []).append("metadata.interrupt_timestamp")
-        for name in SPEECH_TIMES:
-            if name in data and impossible_time(data[name]):
-                data.setdefault("ignored_times", []).append(name)
-                data[name] = None  # kept out of the message's extras too: it is no time
-        for name in (*SPEECH_TIMES, "speech_algorithmic_delay"):
-            value = data.get(name)
-            if value is not None and (isinstance(value, bool) or as_number(value) is None):
-                data[f"{name}_as_sent"], data[name] = value, None  # not a number: kept as sent
+        if not data.keys().isdisjoint(SPEECH_FIELDS):  # only a custom LLM's messages carry them
+            for name in SPEECH_TIMES:
+                if name in data and impossible_time(data[name]):
+                    data.setdefault("ignored_times", []).append(name)
+                    data[name] = None  # kept out of the message's extras too: it is no time
+            for name in SPEECH_FIELDS:
+                value = data.get(name)
+                if value is not None and (isinstance(value, bool) or as_number(value) is None):
+                    data[f"{name}_as_sent"], data[name] = value, None  # not a number: kept as sent
         turn_id = data.get("turn_id")
         if turn_id is not None and (type(turn_id) is not int or not INT64_MIN <= turn_id <= INT64_MAX):
             data["turn_id"] = _turn_number(turn_id)
