@@ -992,7 +992,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        # A pipe's stdout is block-buffered: what is still held is written here, where a
+        # closed pipe is handled, not at exit, where Python reports it and exits with 120.
+        sys.stdout.flush()
+        return code
     except AgentMemoryError as exc:
         print(f"agent-memory: {exc.message}", file=sys.stderr)
         return 2

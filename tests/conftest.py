@@ -104,6 +104,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", ["sqlite", "postgres"])
 
 
+# What a test must not inherit from the machine it runs on: the service's settings.
+MACHINE_SETTINGS = ("AGENT_MEMORY_", "AGORA_", "OPENAI_")
+
+
+@pytest.fixture(autouse=True)
+def elsewhere(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test (and the commands it starts) runs in an empty folder of its own, without this
+    machine's settings: a ./agent_memory.db left by the README's walk-through is never seen."""
+    folder = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(folder)
+    for name in list(os.environ):
+        if name.startswith(MACHINE_SETTINGS):
+            monkeypatch.delenv(name)
+    return folder
+
+
 @pytest.fixture
 def backend() -> str:
     return "sqlite"
@@ -424,8 +440,11 @@ async def integrity_check(store: Store) -> None:
 
 
 def on_disk(db_path: Path | str) -> bytes:
-    """The database file and its WAL, as anyone with disk access reads them."""
+    """The SQLite database file and its WAL, as anyone with disk access reads them."""
     path = Path(db_path)
+    # A PostgreSQL test's settings hold the default ./agent_memory.db: reading it would scan
+    # whatever the folder the tests run in holds (database_files reads PostgreSQL's).
+    assert path.is_absolute() and path.exists(), f"{path} is not a test's SQLite database"
     wal = path.with_name(path.name + "-wal")
     return b"".join(part.read_bytes() for part in (path, wal) if part.exists())
 

@@ -44,7 +44,6 @@ class Server:
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "agent_memory.cli", "serve", "--db", str(db), "--port", str(self.port)],
-            cwd=ROOT,
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -1,6 +1,7 @@
 """The agent-memory command, run as a user runs it."""
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -67,15 +68,21 @@ def test_reprocess_applies_failed_callbacks_again(tmp_path, capsys):
     assert conn.execute("SELECT content FROM messages").fetchall() == [("hello",)]
 
 
-def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+# Whether stdout is buffered (a pipe's is, unless PYTHONUNBUFFERED is set, as CI's images
+# often do): buffered, the write to the closed pipe happens only when stdout is flushed.
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, buffered):
     """`agent-memory search … | head` ends quietly when head closes the pipe."""
     db = str(tmp_path / "m.db")
     assert run("replay", "--db", db, str(FIXTURES / "conversations")).returncode == 0
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
     reader = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)
     reader.wait(timeout=10)  # gone before a byte is written: every write meets a closed pipe
     search = subprocess.run(
         [sys.executable, "-m", "agent_memory.cli", "search", "u-alice", "Miso", "--db", db],
-        stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=60,
+        stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert search.returncode == 0, search.stderr
     assert "Traceback" not in search.stderr

@@ -301,7 +301,7 @@ def serve(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_MEMORY_", "AGORA_", "OPENAI_"))}
     return subprocess.Popen(
         [sys.executable, "-m", "agent_memory", "serve", "--db", str(tmp_path / "m.db"), *args],
-        cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+        env={**env, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 

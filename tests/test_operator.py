@@ -25,6 +25,7 @@ import pytest
 from conftest import FIXTURES, SECRET, TOKEN, agent_event, assert_error, encode, said, wait_for
 from fakes.embeddings_server import FakeEmbeddings
 from fakes.openai_server import FakeOpenAI
+from postgres_server import bindir
 
 from agent_memory import __version__, cli
 from agent_memory.cli import main
@@ -55,7 +56,7 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`python -m agent_memory ARGS` with `env` added, as a user runs it."""
     return subprocess.run(
         [sys.executable, "-m", "agent_memory", *args],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env=clean_env(**env),
+        capture_output=True, text=True, timeout=60, env=clean_env(**env),
     )  # fmt: skip
 
 
@@ -80,7 +81,7 @@ def json_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "agent_memory", "serve", "--db", str(tmp_path / "m.db"), "--port", str(port)],
-            cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            env=env, stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
             yield f"http://127.0.0.1:{port}", log
@@ -299,7 +300,7 @@ async def test_a_hung_llm_is_named_and_waited_for_once(tmp_path: Path) -> None:
         llm.script("hang", "hang")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "agent_memory", "condense", "u-alice", "luna", "--db", db,
-            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=clean_env(OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="test",
                           AGENT_MEMORY_LLM_MODEL="hung-model-7b", AGENT_MEMORY_LLM_TIMEOUT_S="0.5"),
         )  # fmt: skip
@@ -350,3 +351,25 @@ def test_the_cli_limits_are_the_http_limits() -> None:
         schemas.MAX_PERSONA_CHARS,
         schemas.MAX_QUERY_CHARS,
     )
+
+
+# -- 6. the tests, run where a user runs them -----------------------------------------------
+def test_the_walkthrough_database_in_the_test_folder_changes_no_test(tmp_path: Path) -> None:
+    """The README's walk-through (replay, condense) leaves ./agent_memory.db in the folder; the
+    README's test command run from that folder afterwards passes all the same (on both backends)."""
+    if bindir() is None:
+        pytest.skip("PostgreSQL server binaries (initdb) not found")
+    for step in (("replay", str(FIXTURES / "conversations")), ("condense", "rtc:3003", "default")):
+        done = subprocess.run(
+            [sys.executable, "-m", "agent_memory", *step],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=clean_env(),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "agent_memory.db").exists()
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+         str(ROOT / "tests" / "test_api.py"), "-k", "test_binding_a_condensed_session_takes_its_memory_along"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=clean_env(),
+    )  # fmt: skip
+    assert suite.returncode == 0, suite.stdout[-4000:]
+    assert "2 passed" in suite.stdout, suite.stdout[-4000:]
