@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from agent_memory import __version__
 from agent_memory.client import AsyncMemoryClient, read_answer
 from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import KEY_SCOPES, InboxStatus
+from agent_memory.core.domain import KEY_SCOPES, InboxStatus, Job
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
@@ -37,6 +37,7 @@ from agent_memory.errors import (
     ApiError,
     BadRequest,
     InvalidJSON,
+    JobHeld,
     NotConfigured,
     StoreUnavailable,
 )
@@ -69,6 +70,8 @@ MAX_PERSONA_CHARS = 20_000
 MAX_QUERY_CHARS = 500
 # How long a thread holding the GIL keeps it from one that waits (`tune_interpreter`).
 SWITCH_INTERVAL_S = 0.001
+# How often `condense` says it is still waiting for the running service's job.
+CONDENSE_PROGRESS_S = 5.0
 
 log = logging.getLogger("agent_memory")
 
@@ -511,14 +514,30 @@ def cmd_condense(args: argparse.Namespace) -> int:
     def build(settings: Settings, store: Store) -> Memory:
         return Memory(settings, store, jobs=CondenseJobs(settings, store, make_condenser(settings)))
 
+    said_at = -CONDENSE_PROGRESS_S
+
+    def waiting(job: Job, waited: float) -> None:
+        nonlocal said_at
+        if waited - said_at >= CONDENSE_PROGRESS_S:  # a line now and then, not one per look
+            said_at = waited
+            print(f"{args.user_id}/{args.character_id} is being condensed by the running service "
+                  f"(job {job.id}); waiting for it: {waited:.0f}s of --wait {args.wait:g}s",
+                  file=sys.stderr)  # fmt: skip
+
     async def condense(memory: Memory) -> Condensed:
         try:
-            return await memory.condense(args.user_id, args.character_id)
+            return await memory.condense(args.user_id, args.character_id, wait_s=args.wait, waiting=waiting)
         finally:
             if memory.jobs is not None:
                 await memory.jobs.stop()  # closes the condenser
 
-    condensed = with_memory(args, condense, build=build)
+    try:
+        condensed = with_memory(args, condense, build=build)
+    except JobHeld as exc:
+        print(f"agent-memory: {exc.message}. Run it again later, or give a longer --wait; if no "
+              "service is running, one stopped while condensing and frees the job when it starts.",
+              file=sys.stderr)  # fmt: skip
+        return 3
     job, summary = condensed.job, condensed.summary
     if job is not None and job.last_error:
         print(f"condensing failed: {job.last_error} (job {job.id} is {job.status})",
@@ -895,6 +914,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     condense.add_argument("user_id")
     condense.add_argument("character_id")
+    condense.add_argument(
+        "--wait", type=float, default=60.0, metavar="SECONDS",
+        help="when the running service is condensing the pair, wait this long for it (default "
+        "%(default)g; 0: exit 3 at once)",
+    )  # fmt: skip
     condense.set_defaults(func=cmd_condense)
 
     reprocess = commands.add_parser(

@@ -9,6 +9,7 @@
     ├── Forbidden                   403  the key is good but its scope does not reach the route
     ├── NotFound                    404  no such session, fact, job or route
     ├── Conflict                    409  the request does not fit the current state
+    │   └── JobHeld                 409  another process (the running service) holds the pair's job
     ├── RequestTimeout              408  the body did not arrive in time (AGENT_MEMORY_BODY_TIMEOUT_S)
     ├── PayloadTooLarge             413  the body is over the configured limit
     ├── RateLimited                 429  too many wrong keys from an address; `retry_after` says how long
@@ -82,6 +83,14 @@ class NotFound(AgentMemoryError):
 class Conflict(AgentMemoryError):
     status = 409
     code = "conflict"
+
+
+class JobHeld(Conflict):
+    code = "job_held"
+
+    def __init__(self, message: str, *, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class RequestTimeout(AgentMemoryError):

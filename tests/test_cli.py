@@ -1,5 +1,6 @@
 """The agent-memory command, run as a user runs it."""
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -7,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, said, seed, wait_for
+from test_api import GatedOpenAI
 
 from agent_memory.cli import main
 
@@ -86,3 +88,40 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, buffered):
     )  # fmt: skip
     assert search.returncode == 0, search.stderr
     assert "Traceback" not in search.stderr
+
+
+# The running service holds the pair's job (its model is answering): the command says so,
+# instead of "nothing to condense", and waits for it, or gives up non-zero at once with --wait 0.
+async def test_condense_while_the_service_condenses_the_pair_says_so_and_waits(start_service, capsys):
+    async with GatedOpenAI() as llm:
+        llm.script({"summary": "The user's cat is called Miso.", "add_facts": [], "update_facts": [],
+                    "remove_facts": []})  # fmt: skip
+        service = await start_service(openai_base_url=llm.base_url, openai_api_key="test", job_sweep_s=0.05)
+        await seed(service, "u-held", "luna", "HELD-1", said("my cat is called Miso", "what a lovely name"))
+        status, _ = await service.api("POST", "/v1/users/u-held/characters/luna/condense")
+        assert status == 202
+        await asyncio.wait_for(llm.arrived.wait(), 10)  # the service has claimed the job
+        db = service.settings.postgres_url or str(service.settings.db_path)
+        command = ["condense", "u-held", "luna", "--db", db]
+        capsys.readouterr()
+
+        assert await asyncio.to_thread(main, [*command, "--wait", "0"]) == 3
+        out, err = capsys.readouterr()
+        assert "nothing to condense" not in out
+        assert "u-held/luna is being condensed by the running service" in err and "--wait" in err, err
+
+        waiting = asyncio.create_task(asyncio.to_thread(main, [*command, "--wait", "120"]))
+        said_so = ""
+
+        def progress() -> bool:
+            nonlocal said_so
+            said_so += capsys.readouterr().err
+            return "waiting for it" in said_so
+
+        await wait_for(progress, 30, failure="the command did not say it waits for the service")
+        assert not waiting.done()
+        llm.release.set()
+        assert await asyncio.wait_for(waiting, 60) == 0
+        out, _ = capsys.readouterr()
+        assert "The user's cat is called Miso." in out
+        assert llm.calls == 1  # the service's condense, waited for, not a second one

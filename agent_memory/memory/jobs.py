@@ -251,11 +251,14 @@ class CondenseJobs:
         while self._running:
             await asyncio.gather(*self._running.values())
 
-    async def run(self, job_id: int) -> None:
-        """Claim one job, condense, commit; failures are recorded on the job."""
+    async def run(self, job_id: int) -> bool:
+        """Claim one job, condense, commit; failures are recorded on the job. False when the
+        job could not be claimed: another process (the running service) holds it."""
         job = await self.store.write(lambda tx: tx.jobs.claim(job_id))
-        if job is not None:
-            await self._run_claimed(job)
+        if job is None:
+            return False
+        await self._run_claimed(job)
+        return True
 
     async def _run_claimed(self, job: Job) -> None:
         """Condense and commit a job this instance claimed, holding its lease meanwhile."""

@@ -8,6 +8,7 @@ their input, call it, and shape or print what it returns: domain objects
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -58,7 +59,7 @@ from agent_memory.core.secrets import hash_key, new_api_key
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.core.textcache import forget_texts
 from agent_memory.embed import Embedder
-from agent_memory.errors import DatabaseDown, InvalidField, NotFound, StoreUnavailable
+from agent_memory.errors import DatabaseDown, InvalidField, JobHeld, NotFound, StoreUnavailable
 from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
@@ -84,6 +85,8 @@ JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "running", "dead")
 # and for how long at most (then its answer says how many turns it could not see: `index_lag`).
 CATCH_UP_ROUNDS = 20
 CATCH_UP_WAIT_S = 2.0
+# How often `condense` looks again at a job another process holds.
+HELD_POLL_S = 0.25
 # Start contexts kept built (a few kB each).
 CONTEXT_CACHE_SIZE = 2048
 # What a read answers when the recall index is behind (None may be a real answer).
@@ -476,13 +479,35 @@ class Memory:
 
         return await self.store.write(due)
 
-    async def condense(self, user_id: str, character_id: str) -> Condensed:
-        """Condense the pair now and wait for it; needs the job runner."""
+    async def condense(
+        self,
+        user_id: str,
+        character_id: str,
+        *,
+        wait_s: float = 0.0,
+        waiting: Callable[[Job, float], None] | None = None,
+    ) -> Condensed:
+        """Condense the pair now and wait for it; needs the job runner.
+
+        A job another process holds (the running service condensing the pair) is waited for
+        up to `wait_s` (`waiting` is told how long so far), then condensed here too: JobHeld
+        when it is still held by then."""
         if self.jobs is None:
             raise RuntimeError("this Memory was built without a job runner")
-        job = await self.condense_now(user_id, character_id)
-        if job is not None:
-            await self.jobs.run(job.id)
+        started = time.monotonic()
+        while (job := await self.condense_now(user_id, character_id)) is not None:
+            if await self.jobs.run(job.id):
+                break
+            waited = time.monotonic() - started
+            if waited >= wait_s:
+                raise JobHeld(
+                    f"{user_id}/{character_id} is being condensed by the running service (job {job.id} "
+                    f"is {job.status}); waited {waited:.0f}s for it",
+                    job_id=job.id,
+                )
+            if waiting is not None:
+                waiting(job, waited)
+            await asyncio.sleep(min(HELD_POLL_S, max(0.0, wait_s - waited)))
         return Condensed(
             *await self.store.read(
                 lambda view: (
