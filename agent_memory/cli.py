@@ -239,9 +239,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.host, settings.port, settings.database,
         settings.llm_model if settings.llm_configured else "the offline condenser", loop_name,
     )  # fmt: skip
-    web.run_app(
-        create_app(settings), host=settings.host, port=settings.port, print=None, access_log=None, loop=loop
-    )
+    app = create_app(settings)
+    started = time.monotonic()
+
+    async def stopping(_: web.Application) -> None:
+        log.info("agent-memory on port %d is shutting down: finishing what is in flight", settings.port)
+
+    app.on_shutdown.append(stopping)
+    web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None, loop=loop)
+    log.info("agent-memory stopped after %.0f s", time.monotonic() - started)
     return 0
 
 

@@ -18,6 +18,7 @@ import pytest
 from conftest import agent_event, deliver, load_fixture, poll, session_of
 
 from agent_memory.cli import main
+from agent_memory.logs import user_ref
 from agent_memory.platforms.agora.keys import POLLER
 
 pytestmark = pytest.mark.postgres
@@ -96,7 +97,7 @@ async def test_a_call_without_a_user_label_warns_once_naming_the_fix(service, ca
         f"agent {AGENT_101} (name my-agent, channel xxxxx)",
         "labels (keys: campaign_id, customer_group)",
         "'user_id'",
-        "kept under channel:xxxxx/default",
+        f"kept under {user_ref('channel:xxxxx')}/default",  # a user id, even made up, is hashed
         "properties.labels.user_id (and .character_id)",
         "AGENT_MEMORY_LABEL_USER / AGENT_MEMORY_LABEL_CHARACTER",
         f"POST /v1/sessions/{AGENT_101}/bind",
@@ -114,7 +115,8 @@ async def test_a_call_identified_by_its_speaker_uid_also_warns_once(service, cap
     await send(service, history_in("room-uid", "UID-CALL", hello("uid", "3003"), labels=DOCS_LABELS))
     await send(service, history_in("room-uid", "UID-CALL", hello("uid", "3003"), notice_id="again"))
     (warning,) = unidentified_warnings(caplog, "UID-CALL")
-    assert "kept under rtc:3003/default" in warning and "channel room-uid" in warning
+    # The pair by its user's hash: a uid can be a user's id, which no log line holds.
+    assert f"kept under {user_ref('rtc:3003')}/default" in warning and "channel room-uid" in warning
     assert await identity(service, "UID-CALL") == ("rtc:3003", "default", "rtc")
 
 

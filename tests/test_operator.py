@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
 from importlib import resources
@@ -31,6 +33,7 @@ from agent_memory import __version__, cli
 from agent_memory.cli import main
 from agent_memory.embed.openai_compatible import OpenAIEmbedder
 from agent_memory.errors import EmbeddingError
+from agent_memory.logs import JsonFormatter
 from agent_memory.platforms.agora.signatures import agora_headers
 from agent_memory.settings import Settings
 from agent_memory.web import schemas
@@ -183,6 +186,94 @@ def test_python_dash_m_is_the_command_and_version_is_the_package_version() -> No
 def test_the_package_ships_its_type_hints_and_a_license() -> None:
     assert resources.files("agent_memory").joinpath("py.typed").is_file()
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
+
+
+# Every line logged while a callback is handled carries its request id (the webhook's line and
+# ingest's, written on the store's thread); no line of an ingest, condense, bind and forget
+# names a user or repeats what they said.
+@pytest.mark.postgres
+async def test_lines_of_a_request_carry_its_id_and_none_names_a_user(
+    start_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="agent_memory")
+    service = await start_service(job_sweep_s=0.05)
+    labels = {"user_id": "u-private-4242", "character_id": "luna"}
+    for envelope in (
+        agent_event(101, "A-PRIV", labels=labels),
+        agent_event(103, "A-PRIV", labels=labels, contents=said("My cat is called Quillfeather.", "Lovely.")),
+    ):
+        body = encode(envelope)
+        headers = {"Content-Type": "application/json", "X-Request-Id": f"hook-{envelope['eventType']}",
+                   **agora_headers(SECRET, body)}  # fmt: skip
+        async with service.session.post(f"{service.url}/webhooks/agora", data=body, headers=headers) as resp:
+            assert resp.status == 200, await resp.text()
+    status, _ = await service.api("POST", "/v1/users/u-private-4242/characters/luna/condense")
+    assert status == 202
+
+    async def summarised() -> bool:
+        _, body = await service.api("GET", "/v1/users/u-private-4242/characters/luna/summary")
+        return body["summary"] is not None
+
+    await wait_for(summarised, 15, failure="the pair was not condensed")
+    status, _ = await service.api(
+        "POST", "/v1/sessions/A-PRIV/bind", json={"user_id": "u-moved-5151", "character_id": "luna"}
+    )
+    assert status == 200
+    assert (await service.api("DELETE", "/v1/users/u-moved-5151"))[0] == 200
+
+    records = [r for r in caplog.records if r.name.startswith("agent_memory")]
+    said_for = [(r.name.rsplit(".", 1)[-1], r.getMessage(), r.__dict__.get("request_id")) for r in records]
+    callbacks = [(message, request_id) for name, message, request_id in said_for if name == "webhook"]
+    assert [request_id for _, request_id in callbacks] == ["hook-101", "hook-103"], callbacks
+    created = [(message, request_id) for name, message, request_id in said_for
+               if name == "ingest" and message.startswith("session A-PRIV for ")]  # fmt: skip
+    assert [request_id for _, request_id in created] == ["hook-101"], created
+    formatted = "\n".join(JsonFormatter().format(r) for r in records)
+    assert "condensed user#" in formatted and "forgot user#" in formatted  # the lines are there…
+    for private in ("u-private-4242", "u-moved-5151", "Quillfeather"):
+        assert private not in formatted, [line for line in formatted.splitlines() if private in line]
+
+
+# A wrong signature is a WARNING naming the peer, once a minute per address, not once a callback.
+async def test_bad_signatures_are_a_rate_limited_warning_naming_the_peer(
+    service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="agent_memory")
+    for index in range(3):
+        status, _ = await service.callback(agent_event(101, f"A-BAD-{index}"), secret="not-the-secret")
+        assert status == 401
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "refused" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    assert "127.0.0.1" in warned[0].getMessage() and "does not match" in warned[0].getMessage()
+
+
+def healthy(port: int) -> bool:
+    """Whether `serve` answers /healthz (its signal handlers are in place by then)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+# `serve` says when it stops (SIGTERM: a container's stop, a deploy).
+def test_serve_logs_a_line_when_it_shuts_down(tmp_path: Path) -> None:
+    port, log = free_port(), tmp_path / "serve.log"
+    env = clean_env(AGENT_MEMORY_LOG_FORMAT="json", AGENT_MEMORY_LOG_LEVEL="INFO")
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_memory", "serve", "--db", str(tmp_path / "m.db"), "--port", str(port)],
+            env=env, stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            asyncio.run(wait_for(lambda: healthy(port), 30, failure="the server did not come up"))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+    messages = [json.loads(line)["message"] for line in log.read_text().splitlines() if line.strip()]
+    assert code == 0, messages
+    assert any("shutting down" in message for message in messages), messages
+    assert messages[-1].startswith("agent-memory stopped after"), messages
 
 
 # -- 7. everyday mistakes get a sentence ----------------------------------------------------

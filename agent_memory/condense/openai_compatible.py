@@ -30,6 +30,7 @@ from agent_memory.core.clock import retry_after_s
 from agent_memory.core.render import render_transcript
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.errors import LLMBadOutput, LLMError, LLMUnavailable
+from agent_memory.logs import pair_ref
 from agent_memory.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,8 @@ class LLMCondenser:
             except ValidationError as exc:
                 problem = describe_problem(exc) if content else "the answer had no text"
                 log.warning(
-                    "condense %s/%s: unusable LLM answer (attempt %d of %d): %s",
-                    job.user_id,
-                    job.character_id,
+                    "condense %s: unusable LLM answer (attempt %d of %d): %s",
+                    pair_ref(job.user_id, job.character_id),
                     attempt,
                     MAX_ATTEMPTS,
                     problem,
@@ -112,9 +112,8 @@ class LLMCondenser:
             dropped = output.change_count() - clean.change_count()
             if dropped:
                 log.info(
-                    "condense %s/%s: dropped %d fact change(s) aimed at pinned, unknown or duplicate facts",
-                    job.user_id,
-                    job.character_id,
+                    "condense %s: dropped %d fact change(s) aimed at pinned, unknown or duplicate facts",
+                    pair_ref(job.user_id, job.character_id),
                     dropped,
                 )
             return CondenseResult(output=clean, method="llm", model=self.model, tokens_sent=tokens_sent)

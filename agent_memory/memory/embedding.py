@@ -24,6 +24,7 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import EMBED, Job, Message
 from agent_memory.embed import Embedder
 from agent_memory.errors import EmbeddingError
+from agent_memory.logs import pair_ref, user_ref
 from agent_memory.memory.jobs import BACKOFF, lease_kept
 from agent_memory.memory.schedule import start_interval
 from agent_memory.settings import Settings
@@ -181,7 +182,7 @@ class EmbeddingJobs:
             vectors = await self.embedder.embed([message.content for message in batch])
             rows = [(message.id, vector) for message, vector in zip(batch, vectors, strict=True)]
             stored = await self.store.write(functools.partial(_add_vectors, model=model, rows=rows))
-            log.debug("embedded %d turns of %s/%s with %s", stored, user_id, character_id, model)
+            log.debug("embedded %d turns of %s with %s", stored, pair_ref(user_id, character_id), model)
             if len(batch) < EMBED_BATCH:
                 return False
         return True
@@ -192,7 +193,10 @@ class EmbeddingJobs:
         if attempt >= self.settings.job_max_attempts:
             retry_at = None
             log.error(
-                "embed %s/%s is dead after %d attempts: %s", job.user_id, job.character_id, attempt, reason
+                "embed %s is dead after %d attempts: %s",
+                pair_ref(job.user_id, job.character_id),
+                attempt,
+                reason,
             )
         else:
             retry_after = exc.retry_after if isinstance(exc, EmbeddingError) else None
@@ -200,8 +204,8 @@ class EmbeddingJobs:
             retry_at = now_ms() + round(delay * 1000)
             log.log(
                 logging.WARNING if isinstance(exc, EmbeddingError) else logging.ERROR,
-                "embed %s/%s failed (attempt %d), retry in %.1fs: %s",
-                job.user_id, job.character_id, attempt, delay, reason,
+                "embed %s failed (attempt %d), retry in %.1fs: %s",
+                pair_ref(job.user_id, job.character_id), attempt, delay, reason,
                 exc_info=not isinstance(exc, EmbeddingError),
             )  # fmt: skip
         await self.store.write(lambda tx: tx.jobs.fail(job.id, reason, retry_at_ms=retry_at))
@@ -281,7 +285,7 @@ async def semantic_candidates(
         except Exception as exc:  # whatever the model does, recall answers
             cause = f"{type(exc).__name__}: {exc}"
         if vector is None:
-            log.warning("semantic recall for %s skipped, keywords only: %s", user_id, cause)
+            log.warning("semantic recall for %s skipped, keywords only: %s", user_ref(user_id), cause)
             return []
         _query_vectors.put(key, vector)
     found = vector

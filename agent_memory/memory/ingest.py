@@ -41,6 +41,7 @@ from agent_memory.core.events import (
 )
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.records import record
+from agent_memory.logs import pair_ref, user_ref
 from agent_memory.memory.embedding import schedule_embedding
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
@@ -378,7 +379,7 @@ class Ingestor:
             "you use, or bind it: POST /v1/sessions/%s/bind, or POST /v1/channels/%s/bind when "
             "each user has a channel of their own",
             event.agent_id, event.name or "-", channel, keys, user_key,
-            identity.user_id, identity.character_id, fix, event.agent_id, channel,
+            user_ref(identity.user_id), identity.character_id, fix, event.agent_id, channel,
         )  # fmt: skip
 
     def session_to_write(
@@ -419,7 +420,7 @@ class Ingestor:
             )
             tx.sessions.insert(session)
             log.info(
-                "session %s for %s/%s (%s)", agent_id, identity.user_id, identity.character_id,
+                "session %s for %s (%s)", agent_id, pair_ref(identity.user_id, identity.character_id),
                 identity.source,
             )  # fmt: skip
             if identity.source in FALLBACK_SOURCES:
@@ -456,16 +457,16 @@ class Ingestor:
                 "summaries": tx.summaries.delete(user_id, character_id),
                 "facts": tx.facts.delete_unpinned(user_id, character_id),
             }
-            log.info("summary of %s/%s reset: it covered moved session %s (%s)",
-                     user_id, character_id, agent_id, reset)  # fmt: skip
+            log.info("summary of %s reset: it covered moved session %s (%s)",
+                     pair_ref(user_id, character_id), agent_id, reset)  # fmt: skip
             remaining = tx.messages.count_after(user_id, character_id, 0)
             if remaining:
                 self.schedule_condense(tx, user_id, character_id, remaining)
         moved = tx.sessions.move(agent_id, identity.user_id, identity.character_id)
         tx.sessions.update(agent_id, {"identity_source": identity.source})
         log.info(
-            "session %s moved from %s/%s to %s/%s (%s, %d messages)",
-            agent_id, user_id, character_id, identity.user_id, identity.character_id,
+            "session %s moved from %s to %s (%s, %d messages)",
+            agent_id, pair_ref(user_id, character_id), pair_ref(identity.user_id, identity.character_id),
             identity.source, moved,
         )  # fmt: skip
         if moved:
@@ -508,7 +509,10 @@ class Ingestor:
                 tx.sessions.update(session.agent_id, {"identity_source": "channel_binding"})
         if moved:
             log.info(
-                "channel %s bound to %s/%s: %d sessions moved", channel, user_id, character_id, len(moved)
+                "channel %s bound to %s: %d sessions moved",
+                channel,
+                pair_ref(user_id, character_id),
+                len(moved),
             )
         return binding, moved
 

@@ -29,6 +29,7 @@ from agent_memory.core.clock import Backoff, now_ms
 from agent_memory.core.domain import CONDENSE, Fact, Job, Message, Summary
 from agent_memory.core.render import is_renderable
 from agent_memory.errors import LLMError, LLMUnavailable
+from agent_memory.logs import pair_ref
 from agent_memory.memory.schedule import start_interval
 from agent_memory.metrics import CondenseOutcome, Metrics
 from agent_memory.settings import Settings
@@ -341,8 +342,8 @@ class CondenseJobs:
 
         changes = await self.store.write(commit)
         log.info(
-            "condensed %s/%s: %d messages with %s in %.2fs, %d tokens sent; facts %s",
-            user_id, character_id, len(messages), result.model, took,
+            "condensed %s: %d messages with %s in %.2fs, %d tokens sent; facts %s",
+            pair_ref(user_id, character_id), len(messages), result.model, took,
             result.tokens_sent, changes,
         )  # fmt: skip
         for listener in self.listeners:
@@ -358,8 +359,8 @@ class CondenseJobs:
         if attempt >= self.settings.job_max_attempts:
             retry_at = None
             log.error(
-                "condense %s/%s is dead after %d attempts: %s",
-                job.user_id, job.character_id, attempt, reason,
+                "condense %s is dead after %d attempts: %s",
+                pair_ref(job.user_id, job.character_id), attempt, reason,
             )  # fmt: skip
         else:
             retry_after = exc.retry_after if isinstance(exc, LLMUnavailable) else None
@@ -367,8 +368,8 @@ class CondenseJobs:
             retry_at = now_ms() + round(delay * 1000)
             level = logging.WARNING if isinstance(exc, LLMError) else logging.ERROR
             log.log(
-                level, "condense %s/%s failed (attempt %d), retry in %.1fs: %s",
-                job.user_id, job.character_id, attempt, delay, reason,
+                level, "condense %s failed (attempt %d), retry in %.1fs: %s",
+                pair_ref(job.user_id, job.character_id), attempt, delay, reason,
                 exc_info=not isinstance(exc, LLMError),
             )  # fmt: skip
         await self.store.write(lambda tx: tx.jobs.fail(job.id, reason, retry_at_ms=retry_at))

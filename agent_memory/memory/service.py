@@ -60,6 +60,7 @@ from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.core.textcache import forget_texts
 from agent_memory.embed import Embedder
 from agent_memory.errors import DatabaseDown, InvalidField, JobHeld, NotFound, StoreUnavailable
+from agent_memory.logs import pair_ref
 from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
@@ -347,7 +348,7 @@ class Memory:
             listener(user_id, character_id)
         # Until the WAL is checkpointed the forgotten text still sits in it.
         await self.store.checkpoint()
-        log.info("forgot %s/%s: %s", user_id, character_id or "*", receipt)
+        log.info("forgot %s: %s", pair_ref(user_id, character_id), receipt)
         return receipt
 
     # sessions and bindings

@@ -12,7 +12,13 @@ from aiohttp import web
 from agent_memory.condense import make_condenser
 from agent_memory.embed import make_embedder
 from agent_memory.errors import DatabaseDown
-from agent_memory.logs import REQUEST_ID_HEADER, log_access, request_id_for
+from agent_memory.logs import (
+    REQUEST_ID_HEADER,
+    current_request_id,
+    install_request_ids,
+    log_access,
+    request_id_for,
+)
 from agent_memory.memory.embedding import EmbeddingJobs
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Retention
@@ -42,6 +48,8 @@ DB_WAIT_LOG_EVERY_S = 30.0
 async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give each request an id (answered as X-Request-Id) and log one access line when it ends."""
     request_id = request[REQUEST_ID] = request_id_for(request.headers.get(REQUEST_ID_HEADER))
+    # Every line logged for the request (on store threads too) carries its id.
+    token = current_request_id.set(request_id)
     started = time.perf_counter()
     status = 500
     try:
@@ -58,6 +66,7 @@ async def request_log_middleware(request: web.Request, handler: Handler) -> web.
         resource = request.match_info.route.resource
         route = resource.canonical if resource else None
         log_access(request_id, request.method, route, status, started)
+        current_request_id.reset(token)
         metrics = request.app.get(METRICS)
         if metrics is not None:
             metrics.request(request.method, route, status, time.perf_counter() - started)
@@ -121,6 +130,7 @@ async def embeddings_context(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(settings: Settings) -> web.Application:
     """Build the service: webhook receiver, HTTP API, and its background work."""
+    install_request_ids()
     app = web.Application(
         middlewares=[
             request_log_middleware,

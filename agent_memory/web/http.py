@@ -59,6 +59,12 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> web.Re
     return json_response({"error": {"code": code, "message": message, **extra}}, status=status)
 
 
+def route_of(request: web.Request) -> str:
+    """The request's route as a template (`/v1/users/{user_id}/…`): a path would log user ids."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "(no route)"
+
+
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Map our exceptions, aiohttp's and unexpected ones to the JSON error shape."""
@@ -66,7 +72,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
     except AgentMemoryError as exc:
         if exc.status >= 500:
-            log.warning("%s %s: %s", request.method, request.path, exc.message)
+            log.warning("%s %s: %s", request.method, route_of(request), exc.message)
         response = error_response(exc.status, exc.code, exc.message)
         if exc.status == 408:
             response.force_close()  # the rest of a stalled body is not waited for on this connection
@@ -95,7 +101,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     except Exception:
-        log.exception("unexpected error in %s %s", request.method, request.path)
+        log.exception("unexpected error in %s %s", request.method, route_of(request))
         return error_response(500, "internal_error", "internal error; the service log has details")
 
 

@@ -39,6 +39,7 @@ from agent_memory.core.jsonutil import dumps
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
 from agent_memory.core.secrets import hash_key
 from agent_memory.errors import InvalidField, InvalidJSON, StoreUnavailable
+from agent_memory.logs import pair_ref
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.events import LABELS_FIELD, incoming
@@ -558,8 +559,8 @@ class LlmProxy:
         if isinstance(exc, StoreUnavailable):
             self.stats.store_unavailable += 1
         log.warning(
-            "custom LLM: recall for %s/%s failed after %.1f ms (%s); answered without memory",
-            call.user_id, call.character_id, (time.perf_counter() - started) * 1000, exc,
+            "custom LLM: recall for %s failed after %.1f ms (%s); answered without memory",
+            pair_ref(call.user_id, call.character_id), (time.perf_counter() - started) * 1000, exc,
         )  # fmt: skip
 
     def _missed(self, call: Call, pair: tuple[str, str]) -> None:
@@ -574,9 +575,9 @@ class LlmProxy:
         if now - self._miss_logged_at < MISS_LOG_EVERY_S:
             return
         log.warning(
-            "custom LLM: recall for %s/%s missed its %g ms deadline; answered without memory "
+            "custom LLM: recall for %s missed its %g ms deadline; answered without memory "
             "(%d such misses since this was last logged)",
-            call.user_id, call.character_id, self.settings.recall_timeout_ms, self._unlogged_misses,
+            pair_ref(call.user_id, call.character_id), self.settings.recall_timeout_ms, self._unlogged_misses,
         )  # fmt: skip
         self._miss_logged_at, self._unlogged_misses = now, 0
 

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from agent_memory.core.events import Outcome, RawEvent, SessionEvent
 from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
+from agent_memory.logs import RateLimitedLog
 from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.platforms.agora.payloads import PAYLOAD_MODELS
@@ -43,6 +44,9 @@ class AgoraReceiver:
         self.settings = settings
         self.accept = accept
         self.metrics = metrics
+        # Someone probing or a secret that no longer matches: worth a WARNING, once a minute
+        # per address, not once per callback.
+        self.bad_signatures = RateLimitedLog(log)
 
     async def handle(self, request: web.Request) -> web.Response:
         """Verify, parse and map the callback here (off the writer thread), then commit it."""
@@ -57,6 +61,9 @@ class AgoraReceiver:
         except Exception as exc:
             if self.metrics is not None:
                 self.metrics.callback(event_type, rejection(exc))
+            if isinstance(exc, BadSignature):
+                peer = request.remote or "an unknown address"
+                self.bad_signatures.warning(peer, "callback from %s refused: %s", peer, exc.message)
             raise
         if self.metrics is not None:
             self.metrics.callback(event_type, outcome.status)

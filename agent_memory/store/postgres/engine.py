@@ -15,6 +15,7 @@ and psycopg_pool's own reconnection backs off for many seconds) and the store se
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import random
@@ -292,7 +293,8 @@ class PostgresStore:
     async def write(self, fn: Callable[[PostgresTransaction], T]) -> T:
         """Run `fn(tx)` in a transaction of its own; returns once it is committed."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writers, self.write_now, fn)
+        # In the caller's context, so that what `fn` logs carries the caller's request id.
+        return await loop.run_in_executor(self._writers, contextvars.copy_context().run, self.write_now, fn)
 
     def write_now(self, fn: Callable[[PostgresTransaction], T]) -> T:
         """Run `fn(tx)` in a transaction on the calling thread, again if it deadlocked."""

@@ -9,6 +9,7 @@ The view and the transaction are made of one repository object per aggregate.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import queue
@@ -259,7 +260,9 @@ class SQLiteStore:
         """Run `fn(tx)` on the writer thread; returns once its transaction is committed."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Work(fn, loop, future))
+        # In the caller's context, so that what `fn` logs carries the caller's request id.
+        context = contextvars.copy_context()
+        self._queue.put(_Work(lambda tx: context.run(fn, tx), loop, future))
         return await future
 
     async def catch_up_search(self) -> int:
