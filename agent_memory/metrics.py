@@ -8,12 +8,15 @@ read when `/metrics` is scraped (`web/metrics.py`), not counted as it happens.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from agent_memory import __version__
 
 PREFIX = "agent_memory"
 # Requests take a millisecond when all is well; the upper buckets catch a stuck database.
@@ -64,6 +67,11 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry()
+        # process_cpu_seconds_total, process_resident_memory_bytes, open fds… (Linux's /proc)
+        ProcessCollector(registry=registry)
+        self.build = Info(
+            f"{PREFIX}_build", "The running build: its version, Python and backend", registry=registry
+        )
 
         def counter(name: str, documentation: str, *labels: str, known: tuple[str, ...] = ()) -> Counter:
             """A counter of this registry; the `known` outcomes start at zero, so that a rate over
@@ -191,6 +199,10 @@ class Metrics:
         """Expose the totals `report()` returns as counters `agent_memory_<name>_<key>_total`,
         or with `label` as one counter `agent_memory_<name>_total{<label>=key}`."""
         self.registry.register(ReportedCounters(name, documentation, report, label))
+
+    def describe_build(self, backend: str) -> None:
+        """`agent_memory_build_info{version, python, backend} 1`: which build a series came from."""
+        self.build.info({"version": __version__, "python": platform.python_version(), "backend": backend})
 
     def exposition(self) -> bytes:
         """Everything in the registry, in Prometheus's text format."""

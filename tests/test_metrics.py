@@ -6,6 +6,7 @@ before and after what it does and checks they moved by exactly what was done.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from fakes.openai_server import FakeOpenAI
 from fakes.upstream_llm import FakeUpstreamLLM
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent_memory import __version__
 from agent_memory.core.domain import CONDENSE
 from agent_memory.platforms.agora.keys import POLLER
 
@@ -329,3 +331,15 @@ def test_each_app_has_its_own_registry() -> None:
     first.callback("103", "done")
     assert b'agent_memory_callbacks_total{event_type="103",outcome="done"} 1.0' in first.exposition()
     assert b"agent_memory_callbacks_total{" not in second.exposition()
+
+
+# The process's own series and which build (and backend) the others came from.
+@pytest.mark.postgres
+async def test_metrics_show_the_process_and_the_build(service: Service) -> None:
+    scraped = await scrape(service)
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"):
+        assert name in scraped.names(), name
+    build = {
+        "version": __version__, "python": platform.python_version(), "backend": service.settings.backend,
+    }  # fmt: skip
+    assert scraped.value("agent_memory_build_info", **build) == 1

@@ -103,6 +103,7 @@ class MetricsEndpoint:
         self.metrics = metrics
         self.database = DatabaseFigures(store, settings.backend)
         metrics.registry.register(self.database)
+        metrics.describe_build(settings.backend)
 
     async def handle(self, request: web.Request) -> web.Response:
         """Everything the app counts, in Prometheus's text format."""

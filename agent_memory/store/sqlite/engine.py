@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import itertools
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -63,6 +64,16 @@ BUSY_INDEX_CHUNK = 500
 BUSY_INDEX_EVERY_S = 1.0
 # Messages a search indexes before it reads, so that it sees what was just stored.
 SEARCH_CATCH_UP = 20_000
+
+
+def _create_private(path: Path) -> None:
+    """Create a new database file readable by its owner alone (0600, whatever the umask): it
+    holds what users said. SQLite gives its -wal and -shm the mode of the database file."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return  # an existing file keeps the mode its operator gave it
+    os.chmod(path, 0o600)  # an odd umask (0o400) would leave even the owner unable to write
 
 
 def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
@@ -205,7 +216,8 @@ class SQLiteStore:
     def open(self) -> None:
         """Create or migrate the database and start the writer thread."""
         if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _create_private(self.path)
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
         self._writer.start()
         self._ready.wait()
