@@ -16,6 +16,7 @@ from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.platforms.agora.payloads import PAYLOAD_MODELS
 from agent_memory.platforms.agora.signatures import verify_agora
 from agent_memory.settings import Settings
+from agent_memory.web.address import client_address
 from agent_memory.web.http import read_body
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class AgoraReceiver:
             if self.metrics is not None:
                 self.metrics.callback(event_type, rejection(exc))
             if isinstance(exc, BadSignature):
-                peer = request.remote or "an unknown address"
+                peer = client_address(request, self.settings.trusted_proxies)
                 self.bad_signatures.warning(peer, "callback from %s refused: %s", peer, exc.message)
             raise
         if self.metrics is not None:
