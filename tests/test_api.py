@@ -24,6 +24,7 @@ from conftest import (
     wait_for,
 )
 from fakes.openai_server import FakeOpenAI
+from test_retention import database_files
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.tokens import count_message_tokens
@@ -658,7 +659,7 @@ NOLABELS_PHRASE = "Edinburgh every Friday"
 
 # Binding a condensed session to a pair takes its summary's memory along: forgetting the pair
 # leaves nothing of it under the session's earlier (fallback) pair.
-async def test_binding_a_condensed_session_takes_its_memory_along(start_service):
+async def test_binding_a_condensed_session_takes_its_memory_along(start_service, db_path):
     service = await start_service(job_sweep_s=0.05)
     await load_conversations(service, "nolabels")
     summary = await condensed(service, "rtc:3003", "default")
@@ -672,14 +673,10 @@ async def test_binding_a_condensed_session_takes_its_memory_along(start_service)
     # Whoever talks next as uid 3003 must not be told what u-carol said ...
     rendered = await system_messages(service, "rtc:3003", "default")
     assert NOLABELS_PHRASE not in json.dumps(rendered)
-    # ... and u-carol's words are gone from SQLite's file. (PostgreSQL's files still hold the
-    # old pair's deleted summary: a move owes no rewrite yet; see the issue 23 report.)
-    if service.settings.backend != "sqlite":
-        return
+    # ... and u-carol's words are gone from the database's files, the old pair's summary (deleted
+    # by the move, before the forget) included.
     await service.store.checkpoint()
-    assert not found(on_disk(service.settings.db_path), NOLABELS_PHRASE), (
-        f"{NOLABELS_PHRASE!r} is still on disk"
-    )
+    assert not found(database_files(db_path), NOLABELS_PHRASE), f"{NOLABELS_PHRASE!r} is still on disk"
 
 
 # Messages bound into a pair whose summary is past their ids still count as not yet covered.

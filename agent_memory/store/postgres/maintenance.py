@@ -166,7 +166,6 @@ class PostgresMaintenance(Repository):
             (now_ms(), text_array(forgotten_keys(user_id, character_id, agent_ids))),
         )
         receipt: ForgetReceipt = {}
-        touched: list[str] = []
         for held in HELD:
             if held.by == "pair":
                 deleted = self.conn.execute(
@@ -179,13 +178,12 @@ class PostgresMaintenance(Repository):
             else:
                 deleted = self._blank_raw(user_id, character_id, agent_ids)
             receipt[held.receipt] = deleted
-            if deleted:
-                touched.append(held.table)
-        if receipt["messages"]:
-            touched.append(RECALL_DOCS)
-        if self.conn.execute(f"DELETE FROM {RECALL_PAIRS} WHERE {where}".encode(), params).rowcount:
-            touched.append(RECALL_PAIRS)
+        self.conn.execute(f"DELETE FROM {RECALL_PAIRS} WHERE {where}".encode(), params)
         receipt["search_index_rows"] = sum(receipt[table] for table in SEARCH_INDEXED)
+        # Every table that can hold the user's words is rewritten, not only those this forget
+        # deleted from: earlier versions of their rows may still lie dead in any of them (the
+        # summary of a pair a session was moved out of, a replaced summary, a deleted fact).
+        touched = [held.table for held in HELD] + [RECALL_DOCS, RECALL_PAIRS]
         receipt["search_index_scrub_pending"] = int(self._owe_scrub(touched))
         return receipt
 
