@@ -150,22 +150,28 @@ def enrichment(stored: MessageFingerprint, incoming: Enrichable) -> MessageChang
     """
     if relayed(incoming) != relayed(stored):
         return correction(stored, incoming) if relayed(stored) else {}
-    changes: MessageChanges = {}
-    if incoming.turn_id is not None and incoming.turn_id != stored.turn_id:
-        changes["turn_id"] = incoming.turn_id
-    if incoming.ts_ms and incoming.ts_ms != stored.ts_ms:
-        # When it was said is also where it sits in conversation order.
-        changes["ts_ms"] = changes["at_ms"] = incoming.ts_ms
+    changes = placing(stored, incoming)
     if incoming.source is not None and incoming.source != stored.source:
         changes["source"] = incoming.source
-    if incoming.speaker is not None and incoming.speaker != stored.speaker:
-        changes["speaker"] = incoming.speaker
     if incoming.interrupted and not stored.interrupted:
         changes["interrupted"] = True
     if incoming.interrupt_ms and incoming.interrupt_ms != stored.interrupt_ms:
         changes["interrupt_ms"] = incoming.interrupt_ms
     if incoming.original is not None and incoming.original != stored.original:
         changes["original"] = incoming.original
+    return changes
+
+
+def placing(stored: MessageFingerprint, incoming: Enrichable) -> MessageChanges:
+    """What any later copy adds of where and by whom a message was said, and its images."""
+    changes: MessageChanges = {}
+    if incoming.turn_id is not None and incoming.turn_id != stored.turn_id:
+        changes["turn_id"] = incoming.turn_id
+    if incoming.ts_ms and incoming.ts_ms != stored.ts_ms:
+        # When it was said is also where it sits in conversation order.
+        changes["ts_ms"] = changes["at_ms"] = incoming.ts_ms
+    if incoming.speaker is not None and incoming.speaker != stored.speaker:
+        changes["speaker"] = incoming.speaker
     if incoming.images_json and not stored.images_json:
         # A copy that lost a turn's images (text only) never clears those kept.
         changes["images"] = incoming.images_json
@@ -179,17 +185,10 @@ def correction(stored: MessageFingerprint, incoming: Enrichable) -> MessageChang
     metadata (a source) says whether the reply was interrupted, "not" included (Agora:
     absent means false); a bare copy (role and content only) leaves the relayed flag.
     """
-    changes: MessageChanges = {"source": incoming.source or "llm"}
+    changes = placing(stored, incoming)
+    changes["source"] = incoming.source or "llm"
     if incoming.fp != stored.fp:
         changes["content"], changes["fp"] = incoming.content, incoming.fp
-    if incoming.turn_id is not None and incoming.turn_id != stored.turn_id:
-        changes["turn_id"] = incoming.turn_id
-    if incoming.ts_ms and incoming.ts_ms != stored.ts_ms:
-        changes["ts_ms"] = changes["at_ms"] = incoming.ts_ms
-    if incoming.speaker is not None and incoming.speaker != stored.speaker:
-        changes["speaker"] = incoming.speaker
-    if incoming.images_json and not stored.images_json:
-        changes["images"] = incoming.images_json
     if incoming.source is not None:
         if incoming.interrupted != stored.interrupted:
             changes["interrupted"] = incoming.interrupted
