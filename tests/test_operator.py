@@ -17,7 +17,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -73,24 +73,33 @@ def said_plainly(done: subprocess.CompletedProcess[str], *words: str) -> str:
 
 
 # -- 5. logs an operator can use ------------------------------------------------------------
-@pytest.fixture
-def json_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """`python -m agent_memory serve` with JSON logs at INFO; (its URL, its stderr file)."""
+@contextmanager
+def json_serve(tmp_path: Path, **env: str) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    """`python -m agent_memory serve` with JSON logs at INFO; (its URL, its log file, the process)."""
     port, log = free_port(), tmp_path / "serve.log"
-    env = clean_env(
-        AGENT_MEMORY_LOG_FORMAT="json", AGENT_MEMORY_LOG_LEVEL="INFO",
-        AGENT_MEMORY_API_TOKEN=TOKEN, AGORA_WEBHOOK_SECRET=SECRET, AGENT_MEMORY_SUMMARY_DELAY_S="3600",
-    )  # fmt: skip
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "agent_memory", "serve", "--db", str(tmp_path / "m.db"), "--port", str(port)],
-            env=env, stdout=sink, stderr=subprocess.STDOUT,
+            env=clean_env(AGENT_MEMORY_LOG_FORMAT="json", AGENT_MEMORY_LOG_LEVEL="INFO", **env),
+            stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
-            yield f"http://127.0.0.1:{port}", log
+            yield f"http://127.0.0.1:{port}", log, proc
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
+
+
+@pytest.fixture
+def json_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A served service with JSON logs, a token and a webhook secret; (its URL, its log file)."""
+    env = {
+        "AGENT_MEMORY_API_TOKEN": TOKEN,
+        "AGORA_WEBHOOK_SECRET": SECRET,
+        "AGENT_MEMORY_SUMMARY_DELAY_S": "3600",
+    }
+    with json_serve(tmp_path, **env) as (url, log, _):
+        yield url, log
 
 
 async def test_json_logs_are_one_object_per_line_and_every_response_has_a_request_id(
@@ -258,18 +267,10 @@ def healthy(port: int) -> bool:
 
 # `serve` says when it stops (SIGTERM: a container's stop, a deploy).
 def test_serve_logs_a_line_when_it_shuts_down(tmp_path: Path) -> None:
-    port, log = free_port(), tmp_path / "serve.log"
-    env = clean_env(AGENT_MEMORY_LOG_FORMAT="json", AGENT_MEMORY_LOG_LEVEL="INFO")
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_memory", "serve", "--db", str(tmp_path / "m.db"), "--port", str(port)],
-            env=env, stdout=sink, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            asyncio.run(wait_for(lambda: healthy(port), 30, failure="the server did not come up"))
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=30)
+    with json_serve(tmp_path) as (url, log, proc):
+        port = int(url.rsplit(":", 1)[1])
+        asyncio.run(wait_for(lambda: healthy(port), 30, failure="the server did not come up"))
+    code = proc.returncode
     messages = [json.loads(line)["message"] for line in log.read_text().splitlines() if line.strip()]
     assert code == 0, messages
     assert any("shutting down" in message for message in messages), messages
