@@ -160,6 +160,10 @@ def make_settings(db_path: Path) -> Callable[..., Settings]:
             # condense that follows a call's whole transcript).
             "summary_delay_s": 3600,
             "summary_after_call_s": 3600,
+            # Nor a job made due at once by a pair's count of new messages or their age (a
+            # sample conversation holds 40 and more; a loaded machine runs a test for minutes).
+            "summary_max_messages": 100_000,
+            "summary_max_wait_s": 3600,
         }
         values.update(overrides)
         return Settings(**values)
