@@ -65,6 +65,7 @@ from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Progress, PurgeReport, Retention
+from agent_memory.memory.warming import Warming
 from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import NotBrief, ReadView, Store, Transaction
@@ -171,11 +172,17 @@ class Memory:
         self.metrics = metrics
         # Told of every committed forget (user, character or None), to drop what they hold of it.
         self.forget_listeners: list[Callable[[str, str | None], None]] = []
+        # Pairs' recall indexes read into memory as their calls start.
+        self.warming = Warming(store)
         if metrics is not None:
             contexts = self.contexts
             metrics.add_reported(
                 "context_cache", "Start contexts served from the cache, or built",
                 lambda: {"hits": contexts.hits, "misses": contexts.misses},
+            )  # fmt: skip
+            metrics.add_reported(
+                "recall_warming", "Pairs' recall indexes read into memory as their calls started",
+                self.warming.report,
             )  # fmt: skip
 
     # health
@@ -584,8 +591,17 @@ class Memory:
     # events in
 
     async def accept_event(self, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
-        """Record a platform event under its id and apply it, in one transaction."""
-        return await self.store.write(lambda tx: self.ingestor.accept(tx, raw, event))
+        """Record a platform event under its id and apply it, in one transaction; a call's
+        start warms its pair's recall index."""
+        outcome = await self.store.write(lambda tx: self.ingestor.accept(tx, raw, event))
+        if (
+            isinstance(event, SessionEvent)
+            and event.kind == "joined"
+            and outcome.user_id
+            and outcome.character_id
+        ):
+            self.warming.warm(outcome.user_id, outcome.character_id)
+        return outcome
 
     async def reapply_event(self, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
         """Apply again an event already recorded (one that failed or was applied in part)."""

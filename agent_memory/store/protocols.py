@@ -506,6 +506,15 @@ class RecallReads(Protocol):
         """BM25's statistics of a question's terms over a pair's turns (all the user's pairs: None)."""
         ...
 
+    def warm(self, user_id: str, character_id: str) -> bool:
+        """Hold the pair's recall index in this process's memory now (a call is starting);
+        True when it was read, False when already held or there is nothing to hold here."""
+        ...
+
+    def held(self, user_id: str, character_id: str) -> bool:
+        """Whether this process holds the pair's recall index in memory."""
+        ...
+
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
         """The best-matching turns in the scope of `stats`, best first."""
         ...

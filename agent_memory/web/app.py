@@ -101,6 +101,7 @@ async def store_context(app: web.Application) -> AsyncIterator[None]:
     if waiting_since is not None:
         log.warning("the database answers after %.0f s: starting", time.monotonic() - waiting_since)
     yield
+    await app[MEMORY].warming.close()  # no warming read left for a closed store
     await asyncio.get_running_loop().run_in_executor(None, store.close)
 
 

@@ -87,6 +87,8 @@ class ProxyStats:
     bad_requests: int = 0
     recalls: int = 0
     recall_misses: int = 0  # past the deadline
+    first_turn_recalls: int = 0  # the first recall of an agent run at this endpoint (this instance)
+    first_turn_misses: int = 0  # of those, past the deadline
     recalls_brief: int = 0  # of a pair whose last recall was brief (read on the event loop by SQLite)
     recall_errors: int = 0
     memories_injected: int = 0
@@ -402,6 +404,8 @@ class Call:
     stream: bool
     # The request's turns as recorded into the agent run (None: not recorded, or not yet).
     window: HistoryWindow | None = None
+    # Whether this asks the first recall of its agent run that this instance sees.
+    first: bool = False
 
 
 class LlmProxy:
@@ -423,6 +427,8 @@ class LlmProxy:
         # Per-agent keys found in the database, by hash: while it is down, a live call whose key
         # was found before goes on (without memory) instead of failing.
         self._routes: dict[str, LlmRoute] = {}
+        # Agent runs (or per-agent keys) seen: a run's first request starts warming its pair.
+        self._runs: set[str] = set()
         memory.forget_listeners.append(self._forgotten)
 
     def _forgotten(self, user_id: str, character_id: str | None) -> None:
@@ -447,7 +453,22 @@ class LlmProxy:
 
     async def report(self, request: web.Request) -> web.Response:
         """The endpoint's counters (GET /v1/llm/stats, behind the API token)."""
-        return web.json_response({"llm_proxy": self.stats.report()}, dumps=dumps)
+        body = {"llm_proxy": self.stats.report(), "warming": self.memory.warming.report()}
+        return web.json_response(body, dumps=dumps)
+
+    def _started(self, call: Call) -> None:
+        """A run's first request here warms its pair at once (should its recall miss the
+        deadline, the next finds the index in memory); its first recall is marked first."""
+        run = call.agent_id or (call.route.key_hash if call.route is not None else None)
+        if run is None or run in self._runs:
+            return  # a request naming no run cannot be told from the run's others
+        self.memory.warming.warm(call.user_id, call.character_id)
+        if not recall_query(call.body["messages"]):
+            return  # nothing asked yet: the run's first recall is still to come
+        if len(self._runs) >= BRIEF_PAIRS_HELD:
+            self._runs.clear()
+        self._runs.add(run)
+        call.first = True
 
     # the request
 
@@ -510,6 +531,7 @@ class LlmProxy:
         if not query:
             return None
         self.stats.recalls += 1
+        self.stats.first_turn_recalls += call.first
         deadline_ms = self.settings.recall_timeout_ms
         pair = (call.user_id, call.character_id)
         started = time.perf_counter()
@@ -567,6 +589,7 @@ class LlmProxy:
         """A recall past its deadline: counted, logged now and then; its pair is not brief."""
         self.brief.took(pair, None)
         self.stats.recall_misses += 1
+        self.stats.first_turn_misses += call.first
         self._log_miss(call)
 
     def _log_miss(self, call: Call) -> None:
@@ -615,6 +638,7 @@ class LlmProxy:
         call = await self._read(request, route)
         if isinstance(call, web.Response):
             return call
+        self._started(call)
         # A brief pair is recalled at once, right here: as a task it would first wait its turn
         # on the loop, behind every stream with a chunk ready. Another pair is recalled on a
         # reader thread while this one renders the messages.

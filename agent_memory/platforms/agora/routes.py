@@ -321,6 +321,8 @@ class AgentRoutes:
         max_history = max_history_of(body.join)
         upstream = upstream_of(body.join, plan, settings.public_url) if body.memory_llm else None
         max_tokens = body.max_tokens or settings.context_max_tokens
+        # The call is starting: its first question should find the pair's index in memory.
+        memory.warming.warm(body.user_id, body.character_id)
         context = None
         if plan.inject:
             context = await memory.system_messages(

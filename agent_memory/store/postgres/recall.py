@@ -289,6 +289,15 @@ class PostgresRecall(Repository):
                 _frequencies[(database, *key)] = (now + FREQUENCY_TTL_S, found[key])
         return found
 
+    def warm(self, user_id: str, character_id: str) -> bool:
+        """Nothing to warm in this process: every recall reads the index in PostgreSQL, whose
+        shared buffers any instance's reads keep warm for all."""
+        return False
+
+    def held(self, user_id: str, character_id: str) -> bool:
+        """No pair's index is held in this process (see `warm`)."""
+        return False
+
     def _database(self) -> str:
         """Which database this connection reads (pair ids are per database)."""
         info = self.conn.info

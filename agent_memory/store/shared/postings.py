@@ -144,13 +144,15 @@ class PostingsCache:
     def current(
         self, key: tuple[str, int], changes: int, docs: int, *,
         newer: Callable[[int], Docs], whole: Callable[[], Docs], whole_later: Callable[[], Docs],
+        at_once: bool = False,
     ) -> PairPostings | None:  # fmt: skip
         """The copy of pair `key` at `changes`: held, or brought up to date with `newer(last_id)`.
 
         A pair that must be read whole is read at once when small (`whole()`); a larger one is
         read in the background (`whole_later()`, on a connection of its own) and None is returned
         meanwhile, as for a pair too large to hold: the question is answered through SQL instead
-        of waiting tens of milliseconds.
+        of waiting tens of milliseconds. `at_once` reads any pair whole right here (warming, on a
+        reader thread, where no question waits for it).
         """
         if docs > self.budget_docs:
             return None
@@ -171,7 +173,7 @@ class PostingsCache:
                     self.appends += 1
                     self._account(key, held)
                     return held
-        if docs > READ_AT_ONCE_DOCS:
+        if docs > READ_AT_ONCE_DOCS and not at_once:
             self._read_later(key, changes, whole_later)
             return None
         return self._read(key, changes, whole)
@@ -218,6 +220,16 @@ class PostingsCache:
             while self._docs > self.budget_docs and len(self._pairs) > 1:
                 dropped, _ = self._pairs.popitem(last=False)
                 self._docs -= self._counted.pop(dropped)
+
+    def holds(self, key: tuple[str, int]) -> bool:
+        """Whether a copy of pair `key` is held (at whatever count)."""
+        with self._lock:
+            return key in self._pairs
+
+    def held_or_reading(self, key: tuple[str, int]) -> bool:
+        """Whether a copy of pair `key` is held or being read in the background."""
+        with self._lock:
+            return key in self._pairs or key in self._loading
 
     def __len__(self) -> int:
         """How many pairs are held."""

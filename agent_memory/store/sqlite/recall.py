@@ -224,7 +224,31 @@ class SQLiteRecall(Repository):
         idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
         return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
 
-    def _copy(self, pair: int, docs: int, changes: int) -> PairPostings | None:
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[int, int, int]]:
+        """The pair's index ids with their indexed turns and change counts (pairs with turns only)."""
+        rows = self.conn.execute(
+            "SELECT p.id, r.docs, r.changes FROM search_pairs p JOIN recall_pairs r ON r.pair = p.id "
+            "WHERE p.user_id = ? AND p.character_id = ? AND r.docs > 0",
+            (user_id, character_id),
+        ).fetchall()
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    def warm(self, user_id: str, character_id: str) -> bool:
+        """Read the pair's index into memory now, whatever its size (a call is starting: its
+        first question should not find it cold); False when already held or nothing to hold."""
+        warmed = False
+        for pair, docs, changes in self._pair_figures(user_id, character_id):
+            if POSTINGS.held_or_reading((self._database(), pair)):
+                continue
+            warmed = self._copy(pair, docs, changes, at_once=True) is not None or warmed
+        return warmed
+
+    def held(self, user_id: str, character_id: str) -> bool:
+        """Whether this process holds the pair's index in memory (False when it has none)."""
+        figures = self._pair_figures(user_id, character_id)
+        return bool(figures) and all(POSTINGS.holds((self._database(), pair)) for pair, _, _ in figures)
+
+    def _copy(self, pair: int, docs: int, changes: int, *, at_once: bool = False) -> PairPostings | None:
         """The pair's index as held in memory, brought up to date (None: not held yet, or too large)."""
         prefix = len(f"{pair}_")
         columns = (
@@ -250,7 +274,7 @@ class SQLiteRecall(Repository):
         return POSTINGS.current(
             (self._database(), pair), changes, docs,
             newer=lambda last_id: read(self.conn, f"{columns} WHERE pair = ? AND id > ? ORDER BY id", last_id),
-            whole=lambda: read(self.conn, whole), whole_later=read_alone,
+            whole=lambda: read(self.conn, whole), whole_later=read_alone, at_once=at_once,
         )  # fmt: skip
 
     def _frequency(self, pair: int, term: str) -> int:
