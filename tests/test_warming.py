@@ -6,8 +6,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import Service, agent_event, deliver
+from conftest import Service, agent_event, deliver, live
+from fakes.agora_server import FakeAgora
 from fakes.upstream_llm import FakeUpstreamLLM
+from test_live import join_body
 from test_llm_proxy import post, start, stats
 
 from agent_memory.web.keys import MEMORY
@@ -66,6 +68,19 @@ async def test_a_signed_101_holds_its_pairs_recall_index_in_memory(
     await deliver(service, agent_event(101, "a-again", labels=LABELS), expect="done")
     await settled(service)
     assert (await service.api("GET", "/v1/llm/stats"))[1]["warming"]["pairs_warmed"] == 1
+
+
+@pytest.mark.sqlite_only
+async def test_starting_an_agent_with_memory_holds_its_pairs_recall_index(
+    start_service: Any, fake: FakeAgora
+) -> None:
+    service = await live(start_service, fake)
+    await said_before(service)
+    assert not await held(service)
+    status, answer = await service.api("POST", "/v1/agents", json={**LABELS, "join": join_body("luna-warm")})
+    assert status == 201, answer
+    await settled(service)
+    assert await held(service)
 
 
 @pytest.mark.postgres
