@@ -12,6 +12,7 @@ from fakes.upstream_llm import FakeUpstreamLLM
 from test_live import join_body
 from test_llm_proxy import post, start, stats
 
+from agent_memory.store.shared.postings import Docs, PostingsCache
 from agent_memory.web.keys import MEMORY
 
 LABELS = {"user_id": "u-ana", "character_id": "luna"}
@@ -122,3 +123,18 @@ async def test_a_first_turn_recall_past_its_deadline_is_counted_and_still_warms(
     assert (await metric(service, "agent_memory_llm_proxy_first_turn_misses_total")).endswith(" 1.0")
     await settled(service)
     assert await held(service) is (backend == "sqlite")
+
+
+def test_a_read_begun_before_a_forget_is_not_held_after_it() -> None:
+    cache = PostingsCache()
+    key = ("db", 1)
+
+    def whole() -> Docs:
+        cache.clear()  # a forget commits while the pair is being read (a warming read, say)
+        return 1, [(10, 2, ["biscuit", "dog"])]
+
+    def never() -> Docs:
+        raise AssertionError("not read in the background")
+
+    cache.current(key, 1, 1, newer=lambda _: (1, []), whole=whole, whole_later=never, at_once=True)
+    assert not cache.holds(key) and len(cache) == 0

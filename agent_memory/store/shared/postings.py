@@ -140,6 +140,8 @@ class PostingsCache:
         # One pair read at a time: each read is tens of milliseconds of Python taken from the service.
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-postings")
         self.hits = self.appends = self.reads = 0
+        # Counts `clear`s: a read begun before one (a forget) is not held after it.
+        self._cleared = 0
 
     def current(
         self, key: tuple[str, int], changes: int, docs: int, *,
@@ -156,6 +158,7 @@ class PostingsCache:
         """
         if docs > self.budget_docs:
             return None
+        cleared = self._cleared
         with self._lock:
             held = self._pairs.get(key)
             if held is not None:
@@ -171,7 +174,7 @@ class PostingsCache:
                     held.add(added)
                     held.changes = now
                     self.appends += 1
-                    self._account(key, held)
+                    self._account(key, held, cleared)
                     return held
         if docs > READ_AT_ONCE_DOCS and not at_once:
             self._read_later(key, changes, whole_later)
@@ -179,6 +182,7 @@ class PostingsCache:
         return self._read(key, changes, whole)
 
     def _read(self, key: tuple[str, int], changes: int, whole: Callable[[], Docs]) -> PairPostings:
+        cleared = self._cleared
         now, found = whole()
         if now is None:  # emptied since its count was read: nothing to hold
             return PairPostings(changes)
@@ -186,7 +190,7 @@ class PostingsCache:
         fresh.add(found)
         fresh.ready()
         self.reads += 1
-        self._account(key, fresh)
+        self._account(key, fresh, cleared)
         return fresh
 
     def _read_later(self, key: tuple[str, int], changes: int, whole: Callable[[], Docs]) -> None:
@@ -210,9 +214,12 @@ class PostingsCache:
         """Wait for the background reads under way (tests and benchmarks)."""
         self._loader.submit(lambda: None).result()
 
-    def _account(self, key: tuple[str, int], postings: PairPostings) -> None:
-        """Hold `postings` for `key`, counting its turns; drop the least recently asked past the budget."""
+    def _account(self, key: tuple[str, int], postings: PairPostings, cleared: int | None = None) -> None:
+        """Hold `postings` for `key`, counting its turns; drop the least recently asked past the budget.
+        A copy read before the latest `clear` (`cleared`: the count when its read began) is not held."""
         with self._lock:
+            if cleared is not None and cleared != self._cleared:
+                return
             size = len(postings)
             self._docs += size - self._counted.pop(key, 0)
             self._pairs.pop(key, None)
@@ -237,6 +244,7 @@ class PostingsCache:
 
     def clear(self) -> None:
         with self._lock:
+            self._cleared += 1
             self._pairs.clear()
             self._counted.clear()
             self._docs = 0
