@@ -14,6 +14,7 @@ import asyncio
 import json
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
-from agent_memory.store.sqlite.recall import POSTINGS, forget_held
+from agent_memory.store.sqlite.recall import POSTINGS
 from agent_memory.web.app import create_app
 from agent_memory.web.keys import MEMORY
 
@@ -62,18 +63,18 @@ def envelope(agent_id: str, turns: list[dict[str, Any]]) -> str:
                        "notifyMs": 1_763_700_000_000, "sid": f"sid-{agent_id}", "payload": payload})  # fmt: skip
 
 
-async def measure(turns: int, rounds: int) -> dict[str, float]:
+async def measure(turns: int, rounds: int, postgres: str | None) -> dict[str, float]:
     from aiohttp.test_utils import TestServer
 
     rng = random.Random(turns)
     with tempfile.TemporaryDirectory() as folder:
-        settings = Settings(db_path=Path(folder) / "bench.db", summary_delay_s=3600, summary_after_call_s=3600,
+        settings = Settings(db_path=postgres or Path(folder) / "bench.db", summary_delay_s=3600, summary_after_call_s=3600,
                             summary_max_messages=10_000_000, summary_max_wait_s=3600)  # fmt: skip
         server = TestServer(create_app(settings), host="127.0.0.1")
         await server.start_server()
         try:
             memory = server.app[MEMORY]
-            per_call = 500
+            per_call = min(500, turns)
             for call in range(turns // per_call):
                 said = [
                     {"role": "user" if i % 2 == 0 else "assistant",
@@ -90,12 +91,12 @@ async def measure(turns: int, rounds: int) -> dict[str, float]:
                 question = (
                     f"do you remember the {WORDS[round_ % len(WORDS)]} and the {WORDS[-1 - round_ % 5]}?"
                 )
-                forget_held()
+                memory.store.forget_held()
                 started = time.perf_counter()
                 await memory.recall(LABELS["user_id"], LABELS["character_id"], question, indexed_only=True)
                 cold.append((time.perf_counter() - started) * 1000)
                 POSTINGS.wait_for_reads()  # the cold recall may have started reading the pair in
-                forget_held()
+                memory.store.forget_held()
                 started = time.perf_counter()
                 memory.warming.warm(LABELS["user_id"], LABELS["character_id"])
                 await memory.warming.settled()
@@ -114,12 +115,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--postgres", action="store_true", help="on a throwaway durable PostgreSQL cluster")
     args = parser.parse_args()
+    cluster = None
+    if args.postgres:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from postgres_server import PostgresCluster
+
+        cluster = PostgresCluster(durable=True).start()
     print("turns   first recall cold (median / max)   warm (median / max)   warming read (median)")
-    for turns in args.turns:
-        got = asyncio.run(measure(turns, args.rounds))
-        print(f"{turns:>6}   {got['cold_ms']:8.2f} / {got['cold_max_ms']:8.2f} ms"
-              f"       {got['warm_ms']:6.2f} / {got['warm_max_ms']:6.2f} ms   {got['warming_ms']:8.1f} ms")  # fmt: skip
+    try:
+        for turns in args.turns:
+            url = cluster.create(f"warming_{turns}") if cluster is not None else None
+            got = asyncio.run(measure(turns, args.rounds, url))
+            print(f"{turns:>6}   {got['cold_ms']:8.2f} / {got['cold_max_ms']:8.2f} ms"
+                  f"       {got['warm_ms']:6.2f} / {got['warm_max_ms']:6.2f} ms   {got['warming_ms']:8.1f} ms")  # fmt: skip
+
+    finally:
+        if cluster is not None:
+            cluster.stop()
 
 
 if __name__ == "__main__":
