@@ -504,6 +504,9 @@ class Export(BaseModel):
 
 class LlmStats(Answer):
     llm_proxy: dict[str, int] = Field(description="the custom-LLM endpoint's counters since start")
+    warming: dict[str, int] = Field(
+        description="pairs' recall indexes read into memory as their calls started (this process)"
+    )
 
 
 # keys

@@ -781,7 +781,8 @@ NAMED_EXAMPLES: Final[dict[str, Any]] = {
     "messages": [{"role": "user", "content": "How is Miso?"}],
     "deleted": {"messages": 42, "facts": 3, "summaries": 1},
     "counts": {"sessions": 2, "messages": 42, "facts": 3, "summaries": 1},
-    "llm_proxy": {"requests": 12, "recall_misses": 0, "upstream_errors": 0},
+    "llm_proxy": {"requests": 12, "recall_misses": 0, "first_turn_recalls": 3, "first_turn_misses": 0},
+    "warming": {"pairs_warmed": 3, "warm_errors": 0},
     "included": {"persona": False, "facts": 1, "summary": True, "messages": 4},
 }
 TIME_MS: Final = 1_793_736_960_000
