@@ -1,0 +1,212 @@
+"""Hard recall benchmark: paraphrased, multi-session, temporal, other-person and inference questions.
+
+    python bench/recall_hard.py [--en 8] [--zh 4] [--seed 11] [--sessions 10 13] [--exchanges 22 30]
+                                [--condense session|end|off] [--concurrency 8] [--keep]
+
+The data is synthetic (bench/recall_hard_data.py: seeded templates, see its docstring). Every
+session goes to the real server as a signed Agora 103 callback, round by round, condensed with
+the offline condenser as bench/recall.py does (`--condense session` by default). Then each
+question is answered, side by side in one run, by:
+
+- `recall_500` / `recall_1000`: `GET …/recall?q=<question>&max_tokens=…`, its
+  `system_message.content` only;
+- `system_messages_1500`: `GET …/system-messages?max_tokens=1500`, the joined contents;
+- `recency_*`: the latest raw turns sent as `speaker: text` lines filling the budget;
+- `bm25s_*`: bm25s (default parameters; English stop words; character bigrams for Chinese) over
+  the raw turns sent as `speaker: text` lines, in rank order while they fit the budget.
+
+Baselines fill their budget at ~4 characters a token, as the held-out scoring does. A question
+counts when its gold answer, or the first 60 characters of every evidence turn, appears in the
+text (lowercased, punctuation folded to spaces). Prints hit rates per question type and
+language, then the JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import bm25s
+import recall
+from _common import Server, machine_info, print_machine, print_summary, work_directory
+from recall_hard_data import CHARACTERS, LANGUAGES, TYPES, User, generate, leaks
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PAIR = recall.PAIR
+METRICS = ("recall_500", "recall_1000", "system_messages_1500", "bm25s_500", "bm25s_1000",
+           "recency_500", "recency_1000", "recency_1500")  # fmt: skip
+CHARS_PER_TOKEN = 4
+
+
+def fill(lines: Sequence[str], budget: int) -> list[str]:
+    """The leading `lines` that fit in `budget` tokens at ~4 characters a token."""
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        cost = len(line) + 1
+        if used + cost > budget * CHARS_PER_TOKEN:
+            break
+        kept.append(line)
+        used += cost
+    return kept
+
+
+def bigrams(text: str) -> list[str]:
+    """Character bigrams of the letters and digits of `text` (for Chinese)."""
+    tokens: list[str] = []
+    for run in re.findall(r"\w+", text.lower()):
+        tokens.extend(run[i : i + 2] for i in range(max(1, len(run) - 1)))
+    return tokens
+
+
+class Bm25:
+    """bm25s over one pair's `speaker: text` lines."""
+
+    def __init__(self, lines: list[str], language: str) -> None:
+        self.lines, self.language = lines, language
+        self.retriever = bm25s.BM25()
+        self.retriever.index(self.tokens(lines), show_progress=False)
+
+    def tokens(self, texts: list[str]) -> list[list[str]]:
+        if self.language == "zh":
+            return [bigrams(text) for text in texts]
+        return bm25s.tokenize(texts, stopwords="en", return_ids=False, show_progress=False)  # type: ignore[no-any-return]
+
+    def ranked(self, query: str) -> list[str]:
+        tokens = self.tokens([query])
+        if not tokens[0]:
+            return []
+        docs, scores = self.retriever.retrieve(tokens, k=min(200, len(self.lines)), show_progress=False)
+        return [self.lines[int(d)] for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
+
+
+def speaker_lines(user: User) -> list[str]:
+    """The raw turns sent, as `speaker: text`, oldest first (the user's name, the character's)."""
+    character = CHARACTERS[user.language][int(user.user_id[-2:]) % 2]
+    return [
+        f"{user.name if m['role'] == 'user' else character}: {m['content']}"
+        for s in user.sessions
+        for m in s["contents"]
+    ]
+
+
+async def ask(session: aiohttp.ClientSession, url: str, users: Sequence[User]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for user in users:
+        pair = PAIR.format(url=url, user=user.user_id, character=user.character_id)
+        lines = speaker_lines(user)
+        recent = {b: "\n".join(reversed(fill(lines[::-1], b))) for b in (500, 1000, 1500)}
+        status, context = await recall.get_json(session, f"{pair}/system-messages", max_tokens=1500)
+        assert status == 200, context
+        start = "\n".join(str(m.get("content") or "") for m in context["system_messages"])
+        index = Bm25(lines, user.language)
+        for q in user.questions:
+            row: dict[str, Any] = {"question": q, "system_messages_1500": q.answered_by(start)}
+            for budget in (500, 1000):
+                status, answer = await recall.get_json(session, f"{pair}/recall", q=q.text, max_tokens=budget)
+                assert status == 200, answer
+                text = str((answer.get("system_message") or {}).get("content") or "")
+                row[f"recall_{budget}"] = q.answered_by(text)
+                row[f"bm25s_{budget}"] = q.answered_by("\n".join(fill(index.ranked(q.text), budget)))
+            for budget, text in recent.items():
+                row[f"recency_{budget}"] = q.answered_by(text)
+            rows.append(row)
+    return rows
+
+
+def rates(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": len(rows)}
+    for metric in METRICS:
+        out[metric] = round(100 * sum(r[metric] for r in rows) / len(rows), 1) if rows else None
+    return out
+
+
+def report(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "overall": rates(rows),
+        "by_type": {t: rates([r for r in rows if r["question"].type == t]) for t in TYPES},
+        "by_language": {
+            lang: rates([r for r in rows if r["question"].language == lang]) for lang in LANGUAGES
+        },
+    }
+
+
+def print_table(figures: dict[str, Any]) -> None:
+    header = f"{'questions':<14}{'n':>5}" + "".join(f"{m:>22}" for m in METRICS)
+    print(header)
+    print("-" * len(header))
+    lines = [("all", figures["overall"]), *figures["by_type"].items(), *figures["by_language"].items()]
+    for name, line in lines:
+        print(f"{name:<14}{line['n']:>5}" + "".join(f"{line[m]:>21.1f}%" for m in METRICS))
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    info = machine_info()
+    print_machine(info)
+    users = generate(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
+                     exchanges=tuple(args.exchanges))  # fmt: skip
+    leaked = leaks(users)
+    messages = sum(len(s["contents"]) for u in users for s in u.sessions)
+    print(f"generated {len(users)} users ({args.en} English, {args.zh} Chinese), "
+          f"{sum(len(u.sessions) for u in users)} sessions, {messages:,} messages, "
+          f"{sum(len(u.questions) for u in users)} questions; gold answers said elsewhere: {len(leaked)}")  # fmt: skip
+    env = {"AGORA_WEBHOOK_SECRET": recall.SECRET, "AGENT_MEMORY_LOG_LEVEL": "WARNING",
+           "AGENT_MEMORY_JOB_SWEEP_S": "0.2"}  # fmt: skip
+    if args.condense == "off":
+        env.update({"AGENT_MEMORY_SUMMARY_DELAY_S": "3600", "AGENT_MEMORY_SUMMARY_MAX_MESSAGES": "100000000"})
+    else:
+        env.update({"AGENT_MEMORY_SUMMARY_DELAY_S": "0.1", "AGENT_MEMORY_SUMMARY_MAX_WAIT_S": "0.1"})
+    server = Server(workdir / "hard.db", env=env, log_path=workdir / "server.log")
+    try:
+        await server.wait_healthy()
+        timeout = aiohttp.ClientTimeout(total=120)
+        connector = aiohttp.TCPConnector(limit=args.concurrency)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            ingested = await recall.ingest(session, server.url, users, args)  # type: ignore[arg-type]
+            print(f"ingested {ingested['sessions']} sessions in {ingested['seconds']:.1f} s (condensing "
+                  f"{args.condense}: {ingested['condense_s']:.1f} s); {len(ingested['errors'])} errors, "
+                  f"{ingested['dead_jobs']} dead jobs")  # fmt: skip
+            asked = time.perf_counter()
+            rows = await ask(session, server.url, users)
+            print(f"asked {len(rows)} questions in {time.perf_counter() - asked:.1f} s")
+    finally:
+        exit_code = server.stop()
+    figures = report(rows)
+    print()
+    print_table(figures)
+    return {
+        "bench": "recall_hard", "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
+        "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
+        "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
+        "server_exit": exit_code, "machine": info,
+    }  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--en", type=int, default=8, help="English users")
+    parser.add_argument("--zh", type=int, default=4, help="Chinese users")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--sessions", type=int, nargs=2, default=[10, 13], metavar=("LO", "HI"))
+    parser.add_argument("--exchanges", type=int, nargs=2, default=[22, 30], metavar=("LO", "HI"))
+    parser.add_argument("--condense", choices=("session", "end", "off"), default="session")
+    parser.add_argument("--condense-timeout", type=float, default=120.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary database")
+    args = parser.parse_args()
+    with work_directory("agent-memory-recall-hard-", keep=args.keep) as workdir:
+        summary = asyncio.run(run(args, workdir))
+    print_summary(summary)
+    return 0 if not summary["errors"] and not summary["dead_jobs"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
