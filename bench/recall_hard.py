@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,8 +36,6 @@ import bm25s
 import recall
 from _common import Server, machine_info, print_machine, print_summary, work_directory
 from recall_hard_data import CHARACTERS, LANGUAGES, TYPES, User, generate, leaks
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PAIR = recall.PAIR
 METRICS = ("recall_500", "recall_1000", "system_messages_1500", "bm25s_500", "bm25s_1000",
@@ -115,6 +112,7 @@ async def ask(session: aiohttp.ClientSession, url: str, users: Sequence[User]) -
                 assert status == 200, answer
                 text = str((answer.get("system_message") or {}).get("content") or "")
                 row[f"recall_{budget}"] = q.answered_by(text)
+                row[f"recall_{budget}_tokens"] = int(answer.get("tokens") or 0)
                 row[f"bm25s_{budget}"] = q.answered_by("\n".join(fill(index.ranked(q.text), budget)))
             for budget, text in recent.items():
                 row[f"recency_{budget}"] = q.answered_by(text)
@@ -180,12 +178,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     finally:
         exit_code = server.stop()
     figures = report(rows)
+    used = {b: round(sum(r[f"recall_{b}_tokens"] for r in rows) / max(len(rows), 1), 1) for b in (500, 1000)}
     print()
     print_table(figures)
+    print(f"recall used on average {used[500]} of 500 tokens and {used[1000]} of 1,000")
     return {
         "bench": "recall_hard", "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
         "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
-        "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
+        "recall_mean_tokens": used, "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
         "server_exit": exit_code, "machine": info,
     }  # fmt: skip
 
