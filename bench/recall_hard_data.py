@@ -57,7 +57,7 @@ POOLS: dict[str, dict[str, list[str]]] = {
                     "cartographer"],
         "hometown": ["Galway", "Bruges", "Tromso", "Valparaiso", "Hobart", "Timisoara"],
         "fcity": ["Reykjavik", "Montevideo", "Ljubljana", "Tallinn", "Cusco"],
-        "food": ["pho", "moussaka", "pierogi", "jambalaya", "okonomiyaki", "goulash"],
+        "food": ["laksa", "moussaka", "pierogi", "jambalaya", "okonomiyaki", "goulash"],
         "sport": ["bouldering", "fencing", "rowing", "handball", "squash"],
         "trip": ["the Dolomites", "Marrakesh", "Kyoto", "the Azores", "Patagonia", "Sicily", "Lapland"],
         "diet": ["vegetarian"],
@@ -194,7 +194,6 @@ PAST = {
            ("on Saturday", None)],
     "zh": [("昨天", -1), ("前天", -2), ("三天前", -3), ("一周前", -7), ("上周六", None)],
 }  # fmt: skip
-NUM_ZH = "零一二三四五六七八九十"
 
 
 @dataclass(frozen=True)
@@ -236,7 +235,7 @@ class User:
 
 def fold(text: str) -> str:
     """Lowercased, punctuation (anything not a letter or digit) folded to single spaces."""
-    return " " + " ".join(re.sub(r"[\W_]+", " ", text.lower()).split()) + " "
+    return " ".join(re.sub(r"[\W_]+", " ", text.lower()).split())
 
 
 def render_date(day: dt.date, language: str) -> str:
@@ -246,7 +245,7 @@ def render_date(day: dt.date, language: str) -> str:
 def weeks(days: int, language: str) -> str:
     n = max(1, round(days / 7))
     if language == "zh":
-        return f"{NUM_ZH[n] if n <= 10 else n}周"
+        return f"{n}周"
     return "1 week" if n == 1 else f"{n} weeks"
 
 
@@ -260,10 +259,10 @@ def questions_for(lang: str, p: dict[str, Any], rng: random.Random) -> dict[str,
             "hometown": ("single", ["Which town am I originally from?", "Where did I spend my childhood?"]),
             "food": ("single", ["What dish cheers me up when I'm low?", "What's my comfort meal?"]),
             "sport": ("single", ["Which sport have I been training in?", "What do I practise at my club?"]),
-            "pets": ("multi", ["Name both of the animals living with me.", "What are all my pets called?"]),
-            "trips": ("multi", ["Which places have I been on holiday to this year?",
+            "pets": ("multi", ["Name both of the animals living with me.", "What names do my pets go by?"]),
+            "trips": ("multi", ["Which places have I been on vacation to this year?",
                                 "Where did my two vacations take me?"]),
-            "race": ("temporal", ["On what date did I do my long-distance run?", "When was my half marathon?"]),
+            "race": ("temporal", ["On what date did I do my long-distance run?", "When did I do that 21-kilometre race?"]),
             "move": ("temporal", ["When did I move house?", "What day did we move into our new home?"]),
             "move_ago": ("temporal", ["How long ago did I move, counting back from our last chat?"]),
             "relwork": ("other_person", [f"What is {p['relname']} going to do for a living?",
@@ -409,12 +408,11 @@ def leaks(users: list[User]) -> list[str]:
     """Gold answers also said in a turn that is not their evidence (a free hit for any text)."""
     problems = []
     for user in users:
+        turns = [(m["content"], fold(m["content"])) for s in user.sessions for m in s["contents"]]
         for q in user.questions:
-            gold = fold(q.answer)
-            for s in user.sessions:
-                for m in s["contents"]:
-                    if m["content"] not in {t.content for t in q.evidence} and gold in fold(m["content"]):
-                        problems.append(f"{user.user_id}: {q.answer!r} in {m['content'][:60]!r}")
+            gold, evidence = fold(q.answer), {t.content for t in q.evidence}
+            problems += [f"{user.user_id}: {q.answer!r} in {text[:60]!r}" for text, folded in turns
+                         if gold in folded and text not in evidence]  # fmt: skip
     return problems
 
 
