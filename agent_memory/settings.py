@@ -134,10 +134,9 @@ class Settings(BaseModel):
     default_character: str = "default"
 
     context_max_tokens: int = Field(1500, ge=50)
-    # What every token budget is counted with: o200k_base or cl100k_base (exact, offline), or
-    # the estimate. The estimate stays the default until start contexts and recall are measured
-    # with o200k on the benchmarks.
-    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "estimate"
+    # What every token budget is counted with: o200k_base (GPT-4o and later) or cl100k_base,
+    # exactly and offline, or the estimate (no tokenizer; close to o200k for English and CJK only).
+    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
     context_recent_messages: int = Field(100, ge=0, le=2000)
 
     agora_app_id: str | None = None

