@@ -36,7 +36,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from recall_data import SMALL_TALK
+from recall_data import SMALL_TALK, Turn
 
 TYPES = ("single", "multi", "temporal", "other_person", "inference")
 LANGUAGES = ("en", "zh")
@@ -194,15 +194,6 @@ PAST = {
            ("on Saturday", None)],
     "zh": [("昨天", -1), ("前天", -2), ("三天前", -3), ("一周前", -7), ("上周六", None)],
 }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Turn:
-    """A turn by its session (`agent_id`), its index in that session's `contents`, and its text."""
-
-    agent_id: str
-    index: int
-    content: str
 
 
 @dataclass(frozen=True)
