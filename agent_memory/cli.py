@@ -526,9 +526,11 @@ def cmd_condense(args: argparse.Namespace) -> int:
         nonlocal said_at
         if waited - said_at >= CONDENSE_PROGRESS_S:  # a line now and then, not one per look
             said_at = waited
-            print(f"{args.user_id}/{args.character_id} is being condensed by the running service "
-                  f"(job {job.id}); waiting for it: {waited:.0f}s of --wait {args.wait:g}s",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"{args.user_id}/{args.character_id} is being condensed by the running service "
+                f"(job {job.id}); waiting for it: {waited:.0f}s of --wait {args.wait:g}s",
+                file=sys.stderr,
+            )
 
     async def condense(memory: Memory) -> Condensed:
         try:
@@ -540,9 +542,11 @@ def cmd_condense(args: argparse.Namespace) -> int:
     try:
         condensed = with_memory(args, condense, build=build)
     except JobHeld as exc:
-        print(f"agent-memory: {exc.message}. Run it again later, or give a longer --wait; if no "
-              "service is running, one stopped while condensing and frees the job when it starts.",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"agent-memory: {exc.message}. Run it again later, or give a longer --wait; if no "
+            "service is running, one stopped while condensing and frees the job when it starts.",
+            file=sys.stderr,
+        )
         return 3
     job, summary = condensed.job, condensed.summary
     if job is not None and job.last_error:
@@ -921,10 +925,13 @@ def build_parser() -> argparse.ArgumentParser:
     condense.add_argument("user_id")
     condense.add_argument("character_id")
     condense.add_argument(
-        "--wait", type=float, default=60.0, metavar="SECONDS",
+        "--wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
         help="when the running service is condensing the pair, wait this long for it (default "
         "%(default)g; 0: exit 3 at once)",
-    )  # fmt: skip
+    )
     condense.set_defaults(func=cmd_condense)
 
     reprocess = commands.add_parser(

@@ -457,8 +457,12 @@ class Ingestor:
                 "summaries": tx.summaries.delete(user_id, character_id),
                 "facts": tx.facts.delete_unpinned(user_id, character_id),
             }
-            log.info("summary of %s reset: it covered moved session %s (%s)",
-                     pair_ref(user_id, character_id), agent_id, reset)  # fmt: skip
+            log.info(
+                "summary of %s reset: it covered moved session %s (%s)",
+                pair_ref(user_id, character_id),
+                agent_id,
+                reset,
+            )
             remaining = tx.messages.count_after(user_id, character_id, 0)
             if remaining:
                 self.schedule_condense(tx, user_id, character_id, remaining)

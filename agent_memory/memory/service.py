@@ -183,9 +183,10 @@ class Memory:
                 lambda: {"hits": contexts.hits, "misses": contexts.misses},
             )  # fmt: skip
             metrics.add_reported(
-                "recall_warming", "Pairs' recall indexes read into memory as their calls started",
+                "recall_warming",
+                "Pairs' recall indexes read into memory as their calls started",
                 self.warming.report,
-            )  # fmt: skip
+            )
 
     # health
 

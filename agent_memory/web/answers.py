@@ -601,14 +601,21 @@ class ChatCompletion(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "id": "chatcmpl-9x2", "object": "chat.completion", "created": 1793736960, "model": "gpt-4o-mini",
+                    "id": "chatcmpl-9x2",
+                    "object": "chat.completion",
+                    "created": 1793736960,
+                    "model": "gpt-4o-mini",
                     "choices": [
                         {
-                            "index": 0, "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": "Miso again? What did the plant do this time?"},
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {
+                                "role": "assistant",
+                                "content": "Miso again? What did the plant do this time?",
+                            },
                         }
                     ],
                 }
             ]
         },
-    )  # fmt: skip
+    )

@@ -94,8 +94,10 @@ async def store_context(app: web.Application) -> AsyncIterator[None]:
             if logged_at is None or now - logged_at >= DB_WAIT_LOG_EVERY_S:
                 log.warning(
                     "%s; waiting for it (trying every %g s, %.0f s so far)",
-                    exc.message, DB_WAIT_RETRY_S, now - waiting_since,
-                )  # fmt: skip
+                    exc.message,
+                    DB_WAIT_RETRY_S,
+                    now - waiting_since,
+                )
                 logged_at = now
             await asyncio.sleep(DB_WAIT_RETRY_S)
     if waiting_since is not None:

@@ -81,8 +81,10 @@ def read_envelope(body: bytes | str) -> tuple[Envelope, str]:
     if impossible_time(data.get("notifyMs")):
         log.warning(
             "callback %s: notifyMs %.6g is not a possible time; ignored (what it would date is "
-            "dated by its receipt)", envelope.noticeId, float(data["notifyMs"]),
-        )  # fmt: skip
+            "dated by its receipt)",
+            envelope.noticeId,
+            float(data["notifyMs"]),
+        )
     return envelope, text
 
 

@@ -367,8 +367,9 @@ class PostgresStore:
                 self._tripped.set()
                 log.error(
                     "PostgreSQL at %s is down (%s): every request is answered 503 at once until it answers again",
-                    self.location, outage.reason,
-                )  # fmt: skip
+                    self.location,
+                    outage.reason,
+                )
         return self._down(outage)
 
     def _probe_loop(self) -> None:
@@ -390,8 +391,9 @@ class PostgresStore:
             if outage is not None:
                 log.warning(
                     "PostgreSQL at %s answers again after %.1f s down: serving",
-                    self.location, time.monotonic() - outage.since,
-                )  # fmt: skip
+                    self.location,
+                    time.monotonic() - outage.since,
+                )
 
     def _answers(self) -> bool:
         """Whether PostgreSQL answers now; if it does, the pools are made anew first."""

@@ -41,9 +41,20 @@ def message_of(row: Sequence[Any]) -> Message:
 def fingerprint_of(row: Sequence[Any]) -> MessageFingerprint:
     """A `FINGERPRINT_COLUMNS` row."""
     (
-        id_, seq, role, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms,
-        original, images,
-    ) = row  # fmt: skip
+        id_,
+        seq,
+        role,
+        fp,
+        gap_before,
+        turn_id,
+        ts_ms,
+        source,
+        speaker,
+        interrupted,
+        interrupt_ms,
+        original,
+        images,
+    ) = row
     return MessageFingerprint(
         id_, seq, role, fp, bool(gap_before), turn_id, ts_ms, source, speaker, bool(interrupted),
         interrupt_ms, original, images,

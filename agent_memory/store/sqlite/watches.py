@@ -116,8 +116,13 @@ class SQLiteWatches(Repository):
             existing.base_system_messages_json, existing.persona, existing.max_tokens,
             existing.style, existing.max_history,
         ):  # fmt: skip
-            changes.update(base_system_messages=base, persona=persona, max_tokens=max_tokens, style=style,
-                           max_history=max_history)  # fmt: skip
+            changes.update(
+                base_system_messages=base,
+                persona=persona,
+                max_tokens=max_tokens,
+                style=style,
+                max_history=max_history,
+            )
         if existing.status != "watching":
             changes.update(status="watching", stop_reason=None, next_poll_ms=first_poll_ms, failures=0)
         if not changes:
