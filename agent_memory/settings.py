@@ -136,9 +136,7 @@ class Settings(BaseModel):
     context_max_tokens: int = Field(1500, ge=50)
     # What every token budget is counted with: o200k_base (GPT-4o and later) or cl100k_base,
     # exactly and offline, or the estimate (no tokenizer; close to o200k for English and CJK only).
-    # The estimate stays the default until the offline condenser's worker process is told the
-    # choice too (it counts summaries with the estimate whatever this says).
-    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "estimate"
+    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
     context_recent_messages: int = Field(100, ge=0, le=2000)
 
     agora_app_id: str | None = None

@@ -1,7 +1,7 @@
 """Hard recall benchmark: paraphrased, multi-session, temporal, other-person and inference questions.
 
     python bench/recall_hard.py [--en 8] [--zh 4] [--seed 11] [--sessions 10 13] [--exchanges 22 30]
-                                [--condense session|end|off] [--concurrency 8] [--keep]
+                                [--condense session|end|off] [--concurrency 8] [--keep] [--db PATH] [--misses]
 
 The data is synthetic (bench/recall_hard_data.py: seeded templates, see its docstring). Every
 session goes to the real server as a signed Agora 103 callback, round by round, condensed with
@@ -162,13 +162,18 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         env.update({"AGENT_MEMORY_SUMMARY_DELAY_S": "3600", "AGENT_MEMORY_SUMMARY_MAX_MESSAGES": "100000000"})
     else:
         env.update({"AGENT_MEMORY_SUMMARY_DELAY_S": "0.1", "AGENT_MEMORY_SUMMARY_MAX_WAIT_S": "0.1"})
-    server = Server(workdir / "hard.db", env=env, log_path=workdir / "server.log")
+    db = Path(args.db) if args.db else workdir / "hard.db"
+    reuse = db.exists()
+    server = Server(db, env=env, log_path=workdir / "server.log")
     try:
         await server.wait_healthy()
         timeout = aiohttp.ClientTimeout(total=120)
         connector = aiohttp.TCPConnector(limit=args.concurrency)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            ingested = await recall.ingest(session, server.url, users, args)  # type: ignore[arg-type]
+            if reuse:  # asked again of a database a run with the same arguments filled
+                ingested = {"sessions": 0, "seconds": 0.0, "condense_s": 0.0, "errors": [], "dead_jobs": 0}
+            else:
+                ingested = await recall.ingest(session, server.url, users, args)  # type: ignore[arg-type]
             print(f"ingested {ingested['sessions']} sessions in {ingested['seconds']:.1f} s (condensing "
                   f"{args.condense}: {ingested['condense_s']:.1f} s); {len(ingested['errors'])} errors, "
                   f"{ingested['dead_jobs']} dead jobs")  # fmt: skip
@@ -182,6 +187,13 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print()
     print_table(figures)
     print(f"recall used on average {used[500]} of 500 tokens and {used[1000]} of 1,000")
+    if args.misses:
+        for row in rows:
+            if not row["recall_500"]:
+                q = row["question"]
+                print(
+                    f"missed [{q.type}/{q.language}] {q.text!r} gold={q.answer!r} bm25s_500={row['bm25s_500']}"
+                )
     return {
         "bench": "recall_hard", "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
         "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
@@ -201,6 +213,8 @@ def main() -> int:
     parser.add_argument("--condense-timeout", type=float, default=120.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
+    parser.add_argument("--misses", action="store_true", help="print the questions recall_500 missed")
+    parser.add_argument("--db", help="this database file: filled when missing, else only asked again")
     args = parser.parse_args()
     with work_directory("agent-memory-recall-hard-", keep=args.keep) as workdir:
         summary = asyncio.run(run(args, workdir))

@@ -138,7 +138,7 @@ def test_an_unknown_tokenizer_is_refused_by_name():
     with pytest.raises(InvalidField, match="AGENT_MEMORY_TOKENIZER"):
         Settings.from_env({"AGENT_MEMORY_TOKENIZER": "gpt2"})
     assert Settings.from_env({"AGENT_MEMORY_TOKENIZER": "cl100k_base"}).tokenizer == "cl100k_base"
-    assert Settings.from_env({}).tokenizer == "estimate"
+    assert Settings.from_env({}).tokenizer == "o200k_base"
 
 
 @pytest.fixture

@@ -45,8 +45,12 @@ def _watch_service(service_pid: int) -> None:
     os._exit(0)
 
 
-def _start_worker(service_pid: int) -> None:
-    """In the worker: a lower priority, and an exit of its own once the service is gone."""
+def _start_worker(service_pid: int, prepare: tuple[Callable[..., object], tuple[object, ...]] | None) -> None:
+    """In the worker: a lower priority, an exit of its own once the service is gone, and the
+    service's own preparation (its tokenizer: summaries are budgeted as the service counts)."""
+    if prepare is not None:
+        fn, args = prepare
+        fn(*args)
     nice = getattr(os, "nice", None)  # POSIX only
     try:
         if nice is not None:
@@ -62,6 +66,18 @@ class WorkerPool:
     def __init__(self) -> None:
         self._executor: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._prepare: tuple[Callable[..., object], tuple[object, ...]] | None = None
+
+    def prepare(self, fn: Callable[..., object], *args: object) -> None:
+        """Have the worker call `fn(*args)` as it starts (a module-level function: it is pickled by
+        name); a worker already started with another preparation is replaced."""
+        with self._lock:
+            if self._prepare == (fn, args):
+                return
+            self._prepare = (fn, args)
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     def _pool(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -73,7 +89,7 @@ class WorkerPool:
                     max_workers=1,
                     mp_context=context,
                     initializer=_start_worker,
-                    initargs=(os.getpid(),),
+                    initargs=(os.getpid(), self._prepare),
                 )
             return self._executor
 

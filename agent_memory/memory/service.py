@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar, cast
 
+from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import now_ms
 from agent_memory.core.context import Context, build_context, recall_budget, with_recall
 from agent_memory.core.domain import (
@@ -166,6 +167,7 @@ class Memory:
         self.settings = settings
         self.store = store
         use_tokenizer(settings.tokenizer)
+        WORKERS.prepare(use_tokenizer, settings.tokenizer)
         self.ingestor = Ingestor(settings)
         self.contexts = ContextCache()
         self.jobs = jobs
