@@ -458,6 +458,27 @@ async def test_everyday_related_words_stand_in_for_each_other(service) -> None:
     assert weights["live"] == 1.0 and weights["move"] == RELATED_WEIGHT
 
 
+@pytest.mark.parametrize(
+    ("turn", "question"),
+    [
+        (
+            "We finally brought a little rabbit home from the shelter, her name is Clover.",
+            "What's my pet called?",
+        ),
+        ("Another double shift at the bakery today, my feet hurt.", "Where do I work?"),
+        ("I bought tulips at the flower stall.", "What did I buy?"),
+        ("我们终于从救助站领养了一只兔子。", "我的宠物是什么？"),
+    ],
+)
+async def test_a_question_worded_apart_from_its_answer_finds_it(service, turn: str, question: str) -> None:
+    # Everyday topics' words stand in for each other (a pet is a rabbit from a shelter), and an
+    # irregular past form is its verb ("bought" answers "buy").
+    lines = [*small_talk(10), turn, "Oh nice.", *small_talk(10)]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", question)
+    assert any(memory["text"].startswith(turn) for memory in body["memories"]), body["memories"]
+
+
 async def test_a_word_first_said_a_moment_ago_is_recalled_at_once(service) -> None:
     await seed(service, "u1", "luna", "a1", said(*small_talk(6), start_ms=MAY_8))
     assert (await recall(service, "u1", "luna", "saxophone lessons"))["memories"] == []

@@ -26,7 +26,15 @@ from agent_memory.core.clock import format_day, format_minute
 from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.render import ROLE_NAMES, said_text
-from agent_memory.core.terms import RELATED, RELATED_WEIGHT, STOP_WORDS, cached_terms, query_terms, terms
+from agent_memory.core.terms import (
+    FORMS,
+    RELATED,
+    RELATED_WEIGHT,
+    STOP_WORDS,
+    cached_terms,
+    query_terms,
+    terms,
+)
 from agent_memory.core.textcache import text_cache
 from agent_memory.core.tokens import count_message_tokens, count_tokens
 
@@ -167,6 +175,9 @@ def weighted_terms(q: str) -> list[tuple[str, float]]:
             weights[term] = max(weights.get(term, 0.0), weight)
     for term in query_terms(q):
         weights.setdefault(term, 1.0)
+    for term in list(weights):
+        for form in FORMS.get(term, ()):
+            weights.setdefault(form, weights[term])
     for term in list(weights):
         for related in RELATED.get(term, ()):
             weights.setdefault(related, RELATED_WEIGHT)
