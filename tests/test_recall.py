@@ -16,7 +16,7 @@ from test_embeddings import embed_now, session, spoken
 from test_search import fixture_messages
 
 from agent_memory.cli import main as cli_main
-from agent_memory.core.recall import HEADING, fit, rank, weighted_terms
+from agent_memory.core.recall import CANDIDATES, HEADING, fit, rank, snippet, weighted_terms
 from agent_memory.core.terms import RELATED_WEIGHT, query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.settings import Settings
@@ -680,3 +680,28 @@ async def test_postgres_ranks_and_searches_as_sqlite_does(tmp_path: Any, pg_clus
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_long_turn_is_shown_as_its_start_and_the_sentences_that_match() -> None:
+    turn = (
+        "I had such a long day today. First the bus was late and I missed the meeting. Then my boss "
+        "called me into the office about the quarterly numbers. Anyway, in the evening I finally went "
+        "to the pottery class I signed up for last month, and I made a little bowl! It was wonky but "
+        "I loved it. Then I cooked pasta and watched a film."
+    )
+    asked = frozenset(term for term, _ in weighted_terms("What class did I sign up for?"))
+    assert snippet(turn, asked) == (
+        "I had such a long day today. … Anyway, in the evening I finally went to the pottery class "
+        "I signed up for last month, and I made a little bowl! …"
+    )
+    assert snippet("Short turn about my pottery class.", asked) == "Short turn about my pottery class."
+
+
+async def test_a_larger_budget_buys_more_distinct_memories(service) -> None:
+    # 30 different turns about the garden: a 1,000-token budget shows more than the 20 that
+    # once were all it ever ranked.
+    lines = [f"In the garden I planted row {n} of something new, number {n}." for n in range(30)]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    small = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=500)
+    large = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=1000)
+    assert len(large["memories"]) > max(len(small["memories"]), CANDIDATES)

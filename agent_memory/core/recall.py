@@ -62,6 +62,13 @@ RECENCY_HALF_LIFE_MS = 30 * 24 * 3600 * 1000
 MIN_RELATIVE_SCORE = 0.15
 CONTEXT_MAX_TOKENS = 40
 CANDIDATES = 20
+# A candidate per this many tokens of budget, at least `CANDIDATES`: a larger budget is spent
+# on more distinct memories, not left empty.
+TOKENS_PER_CANDIDATE = 20
+# A turn longer than this is shown as its first sentence and the sentences that match the
+# question (the rest marked " … "), so the budget buys more distinct memories.
+LONG_TURN_TOKENS = 60
+_SENTENCE = re.compile(r"[^.!?。！？]+(?:[.!?。！？]+[\"')”’]*\s*|$)")
 _DIGEST_DAY = re.compile(r"^(?:#+\s*)?(\d{4}-\d{2}-\d{2})\b")
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+)")
 
@@ -160,6 +167,11 @@ class Recall:
     index_lag: int = 0
 
 
+def candidates_for(max_tokens: int) -> int:
+    """How many turns to rank for a budget of `max_tokens`."""
+    return max(CANDIDATES, max_tokens // TOKENS_PER_CANDIDATE)
+
+
 def weighted_terms(q: str) -> list[tuple[str, float]]:
     """The question's terms with their weights: numbers and names count more; everyday words
     related to one asked (`core.terms.RELATED`) count less."""
@@ -223,9 +235,10 @@ def _said(message: Message) -> str:
     return said_text(message.content, message.interrupted, message.original)
 
 
-def _dated_text(memory: RecalledMemory) -> str:
-    """A turn's text with its relative dates resolved against when it was said (done only for the shown)."""
-    return annotate(memory.text, memory.at_ms) if memory.kind == "turn" else memory.text
+def _dated_text(memory: RecalledMemory, asked: frozenset[str]) -> str:
+    """A turn's text (its `snippet`) with its relative dates resolved against when it was said
+    (done only for the shown)."""
+    return annotate(snippet(memory.text, asked), memory.at_ms) if memory.kind == "turn" else memory.text
 
 
 @text_cache(8192)
@@ -357,6 +370,26 @@ def _clip(text: str, budget: int) -> str:
     return " ".join(words) + " …"
 
 
+def snippet(text: str, asked: frozenset[str]) -> str:
+    """A long turn's first sentence and its sentences that say a word `asked`, in order, the
+    sentences left out marked " … "; the turn itself when it is short or every sentence counts."""
+    if count_tokens(text) <= LONG_TURN_TOKENS:
+        return text
+    sentences = [found.strip() for found in _SENTENCE.findall(text) if found.strip()]
+    kept = [
+        index == 0 or not asked.isdisjoint(cached_terms(sentence)) for index, sentence in enumerate(sentences)
+    ]
+    if all(kept):
+        return text
+    parts: list[str] = []
+    for sentence, keep in zip(sentences, kept, strict=True):
+        if keep:
+            parts.append(sentence)
+        elif not parts or parts[-1] != "…":
+            parts.append("…")
+    return " ".join(parts)
+
+
 def memory_line(memory: RecalledMemory) -> str:
     """How one memory reads in the system message (without its context)."""
     return _line(memory.kind, memory.text, memory.at_ms, memory.role)
@@ -385,9 +418,10 @@ def fit(
 ) -> Recall:
     """The best memories that fit in `max_tokens`, then context for them while room is left."""
     used = count_message_tokens(HEADING)
+    asked = frozenset(term for term, _ in weighted_terms(q))
     chosen: list[tuple[RecalledMemory, str]] = []
     for memory in ranked:
-        text = _dated_text(memory)
+        text = _dated_text(memory, asked)
         cost = count_tokens(_line(memory.kind, text, memory.at_ms, memory.role)) + 1
         if used + cost <= max_tokens:  # else a shorter one further down may still fit
             used += cost

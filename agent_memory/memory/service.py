@@ -51,6 +51,7 @@ from agent_memory.core.recall import (
     Recall,
     RecallScope,
     TurnHit,
+    candidates_for,
     fit,
     fuse,
     rank,
@@ -713,7 +714,8 @@ def recall_in(
     the turns of `exclude_session` are left out (a live call holds its own)."""
     stats = view.recall.term_stats(user_id, character_id, weighted_terms(q))
     facts = view.recall.facts(user_id, character_id)
-    keyword = view.recall.turns(stats, RECALL_CANDIDATES) if stats.idfs else []
+    limit = candidates_for(max_tokens)
+    keyword = view.recall.turns(stats, limit) if stats.idfs else []
     nearest = [TurnHit(message, similarity) for message, similarity in zip(
         view.recall.messages([message_id for message_id, _ in semantic]), (s for _, s in semantic), strict=False
     )] if semantic else []  # fmt: skip
@@ -721,7 +723,7 @@ def recall_in(
     if exclude_session is not None:
         hits = [hit for hit in hits if hit.message.agent_id != exclude_session]
     ranked = rank(
-        hits=hits[:RECALL_CANDIDATES],
+        hits=hits[:limit],
         facts=facts,
         summaries=view.recall.summaries(user_id, character_id),
         idfs=stats.idfs,
