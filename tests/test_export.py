@@ -40,11 +40,16 @@ async def test_export_holds_everything_about_the_user(service) -> None:
             metrics=[{"turn_id": 1, "llm_ttfb": 420}],
         )
     )
-    status, _ = await service.api(
+    status, added = await service.api(
         "POST",
         "/v1/users/u-alice/characters/luna/facts",
-        json={"text": "Has a cat named Miso", "scope": "user"},
+        json={"text": "Has a kitten named Miso", "scope": "user"},
     )
+    # Its earlier text is the fact's history: exported too.
+    status, _ = await service.api(
+        "PATCH", f"/v1/facts/{added['fact']['id']}", json={"text": "Has a cat named Miso"}
+    )
+    assert status == 200
     for channel, user in (("alice-room", "u-alice"), ("wang-room", "u-wang")):
         pair = {"user_id": user, "character_id": "luna"}
         assert (await service.api("POST", f"/v1/channels/{channel}/bind", json=pair))[0] == 200
@@ -63,6 +68,10 @@ async def test_export_holds_everything_about_the_user(service) -> None:
     assert {s["agent_id"] for s in doc["sessions"]} == {e["payload"]["agent_id"] for e in envelopes.values()}
     assert all(s["labels"] == labels for s in doc["sessions"])
     assert [(f["text"], f["scope"]) for f in doc["facts"]] == [("Has a cat named Miso", "user")]
+    assert [(h["fact_id"], h["text"], h["scope"], h["change"]) for h in doc["fact_history"]] == [
+        (added["fact"]["id"], "Has a kitten named Miso", "user", "edited")
+    ]
+    assert doc["facts"][0]["valid_from"] == doc["fact_history"][0]["valid_to"]
     assert doc["summaries"][0]["text"] == "Alice is a nurse." and doc["summaries"][0]["meta"] == {
         "tokens_sent": 0
     }
@@ -81,7 +90,7 @@ async def test_export_holds_everything_about_the_user(service) -> None:
     for notice_id, envelope in envelopes.items():
         assert raw[notice_id]["body"] == envelope  # the callback as Agora sent it
     assert doc["counts"] == {
-        "sessions": 3, "messages": len(messages), "facts": 1, "summaries": 1, "bindings": 0,
+        "sessions": 3, "messages": len(messages), "facts": 1, "fact_history": 1, "summaries": 1, "bindings": 0,
         "channel_bindings": 1, "jobs": len(doc["jobs"]), "followed_agents": 0, "metrics": 1, "raw_callbacks": len(envelopes) + 1,
     }  # fmt: skip
     # Nothing of anyone else.

@@ -67,6 +67,11 @@ async def fill(service: Any) -> None:
             "POST", "/v1/users/u-alice/characters/luna/facts", json={"text": text, "scope": scope}
         )
         assert status == 201
+    # A new value supersedes the fact holding the old one, which is kept as its history.
+    status, _ = await service.api(
+        "POST", "/v1/users/u-alice/characters/luna/facts", json={"text": "Moved to Porto", "scope": "user"}
+    )
+    assert status == 201
     status, _ = await service.api(
         "POST", "/v1/channels/room-7/bind", json={"user_id": "u-kim", "character_id": "minjun"}
     )

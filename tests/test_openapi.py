@@ -26,7 +26,7 @@ from agent_memory.web.openapi import PATH_PARAMS, ROUTES, Route, document
 
 # What the app serves besides the API itself: the document, its page and the page's files.
 NOT_DESCRIBED = {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/assets/{name}")}
-METHOD_ORDER = {"GET": 0, "POST": 1, "DELETE": 2}
+METHOD_ORDER = {"GET": 0, "POST": 1, "PATCH": 2, "DELETE": 3}
 PAIR_PATH = "/v1/users/{user_id}/characters/{character_id}"
 
 

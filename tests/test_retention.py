@@ -276,11 +276,16 @@ async def remember_secrets(service: Any, user: str) -> None:
     status, _ = await service.callback(
         agent_event(111, "AGENT-SECRET", labels=labels, metrics=[{"turn_id": 1, "llm_ttfb": 300}])
     )
-    status, _ = await service.api(
+    status, body = await service.api(
         "POST", f"/v1/users/{user}/characters/luna/facts",
         json={"text": f"Code word {MARKERS['english']}", "scope": "user"},
     )  # fmt: skip
     assert status == 201
+    # A fact's earlier text is kept as its history: forget must reach it too.
+    status, body = await service.api(
+        "PATCH", f"/v1/facts/{body['fact']['id']}", json={"text": f"Code word {MARKERS['korean']}"}
+    )
+    assert status == 200, body
     await cover(service.store, user, "luna", 0)
     shared = summary(user, "luna", f"They share {MARKERS['chinese']} and {MARKERS['korean']}.", 0)
     await service.store.write(lambda tx: tx.summaries.put(shared))
@@ -327,6 +332,7 @@ async def test_forget_leaves_no_trace_on_disk(service, db_path, backend) -> None
     assert status == 200, body
     receipt = body["deleted"]
     assert receipt["messages"] == 3 and receipt["facts"] == 1 and receipt["summaries"] == 1
+    assert receipt["fact_history"] == 1
     assert receipt["search_index_rows"] == 5 and receipt["search_index_scrub_pending"] == 0
     assert receipt["metrics"] == 1 and receipt["sessions"] == 1 and receipt["raw_callbacks"] >= 3
     await service.store.checkpoint()

@@ -27,6 +27,8 @@ from agent_memory.web.answers import (
     Export,
     FactAdded,
     FactDeleted,
+    FactEdited,
+    FactHistoryAnswer,
     FactsAnswer,
     ForgetAnswer,
     Health,
@@ -173,6 +175,21 @@ class AsyncMemoryClient:
         """Remember a fact said by hand (pinned); `created` is false when it was already held."""
         body = {"text": text, "scope": scope}
         return await self.call(FactAdded, "POST", pair(user_id, character_id, "facts"), body=body)
+
+    async def edit_fact(
+        self, fact_id: int, *, text: str | None = None, pinned: bool | None = None
+    ) -> FactEdited:
+        """Change a fact by hand: its text (the old one kept as history) and/or whether it is pinned."""
+        body: dict[str, Any] = {}
+        if text is not None:
+            body["text"] = text
+        if pinned is not None:
+            body["pinned"] = pinned
+        return await self.call(FactEdited, "PATCH", path("v1", "facts", fact_id), body=body)
+
+    async def fact_history(self, fact_id: int) -> FactHistoryAnswer:
+        """Every text a fact had and when it held, oldest first."""
+        return await self.call(FactHistoryAnswer, "GET", path("v1", "facts", fact_id, "history"))
 
     async def delete_fact(self, fact_id: int) -> FactDeleted:
         """Forget one fact."""

@@ -92,6 +92,8 @@ class MemoryClient:
     summary = blocking(AsyncMemoryClient.summary)
     facts = blocking(AsyncMemoryClient.facts)
     add_fact = blocking(AsyncMemoryClient.add_fact)
+    edit_fact = blocking(AsyncMemoryClient.edit_fact)
+    fact_history = blocking(AsyncMemoryClient.fact_history)
     delete_fact = blocking(AsyncMemoryClient.delete_fact)
     condense = blocking(AsyncMemoryClient.condense)
     forget = blocking(AsyncMemoryClient.forget)

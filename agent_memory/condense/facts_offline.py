@@ -15,7 +15,7 @@ from agent_memory.condense.statements import (
     sentences,
 )
 from agent_memory.core.dates import annotate
-from agent_memory.core.facts import MAX_FACT_CHARS, fact_key
+from agent_memory.core.facts import MAX_FACT_CHARS, undated_key
 
 # -- facts from explicit requests and introductions -------------------------------------------
 EN_REMEMBER = re.compile(
@@ -178,16 +178,6 @@ def introductions(text: str) -> list[tuple[str, Scope]]:
 
 
 # -- facts -----------------------------------------------------------------------------------
-# A state fact's date ("(as of 2023-05-08)") says when it was true; the same statement on a
-# later day is the same fact, so facts are compared without it.
-STATE_DATE = re.compile(r"\s*\((?:as of |截至 ?)?\d{4}(?:-\d{2}){0,2}(?: 기준)?\)$")
-
-
-def undated_key(text: str) -> str:
-    """`core.facts.fact_key` of a fact without the date a state fact carries."""
-    return fact_key(STATE_DATE.sub("", text))
-
-
 def message_facts(text: str, at_ms: int) -> list[tuple[str, Scope]]:
     """The facts one user message states, with relative dates resolved against `at_ms`."""
     found = list(introductions(text))

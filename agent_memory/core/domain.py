@@ -25,8 +25,10 @@ __all__ = [
     "Binding",
     "ChannelBinding",
     "Fact",
+    "FactChange",
     "FactOrigin",
     "FactScope",
+    "FactVersion",
     "IdentitySource",
     "InboxEntry",
     "InboxStatus",
@@ -73,6 +75,9 @@ FactScope = Literal["user", "character"]
 # manual: said through the API (pinned); llm, offline: what condensing found.
 FactOrigin = Literal["manual", "llm", "offline"]
 SummaryMethod = Literal["llm", "offline"]
+# Why a fact's text stopped being current: edited by hand, reworded by the model, replaced by
+# a newer fact about the same subject, or no longer true (the model said so).
+FactChange = Literal["edited", "updated", "superseded", "ended"]
 
 
 @record
@@ -206,11 +211,26 @@ class Fact:
     origin: FactOrigin
     created_ms: int
     updated_ms: int
+    # Since when its text holds (it had others before: `FactVersion`s).
+    valid_from: int = 0
 
     @property
     def scope(self) -> FactScope:
         """user for a user-wide fact, character for one about a single character."""
         return "user" if self.character_id is None else "character"
+
+
+@record
+class FactVersion:
+    """One text a fact had and when it held; `valid_to` None: the text it has now."""
+
+    fact_id: int
+    text: str
+    origin: FactOrigin
+    valid_from: int
+    valid_to: int | None
+    # Why it stopped holding; None while it holds.
+    change: FactChange | None
 
 
 @record

@@ -6,6 +6,7 @@ uniqueness (`facts.norm`), the LLM condenser's sanitiser and the offline condens
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from agent_memory.errors import InvalidField
@@ -49,3 +50,66 @@ def clean_text(text: str) -> str:
     if len(cleaned) > MAX_FACT_CHARS:
         raise InvalidField(f"a fact is at most {MAX_FACT_CHARS} characters, got {len(cleaned)}")
     return cleaned
+
+
+# -- what a fact is about ----------------------------------------------------------------------
+# A state fact's date ("(as of 2023-05-08)") says when it was true; the same statement on a
+# later day is the same fact, so facts are compared without it.
+STATE_DATE = re.compile(r"\s*\((?:as of |截至 ?)?\d{4}(?:-\d{2}){0,2}(?: 기준)?\)$")
+# Who a fact is about when it says so: "The user …", "User's …", "I …" (the key's lower case).
+_ABOUT_USER = re.compile(r"^(?:the user s |the user |user s |user |i m |i am |i |my |we )")
+
+
+def undated_key(text: str) -> str:
+    """`fact_key` of a fact without the date a state fact carries."""
+    return fact_key(STATE_DATE.sub("", text))
+
+
+def near_key(text: str) -> str:
+    """The form near-duplicates share: undated, and without saying it is about the user.
+
+    "The user lives in Paris (as of 2026-01-05)", "lives in Paris" and "User lives in
+    Paris." are one fact; "lives in Lyon" is another.
+    """
+    key = undated_key(text)
+    return _ABOUT_USER.sub("", key, count=1) or key
+
+
+# The subjects a fact about the user can hold one value of at a time, tried on its `near_key`
+# (lower case, punctuation as spaces): a new value supersedes the old one, whose text is kept
+# as history. Conservative on purpose: a fact matching none is never superseded.
+_SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("residence", re.compile(
+        r"^(?:(?:currently|still|now|just|recently|finally|also|has|have|had|s|ve)\s+)*"
+        r"(?:lives?|living|is living|am living|resides?|moved|relocated|has moved)\s+(?:back\s+)?(?:in|to|into)\s+\S")),
+    ("job", re.compile(
+        r"^(?:(?:currently|still|now|has|have|just)\s+)*(?:works?|working|is working|started working)\s+as\s+\S"
+        r"|^job is\s+\S")),
+    ("employer", re.compile(r"^(?:(?:currently|still|now)\s+)*(?:works?|working|is working)\s+(?:at|for)\s+\S")),
+    ("name", re.compile(r"^name is\s+\S")),
+    ("nickname", re.compile(r"^(?:likes|prefers|wants) to be called\s+\S")),
+    ("age", re.compile(r"^(?:is|am)\s+\d{1,3}\s+(?:years|year)\s+old$")),
+    ("residence", re.compile(r"^(?:用户|我)(?:家|们)?(?:现在|目前|最近|刚刚|刚|已经|又|也)*(?:住在|搬到|搬去|搬来)")),
+    ("name", re.compile(r"^(?:用户|我)(?:叫|的名字是|的名字叫|名字叫)")),
+    ("residence", re.compile(r"^사용자는 .*(?:살아요|살고|삽니다|살아)")),
+)  # fmt: skip
+# "The user's favourite colour is blue", "The user's sister is called Mia": one value each.
+_OWN = re.compile(
+    r"^(?P<what>favou?rite [^ ]+(?: [^ ]+)?|(?:mom|mum|mother|dad|father|wife|husband|partner|boyfriend"
+    r"|girlfriend|fiance|fiancee|best friend)) (?:is|are)(?: called| named)? \S"
+)
+
+
+def fact_subject(text: str) -> str | None:
+    """What a fact says about the user that holds one value at a time (where they live, their
+    job, their name, a favourite …), or None when it is not such a fact.
+
+    Two current facts with one subject contradict each other: the newer supersedes the older.
+    """
+    key = undated_key(text)
+    about = _ABOUT_USER.sub("", key, count=1)
+    # "The user's sister …" is the user's; "Ann's sister …" is not known to be.
+    own = _OWN.match(about) if key.startswith(("the user s ", "user s ", "my ")) else None
+    if own is not None:
+        return own.group("what").replace("favourite", "favorite")
+    return next((name for name, pattern in _SUBJECTS if pattern.search(about)), None)

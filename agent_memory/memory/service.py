@@ -26,6 +26,7 @@ from agent_memory.core.domain import (
     ChannelBinding,
     Fact,
     FactScope,
+    FactVersion,
     InboxEntry,
     InboxStatus,
     Job,
@@ -339,8 +340,27 @@ class Memory:
         )
         return AddedFact(fact, created)
 
+    async def edit_fact(self, fact_id: int, *, text: str | None = None, pinned: bool | None = None) -> Fact:
+        """Change a fact by hand: its text (the old one kept as its history) and whether it is
+        pinned; a new text is said by hand, so it is pinned unless `pinned` says otherwise."""
+        if text is None and pinned is None:
+            raise InvalidField("give the fact's new text, pinned (true or false), or both")
+        cleaned = None if text is None else clean_text(text)
+        keep = pinned if pinned is not None or cleaned is None else True
+        fact = await self.store.write(lambda tx: tx.facts.edit(fact_id, text=cleaned, pinned=keep))
+        if fact is None:
+            raise NotFound(f"no fact with id {fact_id}")
+        return fact
+
+    async def fact_history(self, fact_id: int) -> list[FactVersion]:
+        """Every text a fact had and when it held, oldest first (the current one last, valid_to None)."""
+        versions = await self.store.read(lambda view: view.facts.history(fact_id))
+        if not versions:
+            raise NotFound(f"no fact with id {fact_id}")
+        return versions
+
     async def delete_fact(self, fact_id: int) -> None:
-        """Forget one fact, or NotFound."""
+        """Forget one fact (and every text it had), or NotFound."""
         if not await self.store.write(lambda tx: tx.facts.delete(fact_id)):
             raise NotFound(f"no fact with id {fact_id}")
 

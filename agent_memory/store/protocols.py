@@ -25,6 +25,7 @@ from agent_memory.core.domain import (
     Fact,
     FactOrigin,
     FactScope,
+    FactVersion,
     IdentitySource,
     InboxEntry,
     InboxStatus,
@@ -152,6 +153,10 @@ class FactReads(Protocol):
 
     def get(self, fact_id: int) -> Fact | None: ...
 
+    def history(self, fact_id: int) -> list[FactVersion]:
+        """Every text the fact had, oldest first, its current one last; [] for no such fact."""
+        ...
+
 
 class Facts(FactReads, Protocol):
     def add(
@@ -167,18 +172,34 @@ class Facts(FactReads, Protocol):
         """Remember a fact unless one saying the same exists; returns (fact, created).
 
         With scope user the fact holds for every character. Saying by hand (pinned) what
-        is already known pins it.
+        is already known pins it; a near-duplicate (`core.facts.near_key`) is the fact it
+        duplicates; a new value of a subject (`core.facts.fact_subject`) supersedes the fact
+        that held the old one (same id, the old text kept as history; created is True).
+        """
+        ...
+
+    def edit(self, fact_id: int, *, text: str | None = None, pinned: bool | None = None) -> Fact | None:
+        """Change a fact by hand (its old text kept as history); None if there is no such fact.
+
+        Conflict when the new text says what another fact of its scope already says.
         """
         ...
 
     def update(self, fact_id: int, text: str) -> bool:
-        """Reword a fact; when it then says what another one says, it goes instead."""
+        """Reword a fact (its old text kept as history); when it then says what another one
+        says, it ends instead."""
         ...
 
-    def delete(self, fact_id: int) -> bool: ...
+    def end(self, fact_id: int) -> bool:
+        """The fact no longer holds: kept as history (valid_to set), gone from what is remembered."""
+        ...
+
+    def delete(self, fact_id: int) -> bool:
+        """Forget a fact and its history."""
+        ...
 
     def delete_unpinned(self, user_id: str, character_id: str) -> int:
-        """Drop the pair's facts the model made (not pinned, not user-wide)."""
+        """Drop the pair's facts the model made (not pinned, not user-wide), with their history."""
         ...
 
 

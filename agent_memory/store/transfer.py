@@ -33,7 +33,7 @@ Progress = Callable[[str], None]
 # The tables copied row for row, parents before the rows that reference them.
 COPIED = (
     "inbox", "sessions", "bindings", "channel_bindings", "messages", "message_vectors",
-    "facts", "summaries", "jobs", "watched_agents", "agent_metrics", "llm_routes",
+    "facts", "fact_history", "summaries", "jobs", "watched_agents", "agent_metrics", "llm_routes",
     # After facts and summaries, whose triggers count versions: it replaces what they counted.
     "memory_versions",
     "api_keys", "forgets",

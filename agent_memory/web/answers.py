@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from agent_memory.core.domain import (
+    FactChange,
     FactOrigin,
     FactScope,
     IdentitySource,
@@ -155,6 +156,7 @@ class FactOut(Answer):
     origin: FactOrigin
     created_ms: int
     updated_ms: int
+    valid_from: int = Field(description="since when its text holds (epoch ms); its earlier texts: …/history")
 
 
 class FactsAnswer(Answer):
@@ -173,6 +175,7 @@ class FactAdded(Answer):
                     "fact": {
                         "id": 7, "text": "prefers to be called Ally", "scope": "character", "pinned": True,
                         "origin": "manual", "created_ms": 1793736960000, "updated_ms": 1793736960000,
+                        "valid_from": 1793736960000,
                     },
                     "created": True,
                 }
@@ -181,6 +184,51 @@ class FactAdded(Answer):
     )  # fmt: skip
     fact: FactOut
     created: bool
+
+
+class FactEdited(Answer):
+    """A fact changed by hand; its text before is in its history."""
+
+    fact: FactOut
+
+
+class FactVersionOut(Answer):
+    text: str
+    origin: FactOrigin
+    valid_from: int = Field(description="since when the text held (epoch ms)")
+    valid_to: int | None = Field(description="until when it held; null: the text the fact has now")
+    change: FactChange | None = Field(
+        description="why it stopped holding: edited by hand, updated by the model, superseded by a newer "
+        "fact about the same subject, or ended (no longer true); null while it holds"
+    )
+
+
+class FactHistoryAnswer(Answer):
+    """Every text a fact had, oldest first."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "fact_id": 7,
+                    "current": True,
+                    "versions": [
+                        {
+                            "text": "lives in Paris", "origin": "manual", "valid_from": 1793736960000,
+                            "valid_to": 1796415360000, "change": "superseded",
+                        },
+                        {
+                            "text": "moved to Lyon", "origin": "manual", "valid_from": 1796415360000,
+                            "valid_to": None, "change": None,
+                        },
+                    ],
+                }
+            ]
+        }
+    )  # fmt: skip
+    fact_id: int
+    current: bool = Field(description="false: the fact ended (no longer true) and only its history is kept")
+    versions: list[FactVersionOut] = Field(description="oldest first; the current text last")
 
 
 class FactDeleted(Answer):

@@ -32,6 +32,7 @@ from agent_memory.web.schemas import (
     MAX_QUERY_CHARS,
     BindBody,
     FactBody,
+    FactPatch,
     KeyBody,
 )
 
@@ -235,7 +236,34 @@ ROUTES: Final[tuple[Route, ...]] = (
         errors=BODY_ERRORS,
         extra_answers={200: a.FactAdded},
         description=f"At most {MAX_FACT_CHARS} characters, with a letter, number or symbol among them. "
-        "201 when new, 200 when already held.",
+        "201 when new, 200 when already held (a near-duplicate: the same words but for case, punctuation, "
+        "a state's date or saying 'the user'). A new value of what holds one at a time (where the user "
+        "lives, their job, name, a favourite…) supersedes the fact holding the old one: 201, same id, the "
+        "old text kept in its history.",
+    ),
+    Route(
+        "PATCH",
+        "/v1/facts/{fact_id}",
+        "edit_fact",
+        "Change a fact by hand",
+        "memory",
+        a.FactEdited,
+        body=FactPatch,
+        errors=(*BODY_ERRORS, 404, 409),
+        description="text and/or pinned. The old text is kept in the fact's history. A new text is said by "
+        "hand, so the fact becomes pinned unless pinned is given; 409 when another fact already says it.",
+    ),
+    Route(
+        "GET",
+        "/v1/facts/{fact_id}/history",
+        "fact_history",
+        "Every text a fact had",
+        "memory",
+        a.FactHistoryAnswer,
+        errors=(404, 422),
+        description="Oldest first, each with when it held (valid_from, valid_to) and why it stopped: edited, "
+        "updated by the model, superseded by a newer fact about the same subject, or ended. A fact that "
+        "ended is no longer current but its history stays until the fact is deleted or its user forgotten.",
     ),
     Route(
         "DELETE",

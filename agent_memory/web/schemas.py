@@ -47,6 +47,18 @@ class FactBody(BaseModel):
     scope: Literal["character", "user"] = "character"
 
 
+class FactPatch(BaseModel):
+    """`PATCH /v1/facts/{fact_id}`: a fact changed by hand (its text, whether it is pinned, or both)."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={"examples": [{"text": "moved to Lyon"}, {"pinned": False}], "minProperties": 1},
+    )
+    text: str | None = Field(default=None, min_length=1, max_length=MAX_FACT_CHARS)
+    pinned: bool | None = None
+
+
 class BindBody(BaseModel):
     """`POST …/bind`: the pair an agent run or a channel belongs to."""
 

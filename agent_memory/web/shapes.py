@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_memory.core.clock import format_datetime
-from agent_memory.core.domain import ApiKey, ChannelBinding, Fact, Job, Message, Session, Summary
+from agent_memory.core.domain import ApiKey, ChannelBinding, Fact, FactVersion, Job, Message, Session, Summary
 from agent_memory.core.recall import Recall, RecalledMemory
 
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name", "content")
@@ -49,6 +49,18 @@ def fact_json(fact: Fact) -> dict[str, Any]:
         "origin": fact.origin,
         "created_ms": fact.created_ms,
         "updated_ms": fact.updated_ms,
+        "valid_from": fact.valid_from,
+    }
+
+
+def fact_version_json(version: FactVersion) -> dict[str, Any]:
+    """One text a fact had, and when it held."""
+    return {
+        "text": version.text,
+        "origin": version.origin,
+        "valid_from": version.valid_from,
+        "valid_to": version.valid_to,
+        "change": version.change,
     }
 
 

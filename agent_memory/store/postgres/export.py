@@ -37,8 +37,13 @@ class PostgresExport(Repository):
             (user_id,),
         )
         facts = self._all(
-            "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms FROM facts "
+            "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms, valid_from FROM facts "
             f"WHERE user_id = %s ORDER BY character_id {C}, created_ms, id",
+            (user_id,),
+        )
+        fact_history = self._all(
+            "SELECT fact_id, character_id, text, origin, valid_from, valid_to, change FROM fact_history "
+            "WHERE user_id = %s ORDER BY fact_id, valid_from, id",
             (user_id,),
         )
         summaries = self._all(
@@ -55,7 +60,7 @@ class PostgresExport(Repository):
             f"WHERE user_id = %s ORDER BY channel {C}",
             (user_id,),
         )
-        if not (sessions or messages or facts or summaries or bindings or channel_bindings):
+        if not (sessions or messages or facts or fact_history or summaries or bindings or channel_bindings):
             return None
         agent_ids = [row["agent_id"] for row in sessions]
         jobs = self._all(
@@ -82,6 +87,7 @@ class PostgresExport(Repository):
             sessions=sessions,
             messages=messages,
             facts=facts,
+            fact_history=fact_history,
             summaries=summaries,
             bindings=bindings,
             channel_bindings=channel_bindings,

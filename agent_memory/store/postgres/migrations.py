@@ -333,6 +333,27 @@ def m009_watch_max_history(conn: psycopg.Connection) -> None:
     _run(conn, "ALTER TABLE watched_agents ADD COLUMN max_history integer")
 
 
+@migration
+def m010_fact_history(conn: psycopg.Connection) -> None:
+    """Facts keep their history: since when a fact's text holds, and every text it had before."""
+    # A current fact stays in `facts` (what every reader of memory reads, unfiltered); a text
+    # it no longer says, or a fact that ended, is a row here with when it held (valid_to set).
+    _run(
+        conn,
+        "ALTER TABLE facts ADD COLUMN valid_from bigint",
+        "UPDATE facts SET valid_from = coalesce(updated_ms, created_ms)",
+        """CREATE TABLE fact_history (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, fact_id bigint NOT NULL,
+            user_id text NOT NULL, character_id text NOT NULL, text text NOT NULL, origin text,
+            valid_from bigint NOT NULL, valid_to bigint NOT NULL, change text NOT NULL)""",
+        "CREATE INDEX fact_history_fact ON fact_history (fact_id, valid_from)",
+        # Forget deletes a user's (or a pair's) history by pair.
+        "CREATE INDEX fact_history_pair ON fact_history (user_id, character_id)",
+        # What was said is kept out of the planner's statistics, as m005 did for the rest.
+        "ALTER TABLE fact_history ALTER COLUMN text SET STATISTICS 0",
+    )
+
+
 def applied(conn: psycopg.Connection) -> list[str]:
     """The migrations the database has, in order."""
     exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()

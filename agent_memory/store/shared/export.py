@@ -27,6 +27,7 @@ def export_report(
     sessions: Rows,
     messages: Rows,
     facts: Rows,
+    fact_history: Rows,
     summaries: Rows,
     bindings: Rows,
     channel_bindings: Rows,
@@ -46,6 +47,8 @@ def export_report(
     for row in facts:
         row["scope"] = fact_scope(row["character_id"])
         row["pinned"] = bool(row["pinned"])
+    for row in fact_history:
+        row["scope"] = fact_scope(row["character_id"])
     for row in summaries:
         row["meta"] = _parsed(row["meta"])
     for row in watched:
@@ -55,13 +58,14 @@ def export_report(
         row["body"] = _parsed(row["body"])
     characters = sorted(
         {row["character_id"] for row in (*sessions, *messages, *summaries)}
-        | {row["character_id"] for row in facts if row["character_id"] != USER_WIDE}
+        | {row["character_id"] for row in (*facts, *fact_history) if row["character_id"] != USER_WIDE}
     )
     return {
         "user_id": user_id,
         "characters": characters,
         "counts": {
             "sessions": len(sessions), "messages": len(messages), "facts": len(facts),
+            "fact_history": len(fact_history),
             "summaries": len(summaries), "bindings": len(bindings),
             "channel_bindings": len(channel_bindings), "jobs": len(jobs),
             "followed_agents": len(watched), "metrics": len(metrics), "raw_callbacks": len(raw),
@@ -70,6 +74,7 @@ def export_report(
         "messages": messages,
         "summaries": summaries,
         "facts": facts,
+        "fact_history": fact_history,
         "bindings": bindings,
         "channel_bindings": channel_bindings,
         "jobs": jobs,

@@ -29,6 +29,7 @@ HELD: tuple[Held, ...] = (
     # Before messages, whose trigger would otherwise take them uncounted.
     Held("embeddings", "message_vectors", "pair"),
     Held("messages", "messages", "pair"),
+    Held("fact_history", "fact_history", "pair"),  # the texts facts had, and facts that ended
     Held("facts", "facts", "pair"),  # a pair's forget: user-wide facts are not the pair's
     Held("summaries", "summaries", "pair"),
     Held("jobs", "jobs", "pair"),

@@ -39,8 +39,13 @@ class SQLiteExport(Repository):
             (user_id,),
         )
         facts = self._all(
-            "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms FROM facts "
+            "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms, valid_from FROM facts "
             "WHERE user_id = ? ORDER BY character_id, created_ms, id",
+            (user_id,),
+        )
+        fact_history = self._all(
+            "SELECT fact_id, character_id, text, origin, valid_from, valid_to, change FROM fact_history "
+            "WHERE user_id = ? ORDER BY fact_id, valid_from, id",
             (user_id,),
         )
         summaries = self._all(
@@ -57,7 +62,7 @@ class SQLiteExport(Repository):
             "WHERE user_id = ? ORDER BY channel",
             (user_id,),
         )
-        if not (sessions or messages or facts or summaries or bindings or channel_bindings):
+        if not (sessions or messages or facts or fact_history or summaries or bindings or channel_bindings):
             return None
         agent_ids = [row["agent_id"] for row in sessions]
         jobs = self._all(
@@ -86,6 +91,7 @@ class SQLiteExport(Repository):
             sessions=sessions,
             messages=messages,
             facts=facts,
+            fact_history=fact_history,
             summaries=summaries,
             bindings=bindings,
             channel_bindings=channel_bindings,

@@ -546,3 +546,20 @@ def m018_forgets(db: Database) -> None:
 def m019_watch_max_history(db: Database) -> None:
     """How many messages a followed agent holds itself (Agora's llm.max_history): a refresh leaves them out."""
     db.execute("ALTER TABLE watched_agents ADD COLUMN max_history INTEGER")
+
+
+@migrations()
+def m020_fact_history(db: Database) -> None:
+    """Facts keep their history: since when a fact's text holds, and every text it had before."""
+    # A current fact stays in `facts` (what every reader of memory reads, unfiltered); a text
+    # it no longer says, or a fact that ended, is a row here with when it held (valid_to set).
+    db.execute("ALTER TABLE facts ADD COLUMN valid_from INTEGER")
+    db.execute("UPDATE facts SET valid_from = coalesce(updated_ms, created_ms)")
+    db.execute(
+        "CREATE TABLE fact_history (id INTEGER PRIMARY KEY, fact_id INTEGER NOT NULL, user_id TEXT NOT NULL, "
+        "character_id TEXT NOT NULL, text TEXT NOT NULL, origin TEXT, valid_from INTEGER NOT NULL, "
+        "valid_to INTEGER NOT NULL, change TEXT NOT NULL)"
+    )
+    db.execute("CREATE INDEX fact_history_fact ON fact_history (fact_id, valid_from)")
+    # Forget deletes a user's (or a pair's) history by pair.
+    db.execute("CREATE INDEX fact_history_pair ON fact_history (user_id, character_id)")

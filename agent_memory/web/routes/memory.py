@@ -18,6 +18,7 @@ from agent_memory.web.keys import MEMORY
 from agent_memory.web.schemas import (
     BindBody,
     FactBody,
+    FactPatch,
     channel_of,
     job_status_query,
     one_of,
@@ -29,6 +30,7 @@ from agent_memory.web.schemas import (
 from agent_memory.web.shapes import (
     channel_binding_json,
     fact_json,
+    fact_version_json,
     job_json,
     message_json,
     recall_json,
@@ -130,6 +132,27 @@ async def add_fact(request: web.Request) -> web.Response:
     added = await request.app[MEMORY].add_fact(user_id, character_id, body.text, body.scope)
     return json_response(
         {"fact": fact_json(added.fact), "created": added.created}, status=201 if added.created else 200
+    )
+
+
+@routes.patch("/v1/facts/{fact_id}")
+async def edit_fact(request: web.Request) -> web.Response:
+    fact_id = path_id(request, "fact_id")
+    body = await read_model(request, FactPatch)
+    fact = await request.app[MEMORY].edit_fact(fact_id, text=body.text, pinned=body.pinned)
+    return json_response({"fact": fact_json(fact)})
+
+
+@routes.get("/v1/facts/{fact_id}/history")
+async def fact_history(request: web.Request) -> web.Response:
+    fact_id = path_id(request, "fact_id")
+    versions = await request.app[MEMORY].fact_history(fact_id)
+    return json_response(
+        {
+            "fact_id": fact_id,
+            "current": versions[-1].valid_to is None,
+            "versions": [fact_version_json(version) for version in versions],
+        }
     )
 
 
