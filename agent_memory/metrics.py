@@ -113,6 +113,12 @@ class Metrics:
         )  # fmt: skip
         self._condense_tokens = counter("condense_llm_tokens_sent", "Tokens sent to the condensing LLM")
         self._condense_messages = counter("condense_messages", "Messages condensed into summaries and facts")
+        self._fact_decisions = counter(
+            "condense_fact_decisions",
+            "The condensing LLM's decisions on candidate facts (add, update, delete, none), and those "
+            "ignored (malformed, or aimed at an unknown or pinned fact)",
+            "decision", known=("add", "update", "delete", "none", "ignored"),
+        )  # fmt: skip
         self._polls = counter(
             "poll_windows",
             "History windows polled from running agents, by outcome (gone: the agent ended)",
@@ -170,6 +176,12 @@ class Metrics:
         self._condense_seconds.labels(method).observe(seconds)
         self._condense_tokens.inc(tokens_sent)
         self._condense_messages.inc(messages)
+
+    def fact_decisions(self, counts: Mapping[str, int]) -> None:
+        """The condensing LLM decided these about candidate facts (none for the offline condenser)."""
+        for decision, count in counts.items():
+            if count:
+                self._fact_decisions.labels(decision).inc(count)
 
     def polled(self, outcome: PollOutcome, *, lag_s: float, new_messages: int = 0) -> None:
         """A followed agent's poll ended; it started `lag_s` after it was due."""

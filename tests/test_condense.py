@@ -146,9 +146,11 @@ async def test_request_asks_for_strict_json_schema(fake: FakeOpenAI, condenser: 
     assert response_format["json_schema"]["strict"] is True
     schema = response_format["json_schema"]["schema"]
     assert schema == output_json_schema()
-    assert set(schema["properties"]) == {"summary", "add_facts", "update_facts", "remove_facts"}
+    assert set(schema["properties"]) == {"summary", "facts"}
     objects = list(walk_objects(schema))
-    assert len(objects) == 3  # the output, FactAdd, FactUpdate
+    assert len(objects) == 2  # the answer, one decision
+    decision = schema["$defs"]["FactDecision"]
+    assert decision["properties"]["event"]["enum"] == ["ADD", "UPDATE", "DELETE", "NONE"]
     for obj in objects:
         assert obj["additionalProperties"] is False
         assert obj["required"] == list(obj["properties"])
@@ -330,18 +332,12 @@ async def test_malformed_twice_is_bad_output_after_two_calls(
         "malformed",
         {"add_facts": [], "update_facts": [], "remove_facts": []},
         {**GOOD, "summary": "x" * 4001},
-        {**GOOD, "add_facts": [{"text": "", "scope": "user"}]},
-        {**GOOD, "add_facts": [{"text": "x" * (MAX_FACT_CHARS + 1), "scope": "user"}]},
-        {**GOOD, "add_facts": [{"text": "ok", "scope": "world"}]},
         Reply(content=""),  # a 200 without content
     ],
     ids=[
         "not-json",
         "no-summary",
         "long-summary",
-        "empty-fact",
-        "long-fact",
-        "scope",
         "no-content",
     ],
 )
@@ -355,6 +351,27 @@ async def test_one_bad_answer_then_valid_succeeds(
     assert result.summary == GOOD["summary"]
     assert fake.calls == 2
     assert result.tokens_sent == sum(estimate_prompt_tokens(body) for body in fake.requests)
+
+
+@pytest.mark.parametrize(
+    "bad_fact",
+    [
+        {"text": "", "scope": "user"},
+        {"text": "x" * (MAX_FACT_CHARS + 1), "scope": "user"},
+        {"text": "ok", "scope": "world"},
+    ],
+    ids=["empty-fact", "long-fact", "scope"],
+)
+async def test_one_bad_fact_is_ignored_and_counted_not_asked_again(
+    fake: FakeOpenAI, condenser: LLMCondenser, bad_fact: Any
+) -> None:
+    fake.script({**GOOD, "add_facts": [*GOOD["add_facts"], bad_fact]})
+
+    result = await condenser.condense(job())
+
+    assert fake.calls == 1 and result.summary == GOOD["summary"]
+    assert result.add_facts == [FactAdd(text="The user's exam is on the 22nd.", scope="user")]
+    assert result.fact_decisions["ignored"] == 1 and result.fact_decisions["add"] == 1
 
 
 # -- pinned facts ---------------------------------------------------------------------------

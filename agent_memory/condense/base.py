@@ -92,6 +92,9 @@ class CondenseResult(BaseModel):
     model: str
     tokens_sent: int = 0
     fallback_reason: str | None = None
+    # The model's fact decisions by kind (add, update, delete, none) and those it made that
+    # could not be used (ignored: malformed, or aimed at an unknown or pinned fact).
+    fact_decisions: dict[str, int] = Field(default_factory=dict)
 
     # Shortcuts, so callers can read `result.summary` as well as `result.output.summary`.
     @property

@@ -23,7 +23,7 @@ from agent_memory.condense.prompt import (
     SYSTEM_PROMPT,
     build_user_content,
     describe_problem,
-    parse_output,
+    parse_answer,
     response_format,
 )
 from agent_memory.core.clock import retry_after_s
@@ -91,7 +91,7 @@ class LLMCondenser:
             content, prompt_tokens = await self._complete(messages)
             tokens_sent += prompt_tokens
             try:
-                output = parse_output(content or "")
+                output, decisions = parse_answer(content or "")
             except ValidationError as exc:
                 problem = describe_problem(exc) if content else "the answer had no text"
                 log.warning(
@@ -109,14 +109,26 @@ class LLMCondenser:
                 messages = [*messages[:2], retry_note]
                 continue
             clean = sanitize(output, job.facts)
-            dropped = output.change_count() - clean.change_count()
-            if dropped:
+            # What is applied, by kind; the rest of what the model decided could not be used.
+            made = sum(decisions.values())
+            decisions.update(
+                add=len(clean.add_facts), update=len(clean.update_facts), delete=len(clean.remove_facts)
+            )
+            decisions["ignored"] = made - sum(count for kind, count in decisions.items() if kind != "ignored")
+            if decisions["ignored"]:
                 log.info(
-                    "condense %s: dropped %d fact change(s) aimed at pinned, unknown or duplicate facts",
+                    "condense %s: ignored %d fact decision(s): malformed, or aimed at pinned, unknown or "
+                    "duplicate facts",
                     pair_ref(job.user_id, job.character_id),
-                    dropped,
+                    decisions["ignored"],
                 )
-            return CondenseResult(output=clean, method="llm", model=self.model, tokens_sent=tokens_sent)
+            return CondenseResult(
+                output=clean,
+                method="llm",
+                model=self.model,
+                tokens_sent=tokens_sent,
+                fact_decisions=decisions,
+            )
         raise LLMBadOutput(f"the LLM answered {MAX_ATTEMPTS} times without valid {SCHEMA_NAME} JSON")
 
     async def _complete(self, messages: list[ChatCompletionMessageParam]) -> tuple[str | None, int]:

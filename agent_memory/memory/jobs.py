@@ -141,7 +141,8 @@ def apply_result(
             changes["updated"] += int(tx.facts.update(update.id, update.text))
     for fact_id in result.remove_facts:
         if fact_id in known and fact_id not in pinned:
-            changes["removed"] += int(tx.facts.delete(fact_id))
+            # No longer true: kept as the fact's history (valid_to set), gone from memory.
+            changes["removed"] += int(tx.facts.end(fact_id))
     return changes
 
 
@@ -332,6 +333,7 @@ class CondenseJobs:
             self.metrics.condensed(
                 result.method, took, tokens_sent=result.tokens_sent, messages=len(messages)
             )
+            self.metrics.fact_decisions(result.fact_decisions)
 
         def commit(tx: Transaction) -> dict[str, int]:
             changes = apply_result(tx, job, messages, result, previous, read_ms)

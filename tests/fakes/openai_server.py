@@ -1,7 +1,7 @@
 """A fake OpenAI-compatible chat completions endpoint on loopback, driven by the real SDK.
 
     async with FakeOpenAI() as fake:
-        fake.script(500, "malformed", {"summary": "…", "add_facts": [], …})
+        fake.script(500, "malformed", {"summary": "…", "facts": [{"event": "ADD", …}]})
         settings = Settings(openai_base_url=fake.base_url, openai_api_key="test", …)
 
 Each request takes the next scripted answer; with the queue empty it answers a valid
@@ -63,7 +63,7 @@ def echo_update(body: dict[str, Any]) -> dict[str, Any]:
     texts = [m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "user"]
     lines = [match.group("text") for text in texts for match in LAST_USER_LINE.finditer(text)]
     summary = f"Echo: {lines[-1]}" if lines else "Echo: nothing new."
-    return {"summary": summary, "add_facts": [], "update_facts": [], "remove_facts": []}
+    return {"summary": summary, "facts": []}
 
 
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:
