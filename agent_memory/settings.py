@@ -72,6 +72,9 @@ ENVIRONMENT: dict[str, str] = {
     "recall_max_tokens": "AGENT_MEMORY_RECALL_MAX_TOKENS",
     "recall_timeout_ms": "AGENT_MEMORY_RECALL_TIMEOUT_MS",
     "recall_brief_ms": "AGENT_MEMORY_RECALL_BRIEF_MS",
+    "recall_rerank": "AGENT_MEMORY_RECALL_RERANK",
+    "recall_rerank_candidates": "AGENT_MEMORY_RECALL_RERANK_CANDIDATES",
+    "recall_rerank_timeout_ms": "AGENT_MEMORY_RECALL_RERANK_TIMEOUT_MS",
     "upstream_base_url": "AGENT_MEMORY_UPSTREAM_BASE_URL",
     "upstream_api_key": "AGENT_MEMORY_UPSTREAM_API_KEY",
     "upstream_model": "AGENT_MEMORY_UPSTREAM_MODEL",
@@ -193,6 +196,13 @@ class Settings(BaseModel):
     recall_timeout_ms: float = Field(30, gt=0)
     # A pair whose last recall read in less is recalled on the event loop (SQLite); 0: never.
     recall_brief_ms: float = Field(4.0, ge=0)
+    # Recalled memories reordered by the LLM (OPENAI_BASE_URL / OPENAI_API_KEY, llm_model): the
+    # best `candidates` of a recall, within `timeout_ms` (and a live call's recall deadline);
+    # past it, or on any error, the order recall gave stands (memory/rerank.py). Off: an LLM
+    # round trip is far slower than recall itself.
+    recall_rerank: bool = False
+    recall_rerank_candidates: int = Field(8, ge=2, le=50)
+    recall_rerank_timeout_ms: float = Field(800, gt=0)
     upstream_base_url: str | None = None
     upstream_api_key: str | None = None
     upstream_model: str | None = None
@@ -245,6 +255,15 @@ class Settings(BaseModel):
                 f"AGENT_MEMORY_DB must be a file path, sqlite:///path or postgresql://…, not {given!r}"
             )
         return values
+
+    @model_validator(mode="after")
+    def _rerank_needs_an_llm(self) -> Settings:
+        """Reranking asks the LLM: without one configured the setting would silently do nothing."""
+        if self.recall_rerank and not self.llm_configured:
+            raise ValueError(
+                "AGENT_MEMORY_RECALL_RERANK needs an LLM: set OPENAI_BASE_URL (or OPENAI_API_KEY) too"
+            )
+        return self
 
     @property
     def backend(self) -> str:

@@ -6,11 +6,16 @@ only when it is chosen, so a service without an LLM never loads the `openai` SDK
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agent_memory.condense.base import Condenser
 from agent_memory.condense.offline import OfflineCondenser
 from agent_memory.settings import Settings
 
-__all__ = ["Condenser", "make_condenser"]
+if TYPE_CHECKING:
+    from agent_memory.condense.openai_compatible import LLMRanker
+
+__all__ = ["Condenser", "make_condenser", "make_ranker"]
 
 
 def make_condenser(settings: Settings) -> Condenser:
@@ -20,3 +25,12 @@ def make_condenser(settings: Settings) -> Condenser:
 
         return LLMCondenser(settings)
     return OfflineCondenser()
+
+
+def make_ranker(settings: Settings) -> LLMRanker | None:
+    """The LLM that reorders recalled memories when AGENT_MEMORY_RECALL_RERANK is on, else None."""
+    if not settings.recall_rerank:
+        return None
+    from agent_memory.condense.openai_compatible import LLMRanker
+
+    return LLMRanker(settings)

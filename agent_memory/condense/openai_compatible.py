@@ -1,4 +1,5 @@
-"""The OpenAI-compatible condenser: one chat completion with a strict JSON schema per job.
+"""The OpenAI-compatible condenser: one chat completion with a strict JSON schema per job; and
+the reranker of recalled memories (`LLMRanker`, off unless AGENT_MEMORY_RECALL_RERANK).
 
 Works with OpenAI and any server speaking its chat completions API (vLLM, Ollama, LM Studio,
 …). This is the only module of the service that imports `openai`; the prompt and schema are
@@ -8,6 +9,7 @@ Works with OpenAI and any server speaking its chat completions API (vLLM, Ollama
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import cast
 
 import openai
@@ -26,6 +28,7 @@ from agent_memory.condense.prompt import (
     parse_answer,
     response_format,
 )
+from agent_memory.condense.rerank import RERANK_PROMPT, parse_order, rerank_content, rerank_format
 from agent_memory.core.clock import retry_after_s
 from agent_memory.core.render import render_transcript
 from agent_memory.core.tokens import count_message_tokens
@@ -158,5 +161,47 @@ class LLMCondenser:
 
     async def close(self) -> None:
         """Close the HTTP client if this condenser created it."""
+        if self._owns_client:
+            await self.client.close()
+
+
+class LLMRanker:
+    """Orders recalled memories by how well they answer what was said, through the same endpoint."""
+
+    def __init__(self, settings: Settings, *, client: AsyncOpenAI | None = None) -> None:
+        """Use `client` if given (the caller then owns it), else build one from `settings`."""
+        self.model = settings.llm_model
+        self.timeout_s = settings.recall_rerank_timeout_ms / 1000
+        self._owns_client = client is None
+        self.client = client or AsyncOpenAI(
+            api_key=settings.openai_api_key or "not-needed",
+            base_url=settings.openai_base_url,
+            timeout=self.timeout_s,
+            max_retries=0,  # no time for a second try within a recall
+        )
+
+    async def order(self, q: str, texts: Sequence[str]) -> list[int]:
+        """The numbers of `texts`, the most useful first (some may be left out); LLMError if
+        the model cannot say."""
+        try:
+            completion = await self.client.chat.completions.create(
+                model=self.model,
+                messages=[
+                    {"role": "system", "content": RERANK_PROMPT},
+                    {"role": "user", "content": rerank_content(q, texts)},
+                ],
+                response_format=cast(ResponseFormatJSONSchema, rerank_format()),
+                temperature=0,
+            )
+        except openai.OpenAIError as exc:
+            raise map_openai_error(
+                exc, self.timeout_s, url=str(self.client.base_url), model=self.model
+            ) from exc
+        choices = getattr(completion, "choices", None)
+        content = choices[0].message.content if choices else None
+        return parse_order(content, len(texts))
+
+    async def close(self) -> None:
+        """Close the HTTP client if this ranker created it."""
         if self._owns_client:
             await self.client.close()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar, cast
 
+from agent_memory.condense import make_ranker
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import now_ms
 from agent_memory.core.context import Context, build_context, recall_budget, with_recall
@@ -67,6 +68,7 @@ from agent_memory.logs import pair_ref
 from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
+from agent_memory.memory.rerank import Rerank
 from agent_memory.memory.retention import Progress, PurgeReport, Retention
 from agent_memory.memory.tokenizer import use_tokenizer
 from agent_memory.memory.warming import Warming
@@ -180,6 +182,16 @@ class Memory:
         self.forget_listeners: list[Callable[[str, str | None], None]] = []
         # Pairs' recall indexes read into memory as their calls start.
         self.warming = Warming(store)
+        ranker = make_ranker(settings)
+        self.rerank = (
+            None
+            if ranker is None
+            else Rerank(
+                ranker,
+                candidates=settings.recall_rerank_candidates,
+                timeout_ms=settings.recall_rerank_timeout_ms,
+            )
+        )
         if metrics is not None:
             contexts = self.contexts
             metrics.add_reported(
@@ -191,6 +203,12 @@ class Memory:
                 "Pairs' recall indexes read into memory as their calls started",
                 self.warming.report,
             )
+            if self.rerank is not None:
+                metrics.add_reported(
+                    "recall_rerank",
+                    "Recalls sent to the LLM to be reordered, by outcome (only reordered uses its answer)",
+                    self.rerank.report,
+                )
 
     # health
 
@@ -259,6 +277,10 @@ class Memory:
             found = await self._read_indexed(
                 read, behind=lambda view: replace(read(view), index_lag=view.recall.lag(user_id, scoped))
             )
+        if self.rerank is not None:
+            # A live call's recall (indexed_only) is cut at its deadline: leave it time to answer.
+            left_ms = self.settings.recall_timeout_ms - (time.perf_counter() - started) * 1000 - 1
+            found = await self.rerank(found, within_ms=left_ms if indexed_only else None)
         self._recalled(scope, started, found)
         return found
 

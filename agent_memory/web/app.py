@@ -104,6 +104,8 @@ async def store_context(app: web.Application) -> AsyncIterator[None]:
         log.warning("the database answers after %.0f s: starting", time.monotonic() - waiting_since)
     yield
     await app[MEMORY].warming.close()  # no warming read left for a closed store
+    if (rerank := app[MEMORY].rerank) is not None:
+        await rerank.close()
     await asyncio.get_running_loop().run_in_executor(None, store.close)
 
 
