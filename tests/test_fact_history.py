@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import TOKEN, assert_error, seed
+from conftest import TOKEN, assert_error, condense, said, seed
 from sqlite_utils import Database
 
 from agent_memory.client import AsyncMemoryClient
@@ -234,3 +234,41 @@ async def test_postgres_upgrade_keeps_the_facts(pg_cluster: Any, monkeypatch: An
         conn.execute(OLD_FACT)
     monkeypatch.undo()
     await upgraded(url)
+
+
+async def test_the_offline_condenser_supersedes_where_the_user_lives(start_service) -> None:
+    service = await start_service(summary_delay_s=0, job_sweep_s=3600)
+    await seed(service, "u-ann", "luna", "AGENT-1", said("I live in Paris.", start_ms=1_763_690_000_000))
+    await condense(service)
+    (paris,) = [f for f in (await facts_of(service)) if "Paris" in f["text"]]
+    await seed(service, "u-ann", "luna", "AGENT-2", said("We moved to Lyon.", start_ms=1_766_000_000_000))
+    await condense(service)
+    now = await facts_of(service)
+    assert [f["text"] for f in now if "Paris" in f["text"] or "Lyon" in f["text"]] == [
+        "The user moved to Lyon (2025-12-17)"
+    ]
+    versions = (await history(service, paris["id"]))["versions"]
+    assert [(v["text"], v["origin"], v["change"]) for v in versions] == [
+        (paris["text"], "offline", "superseded"), ("The user moved to Lyon (2025-12-17)", "offline", None),
+    ]  # fmt: skip
+
+
+async def test_a_model_made_fact_never_supersedes_one_said_by_hand(service) -> None:
+    _, pinned = await add(service, "lives in Paris", scope="user")
+    fact, created = await service.store.write(
+        lambda tx: tx.facts.add(
+            "u-ann", "luna", "The user moved to Lyon", scope="user", pinned=False, origin="llm"
+        )
+    )
+    assert created and fact.id != pinned["id"]
+    assert await current_texts(service) == ["lives in Paris", "The user moved to Lyon"]
+    # Said by hand, the new value supersedes either.
+    status, by_hand = await add(service, "lives in Rome", scope="user")
+    assert status == 201 and by_hand["id"] == fact.id
+    assert await current_texts(service) == ["lives in Paris", "lives in Rome"]
+
+
+async def facts_of(service: Any) -> list[dict[str, Any]]:
+    status, body = await service.api("GET", PAIR + "/facts")
+    assert status == 200, body
+    return list(body["facts"])
