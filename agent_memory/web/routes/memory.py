@@ -137,8 +137,9 @@ async def add_fact(request: web.Request) -> web.Response:
 
 @routes.patch("/v1/facts/{fact_id}")
 async def edit_fact(request: web.Request) -> web.Response:
-    fact_id = path_id(request, "fact_id")
+    # The body first, as every JSON route does: JSON it cannot read is a 400 whatever the path.
     body = await read_model(request, FactPatch)
+    fact_id = path_id(request, "fact_id")
     fact = await request.app[MEMORY].edit_fact(fact_id, text=body.text, pinned=body.pinned)
     return json_response({"fact": fact_json(fact)})
 
