@@ -60,6 +60,9 @@ ENVIRONMENT: dict[str, str] = {
     "job_sweep_s": "AGENT_MEMORY_JOB_SWEEP_S",
     "condense_concurrency": "AGENT_MEMORY_CONDENSE_CONCURRENCY",
     "refresh_interval_s": "AGENT_MEMORY_REFRESH_INTERVAL_S",
+    "follow_recall": "AGENT_MEMORY_FOLLOW_RECALL",
+    "follow_recall_debounce_s": "AGENT_MEMORY_FOLLOW_RECALL_DEBOUNCE_S",
+    "follow_recall_max_tokens": "AGENT_MEMORY_FOLLOW_RECALL_MAX_TOKENS",
     "retention_max_messages": "AGENT_MEMORY_RETENTION_MAX_MESSAGES",
     "retention_max_age_days": "AGENT_MEMORY_RETENTION_MAX_AGE_DAYS",
     "raw_retention_days": "AGENT_MEMORY_RAW_RETENTION_DAYS",
@@ -177,6 +180,11 @@ class Settings(BaseModel):
     condense_concurrency: int = Field(4, ge=1, le=256)
 
     refresh_interval_s: float = Field(60.0, ge=0)
+    # While a refreshed agent runs (one not on the custom-LLM endpoint), recall for the user's new
+    # turns and push what it does not hold (memory/follow_recall.py): at most once per debounce.
+    follow_recall: bool = True
+    follow_recall_debounce_s: float = Field(3.0, ge=0)
+    follow_recall_max_tokens: int = Field(300, ge=50)
 
     retention_max_messages: int = Field(0, ge=0)  # per (user, character); 0 keeps all
     retention_max_age_days: float = Field(0, ge=0)  # 0 keeps all

@@ -11,10 +11,13 @@ business only in the last step: `AgentControl.update_system_messages`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent_memory.condense.base import CondenseResult
 from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import Session, Watch
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.errors import AgentMemoryError, Conflict, NotFound
 from agent_memory.memory.service import Memory
@@ -35,6 +38,21 @@ class AgentControl(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Composed:
+    """What a push to a running agent starts from: its watch, its session, and its own system
+    messages followed by its pair's memory (`tokens`: the memory's)."""
+
+    watch: Watch
+    session: Session
+    messages: SystemMessages
+    tokens: int
+
+
+# What a push sends after the memory (the in-call recall's block, memory/follow_recall.py).
+Extra = Callable[[Composed], Awaitable[SystemMessages]]
+
+
 class Refresher:
     """Decides when a running agent's memory is pushed, builds it, and records what went."""
 
@@ -44,6 +62,7 @@ class Refresher:
         self.settings = memory.settings
         self.store = memory.store
         self.control = control
+        self.extra: Extra | None = None
 
     async def on_condensed(self, user_id: str, character_id: str, result: CondenseResult) -> None:
         """A pair's memory changed: ask for a push into each of its running agents."""
@@ -72,6 +91,19 @@ class Refresher:
 
         Without `force` a list equal to the last one sent is not sent again.
         """
+        composed = await self.compose(agent_id)
+        messages = composed.messages
+        if self.extra is not None:
+            messages = messages + await self.extra(composed)
+        watch = composed.watch
+        if not force and watch.last_pushed_json and watch.last_pushed == messages:
+            await self.store.write(lambda tx: tx.watches.pushed(agent_id, None))
+            return messages
+        await self.send(agent_id, messages, composed.tokens)
+        return messages
+
+    async def compose(self, agent_id: str) -> Composed:
+        """The running agent's own system messages followed by its pair's memory, fresh."""
         watch = await self.store.read(lambda view: view.watches.get(agent_id))
         if watch is None:
             raise NotFound(f"agent {agent_id} is not followed by this service")
@@ -96,12 +128,11 @@ class Refresher:
             style=watch.style or DEFAULT_STYLE,
             exclude_agent_id=agent_id,
         )
-        messages = base + context.system_messages
-        if not force and watch.last_pushed_json and watch.last_pushed == messages:
-            await self.store.write(lambda tx: tx.watches.pushed(agent_id, None))
-            return messages
+        return Composed(watch, session, base + context.system_messages, context.tokens)
+
+    async def send(self, agent_id: str, messages: SystemMessages, tokens: int) -> None:
+        """Replace the running agent's system messages with `messages`, and record them as sent."""
         await self.control.update_system_messages(agent_id, messages)
         await self.store.write(lambda tx: tx.watches.pushed(agent_id, messages))
         log.info("pushed %d system messages (%d tokens) into agent %s",
-                 len(messages), context.tokens, agent_id)  # fmt: skip
-        return messages
+                 len(messages), tokens, agent_id)  # fmt: skip

@@ -9,11 +9,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from agent_memory.memory.follow_recall import FollowRecall
 from agent_memory.memory.refresh import AgentControl, Refresher
 from agent_memory.memory.service import Memory
 from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.client import AgoraClient
-from agent_memory.platforms.agora.keys import AGORA, LLM_PROXY, POLLER, REFRESHER
+from agent_memory.platforms.agora.keys import AGORA, FOLLOW, LLM_PROXY, POLLER, REFRESHER
 from agent_memory.platforms.agora.llm_proxy import LlmProxy
 from agent_memory.platforms.agora.poller import Poller
 from agent_memory.platforms.agora.routes import AgentRoutes
@@ -61,12 +62,19 @@ def install(app: web.Application, memory: Memory) -> None:
         async with aiohttp.ClientSession() as session:
             client = AgoraClient(settings, session)
             refresher = Refresher(memory, client if metrics is None else CountedPushes(client, metrics))
-            poller = Poller(memory, client, refresher)
+            follow = FollowRecall(memory, refresher)
+            poller = Poller(memory, client, refresher, follow=follow)
             app[AGORA] = client
+            app[FOLLOW] = follow
             app[REFRESHER] = refresher
             app[POLLER] = poller
             if memory.jobs is not None:
                 memory.jobs.listeners.append(refresher.on_condensed)
+            if metrics is not None:
+                metrics.add_reported(
+                    "follow_recall", "Memories recalled for a running call's new turns and pushed into it",
+                    follow.stats.report,
+                )  # fmt: skip
             if settings.agora_configured:
                 await poller.start()
             else:

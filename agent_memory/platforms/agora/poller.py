@@ -20,6 +20,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from agent_memory.core.clock import Backoff, now_ms
 from agent_memory.core.domain import Watch
 from agent_memory.errors import AgentMemoryError, AgoraNotFound
+from agent_memory.memory.follow_recall import FollowRecall
 from agent_memory.memory.refresh import Refresher
 from agent_memory.memory.schedule import start_interval
 from agent_memory.memory.service import Memory
@@ -47,14 +48,17 @@ class Poller:
         *,
         rng: random.Random | None = None,
         sweep_s: float = 0.5,
+        follow: FollowRecall | None = None,
     ) -> None:
-        """Follow agents for `memory`; `refresher` (default: one over `client`) sends due refreshes."""
+        """Follow agents for `memory`; `refresher` (default: one over `client`) sends due refreshes;
+        `follow` is told of new turns and pushes the memories recalled for them."""
         self.settings = settings = memory.settings
         self.memory = memory
         self.client = client
         self.refresher = refresher or Refresher(memory, client)
         self.rng = rng or random.Random()
         self.sweep_s = sweep_s
+        self.follow = follow
         self.scheduler: AsyncIOScheduler | None = None
         self._slots = asyncio.Semaphore(settings.poll_concurrency)
         self._in_flight: dict[str, asyncio.Task[None]] = {}
@@ -101,6 +105,10 @@ class Poller:
             key = f"push:{watch.agent_id}"
             if key not in self._in_flight:
                 self._track(key, self.refresher.push_quietly(watch.agent_id))
+        if self.follow is not None:
+            for agent_id in self.follow.due():
+                if f"follow:{agent_id}" not in self._in_flight:
+                    self._track(f"follow:{agent_id}", self.follow.push_due(agent_id))
         return started
 
     async def run_due_now(self) -> None:
@@ -128,6 +136,8 @@ class Poller:
                     agent_id, "agent not found on Agora (404)", "not found on Agora while polling"
                 )
                 log.info("agent %s is gone (404): no longer followed", agent_id)
+                if self.follow is not None:
+                    self.follow.ended(agent_id)
                 if metrics is not None:
                     metrics.polled("gone", lag_s=lag_s)
                 return
@@ -138,12 +148,15 @@ class Poller:
                 if metrics is not None:
                     metrics.polled("failed", lag_s=lag_s)
                 return
+            window = history_window(agent_id, answer)
             outcome = await self.memory.merge_window(
-                history_window(agent_id, answer),
+                window,
                 now_ms(),
                 then=lambda tx: tx.watches.polled(agent_id, next_poll_ms=self.next_poll_ms(), error=None),
             )
             self.windows_merged += 1
+            if self.follow is not None:
+                self.follow.seen(watch, window, outcome)
             if metrics is not None:
                 metrics.polled("merged", lag_s=lag_s, new_messages=outcome.new_messages)
             if outcome.new_messages:
