@@ -16,13 +16,14 @@ import pytest
 from conftest import TOKEN, live, poll, pushed_list, said, seed, watch_of
 
 from agent_memory.core.clock import now_ms
+from agent_memory.core.tokens import count_message_tokens
 from agent_memory.platforms.agora.keys import FOLLOW, POLLER
 
 pytestmark = pytest.mark.postgres
 
 USER, CHARACTER = "u-follow", "luna"
 OWN = [{"role": "system", "content": "Answer in two sentences."}]
-HOUR_MS = 3_600_000
+DEBOUNCE_S = 60
 # An earlier call: what the user said about their sister is too old for the start context
 # (which keeps only the last two turns here), so only a recall brings it into the call.
 EARLIER = (
@@ -65,11 +66,11 @@ class Call:
 
     async def debounce_passes(self) -> None:
         """The debounce is over: a sweep pushes what waited for it."""
-        self.offset_ms += HOUR_MS
+        self.offset_ms += DEBOUNCE_S * 1000 + 1
         await self.service.server.app[POLLER].run_due_now()
 
 
-async def start_call(service: Any, fake: Any, name: str = "luna-follow") -> Call:
+async def start_call(service: Any, fake: Any, name: str = "luna-follow", **extra: Any) -> Call:
     """The pair's earlier call is stored, then an agent is started through the service."""
     await seed(service, USER, CHARACTER, f"OLD-{name}", said(*EARLIER, start_ms=1_790_000_000_000))
     join = {
@@ -83,11 +84,13 @@ async def start_call(service: Any, fake: Any, name: str = "luna-follow") -> Call
                 "url": "https://llm.example/v1/chat/completions",
                 "max_history": 8,
                 "system_messages": OWN,
+                "api_key": "sk-caller",
+                "params": {"model": "gpt-4o-mini"},
             },
         },
     }
     status, answer = await service.api(
-        "POST", "/v1/agents", json={"user_id": USER, "character_id": CHARACTER, "join": join}
+        "POST", "/v1/agents", json={"user_id": USER, "character_id": CHARACTER, "join": join, **extra}
     )
     assert status == 201, answer
     assert MARA not in json.dumps(answer["system_messages"])  # not in the start context
@@ -95,7 +98,7 @@ async def start_call(service: Any, fake: Any, name: str = "luna-follow") -> Call
 
 
 async def follow_service(start_service: Any, fake: Any, **overrides: Any) -> Any:
-    settings = {"context_recent_messages": 2, "follow_recall_debounce_s": 60, **overrides}
+    settings = {"context_recent_messages": 2, "follow_recall_debounce_s": DEBOUNCE_S, **overrides}
     return await live(start_service, fake, **settings)
 
 
@@ -133,7 +136,9 @@ async def test_new_user_turns_make_one_debounced_push_carrying_the_recalled_memo
     pushed = pushed_list(fake.updates[0])
     # The agent's own messages, then its memory as a refresh sends it, then the recalled block.
     assert pushed[: len(OWN)] == OWN
-    assert MARA in block_of(fake.updates[0]) and block_of(fake.updates[0]).startswith("Memories recalled")
+    block = block_of(fake.updates[0])
+    assert MARA in block and block.startswith("Memories recalled")
+    assert count_message_tokens(block) <= service.settings.follow_recall_max_tokens
     # Nothing of the running call comes back to the agent that holds it.
     assert "How is Mara getting on" not in json.dumps(pushed)
     watch = await watch_of(service, call.agent_id)
@@ -172,6 +177,23 @@ async def test_a_second_turn_on_the_same_topic_pushes_nothing_again(start_servic
     assert status == 200 and answer["system_messages"][-1]["content"] == block
 
 
+async def test_the_block_keeps_within_its_budget_newest_first(start_service, fake):
+    budget = 60  # the heading and one memory
+    service = await follow_service(start_service, fake, follow_recall_max_tokens=budget)
+    call = await start_call(service, fake)
+    await call.says("How is Mara getting on these days?")
+    await call.debounce_passes()
+    await call.says("Did I ever tell you about my pottery classes?")
+    await call.debounce_passes()
+    assert len(fake.updates) == 2
+    first, second = block_of(fake.updates[0]), block_of(fake.updates[1])
+    assert MARA in first and count_message_tokens(first) <= budget
+    # Both do not fit: the newer memory crowds the older out (the agent no longer holds it).
+    assert "pottery classes on Tuesdays" in second and MARA not in second
+    assert count_message_tokens(second) <= budget
+    assert (await stats(service))["memories_pushed"] == 2
+
+
 async def test_with_the_setting_off_new_turns_push_nothing(start_service, fake):
     service = await follow_service(start_service, fake, follow_recall=False)
     assert service.server.app[FOLLOW].settings.follow_recall is False
@@ -183,6 +205,18 @@ async def test_with_the_setting_off_new_turns_push_nothing(start_service, fake):
     assert fake.updates == []
     counted = await stats(service)
     assert counted["pushes"] == 0 and counted["debounced"] == 0
+
+
+async def test_an_agent_on_the_custom_llm_endpoint_gets_no_pushes(start_service, fake):
+    service = await follow_service(start_service, fake, public_url="https://memory.example.com")
+    call = await start_call(service, fake, memory_llm=True)  # recalled for at every turn already
+    await call.says("How is Mara getting on these days?")
+    await call.debounce_passes()
+    await call.says("Is she still teaching piano in Lisbon?")
+    await call.debounce_passes()
+    assert fake.updates == []
+    counted = await stats(service)
+    assert counted["custom_llm"] == 1 and counted["pushes"] == 0
 
 
 async def test_a_failed_update_is_counted_and_the_next_turn_tries_again(start_service, fake):

@@ -91,6 +91,8 @@ class FollowStats:
     skipped_repeat: int = 0
     debounced: int = 0
     nothing_recalled: int = 0
+    # What was recalled was new but longer than the block's whole budget.
+    over_budget: int = 0
     failed: int = 0
     not_pushable: int = 0
     custom_llm: int = 0
@@ -189,16 +191,16 @@ class FollowRecall:
             log.warning("pushing recalled memory into agent %s failed: %s", agent_id, exc.message)
 
     async def _push(self, agent_id: str, followed: Followed, query: str) -> None:
+        if await self.memory.store.read(lambda view: bool(view.llm_routes.of_agent(agent_id))):
+            # Its every turn is recalled for at the custom-LLM endpoint already.
+            followed.off, followed.block, followed.window = "custom-llm", [], frozenset()
+            self.stats.custom_llm += 1
+            return
         try:
             composed = await self.refresher.compose(agent_id)
         except (Conflict, NotFound):  # not refreshed, stopped or gone: nothing may be pushed
             self.stats.not_pushable += 1
             self.ended(agent_id)
-            return
-        if await self.memory.store.read(lambda view: bool(view.llm_routes.of_agent(agent_id))):
-            # Its every turn is recalled for at the custom-LLM endpoint already.
-            followed.off, followed.block, followed.window = "custom-llm", [], frozenset()
-            self.stats.custom_llm += 1
             return
         session = composed.session
         if (session.user_id, session.character_id) != (followed.user_id, followed.character_id):
@@ -215,11 +217,14 @@ class FollowRecall:
         if not await self._current(agent_id, followed):
             return
         held = {item.key for item in followed.block} | followed.window | texts_of(composed.messages)
-        fresh = [_item(memory) for memory in found.memories if not _held(memory, held)]
-        room = budget - count_message_tokens(HEADING)
-        fresh = [item for item in fresh if item.tokens <= room]
-        if not fresh:
+        unheld = [memory for memory in found.memories if not _held(memory, held)]
+        if not unheld:
             self.stats.skipped_repeat += 1
+            return
+        room = budget - count_message_tokens(HEADING)
+        fresh = [item for item in (_item(memory, room) for memory in unheld) if item is not None]
+        if not fresh:
+            self.stats.over_budget += 1
             return
         block = _fit(fresh + followed.block, room)
         messages = composed.messages + _shaped(block, composed.watch.style)
@@ -275,9 +280,15 @@ def _held(memory: RecalledMemory, held: AbstractSet[str]) -> bool:
     return key in held or any(key in line for line in held if len(line) >= len(key))
 
 
-def _item(memory: RecalledMemory) -> Item:
-    lines = "\n".join([memory_line(memory), *(context_line(turn) for turn in memory.context)])
-    return Item(text_key(memory.text), lines, count_tokens(lines) + 1)
+def _item(memory: RecalledMemory, room: int) -> Item | None:
+    """The memory with the turns said around it, or alone if they do not fit in `room`; None if
+    it does not either."""
+    for context in (memory.context, ()):
+        lines = "\n".join([memory_line(memory), *(context_line(turn) for turn in context)])
+        tokens = count_tokens(lines) + 1
+        if tokens <= room:
+            return Item(text_key(memory.text), lines, tokens)
+    return None
 
 
 def _fit(items: list[Item], room: int) -> list[Item]:
