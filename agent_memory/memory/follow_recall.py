@@ -132,7 +132,8 @@ class FollowRecall:
             outcome.user_id,
             outcome.character_id,
         ):
-            followed = Followed(outcome.user_id, outcome.character_id, since_ms=stamp, polled_ms=stamp)
+            # `since_ms` is compared with a forget's time, so it is the wall clock's, not the debounce's.
+            followed = Followed(outcome.user_id, outcome.character_id, since_ms=now_ms(), polled_ms=stamp)
             self._followed[watch.agent_id] = followed
         if followed.off is not None:
             return
