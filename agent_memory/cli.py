@@ -43,7 +43,7 @@ from agent_memory.errors import (
 )
 from agent_memory.logs import configure_logging
 from agent_memory.memory.service import Condensed, Memory
-from agent_memory.platforms.agora.events import parse_callback
+from agent_memory.platforms.agora.events import looks_like_callback, parse_callback
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
 from agent_memory.web.answers import (
@@ -345,7 +345,7 @@ def read_callback_files(paths: Sequence[str]) -> tuple[list[tuple[Path, dict[str
                 problems.append(f"{file}: not JSON ({exc})")
                 continue
             for item in data if isinstance(data, list) else [data]:
-                if isinstance(item, dict) and "noticeId" in item:
+                if looks_like_callback(item):
                     envelopes.append((file, item))
     return envelopes, problems
 

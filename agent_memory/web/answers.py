@@ -27,7 +27,6 @@ from agent_memory.core.domain import (
     SessionStatus,
     SummaryMethod,
 )
-from agent_memory.core.events import OutcomeStatus
 from agent_memory.store.types import MentionRole, SearchMethod
 
 # A key that some answers leave out (rather than send as null): described by its value alone,
@@ -585,7 +584,7 @@ class KeyRevoked(Answer):
     revoked: KeyOut
 
 
-# Agora: agents, following, rendering, the webhook
+# Agora: agents, following, rendering (the webhook's answer is platforms/agora/webhook.py's)
 
 
 class MemoryPlanOut(Answer):
@@ -629,16 +628,6 @@ class Unwatched(Answer):
 
 class Rendered(Answer):
     messages: list[Object] = Field(description="plain OpenAI chat messages")
-
-
-class WebhookAnswer(Answer):
-    """What Agora's notification service is answered once a callback is committed."""
-
-    code: Literal[0]
-    message: Literal["ok"]
-    noticeId: str
-    status: OutcomeStatus
-    new_messages: int
 
 
 class ChatCompletion(BaseModel):

@@ -23,6 +23,7 @@ from agent_memory.core.facts import MAX_FACT_CHARS
 from agent_memory.memory.retention import PurgeReport
 from agent_memory.platforms.agora.custom_llm import ChatCompletionRequest
 from agent_memory.platforms.agora.routes import RenderBody, StartBody, WatchBody
+from agent_memory.platforms.agora.webhook import WebhookAnswer
 from agent_memory.web import answers as a
 from agent_memory.web.auth import ROUTE_SCOPES
 from agent_memory.web.schemas import (
@@ -591,7 +592,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "agora_webhook",
         "Agora's notification callbacks (signed)",
         "webhooks",
-        a.WebhookAnswer,
+        WebhookAnswer,
         errors=(400, 401, 413, 422, 503),
         auth="signature",
         reads_body=True,
@@ -783,7 +784,6 @@ NAMED_EXAMPLES: Final[dict[str, Any]] = {
     "agent_id": "366YCNGT3TP2WA6A62BUEAWSB",
     "session": "366YCNGT3TP2WA6A62BUEAWSB",
     "channel": "alice-luna-1103",
-    "noticeId": "2000001428:4330:107",
     "rtc_uid": "1001",
     "q": "cat",
     "terms": ["cat"],

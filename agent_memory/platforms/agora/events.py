@@ -67,6 +67,11 @@ KINDS: dict[type[AgentPayload], EventKind] = {
 ParsedEvent = SessionEvent | Outcome
 
 
+def looks_like_callback(item: object) -> bool:
+    """Whether a JSON value read from a file is a callback envelope (it carries a noticeId)."""
+    return isinstance(item, dict) and "noticeId" in item
+
+
 def read_envelope(body: bytes | str) -> tuple[Envelope, str]:
     """The envelope and the body as text, or InvalidJSON saying what is wrong."""
     data = read_json(body)  # the raw bytes were valid UTF-8 if this returns

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from aiohttp import web
+from pydantic import ConfigDict
 
-from agent_memory.core.events import Outcome, RawEvent, SessionEvent
+from agent_memory.core.events import Outcome, OutcomeStatus, RawEvent, SessionEvent
 from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
 from agent_memory.logs import RateLimitedLog
 from agent_memory.metrics import Metrics
@@ -17,6 +19,7 @@ from agent_memory.platforms.agora.payloads import PAYLOAD_MODELS
 from agent_memory.platforms.agora.signatures import verify_agora
 from agent_memory.settings import Settings
 from agent_memory.web.address import client_address
+from agent_memory.web.answers import Answer
 from agent_memory.web.http import read_body
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,30 @@ log = logging.getLogger(__name__)
 Accept = Callable[[RawEvent, SessionEvent | Outcome], Awaitable[Outcome]]
 # Event types counted under their own label; any other number a sender makes up is `other`.
 KNOWN_TYPES = {event_type: str(event_type) for event_type in PAYLOAD_MODELS}
+
+
+class WebhookAnswer(Answer):
+    """What Agora's notification service is answered once a callback is committed."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "code": 0,
+                    "message": "ok",
+                    "noticeId": "2000001428:4330:107",
+                    "status": "done",
+                    "new_messages": 2,
+                }
+            ]
+        }
+    )
+    # Agora reads only the 200; its wire name, noticeId, says which callback this answers.
+    code: Literal[0]
+    message: Literal["ok"]
+    noticeId: str
+    status: OutcomeStatus
+    new_messages: int
 
 
 def rejection(exc: Exception) -> str:
@@ -73,15 +100,14 @@ class AgoraReceiver:
             raw.event_id, raw.event_type, outcome.agent_id or "-", outcome.status,
             f" (+{outcome.new_messages} messages)" if outcome.new_messages else "",
         )  # fmt: skip
-        return web.json_response(
-            {
-                "code": 0,
-                "message": "ok",
-                "noticeId": raw.event_id,
-                "status": outcome.status,
-                "new_messages": outcome.new_messages,
-            }
+        answer = WebhookAnswer(
+            code=0,
+            message="ok",
+            noticeId=raw.event_id,
+            status=outcome.status,
+            new_messages=outcome.new_messages,
         )
+        return web.json_response(answer.model_dump())
 
     async def verified_body(self, request: web.Request) -> bytes:
         """The raw body, within the size and time allowed and signed with the webhook secret."""
