@@ -613,7 +613,7 @@ def print_stats(stats: dict[str, Any]) -> None:
             print(f"{key:<22} {value['count']} of {value['of']} ({share})")
             if key == "unidentified_sessions" and value["count"]:
                 print(f"{'':<22} no user label: kept under rtc:<uid> or channel:<name>; "
-                      "see the README's Identity section")  # fmt: skip
+                      "see Identity in docs/memory.md")  # fmt: skip
         elif key in LATENCY_TABLES:
             print(LATENCY_TABLES[key] + ("" if value else "          none recorded"))
             if value:

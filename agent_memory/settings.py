@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent_memory.errors import InvalidField
 from agent_memory.logs import LOG_LEVELS, LogFormat
 
-# field name -> environment variable; the table in README.md mirrors this.
+# field name -> environment variable; docs/settings.md's table is generated from this (cog).
 ENVIRONMENT: dict[str, str] = {
     "db_path": "AGENT_MEMORY_DB",
     "tokenizer": "AGENT_MEMORY_TOKENIZER",
@@ -87,6 +87,15 @@ ENVIRONMENT: dict[str, str] = {
     "metrics": "AGENT_MEMORY_METRICS",
     "metrics_public": "AGENT_MEMORY_METRICS_PUBLIC",
 }
+# field name -> the `serve` flag that overrides its variable (cli.py); docs/settings.md shows both.
+FLAGS: dict[str, str] = {
+    "db_path": "--db",
+    "host": "--host",
+    "port": "--port",
+    "allow_open_api": "--allow-open-api",
+    "insecure_webhooks": "--insecure-dev-webhooks",
+    "log_level": "--log-level",
+}
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -110,123 +119,235 @@ def parse_networks(given: str | Iterable[str]) -> tuple[Network, ...]:
 class Settings(BaseModel):
     """Everything the service can be told; defaults run the embedded SQLite service."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Each field's docstring is its description: docs/settings.md is generated from them.
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     # AGENT_MEMORY_DB: a file path or sqlite:///path (the embedded SQLite store), or a
     # postgresql:// URL, which the validator below moves to `postgres_url`.
     db_path: Path = Path("./agent_memory.db")
+    """The SQLite file (a path or `sqlite:///path`), or a `postgresql://user:password@host:port/database` URL
+    (many instances on one PostgreSQL).
+    """
     postgres_url: str | None = Field(None, pattern=r"^postgres(ql)?://")
+    """Set from `AGENT_MEMORY_DB` when it is a `postgresql://` URL."""
     # How long a claim (a condense job, a followed agent, a cluster-wide sweep) held by an
     # instance outlives that instance on a shared database before another takes it over.
     lease_s: float = Field(30.0, gt=0)
+    """PostgreSQL: how long a condense job, a followed agent or a cluster-wide sweep claimed by an instance
+    stays claimed after that instance stops renewing it (it died).
+    """
     host: str = "127.0.0.1"
+    """Address to listen on."""
     port: int = Field(8080, ge=0, le=65535)
+    """Port to listen on."""
     # The admin key of /v1 (scoped keys: POST /v1/keys). Unset, /v1 is open: serve refuses that
     # on an address other than loopback unless allow_open_api says it is meant.
     api_token: str | None = None
+    """The admin key of `/v1/*`; once set, every `/v1` route needs it or a scoped key (`POST /v1/keys`)."""
     allow_open_api: bool = False
+    """Serve `/v1` with no token on an address other than loopback (refused otherwise; warns)."""
     # Reverse proxies whose X-Forwarded-For names the client (web/address.py): comma-separated
     # IPs and CIDRs. None by default: the peer is the client, whatever a header says.
     trusted_proxies: tuple[Network, ...] = ()
+    """Comma-separated IPs and CIDRs (`10.0.0.5, 10.1.0.0/16`) of reverse proxies whose `X-Forwarded-For` names
+    the client: wrong keys are then counted per client (the right-most entry that is not a listed proxy),
+    not per proxy; from any other peer the header is ignored.
+    """
 
     webhook_secret: str | None = None
+    """The secret of Agora's notification (NCS) configuration, not the REST customer secret; without it
+    callbacks are refused.
+    """
     insecure_webhooks: bool = False
+    """Accept unsigned callbacks when no secret is set (development only; warns at start)."""
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest callback or request body."""
     # A request body must arrive whole within this (a stalled one is answered 408 and dropped):
     # callbacks and API bodies are small, so 15 s only cuts off a sender that stopped sending.
     body_timeout_s: float = Field(15.0, gt=0, le=60)
+    """Seconds a request body may take to arrive; a stalled one is answered 408 and its connection closed."""
     label_user_key: str = "user_id"
+    """The label key that names the user."""
     label_character_key: str = "character_id"
+    """The label key that names the character."""
     default_character: str = "default"
+    """The character when labels name none."""
 
     context_max_tokens: int = Field(1500, ge=50)
+    """Default budget of `system_messages`."""
     # What every token budget is counted with: o200k_base (GPT-4o and later) or cl100k_base,
     # exactly and offline, or the estimate (no tokenizer; close to o200k for English and CJK only).
     tokenizer: Literal["o200k_base", "cl100k_base", "estimate"] = "o200k_base"
+    """What every token budget (start context, recall, the custom-LLM endpoint's memories, the offline
+    condenser's summaries) is counted with: `o200k_base` (GPT-4o and later), `cl100k_base` (GPT-4,
+    GPT-3.5) — exact, offline — or `estimate` (no tokenizer; see its errors per language in memory.md).
+    """
     context_recent_messages: int = Field(100, ge=0, le=2000)
+    """Most recent messages considered for the transcript."""
 
     agora_app_id: str | None = None
+    """Agora's app id, for its REST API (following running agents, `POST /v1/agents`)."""
     agora_customer_id: str | None = None
+    """Agora REST customer id (Basic auth, with the customer secret)."""
     agora_customer_secret: str | None = None
+    """Agora REST customer secret."""
     agora_api_base: str = "https://api.agora.io/api/conversational-ai-agent"
+    """Agora REST base URL (regional hosts)."""
     agora_token: str | None = None
+    """Token auth for Agora REST, instead of the customer id and secret."""
     agora_timeout_s: float = Field(10.0, gt=0)
+    """Per-request timeout of Agora REST calls."""
     agora_max_retries: int = Field(3, ge=0)
+    """Retries of an Agora REST call on 429, 5xx and timeouts."""
     poll_interval_s: float = Field(5.0, gt=0)
+    """How often a running agent's history is read."""
     poll_concurrency: int = Field(32, ge=1)
+    """How many running agents' histories are read at once."""
 
     openai_api_key: str | None = None
+    """Key of the OpenAI-compatible endpoint (OpenAI, Azure, vLLM, Ollama); with neither it nor the base URL
+    set, the offline condenser runs.
+    """
     openai_base_url: str | None = None
+    """Any OpenAI-compatible endpoint; unset: OpenAI's (with a key) or the offline condenser (without)."""
     llm_model: str = "gpt-4o-mini"
+    """The condenser's model."""
     llm_timeout_s: float = Field(30.0, gt=0)
+    """Per-call timeout of the condenser's LLM: the whole wait for a hung endpoint."""
     # The SDK's own retries, each waiting llm_timeout_s again: off, so that a hung endpoint costs
     # the configured wait; condense and embed jobs retry anyway, with back-off.
     llm_max_retries: int = Field(0, ge=0)
+    """The SDK's own retries on top, each waiting the timeout again (jobs retry anyway, with back-off)."""
 
     # Semantic recall: off unless a model is named; endpoint and key default to OPENAI_*.
     embeddings_model: str | None = None
+    """Embedding model for semantic recall (e.g. `text-embedding-3-small`); unset, off. Messages are embedded
+    in the background by `embed` jobs, stored beside them and deleted with them.
+    """
     embeddings_base_url: str | None = None
+    """The OpenAI-compatible `/v1/embeddings` endpoint (default: `OPENAI_BASE_URL`); background requests use
+    the LLM timeout and retries.
+    """
     embeddings_api_key: str | None = None
+    """Its key (default: `OPENAI_API_KEY`)."""
     embeddings_dimensions: int | None = Field(None, ge=1)
+    """`dimensions` passed to the endpoint (text-embedding-3 models can shorten vectors); unset: the model's
+    own.
+    """
     embeddings_timeout_s: float = Field(2.0, gt=0)  # a recall waits no longer for its query's vector
+    """How long a recall waits for its question's vector before it answers from keywords alone."""
 
     summary_delay_s: float = Field(60.0, ge=0)
+    """Debounce after a pair's last new message before it is condensed."""
     summary_max_wait_s: float = Field(300.0, ge=0)
+    """Condense a running conversation at least this often."""
     # A call's whole transcript (103) arrived: no more turns to wait for.
     summary_after_call_s: float = Field(5.0, ge=0)
+    """The debounce once a call's whole transcript (103) has arrived: no more turns are coming."""
     summary_max_messages: int = Field(40, ge=1)
+    """Condense a running conversation at least every this many messages."""
     job_max_attempts: int = Field(6, ge=1)
+    """Failures before a job is dead."""
     job_sweep_s: float = Field(1.0, gt=0)
+    """How often due jobs are looked for."""
     condense_concurrency: int = Field(4, ge=1, le=256)
+    """Condense jobs (LLM calls) running at once."""
 
     refresh_interval_s: float = Field(60.0, ge=0)
+    """At most one memory push per running agent per interval."""
     # While a refreshed agent runs (one not on the custom-LLM endpoint), recall for the user's new
     # turns and push what it does not hold (memory/follow_recall.py): at most once per debounce.
     follow_recall: bool = True
+    """While an agent not on the custom-LLM endpoint runs, recall for the user's new turns (seen by the
+    poller) and push what the agent does not hold with the live refresh; `0` turns it off.
+    """
     follow_recall_debounce_s: float = Field(3.0, ge=0)
+    """New user turns are gathered this long before one follow-recall push."""
     follow_recall_max_tokens: int = Field(300, ge=50)
+    """Budget of the follow-recall block pushed into a running agent's system messages."""
 
     retention_max_messages: int = Field(0, ge=0)  # per (user, character); 0 keeps all
+    """Keep at most this many messages per user and character (0 keeps all)."""
     retention_max_age_days: float = Field(0, ge=0)  # 0 keeps all
+    """Remove messages older than this (0 keeps all)."""
     raw_retention_days: float = Field(7, ge=0)  # processed raw callbacks; 0 keeps them
+    """Keep processed raw callbacks this long (they repeat the message text; 0 keeps them)."""
     retention_sweep_s: float = Field(3600, gt=0)
+    """How often retention runs."""
 
     # Where Agora reaches this service (https://memory.example.com): POST /v1/agents with
     # memory_llm points the agent's llm.url here.
     public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+    """Where Agora reaches this service (`https://memory.example.com`): `memory_llm` and `llm-block` put
+    `<it>/v1/llm/chat/completions` in `llm.url`.
+    """
 
     # The custom-LLM endpoint (POST /v1/llm/chat/completions): the bearer Agora sends
     # (llm.api_key) besides per-agent keys; recall per turn within a budget and a deadline;
     # the OpenAI-compatible upstream it forwards to (defaults: OPENAI_BASE_URL, OPENAI_API_KEY,
     # the request's own model); how long a reply waits for the next request to say how it was heard.
     llm_token: str | None = None
+    """The bearer (`llm.api_key`) `POST /v1/llm/chat/completions` accepts besides per-agent keys minted by
+    `POST /v1/agents`; with neither, every call is 401.
+    """
     recall_max_tokens: int = Field(400, ge=50)
+    """Budget of the memories the custom-LLM endpoint adds to each request."""
     recall_timeout_ms: float = Field(30, gt=0)
+    """Recall deadline per custom-LLM request; past it the request goes on without memory (counted in `GET
+    /v1/llm/stats`).
+    """
     # A pair whose last recall read in less is recalled on the event loop (SQLite); 0: never.
     recall_brief_ms: float = Field(4.0, ge=0)
+    """A pair whose last recall read in under this is recalled on the event loop (SQLite), saving a thread
+    hand-off; such a read cannot be cut short at the deadline (one that overruns still counts as a miss), so
+    `0` keeps every recall on a reader thread.
+    """
     # Recalled memories reordered by the LLM (OPENAI_BASE_URL / OPENAI_API_KEY, llm_model): the
     # best `candidates` of a recall, within `timeout_ms` (and a live call's recall deadline);
     # past it, or on any error, the order recall gave stands (memory/rerank.py). Off: an LLM
     # round trip is far slower than recall itself.
     recall_rerank: bool = False
+    """Reorder recalled memories with the configured LLM, within the recall's deadline; on a timeout or error
+    recall's own order stands.
+    """
     recall_rerank_candidates: int = Field(8, ge=2, le=50)
+    """How many of a recall's best memories the LLM reorders."""
     recall_rerank_timeout_ms: float = Field(800, gt=0)
+    """How long a rerank may take (a live call's recall deadline caps it too)."""
     upstream_base_url: str | None = None
+    """The OpenAI-compatible LLM the custom-LLM endpoint forwards to (default: `OPENAI_BASE_URL`, else OpenAI;
+    a per-agent route's own upstream wins).
+    """
     upstream_api_key: str | None = None
+    """Its key (default: `OPENAI_API_KEY`)."""
     upstream_model: str | None = None
+    """Model to ask the upstream for (default: the request's `model`)."""
     upstream_connect_timeout_s: float = Field(5.0, gt=0)
+    """Connecting to the upstream."""
     upstream_first_byte_timeout_s: float = Field(30.0, gt=0)
+    """Wait for the upstream's answer, and at most between two of its chunks (504 / a final error event)."""
     llm_reply_settle_s: float = Field(20.0, ge=0)
+    """A relayed reply is recorded when the run's next request shows how it was heard, or after this long."""
 
     # GET /metrics (Prometheus); with an API token set it asks for it or an admin key, unless metrics_public.
     metrics: bool = True
+    """`GET /metrics` for Prometheus; `0` turns the endpoint and all counting off."""
     metrics_public: bool = False
+    """`1`: `/metrics` answers without the API token even when one is set."""
 
     group_commit_max: int = Field(256, ge=1)
+    """Most callbacks one group commit takes."""
     log_level: str = "INFO"
+    """`DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL` (another word is refused at start); commands other
+    than `serve` log at `WARNING` unless given `--log-level`.
+    """
     log_format: LogFormat = "text"
+    """`text` lines, or `json`: one JSON object per line."""
     # `serve` runs on uvloop where it is installed (not on Windows); "asyncio" declines it.
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """`serve`'s event loop: `uvloop` (installed with the package except on Windows, where asyncio's runs), or
+    `asyncio`; the start line says which runs.
+    """
 
     @field_validator("log_level")
     @classmethod

@@ -252,7 +252,7 @@ class Server:
 
 
 def print_summary(summary: Mapping[str, Any]) -> None:
-    """The one-line JSON the README table is made from; always the last line printed."""
+    """The one-line JSON the table of docs/benchmarks.md is made from; always the last line printed."""
     print(json.dumps(summary, ensure_ascii=False, separators=(",", ":"), default=str))
 
 

@@ -90,9 +90,10 @@ class Service:
             return resp.status, await resp.json()
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "postgres: run the test on PostgreSQL too (the `backend` fixture)")
-    config.addinivalue_line("markers", "sqlite_only: the test reads SQLite's files or connection")
+# The modules about the store itself: their PostgreSQL runs stay in the fast tier. Elsewhere the
+# PostgreSQL run of a `postgres` test is `second_backend`, which only the whole suite runs
+# (markers: pyproject.toml; `-m ''` selects everything).
+STORE_MODULES = ("test_store.py", "test_store_text.py")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -101,7 +102,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     both = metafunc.definition.get_closest_marker("postgres") is not None
     if both and metafunc.definition.get_closest_marker("sqlite_only") is None:
-        metafunc.parametrize("backend", ["sqlite", "postgres"])
+        store = metafunc.definition.path.name in STORE_MODULES
+        second = pytest.param("postgres", marks=() if store else pytest.mark.second_backend)
+        metafunc.parametrize("backend", ["sqlite", second])
 
 
 # What a test must not inherit from the machine it runs on: the service's settings.
