@@ -179,6 +179,7 @@ async def test_110_errors_that_are_not_objects_are_set_aside(service) -> None:
     assert s.error_count == 2
 
 
+@pytest.mark.slow
 def test_reprocess_recovers_what_an_older_version_failed(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     store = SQLiteStore(db)

@@ -22,6 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_replay_then_system_messages(tmp_path):
     db = str(tmp_path / "m.db")
     replay = run("replay", "--db", db, str(FIXTURES / "conversations"))
@@ -72,6 +73,7 @@ def test_reprocess_applies_failed_callbacks_again(tmp_path, capsys):
 
 # Whether stdout is buffered (a pipe's is, unless PYTHONUNBUFFERED is set, as CI's images
 # often do): buffered, the write to the closed pipe happens only when stdout is flushed.
+@pytest.mark.slow
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, buffered):
     """`agent-memory search … | head` ends quietly when head closes the pipe."""

@@ -14,6 +14,7 @@ from agent_memory.condense.worker import WorkerPool
 from agent_memory.errors import LLMError
 
 
+@pytest.mark.slow
 async def test_work_runs_in_another_process_at_a_lower_priority_and_a_dead_worker_is_replaced():
     pool = WorkerPool()
     try:
@@ -36,6 +37,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 def test_the_worker_exits_when_its_service_is_killed():
     service = subprocess.Popen([sys.executable, "-c", SERVICE], stdout=subprocess.PIPE, text=True)
     try:

@@ -20,7 +20,8 @@ from served import Server, servers
 
 from agent_memory.platforms.agora.signatures import agora_headers
 
-pytestmark = pytest.mark.postgres
+# `serve` processes killed and restarted under load: the whole suite runs them.
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES_PER_CALLBACK = 8

@@ -41,7 +41,8 @@ from agent_memory.store.postgres import PostgresStore, PostgresTransaction
 from agent_memory.store.types import NewMessage
 from agent_memory.web.keys import MEMORY
 
-pytestmark = pytest.mark.postgres
+# Several instances on one database, in process and in `serve` processes: the whole suite runs them.
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 DUE_NOW = {"delay_ms": 0, "max_wait_ms": 0, "max_messages": 1, "new_messages": 1}
 AGENTS = 1000

@@ -305,6 +305,7 @@ def serve(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only
 def test_serve_refuses_an_open_api_on_every_address_before_touching_the_database(tmp_path: Path) -> None:
     proc = serve(tmp_path, "--host", "0.0.0.0", "--port", "0")
@@ -314,6 +315,7 @@ def test_serve_refuses_an_open_api_on_every_address_before_touching_the_database
     assert not (tmp_path / "m.db").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only
 async def test_serve_with_allow_open_api_answers_without_a_key_and_warns(tmp_path: Path) -> None:
     port = free_port()

@@ -126,6 +126,7 @@ def migrate(*args: str) -> int:
     return main(["migrate-db", *args])
 
 
+@pytest.mark.slow  # a whole memory copied, verified and asked again on both backends
 async def test_a_sqlite_memory_moves_to_postgres_and_answers_the_same(
     start_service, tmp_path: Path, pg_cluster, capsys
 ) -> None:

@@ -102,6 +102,7 @@ def json_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield url, log
 
 
+@pytest.mark.slow
 async def test_json_logs_are_one_object_per_line_and_every_response_has_a_request_id(
     json_server: tuple[str, Path],
 ) -> None:
@@ -183,6 +184,7 @@ def logging_record(**fields: Any) -> Any:
 
 
 # -- 6. packaging ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_python_dash_m_is_the_command_and_version_is_the_package_version() -> None:
     by_module = run("--version")
     assert by_module.returncode == 0 and by_module.stdout.strip() == f"agent-memory {__version__}"
@@ -266,6 +268,7 @@ def healthy(port: int) -> bool:
 
 
 # `serve` says when it stops (SIGTERM: a container's stop, a deploy).
+@pytest.mark.slow
 def test_serve_logs_a_line_when_it_shuts_down(tmp_path: Path) -> None:
     with json_serve(tmp_path) as (url, log, proc):
         port = int(url.rsplit(":", 1)[1])
@@ -278,6 +281,7 @@ def test_serve_logs_a_line_when_it_shuts_down(tmp_path: Path) -> None:
 
 
 # -- 7. everyday mistakes get a sentence ----------------------------------------------------
+@pytest.mark.slow
 def test_a_port_already_in_use_is_said_before_the_database_is_touched(tmp_path: Path) -> None:
     with closing(socket.socket()) as taken:
         taken.bind(("127.0.0.1", 0))
@@ -289,6 +293,7 @@ def test_a_port_already_in_use_is_said_before_the_database_is_touched(tmp_path: 
     assert not done.stderr.lstrip().startswith("{")  # text logs stay the default
 
 
+@pytest.mark.slow
 def test_an_unknown_host_is_said(tmp_path: Path) -> None:
     done = run("serve", "--db", str(tmp_path / "m.db"), "--host", "no-such-host.invalid", "--port", "0")
     said_plainly(done, "'no-such-host.invalid': no such host", "AGENT_MEMORY_HOST")
@@ -309,6 +314,7 @@ def unwritable_folder(tmp_path: Path) -> Iterator[Path]:
     folder.chmod(0o755)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["stats"], ["serve", "--port", "0"]])
 def test_an_unwritable_database_folder_is_said(unwritable_folder: Path, command: list[str]) -> None:
     done = run(*command, "--db", str(unwritable_folder / "m.db"))
@@ -338,6 +344,7 @@ def test_a_read_only_database_is_said(tmp_path: Path, capsys: pytest.CaptureFixt
         (["serve", "--port", "0"], {"AGENT_MEMORY_EVENT_LOOP": "trio"}, "AGENT_MEMORY_EVENT_LOOP"),
     ],
 )
+@pytest.mark.slow
 def test_a_bad_log_or_loop_setting_is_said(
     tmp_path: Path, args: list[str], env: dict[str, str], named: str
 ) -> None:
@@ -357,6 +364,7 @@ def test_export_to_an_unwritable_path_is_said(tmp_path: Path, capsys: pytest.Cap
     assert json.loads((tmp_path / "alice.json").read_text())["counts"]["messages"] > 0
 
 
+@pytest.mark.slow
 def test_replay_reports_each_unreadable_file_and_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -385,6 +393,7 @@ def test_a_database_that_does_not_exist_is_said_to_be_created(
     assert "creating" not in capsys.readouterr().err  # said once, when it happens
 
 
+@pytest.mark.slow
 async def test_a_hung_llm_is_named_and_waited_for_once(tmp_path: Path) -> None:
     db = str(tmp_path / "m.db")
     assert await asyncio.to_thread(main, ["replay", "--db", db, str(LUNA)]) == 0
@@ -446,6 +455,7 @@ def test_the_cli_limits_are_the_http_limits() -> None:
 
 
 # -- 6. the tests, run where a user runs them -----------------------------------------------
+@pytest.mark.slow
 def test_the_walkthrough_database_in_the_test_folder_changes_no_test(tmp_path: Path) -> None:
     """The README's walk-through (replay, condense) leaves ./agent_memory.db in the folder; the
     README's test command run from that folder afterwards passes all the same (on both backends)."""
@@ -459,7 +469,7 @@ def test_the_walkthrough_database_in_the_test_folder_changes_no_test(tmp_path: P
         assert done.returncode == 0, done.stderr
     assert (tmp_path / "agent_memory.db").exists()
     suite = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-m", "", "-p", "no:cacheprovider",
          str(ROOT / "tests" / "test_api.py"), "-k", "test_binding_a_condensed_session_takes_its_memory_along"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=clean_env(),
     )  # fmt: skip

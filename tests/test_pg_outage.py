@@ -27,7 +27,11 @@ from agent_memory.core.domain import LlmRoute
 from agent_memory.core.secrets import hash_key
 from agent_memory.store.postgres import PostgresStore
 
-pytestmark = pytest.mark.skipif(bindir() is None, reason="PostgreSQL server binaries (initdb) not found")
+# PostgreSQL stopped under a running service: the whole suite runs them.
+pytestmark = [
+    pytest.mark.skipif(bindir() is None, reason="PostgreSQL server binaries (initdb) not found"),
+    pytest.mark.slow,
+]
 
 LLM_TOKEN = "llm-token-for-the-outage"
 ROUTE_KEY = "minted-route-key-for-the-outage"

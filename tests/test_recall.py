@@ -538,6 +538,7 @@ def batch(tag: str, count: int) -> list[str]:
     return [f"{tag} turn {i} about kites and word{i % 7}" for i in range(count)]
 
 
+@pytest.mark.slow
 def test_two_instances_catching_up_at_once_index_every_turn_exactly_once(pg_cluster: Any) -> None:
     first, second = pg_stores(pg_cluster.database(), 2)
     try:

@@ -47,6 +47,7 @@ def ask(text: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}], "stream": True, **PARAMS}
 
 
+@pytest.mark.slow
 async def test_serve_runs_on_uvloop_and_the_endpoint_recalls_streams_and_cancels_on_it(
     tmp_path: Path,
 ) -> None:
@@ -106,6 +107,7 @@ async def test_serve_runs_on_uvloop_and_the_endpoint_recalls_streams_and_cancels
                 assert kept[0]["content"].startswith("one")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["asyncio", "uvloop"])
 async def test_the_event_loop_is_said_at_start_and_asyncio_can_be_chosen(
     tmp_path: Path, setting: str

@@ -78,6 +78,7 @@ async def test_a_wrong_secret_is_told_apart(service: Service, capsys: pytest.Cap
     assert (code, recalled["memories"]) == (200, [])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="needs curl and openssl")
 async def test_the_guides_curl_lines_are_accepted(service: Service) -> None:
     guide = (ROOT / "webhooks" / "agora.md").read_text(encoding="utf-8")
