@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,16 @@ def test_ci_runs_the_readmes_test_command() -> None:
     assert len(commands) == 2, "the README gives exactly two commands: serve, and the whole suite"
     assert "'.[test]'" in commands[1]
     assert commands[1] in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+
+
+def test_the_default_run_is_the_fast_tier_and_the_readmes_command_runs_all() -> None:
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"][
+        "ini_options"
+    ]
+    assert "-m 'not slow and not second_backend'" in options["addopts"]
+    assert {marker.split(":")[0] for marker in options["markers"]} >= {"slow", "second_backend"}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert next(line for line in readme.splitlines() if "'.[test]'" in line).endswith("pytest -m ''")
 
 
 def links(text: str) -> list[tuple[str, str]]:
