@@ -273,6 +273,7 @@ async def stall(service: Service, path: str, headers: dict[str, str]) -> tuple[s
     return status_line, json.loads(body[:length]), body[length:]
 
 
+@pytest.mark.slow  # waits out the body timeout twice
 async def test_a_stalled_body_is_answered_408_and_the_connection_closed(start_service: Any) -> None:
     service = await start_service(body_timeout_s=0.5, llm_token=LLM_TOKEN)
     partial_signature = agora_headers(SECRET, b"{}")  # headers as NCS sends them; the body never completes

@@ -71,6 +71,7 @@ async def test_every_v1_route_declares_its_scope_and_the_table_names_no_other(se
     assert v1_routes(service) == set(ROUTE_SCOPES)
 
 
+@pytest.mark.slow  # every route under every scope (contract-like)
 async def test_each_route_refuses_no_key_and_a_narrower_key_and_admits_its_scope(service: Service) -> None:
     keys: dict[str, str] = {scope: await make_key(service, scope, f"walk {scope}") for scope in KEY_SCOPES}
     keys["token"] = TOKEN  # the admin token

@@ -112,6 +112,7 @@ def test_every_example_validates_against_its_schema() -> None:
     assert not validator(bind).is_valid({"user_id": "", "character_id": "luna"})
 
 
+@pytest.mark.slow  # the whole document through the validator (contract-like)
 async def test_the_served_document_passes_openapi_spec_validator(service: Any) -> None:
     """What CI validates: the document as the live service serves it (`default: null` on a field
     that cannot be null, from SkipJsonSchema[None], made it fail with 9 errors)."""
@@ -222,6 +223,7 @@ def example_request(route: Route) -> tuple[str, dict[str, str], Any]:
     return path, query, body
 
 
+@pytest.mark.slow  # every route against its examples (contract-like)
 @pytest.mark.postgres
 async def test_every_route_answers_its_examples_as_documented(start_service: Any) -> None:
     """Each route called with the document's examples answers a documented status and shape
