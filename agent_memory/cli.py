@@ -129,17 +129,25 @@ def check_listen(host: str, port: int) -> None:
 def listen_problem(exc: OSError, host: str, port: int) -> str:
     """What to tell an operator when `serve` cannot listen on host:port."""
     if isinstance(exc, socket.gaierror):
-        return (f"cannot listen on {host!r}: no such host or address (--host, AGENT_MEMORY_HOST); "
-                "give an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for all of them")  # fmt: skip
+        return (
+            f"cannot listen on {host!r}: no such host or address (--host, AGENT_MEMORY_HOST); "
+            "give an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for all of them"
+        )
     if exc.errno == errno.EADDRINUSE:
-        return (f"port {port} on {host} is already in use: stop what listens there or choose another "
-                "--port (AGENT_MEMORY_PORT)")  # fmt: skip
+        return (
+            f"port {port} on {host} is already in use: stop what listens there or choose another "
+            "--port (AGENT_MEMORY_PORT)"
+        )
     if exc.errno == errno.EADDRNOTAVAIL:
-        return (f"{host} is not an address of this machine (--host, AGENT_MEMORY_HOST): give one of "
-                "its addresses, e.g. 127.0.0.1, or 0.0.0.0 for all of them")  # fmt: skip
+        return (
+            f"{host} is not an address of this machine (--host, AGENT_MEMORY_HOST): give one of "
+            "its addresses, e.g. 127.0.0.1, or 0.0.0.0 for all of them"
+        )
     if exc.errno == errno.EACCES:
-        return (f"no permission to listen on port {port} of {host}: ports below 1024 need privileges; "
-                "choose another --port (AGENT_MEMORY_PORT)")  # fmt: skip
+        return (
+            f"no permission to listen on port {port} of {host}: ports below 1024 need privileges; "
+            "choose another --port (AGENT_MEMORY_PORT)"
+        )
     return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
@@ -236,9 +244,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     loop, loop_name = serving_loop(settings.event_loop)
     log.info(
         "agent-memory on http://%s:%d, database %s, condensing with %s, event loop %s",
-        settings.host, settings.port, settings.database,
-        settings.llm_model if settings.llm_configured else "the offline condenser", loop_name,
-    )  # fmt: skip
+        settings.host,
+        settings.port,
+        settings.database,
+        settings.llm_model if settings.llm_configured else "the offline condenser",
+        loop_name,
+    )
     app = create_app(settings)
     started = time.monotonic()
 
@@ -382,8 +393,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     with_memory(args, replay, settings=settings)
     summary = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
     unread = f"; {len(problems)} files could not be read" if problems else ""
-    print(f"replayed {len(envelopes)} callbacks into {settings.database}: {summary}; "
-          f"{new_messages} new messages{unread}")  # fmt: skip
+    print(
+        f"replayed {len(envelopes)} callbacks into {settings.database}: {summary}; "
+        f"{new_messages} new messages{unread}"
+    )
     # A partial callback had parts set aside: worth a look, like a failed one.
     return 0 if not (problems or statuses["failed"] or statuses["invalid"] or statuses["partial"]) else 1
 
@@ -415,8 +428,11 @@ def cmd_llm_block(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     base = args.url or settings.public_url
     if not base:
-        print("agent-memory: give --url or set AGENT_MEMORY_PUBLIC_URL: the address at which Agora "
-              "reaches this service", file=sys.stderr)  # fmt: skip
+        print(
+            "agent-memory: give --url or set AGENT_MEMORY_PUBLIC_URL: the address at which Agora "
+            "reaches this service",
+            file=sys.stderr,
+        )
         return 2
     params = {"model": args.upstream_model} if args.upstream_model else {}
     token = settings.llm_token if args.show_token else None
@@ -427,11 +443,17 @@ def cmd_llm_block(args: argparse.Namespace) -> int:
     if token:
         return 0
     if settings.llm_token:
-        print(f"api_key: put the value of AGENT_MEMORY_LLM_TOKEN (set here) in place of {TOKEN_PLACEHOLDER}, "
-              "or rerun with --show-token to print it", file=sys.stderr)  # fmt: skip
+        print(
+            f"api_key: put the value of AGENT_MEMORY_LLM_TOKEN (set here) in place of {TOKEN_PLACEHOLDER}, "
+            "or rerun with --show-token to print it",
+            file=sys.stderr,
+        )
     else:
-        print(f"api_key: AGENT_MEMORY_LLM_TOKEN is not set here; the server must have one, and "
-              f"{TOKEN_PLACEHOLDER} is replaced by it", file=sys.stderr)  # fmt: skip
+        print(
+            f"api_key: AGENT_MEMORY_LLM_TOKEN is not set here; the server must have one, and "
+            f"{TOKEN_PLACEHOLDER} is replaced by it",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -470,8 +492,10 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
 
     channel = check_channel(args.channel)
     if (args.user_id is None) != (args.character_id is None) or (args.delete and args.user_id):
-        print("agent-memory: give USER and CHARACTER to bind, --delete to unbind, or neither to show",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "agent-memory: give USER and CHARACTER to bind, --delete to unbind, or neither to show",
+            file=sys.stderr,
+        )
         return 2
     if args.user_id is not None:
         bound = with_memory(
@@ -501,9 +525,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         print("no jobs" + (f" with status {args.status}" if args.status else ""))
     for job in jobs:
         due = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(job.due_ms / 1000))
-        print(f"{job.id:>6} {job.status:<8} {job.user_id}/{job.character_id} "
-              f"due {due} UTC, attempts {job.attempts}, {job.pending_messages} new messages"
-              + (f"\n       last error: {job.last_error}" if job.last_error else ""))  # fmt: skip
+        print(
+            f"{job.id:>6} {job.status:<8} {job.user_id}/{job.character_id} "
+            f"due {due} UTC, attempts {job.attempts}, {job.pending_messages} new messages"
+            + (f"\n       last error: {job.last_error}" if job.last_error else "")
+        )
     return 0
 
 
@@ -550,8 +576,7 @@ def cmd_condense(args: argparse.Namespace) -> int:
         return 3
     job, summary = condensed.job, condensed.summary
     if job is not None and job.last_error:
-        print(f"condensing failed: {job.last_error} (job {job.id} is {job.status})",
-              file=sys.stderr)  # fmt: skip
+        print(f"condensing failed: {job.last_error} (job {job.id} is {job.status})", file=sys.stderr)
         return 1
     print(summary.text if summary else "nothing to condense")
     return 0
@@ -585,15 +610,13 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
             new_messages += outcome.new_messages
             if outcome.status in REPROCESSED:
                 # What is left is what this version cannot apply: say what, for each callback.
-                print(f"\n{entry.event_id}: still {outcome.status}: {outcome.detail}",
-                      file=sys.stderr)  # fmt: skip
+                print(f"\n{entry.event_id}: still {outcome.status}: {outcome.detail}", file=sys.stderr)
             print(f"\r{index}/{len(entries)} reprocessed", end="", file=sys.stderr)
         print(file=sys.stderr)
 
     with_memory(args, run, settings=settings)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "nothing to do"
-    print(f"reprocessed {count} {' or '.join(wanted)} callbacks: {summary}; "
-          f"{new_messages} new messages")  # fmt: skip
+    print(f"reprocessed {count} {' or '.join(wanted)} callbacks: {summary}; {new_messages} new messages")
     return 0 if not statuses["failed"] and not statuses["unreadable"] else 1
 
 
@@ -612,21 +635,27 @@ def print_stats(stats: dict[str, Any]) -> None:
             share = "-" if value["rate"] is None else f"{value['rate']:.1%}"
             print(f"{key:<22} {value['count']} of {value['of']} ({share})")
             if key == "unidentified_sessions" and value["count"]:
-                print(f"{'':<22} no user label: kept under rtc:<uid> or channel:<name>; "
-                      "see Identity in docs/memory.md")  # fmt: skip
+                print(
+                    f"{'':<22} no user label: kept under rtc:<uid> or channel:<name>; "
+                    "see Identity in docs/memory.md"
+                )
         elif key in LATENCY_TABLES:
             print(LATENCY_TABLES[key] + ("" if value else "          none recorded"))
             if value:
                 print(f"  {'metric':<14}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}")
             for metric, row in value.items():
-                print(f"  {metric:<14}{row['count']:>8}{row['p50']:>9g}{row['p90']:>9g}"
-                      f"{row['p99']:>9g}{row['max']:>9g}")  # fmt: skip
+                print(
+                    f"  {metric:<14}{row['count']:>8}{row['p50']:>9g}{row['p90']:>9g}"
+                    f"{row['p99']:>9g}{row['max']:>9g}"
+                )
         elif isinstance(value, list):
             print(key + ("" if value else "   none"))
             for row in value:
                 name = row.get("character_id", row.get("user_id"))
-                print(f"  {name:<20} {row['sessions']:>5} sessions {row.get('messages', 0):>7} messages "
-                      f"{row['minutes_talked']:>9.1f} min")  # fmt: skip
+                print(
+                    f"  {name:<20} {row['sessions']:>5} sessions {row.get('messages', 0):>7} messages "
+                    f"{row['minutes_talked']:>9.1f} min"
+                )
         elif isinstance(value, dict):
             shown = ", ".join(f"{k or '-'}: {v}" for k, v in value.items() if v is not None)
             print(f"{key:<22} {shown or '-'}")
@@ -641,14 +670,26 @@ def cmd_stats(args: argparse.Namespace) -> int:
     try:
         report: BaseModel
         if args.user:
-            report = answer(args, UserStats, lambda memory: memory.user_stats(args.user),
-                            lambda client: client.user_stats(args.user))  # fmt: skip
+            report = answer(
+                args,
+                UserStats,
+                lambda memory: memory.user_stats(args.user),
+                lambda client: client.user_stats(args.user),
+            )
         elif args.character:
-            report = answer(args, CharacterStats, lambda memory: memory.character_stats(args.character, **window),
-                            lambda client: client.character_stats(args.character, **window))  # fmt: skip
+            report = answer(
+                args,
+                CharacterStats,
+                lambda memory: memory.character_stats(args.character, **window),
+                lambda client: client.character_stats(args.character, **window),
+            )
         else:
-            report = answer(args, OverallStats, lambda memory: memory.overall_stats(**window),
-                            lambda client: client.stats(**window))  # fmt: skip
+            report = answer(
+                args,
+                OverallStats,
+                lambda memory: memory.overall_stats(**window),
+                lambda client: client.stats(**window),
+            )
     except AgentMemoryError as exc:
         if exc.status != 404:  # NotFound here, or the service's 404
             raise
@@ -667,17 +708,21 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 2
     options = {"character_id": args.character, "limit": args.limit}
     found = answer(
-        args, UserSearchAnswer, lambda memory: memory.search(args.user_id, args.query, **options),
+        args,
+        UserSearchAnswer,
+        lambda memory: memory.search(args.user_id, args.query, **options),
         lambda client: client.search(args.user_id, args.query, **options),
-    )  # fmt: skip
+    )
     if args.json:
         print_answer(found)
         return 0
     if not found.results:
         print(f"nothing found for {args.query!r}")
     for item in found.results:
-        print(f"{item.rank:>3}. {_when(item.at_ms)}  {item.character_id or '(user)'}  {item.role or item.kind}: "
-              f"{item.snippet}")  # fmt: skip
+        print(
+            f"{item.rank:>3}. {_when(item.at_ms)}  {item.character_id or '(user)'}  {item.role or item.kind}: "
+            f"{item.snippet}"
+        )
     return 0
 
 
@@ -763,12 +808,16 @@ def cmd_purge(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_json(), indent=2)
         return 0
-    print(f"removed {report.messages} messages, {report.metrics} metrics, "
-          f"{report.raw_callbacks} raw callbacks in {report.seconds:.2f}s "
-          f"({report.write_batches} write batches)")  # fmt: skip
-    print(f"database {report.bytes_before:,} -> {report.bytes_after:,} bytes; "
-          f"{report.reclaimed.pages_freed} pages given back; search index "
-          f"{'merged' if report.search_index.merged else 'left as it was'}")  # fmt: skip
+    print(
+        f"removed {report.messages} messages, {report.metrics} metrics, "
+        f"{report.raw_callbacks} raw callbacks in {report.seconds:.2f}s "
+        f"({report.write_batches} write batches)"
+    )
+    print(
+        f"database {report.bytes_before:,} -> {report.bytes_after:,} bytes; "
+        f"{report.reclaimed.pages_freed} pages given back; search index "
+        f"{'merged' if report.search_index.merged else 'left as it was'}"
+    )
     if report.warning:
         print(f"warning: {report.warning}", file=sys.stderr)
     return 0
@@ -777,10 +826,12 @@ def cmd_purge(args: argparse.Namespace) -> int:
 def cmd_keys_create(args: argparse.Namespace) -> int:
     issued = with_memory(args, lambda memory: memory.create_api_key(args.scope, args.name))
     print(issued.key)  # alone on stdout, for KEY=$(agent-memory keys create …)
-    print(f"key {issued.record.id} ({issued.record.scope}"
-          + (f", {issued.record.name}" if issued.record.name else "")
-          + "): keep it now, only its hash is stored (keys are asked for once AGENT_MEMORY_API_TOKEN is set)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"key {issued.record.id} ({issued.record.scope}"
+        + (f", {issued.record.name}" if issued.record.name else "")
+        + "): keep it now, only its hash is stored (keys are asked for once AGENT_MEMORY_API_TOKEN is set)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -840,10 +891,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (AGENT_MEMORY_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (AGENT_MEMORY_PORT, 8080)")
     serve.add_argument(
-        "--allow-open-api", action="store_true",
+        "--allow-open-api",
+        action="store_true",
         help="serve /v1 without AGENT_MEMORY_API_TOKEN on a non-loopback --host (a trusted network only; "
         "AGENT_MEMORY_ALLOW_OPEN_API)",
-    )  # fmt: skip
+    )
     serve.add_argument(
         "--insecure-dev-webhooks",
         action="store_true",
@@ -865,16 +917,18 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--max-tokens", type=bounded("max_tokens", *MAX_TOKENS_RANGE))
     show.add_argument("--persona", type=at_most("persona", MAX_PERSONA_CHARS))
     show.add_argument(
-        "--query", type=at_most("query", MAX_QUERY_CHARS),
+        "--query",
+        type=at_most("query", MAX_QUERY_CHARS),
         help="what the call is about: memories recalled for it are included",
-    )  # fmt: skip
+    )
     show.add_argument("--text", action="store_true", help="print the contents only")
     show.set_defaults(func=cmd_system_messages)
 
     llm_block = commands.add_parser(
-        "llm-block", parents=[common],
+        "llm-block",
+        parents=[common],
         help="print the join body's llm block that gives an agent memory in every turn",
-    )  # fmt: skip
+    )
     llm_block.add_argument("user_id")
     llm_block.add_argument("character_id")
     llm_block.add_argument("--url", help="where Agora reaches this service (AGENT_MEMORY_PUBLIC_URL)")
@@ -900,10 +954,11 @@ def build_parser() -> argparse.ArgumentParser:
     facts.set_defaults(func=cmd_facts)
 
     bind_channel = commands.add_parser(
-        "bind-channel", parents=[common],
+        "bind-channel",
+        parents=[common],
         help="tie a channel to a user and character (apps with one channel per user); "
         "without USER CHARACTER: show its binding",
-    )  # fmt: skip
+    )
     bind_channel.add_argument("channel")
     bind_channel.add_argument("user_id", nargs="?")
     bind_channel.add_argument("character_id", nargs="?")
@@ -935,14 +990,17 @@ def build_parser() -> argparse.ArgumentParser:
     condense.set_defaults(func=cmd_condense)
 
     reprocess = commands.add_parser(
-        "reprocess", parents=[common],
+        "reprocess",
+        parents=[common],
         help="apply again the raw callbacks that failed or were applied only in part",
-    )  # fmt: skip
+    )
     reprocess.add_argument("--limit", type=int, default=10_000)
     reprocess.add_argument(
-        "--status", action="append", choices=REPROCESSED,
+        "--status",
+        action="append",
+        choices=REPROCESSED,
         help="only callbacks of this outcome (repeatable; default: failed and partial)",
-    )  # fmt: skip
+    )
     reprocess.set_defaults(func=cmd_reprocess)
 
     stats = commands.add_parser(
@@ -973,9 +1031,11 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("character_id")
     recall.add_argument("question", type=at_most("q", MAX_QUERY_CHARS))
     recall.add_argument(
-        "--max-tokens", type=bounded("max_tokens", *MAX_TOKENS_RANGE), default=DEFAULT_RECALL_TOKENS,
+        "--max-tokens",
+        type=bounded("max_tokens", *MAX_TOKENS_RANGE),
+        default=DEFAULT_RECALL_TOKENS,
         help="budget (default %(default)s)",
-    )  # fmt: skip
+    )
     recall.add_argument(
         "--scope", choices=RECALL_SCOPES, default="pair", help="user: all the user's characters"
     )
@@ -1004,9 +1064,11 @@ def build_parser() -> argparse.ArgumentParser:
         "create", parents=[common], help="make a key and print it (once: only its hash is stored)"
     )
     create_key.add_argument(
-        "--scope", required=True, choices=KEY_SCOPES,
+        "--scope",
+        required=True,
+        choices=KEY_SCOPES,
         help="read: a pair's memory; write: also change it, bind, start agents; admin: everything",
-    )  # fmt: skip
+    )
     create_key.add_argument("--name", type=at_most("name", 200), help="what the key is for")
     create_key.set_defaults(func=cmd_keys_create)
     list_keys = key_commands.add_parser("list", parents=[common], help="every key, revoked ones too")

@@ -176,6 +176,11 @@ def log_access(request_id: str, method: str, route: str | None, status: int, sta
         # Else the record factory adds it (and a second would be refused).
         extra["request_id"] = request_id
     access_log.info(
-        "%s %s %d %.1f ms (request %s)", method, route or "(no route)", status, duration_ms, request_id,
+        "%s %s %d %.1f ms (request %s)",
+        method,
+        route or "(no route)",
+        status,
+        duration_ms,
+        request_id,
         extra=extra,
-    )  # fmt: skip
+    )

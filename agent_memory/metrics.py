@@ -88,29 +88,36 @@ class Metrics:
         self._requests = histogram(
             "http_request_duration_seconds",
             "HTTP requests by method and route template, until answered (a stream: until it ended)",
-            REQUEST_BUCKETS, "method", "route",
-        )  # fmt: skip
+            REQUEST_BUCKETS,
+            "method",
+            "route",
+        )
         self._responses = counter(
             "http_responses",
             "HTTP answers by method, route template and status (499: the client went away)",
-            "method", "route", "status",
-        )  # fmt: skip
+            "method",
+            "route",
+            "status",
+        )
         self._callbacks = counter(
             "callbacks",
             "Platform callbacks by event type and what became of them (done, duplicate, ignored, "
             "partial, test, failed; rejected_signature, rejected_body, refused_unconfigured, error)",
-            "event_type", "outcome",
-        )  # fmt: skip
+            "event_type",
+            "outcome",
+        )
         self._condense_runs = counter(
             "condense_runs",
             "Condense job runs by outcome (failed: retried later; dead: out of attempts)",
-            "outcome", known=get_args(CondenseOutcome),
-        )  # fmt: skip
+            "outcome",
+            known=get_args(CondenseOutcome),
+        )
         self._condense_seconds = histogram(
             "condense_llm_duration_seconds",
             "Condenser calls that answered, by method (llm, or offline without a model)",
-            LLM_BUCKETS, "method",
-        )  # fmt: skip
+            LLM_BUCKETS,
+            "method",
+        )
         self._condense_tokens = counter("condense_llm_tokens_sent", "Tokens sent to the condensing LLM")
         self._condense_messages = counter("condense_messages", "Messages condensed into summaries and facts")
         self._fact_decisions = counter(
@@ -122,8 +129,9 @@ class Metrics:
         self._polls = counter(
             "poll_windows",
             "History windows polled from running agents, by outcome (gone: the agent ended)",
-            "outcome", known=get_args(PollOutcome),
-        )  # fmt: skip
+            "outcome",
+            known=get_args(PollOutcome),
+        )
         self._poll_lag = histogram(
             "poll_lag_seconds", "How long after its due time a followed agent's poll started", LAG_BUCKETS
         )
@@ -131,13 +139,15 @@ class Metrics:
         self._pushes = counter(
             "live_pushes",
             "Memory pushed into running agents (live refresh), by outcome",
-            "outcome", known=get_args(PushOutcome),
-        )  # fmt: skip
+            "outcome",
+            known=get_args(PushOutcome),
+        )
         self._recalls = histogram(
             "recall_duration_seconds",
             "Recalls that answered (HTTP and the custom-LLM endpoint), by scope",
-            RECALL_BUCKETS, "scope",
-        )  # fmt: skip
+            RECALL_BUCKETS,
+            "scope",
+        )
         self._recall_empty = counter(
             "recall_empty", "Recalls that found nothing to answer with, by scope", "scope"
         )

@@ -114,10 +114,11 @@ class AsyncMemoryClient:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "the answer"
             raise ApiError(
-                502, "bad_answer",
+                502,
+                "bad_answer",
                 f"{method} {route} answered a {model.__name__} this client cannot read ({where}: {first['msg']}): "
                 "is that an agent-memory service of this version?",
-            ) from None  # fmt: skip
+            ) from None
 
     # the pair's memory
 
@@ -137,8 +138,13 @@ class AsyncMemoryClient:
         query: str | None = None,
     ) -> SystemMessagesAnswer:
         """The pair's memory as system_messages for an agent's join, within `max_tokens`."""
-        params = {"max_tokens": max_tokens, "persona": persona, "style": style,
-                  "exclude_agent_id": exclude_agent_id, "query": query}  # fmt: skip
+        params = {
+            "max_tokens": max_tokens,
+            "persona": persona,
+            "style": style,
+            "exclude_agent_id": exclude_agent_id,
+            "query": query,
+        }
         return await self.call(
             SystemMessagesAnswer, "GET", pair(user_id, character_id, "system-messages"), params=params
         )
@@ -250,8 +256,12 @@ class AsyncMemoryClient:
         limit: int | None = None,
     ) -> UserSearchAnswer:
         """A user's messages, facts and summaries matching `q`, best first."""
-        params = {"q": q, "character_id": character_id, "kinds": ",".join(kinds) if kinds else None,
-                  "limit": limit}  # fmt: skip
+        params = {
+            "q": q,
+            "character_id": character_id,
+            "kinds": ",".join(kinds) if kinds else None,
+            "limit": limit,
+        }
         return await self.call(UserSearchAnswer, "GET", path("v1", "users", user_id, "search"), params=params)
 
     async def mentions(

@@ -47,10 +47,35 @@ EN_NAME = re.compile(
     r"|\b(?i:call me)\s+(?P<nick>[A-Z][\w'-]*)"
 )
 EN_NOT_NAMES = {
-    "not", "a", "an", "the", "kind", "actually", "just", "really", "so", "very", "back",
-    "later", "when", "tomorrow", "tonight", "if", "at", "after", "before", "anytime",
-    "maybe", "please", "now", "sometime", "again", "up", "on", "in",
-}  # fmt: skip
+    "not",
+    "a",
+    "an",
+    "the",
+    "kind",
+    "actually",
+    "just",
+    "really",
+    "so",
+    "very",
+    "back",
+    "later",
+    "when",
+    "tomorrow",
+    "tonight",
+    "if",
+    "at",
+    "after",
+    "before",
+    "anytime",
+    "maybe",
+    "please",
+    "now",
+    "sometime",
+    "again",
+    "up",
+    "on",
+    "in",
+}
 
 ZH_REMEMBER = re.compile(r"(?P<verb>记住|记得|别忘了|别忘记|不要忘了|不要忘记)(?P<rest>.*)$")
 ZH_NAME = re.compile(

@@ -65,15 +65,54 @@ QUESTION = re.compile(r"(?:[?？]|吗|么|까)\W*$")
 # -- English first person made third person ------------------------------------------------
 # Verbs whose third-person form we fix after "I" becomes "the user"; others are left alone.
 EN_AGREEMENT = {
-    "have": "has", "do": "does", "don't": "doesn't", "haven't": "hasn't", "go": "goes",
-    "study": "studies", "watch": "watches", "teach": "teaches", "miss": "misses",
-    "finish": "finishes", "wish": "wishes", "try": "tries", "fly": "flies",
-}  # fmt: skip
+    "have": "has",
+    "do": "does",
+    "don't": "doesn't",
+    "haven't": "hasn't",
+    "go": "goes",
+    "study": "studies",
+    "watch": "watches",
+    "teach": "teaches",
+    "miss": "misses",
+    "finish": "finishes",
+    "wish": "wishes",
+    "try": "tries",
+    "fly": "flies",
+}
 EN_REGULAR_VERBS = {
-    "like", "love", "want", "need", "hate", "live", "work", "prefer", "play", "get", "feel",
-    "think", "know", "take", "make", "say", "start", "run", "drive", "own", "speak", "eat",
-    "drink", "plan", "hope", "train", "use", "write", "read", "sleep", "visit", "move",
-}  # fmt: skip
+    "like",
+    "love",
+    "want",
+    "need",
+    "hate",
+    "live",
+    "work",
+    "prefer",
+    "play",
+    "get",
+    "feel",
+    "think",
+    "know",
+    "take",
+    "make",
+    "say",
+    "start",
+    "run",
+    "drive",
+    "own",
+    "speak",
+    "eat",
+    "drink",
+    "plan",
+    "hope",
+    "train",
+    "use",
+    "write",
+    "read",
+    "sleep",
+    "visit",
+    "move",
+}
 EN_PRONOUNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bI'm\b|\bI am\b", re.I), "the user is"),
     (re.compile(r"\bI've\b", re.I), "the user has"),
@@ -133,10 +172,46 @@ EN_JOB_END = r"(?=\s*(?:[,.;:!]|$|\b(?:and|but|so|because|since|now|too|though|f
 EN_LIST_END = r"(?=\s*(?:[,.;:!]|$|\b(?:but|so|because|since|though)\b))"
 EN_NAME_WORD = r"[A-Z][a-z]+(?:-[A-Z][a-z]+)?"
 EN_NOT_NAME_WORDS = {
-    "I", "Is", "Im", "The", "A", "An", "And", "But", "So", "He", "She", "It", "We", "They", "You",
-    "My", "Our", "His", "Her", "Their", "Your", "This", "That", "Then", "There", "Who", "What",
-    "Today", "Tomorrow", "Yesterday", "Tonight", "Last", "Next", "Mr", "Mrs", "Ms", "Dr", "Oh", "Yes",
-}  # fmt: skip
+    "I",
+    "Is",
+    "Im",
+    "The",
+    "A",
+    "An",
+    "And",
+    "But",
+    "So",
+    "He",
+    "She",
+    "It",
+    "We",
+    "They",
+    "You",
+    "My",
+    "Our",
+    "His",
+    "Her",
+    "Their",
+    "Your",
+    "This",
+    "That",
+    "Then",
+    "There",
+    "Who",
+    "What",
+    "Today",
+    "Tomorrow",
+    "Yesterday",
+    "Tonight",
+    "Last",
+    "Next",
+    "Mr",
+    "Mrs",
+    "Ms",
+    "Dr",
+    "Oh",
+    "Yes",
+}
 EN_PLACE = r"(?:the\s+)?[A-Z][\w'.-]*(?:[ -](?:[A-Z][\w'.-]*|de|del|do|da|upon|on|am))*"
 EN_SPECIES = (
     r"cat|dog|puppy|kitten|rabbit|bunny|hamster|parrot|budgie|cockatiel|canary|bird|goldfish|fish|turtle"
@@ -189,6 +264,8 @@ EN_HAS_DATE = re.compile(
     re.IGNORECASE,
 )
 
+# Laid out by hand (the formatter is told so where the table ends): one (kind, pattern) a row, as
+# the pattern reads; ruff format would break every row over four lines.
 EN_STATEMENTS: list[tuple[str, re.Pattern[str]]] = [
     ("job", re.compile(
         rf"{EN_START}I(?:'m| am)(?: currently| now)? (?P<art>an?) (?P<job>(?:(?:{EN_JOB_MODIFIER}) ){{0,2}}"
@@ -283,11 +360,61 @@ ZH_KIN = "哥哥|姐姐|弟弟|妹妹|儿子|女儿|老公|老婆|丈夫|妻子|
 # Without "叫", a two-character name ends where one of these starts ("我姐姐佳怡这几天要来").
 ZH_AFTER_NAME = "这那要说刚也又来去和跟今明昨最下上还就，。！,.!、"
 ZH_NOT_NAMES = {
-    "今天", "明天", "昨天", "最近", "现在", "已经", "刚刚", "刚才", "一直", "也是", "还是", "工作", "结婚",
-    "生日", "说过", "告诉", "觉得", "喜欢", "一起", "经常", "总是", "平时", "马上", "突然", "终于", "真的",
-    "特别", "非常", "每天", "后来", "以前", "周末", "今年", "去年", "明年", "也要", "要来", "又要", "和我",
-    "跟我", "家里", "这边", "那边", "下周", "上周", "下个", "上个", "住在", "在家", "他们", "她们", "自己",
-}  # fmt: skip
+    "今天",
+    "明天",
+    "昨天",
+    "最近",
+    "现在",
+    "已经",
+    "刚刚",
+    "刚才",
+    "一直",
+    "也是",
+    "还是",
+    "工作",
+    "结婚",
+    "生日",
+    "说过",
+    "告诉",
+    "觉得",
+    "喜欢",
+    "一起",
+    "经常",
+    "总是",
+    "平时",
+    "马上",
+    "突然",
+    "终于",
+    "真的",
+    "特别",
+    "非常",
+    "每天",
+    "后来",
+    "以前",
+    "周末",
+    "今年",
+    "去年",
+    "明年",
+    "也要",
+    "要来",
+    "又要",
+    "和我",
+    "跟我",
+    "家里",
+    "这边",
+    "那边",
+    "下周",
+    "上周",
+    "下个",
+    "上个",
+    "住在",
+    "在家",
+    "他们",
+    "她们",
+    "自己",
+}
+# Laid out by hand (the formatter is told so where the table ends): one (kind, pattern) a row, as
+# the pattern reads; ruff format would break every row over four lines.
 ZH_STATEMENTS: list[tuple[str, re.Pattern[str]]] = [
     ("kin", re.compile(rf"我的?(?P<kin>{ZH_KIN})(?:的名字)?(?:叫|名字叫){ZH_PET_NAME}")),
     ("kin", re.compile(rf"我的?(?P<kin>{ZH_KIN})(?P<name>[\u4e00-\u9fff]{{2}})(?=[{ZH_AFTER_NAME}])")),
@@ -328,6 +455,8 @@ KO_JOBS = (
     "|사업가|프리랜서|마케터"
 )
 KO_NOT_PLACES = {"여기", "거기", "저기", "어디", "이곳", "그곳", "혼자", "같이", "함께"}
+# Laid out by hand (the formatter is told so where the table ends): one (kind, pattern) a row, as
+# the pattern reads; ruff format would break every row over four lines.
 KO_STATEMENTS: list[tuple[str, re.Pattern[str]]] = [
     ("job", re.compile(rf"{KO_START}{KO_SUBJECT}(?P<rest>(?P<job>{KO_JOBS})(?:이에요|예요|입니다|이야|야))(?=[\s.!,~]|$)")),
     ("lives", re.compile(

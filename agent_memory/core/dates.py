@@ -88,14 +88,37 @@ def _span(day: date, unit: str, amount: int) -> str:
 
 # -- numbers -----------------------------------------------------------------------------------
 EN_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "fifteen": 15,
+    "twenty": 20,
     "thirty": 30,
-}  # fmt: skip
+}
 ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 KO_NUMBERS = {
-    "한": 1, "두": 2, "세": 3, "네": 4, "다섯": 5, "여섯": 6, "일곱": 7, "여덟": 8, "아홉": 9, "열": 10,
-}  # fmt: skip
+    "한": 1,
+    "두": 2,
+    "세": 3,
+    "네": 4,
+    "다섯": 5,
+    "여섯": 6,
+    "일곱": 7,
+    "여덟": 8,
+    "아홉": 9,
+    "열": 10,
+}
 
 
 def _number(text: str) -> int | None:
@@ -116,38 +139,137 @@ def _number(text: str) -> int | None:
 
 
 UNITS = {
-    "day": "day", "days": "day", "天": "day", "日": "day", "일": "day",
-    "week": "week", "weeks": "week", "周": "week", "星期": "week", "礼拜": "week", "个星期": "week",
-    "个礼拜": "week", "週": "week", "週間": "week", "주": "week",
-    "month": "month", "months": "month", "个月": "month", "ヶ月": "month", "か月": "month",
-    "カ月": "month", "달": "month", "개월": "month",
-    "year": "year", "years": "year", "年": "year", "년": "year",
-}  # fmt: skip
+    "day": "day",
+    "days": "day",
+    "天": "day",
+    "日": "day",
+    "일": "day",
+    "week": "week",
+    "weeks": "week",
+    "周": "week",
+    "星期": "week",
+    "礼拜": "week",
+    "个星期": "week",
+    "个礼拜": "week",
+    "週": "week",
+    "週間": "week",
+    "주": "week",
+    "month": "month",
+    "months": "month",
+    "个月": "month",
+    "ヶ月": "month",
+    "か月": "month",
+    "カ月": "month",
+    "달": "month",
+    "개월": "month",
+    "year": "year",
+    "years": "year",
+    "年": "year",
+    "년": "year",
+}
 WEEKDAYS = {
-    "monday": 0, "tuesday": 1, "wednesday": 2, "thursday": 3, "friday": 4, "saturday": 5, "sunday": 6,
-    "一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6,
-    "月": 0, "火": 1, "水": 2, "木": 3, "金": 4, "土": 5,
-    "월": 0, "화": 1, "수": 2, "목": 3, "금": 4, "토": 5, "일": 6,
-}  # fmt: skip
+    "monday": 0,
+    "tuesday": 1,
+    "wednesday": 2,
+    "thursday": 3,
+    "friday": 4,
+    "saturday": 5,
+    "sunday": 6,
+    "一": 0,
+    "二": 1,
+    "三": 2,
+    "四": 3,
+    "五": 4,
+    "六": 5,
+    "日": 6,
+    "天": 6,
+    "月": 0,
+    "火": 1,
+    "水": 2,
+    "木": 3,
+    "金": 4,
+    "土": 5,
+    "월": 0,
+    "화": 1,
+    "수": 2,
+    "목": 3,
+    "금": 4,
+    "토": 5,
+    "일": 6,
+}
 # The week a word points at, relative to the current one.
 WEEK_SHIFT = {
-    "last": -1, "this": 0, "next": 1,
-    "上": -1, "这": 0, "本": 0, "下": 1, "先": -1, "今": 0, "来": 1,
-    "지난": -1, "저번": -1, "이번": 0, "다음": 1,
-}  # fmt: skip
+    "last": -1,
+    "this": 0,
+    "next": 1,
+    "上": -1,
+    "这": 0,
+    "本": 0,
+    "下": 1,
+    "先": -1,
+    "今": 0,
+    "来": 1,
+    "지난": -1,
+    "저번": -1,
+    "이번": 0,
+    "다음": 1,
+}
 FIXED_DAYS = {
-    "today": 0, "tonight": 0, "this morning": 0, "this afternoon": 0, "this evening": 0,
-    "yesterday": -1, "last night": -1, "tomorrow": 1,
-    "the day before yesterday": -2, "the day after tomorrow": 2,
-    "今天": 0, "今晚": 0, "今早": 0, "今日": 0, "今夜": 0, "今朝": 0,
-    "昨天": -1, "昨晚": -1, "昨日": -1, "昨夜": -1, "明天": 1, "明晚": 1, "明日": 1,
-    "前天": -2, "后天": 2, "大前天": -3, "大后天": 3, "一昨日": -2, "明後日": 2, "おととい": -2,
-    "오늘": 0, "오늘밤": 0, "어제": -1, "어젯밤": -1, "그저께": -2, "그제": -2, "내일": 1, "모레": 2,
-}  # fmt: skip
+    "today": 0,
+    "tonight": 0,
+    "this morning": 0,
+    "this afternoon": 0,
+    "this evening": 0,
+    "yesterday": -1,
+    "last night": -1,
+    "tomorrow": 1,
+    "the day before yesterday": -2,
+    "the day after tomorrow": 2,
+    "今天": 0,
+    "今晚": 0,
+    "今早": 0,
+    "今日": 0,
+    "今夜": 0,
+    "今朝": 0,
+    "昨天": -1,
+    "昨晚": -1,
+    "昨日": -1,
+    "昨夜": -1,
+    "明天": 1,
+    "明晚": 1,
+    "明日": 1,
+    "前天": -2,
+    "后天": 2,
+    "大前天": -3,
+    "大后天": 3,
+    "一昨日": -2,
+    "明後日": 2,
+    "おととい": -2,
+    "오늘": 0,
+    "오늘밤": 0,
+    "어제": -1,
+    "어젯밤": -1,
+    "그저께": -2,
+    "그제": -2,
+    "내일": 1,
+    "모레": 2,
+}
 FIXED_YEARS = {
-    "去年": -1, "今年": 0, "明年": 1, "前年": -2, "后年": 2, "来年": 1, "昨年": -1, "再来年": 2,
-    "一昨年": -2, "작년": -1, "재작년": -2, "올해": 0, "내년": 1, "후년": 2,
-}  # fmt: skip
+    "去年": -1,
+    "今年": 0,
+    "明年": 1,
+    "前年": -2,
+    "后年": 2,
+    "来年": 1,
+    "昨年": -1,
+    "再来年": 2,
+    "一昨年": -2,
+    "작년": -1,
+    "재작년": -2,
+    "올해": 0,
+    "내년": 1,
+    "후년": 2,
+}
 
 
 # -- the expressions -----------------------------------------------------------------------------
@@ -279,45 +401,90 @@ def _unresolved(match: re.Match[str], day: date) -> None:
 # (name, pattern, resolver); at one position the first that matches wins, so longer first.
 # English: whole words, case-insensitive; each pattern starts where a word does.
 EN_RULES: list[tuple[str, str, Resolver]] = [
-    ("en_day", r"(?:the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|today|tonight"
-               r"|this\s+(?:morning|afternoon|evening)|yesterday|last\s+night|tomorrow)\b", _fixed_day),
-    ("en_wd", rf"(?P<en_wd_how>this\s+past|this\s+coming|last|this|next)\s+(?P<en_wd_day>{EN_WEEKDAY})\b",
-     _en_weekday),
-    ("en_p", r"(?<!\bthe\s)(?P<en_p_how>last|this|next)\s+(?P<en_p_unit>weekend|week|month|year)\b", _en_period),
-    ("en_ago", rf"(?<!\bor\s)(?<!\bto\s)(?<!-)(?P<en_ago_n>{EN_NUMBER})\s+"
-               r"(?P<en_ago_unit>days?|weeks?|months?|years?)\s+ago\b", _en_ago),
-    ("en_in", rf"in\s+(?P<en_in_n>{EN_NUMBER})\s+(?P<en_in_unit>days?|weeks?|months?|years?)\b"
-              rf"|(?P<en_from_n>{EN_NUMBER})\s+(?P<en_from_unit>days?|weeks?|months?|years?)\s+from\s+"
-              r"(?:now|today)\b", _en_ahead),
-]  # fmt: skip
+    (
+        "en_day",
+        r"(?:the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|today|tonight"
+        r"|this\s+(?:morning|afternoon|evening)|yesterday|last\s+night|tomorrow)\b",
+        _fixed_day,
+    ),
+    (
+        "en_wd",
+        rf"(?P<en_wd_how>this\s+past|this\s+coming|last|this|next)\s+(?P<en_wd_day>{EN_WEEKDAY})\b",
+        _en_weekday,
+    ),
+    (
+        "en_p",
+        r"(?<!\bthe\s)(?P<en_p_how>last|this|next)\s+(?P<en_p_unit>weekend|week|month|year)\b",
+        _en_period,
+    ),
+    (
+        "en_ago",
+        rf"(?<!\bor\s)(?<!\bto\s)(?<!-)(?P<en_ago_n>{EN_NUMBER})\s+"
+        r"(?P<en_ago_unit>days?|weeks?|months?|years?)\s+ago\b",
+        _en_ago,
+    ),
+    (
+        "en_in",
+        rf"in\s+(?P<en_in_n>{EN_NUMBER})\s+(?P<en_in_unit>days?|weeks?|months?|years?)\b"
+        rf"|(?P<en_from_n>{EN_NUMBER})\s+(?P<en_from_unit>days?|weeks?|months?|years?)\s+from\s+"
+        r"(?:now|today)\b",
+        _en_ahead,
+    ),
+]
 # Chinese, Japanese (shared characters mean the same days) and Korean, whose particles
 # follow the word; guards keep a word inside a longer one ("然后天气", "晚上周末", "오늘날") out.
 CJK_RULES: list[tuple[str, str, Resolver]] = [
     ("zh_vague", r"几天[前后]|大大前天|大大后天", _unresolved),
-    ("zh_day", r"大前天|大后天|(?<![以之从提当面眼目])前天(?!天)|(?<![然最之以随落背先])后天(?![气空性])"
-               r"|今天|今晚|今早|昨天|昨晚|明天|明晚|一昨日|明後日|おととい|今日|昨日|明日|今夜|昨夜|今朝",
-     _fixed_day),
-    ("zh_wd", rf"(?<![{ZH_NOT_SHIFT}])(?P<zh_wd_how>[上下这本])个?"
-              rf"(?:周(?P<zh_wd_a>[二三四五六日](?![{ZH_NOT_WEEKDAY}])|一(?![{ZH_NOT_WEEKDAY}{ZH_NOT_AFTER_ONE}]))"
-              rf"|(?:星期|礼拜)(?P<zh_wd_b>[一二三四五六日天](?![{ZH_NOT_WEEKDAY}])))", _zh_weekday),
+    (
+        "zh_day",
+        r"大前天|大后天|(?<![以之从提当面眼目])前天(?!天)|(?<![然最之以随落背先])后天(?![气空性])"
+        r"|今天|今晚|今早|昨天|昨晚|明天|明晚|一昨日|明後日|おととい|今日|昨日|明日|今夜|昨夜|今朝",
+        _fixed_day,
+    ),
+    (
+        "zh_wd",
+        rf"(?<![{ZH_NOT_SHIFT}])(?P<zh_wd_how>[上下这本])个?"
+        rf"(?:周(?P<zh_wd_a>[二三四五六日](?![{ZH_NOT_WEEKDAY}])|一(?![{ZH_NOT_WEEKDAY}{ZH_NOT_AFTER_ONE}]))"
+        rf"|(?:星期|礼拜)(?P<zh_wd_b>[一二三四五六日天](?![{ZH_NOT_WEEKDAY}])))",
+        _zh_weekday,
+    ),
     ("ja_wd", r"(?P<ja_wd_how>[先今来])週の?(?P<ja_wd_day>[月火水木金土日])曜日?", _ja_weekday),
-    ("zh_week", rf"(?<![{ZH_NOT_SHIFT}])[上下这本]个?(?:周(?![{ZH_NOT_WEEK}])|星期|礼拜)末?|[先今来]週末?",
-     _cjk_week),
-    ("zh_month", rf"(?<![{ZH_NOT_SHIFT}])(?:[上下这]个月|[上下本]月)(?![亮光饼球台票薪经])"
-                 r"|[先今来]月(?![曜日])", _cjk_month),
-    ("zh_year", r"(?:(?<![过回出进离失除])去年|今年|明年|(?<![以之从提当])前年|(?<![然最之以随落背先])后年"
-                r"|(?<![未将原本])来年|昨年|再来年|一昨年)(?![轻纪代级龄华会])", _fixed_year),
-    ("zh_n", rf"(?<![\d一二两三四五六七八九十几第])(?P<zh_n_n>{ZH_NUMBER})\s*"
-             r"(?P<zh_n_unit>天|周|週間|週|个?星期|个?礼拜|个月|ヶ月|か月|カ月|年)[以之]?(?P<zh_n_dir>前|后|後)", _cjk_count),
+    (
+        "zh_week",
+        rf"(?<![{ZH_NOT_SHIFT}])[上下这本]个?(?:周(?![{ZH_NOT_WEEK}])|星期|礼拜)末?|[先今来]週末?",
+        _cjk_week,
+    ),
+    (
+        "zh_month",
+        rf"(?<![{ZH_NOT_SHIFT}])(?:[上下这]个月|[上下本]月)(?![亮光饼球台票薪经])"
+        r"|[先今来]月(?![曜日])",
+        _cjk_month,
+    ),
+    (
+        "zh_year",
+        r"(?:(?<![过回出进离失除])去年|今年|明年|(?<![以之从提当])前年|(?<![然最之以随落背先])后年"
+        r"|(?<![未将原本])来年|昨年|再来年|一昨年)(?![轻纪代级龄华会])",
+        _fixed_year,
+    ),
+    (
+        "zh_n",
+        rf"(?<![\d一二两三四五六七八九十几第])(?P<zh_n_n>{ZH_NUMBER})\s*"
+        r"(?P<zh_n_unit>天|周|週間|週|个?星期|个?礼拜|个月|ヶ月|か月|カ月|年)[以之]?(?P<zh_n_dir>前|后|後)",
+        _cjk_count,
+    ),
     ("ko_vague", r"내일\s?모레", _unresolved),
     ("ko_day", r"(?:오늘밤|오늘(?!날)|어젯밤|어제|그저께|그제(?!서야|야)|내일|모레)", _fixed_day),
     ("ko_wd", r"(?P<ko_wd_how>지난|저번|이번|다음)\s?주\s?(?P<ko_wd_day>[월화수목금토일])요일", _ko_weekday),
     ("ko_p", rf"(?P<ko_p_how>지난|저번|이번|다음)\s?(?P<ko_p_unit>주말|주|달){KO_PARTICLE}", _ko_period),
     ("ko_year", r"(?:재작년|작년|올해|내년|후년)", _fixed_year),
-    ("ko_n", r"(?:(?P<ko_n_week>일주일)|(?P<ko_n_d>\d{1,3})\s?(?P<ko_n_du>일|주|개월|달|년)"
-             r"|(?P<ko_n_k>한|두|세|네|다섯|여섯|일곱|여덟|아홉|열)\s?(?P<ko_n_ku>달|주))"
-             r"\s?(?P<ko_n_dir>전|후|뒤)(?![가-힣])", _ko_count),
-]  # fmt: skip
+    (
+        "ko_n",
+        r"(?:(?P<ko_n_week>일주일)|(?P<ko_n_d>\d{1,3})\s?(?P<ko_n_du>일|주|개월|달|년)"
+        r"|(?P<ko_n_k>한|두|세|네|다섯|여섯|일곱|여덟|아홉|열)\s?(?P<ko_n_ku>달|주))"
+        r"\s?(?P<ko_n_dir>전|후|뒤)(?![가-힣])",
+        _ko_count,
+    ),
+]
 KO_RULES = {"ko_vague", "ko_day", "ko_wd", "ko_p", "ko_year", "ko_n"}
 # English rules that need a count and a unit; the others start with a keyword.
 EN_COUNT_RULES = {"en_ago", "en_in"}

@@ -339,9 +339,16 @@ def _memory(source: TurnHit | Fact | Summary, text: str, at_ms: int, score: floa
     if isinstance(source, TurnHit):
         message = source.message
         return RecalledMemory(
-            "turn", text, at_ms, score, message.character_id, session=message.agent_id, role=message.role,
-            id=message.id, message=message,
-        )  # fmt: skip
+            "turn",
+            text,
+            at_ms,
+            score,
+            message.character_id,
+            session=message.agent_id,
+            role=message.role,
+            id=message.id,
+            message=message,
+        )
     if isinstance(source, Fact):
         return RecalledMemory("fact", text, at_ms, score, source.character_id, id=source.id)
     return RecalledMemory("summary", text, at_ms, score, source.character_id)
@@ -443,10 +450,21 @@ def fit(
                     used += cost
                     added.append(context)
         # Built once, not copied with `dataclasses.replace` (which reads every field by name).
-        shown.append(RecalledMemory(
-            memory.kind, text, memory.at_ms, memory.score, memory.character_id, session=memory.session,
-            role=memory.role, id=memory.id, context=tuple(added), always=memory.always, message=memory.message,
-        ))  # fmt: skip
+        shown.append(
+            RecalledMemory(
+                memory.kind,
+                text,
+                memory.at_ms,
+                memory.score,
+                memory.character_id,
+                session=memory.session,
+                role=memory.role,
+                id=memory.id,
+                context=tuple(added),
+                always=memory.always,
+                message=memory.message,
+            )
+        )
     text_lines = [HEADING]
     for memory in shown:
         text_lines.append(memory_line(memory))

@@ -205,9 +205,12 @@ class EmbeddingJobs:
             log.log(
                 logging.WARNING if isinstance(exc, EmbeddingError) else logging.ERROR,
                 "embed %s failed (attempt %d), retry in %.1fs: %s",
-                pair_ref(job.user_id, job.character_id), attempt, delay, reason,
+                pair_ref(job.user_id, job.character_id),
+                attempt,
+                delay,
+                reason,
                 exc_info=not isinstance(exc, EmbeddingError),
-            )  # fmt: skip
+            )
         await self.store.write(lambda tx: tx.jobs.fail(job.id, reason, retry_at_ms=retry_at))
 
 

@@ -50,8 +50,12 @@ from agent_memory.store.types import ForgetCutoff, NewMessage, SessionChanges
 log = logging.getLogger(__name__)
 
 IDENTITY_RANK: dict[IdentitySource, int] = {
-    "channel": 0, "rtc": 1, "channel_binding": 2, "binding": 3, "labels": 4,
-}  # fmt: skip
+    "channel": 0,
+    "rtc": 1,
+    "channel_binding": 2,
+    "binding": 3,
+    "labels": 4,
+}
 MAX_DETAIL_NOTES = 20
 
 
@@ -97,11 +101,21 @@ def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
     if timestamp is None and message.elapsed_ms is not None:
         timestamp = at_ms + message.elapsed_ms
     return Arrival(
-        message.role, message.kind, content, message.turn_id, timestamp, timestamp or message.seen_ms or at_ms,
-        message.source, message.speaker, message.interrupted, message.interrupt_ms,
-        message.original, fingerprint(message.role, message.content, tool),
-        dumps(extra) if extra else None, dumps(message.images) if message.images else None,
-    )  # fmt: skip
+        message.role,
+        message.kind,
+        content,
+        message.turn_id,
+        timestamp,
+        timestamp or message.seen_ms or at_ms,
+        message.source,
+        message.speaker,
+        message.interrupted,
+        message.interrupt_ms,
+        message.original,
+        fingerprint(message.role, message.content, tool),
+        dumps(extra) if extra else None,
+        dumps(message.images) if message.images else None,
+    )
 
 
 def in_order(messages: Sequence[IncomingMessage], base_ms: int) -> list[Arrival]:
@@ -158,8 +172,10 @@ def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
     log.warning(
         "%s, agent %s: %s; the rest was applied and the raw payload is kept "
         "(`agent-memory reprocess` applies it again)",
-        what, outcome.agent_id or "-", detail,
-    )  # fmt: skip
+        what,
+        outcome.agent_id or "-",
+        detail,
+    )
     status = "partial" if outcome.status == "done" else outcome.status
     return replace(outcome, status=status, detail=detail)
 
@@ -314,10 +330,11 @@ class Ingestor:
         started_here = watch is not None and watch.origin == "join"
         log.warning(
             "agent %s in channel %s%s: %s",
-            session.agent_id, session.channel or event.channel or "-",
+            session.agent_id,
+            session.channel or event.channel or "-",
             " (started by this service)" if started_here else "",
             event.advice or "its credentials are about to expire",
-        )  # fmt: skip
+        )
 
     def merge_window(self, tx: Transaction, window: HistoryWindow, stamp: int) -> Outcome:
         """Merge a history window read from the platform while the agent runs."""
@@ -378,9 +395,17 @@ class Ingestor:
             "%s, or set AGENT_MEMORY_LABEL_USER / AGENT_MEMORY_LABEL_CHARACTER to the label keys "
             "you use, or bind it: POST /v1/sessions/%s/bind, or POST /v1/channels/%s/bind when "
             "each user has a channel of their own",
-            event.agent_id, event.name or "-", channel, keys, user_key,
-            user_ref(identity.user_id), identity.character_id, fix, event.agent_id, channel,
-        )  # fmt: skip
+            event.agent_id,
+            event.name or "-",
+            channel,
+            keys,
+            user_key,
+            user_ref(identity.user_id),
+            identity.character_id,
+            fix,
+            event.agent_id,
+            channel,
+        )
 
     def session_to_write(
         self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int
@@ -420,9 +445,11 @@ class Ingestor:
             )
             tx.sessions.insert(session)
             log.info(
-                "session %s for %s (%s)", agent_id, pair_ref(identity.user_id, identity.character_id),
+                "session %s for %s (%s)",
+                agent_id,
+                pair_ref(identity.user_id, identity.character_id),
                 identity.source,
-            )  # fmt: skip
+            )
             if identity.source in FALLBACK_SOURCES:
                 # Here, where the session is created: once per session, not once per callback.
                 self.warn_unidentified(event, identity)
@@ -470,9 +497,12 @@ class Ingestor:
         tx.sessions.update(agent_id, {"identity_source": identity.source})
         log.info(
             "session %s moved from %s to %s (%s, %d messages)",
-            agent_id, pair_ref(user_id, character_id), pair_ref(identity.user_id, identity.character_id),
-            identity.source, moved,
-        )  # fmt: skip
+            agent_id,
+            pair_ref(user_id, character_id),
+            pair_ref(identity.user_id, identity.character_id),
+            identity.source,
+            moved,
+        )
         if moved:
             self.schedule_condense(tx, identity.user_id, identity.character_id, moved)
             if self.settings.embeddings_model:
@@ -574,8 +604,9 @@ class Ingestor:
         if placed.new_gap:
             log.warning(
                 "session %s: a window of %d messages overlaps nothing stored; gap recorded",
-                agent_id, len(incoming),
-            )  # fmt: skip
+                agent_id,
+                len(incoming),
+            )
         if spoken:
             self.schedule_condense(tx, session.user_id, session.character_id, spoken, ended=ended)
             if self.settings.embeddings_model:

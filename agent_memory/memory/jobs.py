@@ -308,13 +308,17 @@ class CondenseJobs:
         if not any(is_renderable(message) for message in messages) and previous is not None:
             # Only empty turns: nothing to tell a model, but they are covered all the same.
             result = CondenseResult(
-                output=CondenseOutput(summary=previous.text), method=previous.method,
-                model=previous.model or "", fallback_reason="only empty messages",
-            )  # fmt: skip
+                output=CondenseOutput(summary=previous.text),
+                method=previous.method,
+                model=previous.model or "",
+                fallback_reason="only empty messages",
+            )
             await self.store.write(
-                lambda tx: (apply_result(tx, job, messages, result, previous, read_ms),
-                            tx.jobs.finish(job, again_at_ms=again_at))
-            )  # fmt: skip
+                lambda tx: (
+                    apply_result(tx, job, messages, result, previous, read_ms),
+                    tx.jobs.finish(job, again_at_ms=again_at),
+                )
+            )
             return
         started = time.monotonic()
         result = await self.condenser.condense(
@@ -345,9 +349,13 @@ class CondenseJobs:
         changes = await self.store.write(commit)
         log.info(
             "condensed %s: %d messages with %s in %.2fs, %d tokens sent; facts %s",
-            pair_ref(user_id, character_id), len(messages), result.model, took,
-            result.tokens_sent, changes,
-        )  # fmt: skip
+            pair_ref(user_id, character_id),
+            len(messages),
+            result.model,
+            took,
+            result.tokens_sent,
+            changes,
+        )
         for listener in self.listeners:
             try:
                 await listener(user_id, character_id, result)
@@ -362,17 +370,23 @@ class CondenseJobs:
             retry_at = None
             log.error(
                 "condense %s is dead after %d attempts: %s",
-                pair_ref(job.user_id, job.character_id), attempt, reason,
-            )  # fmt: skip
+                pair_ref(job.user_id, job.character_id),
+                attempt,
+                reason,
+            )
         else:
             retry_after = exc.retry_after if isinstance(exc, LLMUnavailable) else None
             delay = BACKOFF.delay_s(attempt, self.rng, retry_after)
             retry_at = now_ms() + round(delay * 1000)
             level = logging.WARNING if isinstance(exc, LLMError) else logging.ERROR
             log.log(
-                level, "condense %s failed (attempt %d), retry in %.1fs: %s",
-                pair_ref(job.user_id, job.character_id), attempt, delay, reason,
+                level,
+                "condense %s failed (attempt %d), retry in %.1fs: %s",
+                pair_ref(job.user_id, job.character_id),
+                attempt,
+                delay,
+                reason,
                 exc_info=not isinstance(exc, LLMError),
-            )  # fmt: skip
+            )
         await self.store.write(lambda tx: tx.jobs.fail(job.id, reason, retry_at_ms=retry_at))
         return "failed" if retry_at is not None else "dead"

@@ -134,5 +134,4 @@ class Refresher:
         """Replace the running agent's system messages with `messages`, and record them as sent."""
         await self.control.update_system_messages(agent_id, messages)
         await self.store.write(lambda tx: tx.watches.pushed(agent_id, messages))
-        log.info("pushed %d system messages (%d tokens) into agent %s",
-                 len(messages), tokens, agent_id)  # fmt: skip
+        log.info("pushed %d system messages (%d tokens) into agent %s", len(messages), tokens, agent_id)

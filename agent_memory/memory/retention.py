@@ -129,9 +129,12 @@ class Retention:
         # so a restart does not purge while clients are still reconnecting.
         self.scheduler = AsyncIOScheduler(job_defaults=JOB_DEFAULTS)
         self.scheduler.add_job(
-            self._scheduled_purge, "interval", seconds=sweep_s, id="retention-purge",
+            self._scheduled_purge,
+            "interval",
+            seconds=sweep_s,
+            id="retention-purge",
             next_run_time=datetime.now() + timedelta(seconds=min(sweep_s, FIRST_RUN_AFTER_S)),
-        )  # fmt: skip
+        )
         self.scheduler.add_job(
             self._scheduled_scrub, "interval", seconds=self._scrub_every_s, id="search-scrub"
         )
@@ -192,9 +195,12 @@ class Retention:
 
             def purge_step(tx: Transaction) -> PurgeStep:
                 return tx.maintenance.purge_messages(
-                    after=after, now_ms=now, keep_latest=settings.retention_max_messages,
-                    max_age_ms=max_age_ms, budget=self.batch_rows,
-                )  # fmt: skip
+                    after=after,
+                    now_ms=now,
+                    keep_latest=settings.retention_max_messages,
+                    max_age_ms=max_age_ms,
+                    budget=self.batch_rows,
+                )
 
             while True:
                 step = await self.store.write(purge_step)
@@ -211,18 +217,18 @@ class Retention:
                 lambda tx: tx.maintenance.purge_metrics(
                     older_than_ms=now - max_age_ms, budget=self.batch_rows
                 ),
-                "metrics", say,
-            )  # fmt: skip
+                "metrics",
+                say,
+            )
             write_batches += batches
         lap("metrics")
         if settings.raw_retention_days:
             raw_cutoff = now - round(settings.raw_retention_days * DAY_MS)
             raw_callbacks, batches = await self._drain(
-                lambda tx: tx.maintenance.purge_raw_events(
-                    older_than_ms=raw_cutoff, budget=self.batch_rows
-                ),
-                "raw callbacks", say,
-            )  # fmt: skip
+                lambda tx: tx.maintenance.purge_raw_events(older_than_ms=raw_cutoff, budget=self.batch_rows),
+                "raw callbacks",
+                say,
+            )
             write_batches += batches
         lap("raw_callbacks")
         search_index = await self._scrub(say, dead_rows_too=True)
@@ -252,11 +258,14 @@ class Retention:
         if report.warning:
             log.warning("retention: %s", report.warning)
         log.info(
-            "retention: removed %d messages, %d metrics, %d raw callbacks in %.2fs; "
-            "%d -> %d bytes",
-            report.messages, report.metrics, report.raw_callbacks, report.seconds,
-            report.bytes_before, report.bytes_after,
-        )  # fmt: skip
+            "retention: removed %d messages, %d metrics, %d raw callbacks in %.2fs; %d -> %d bytes",
+            report.messages,
+            report.metrics,
+            report.raw_callbacks,
+            report.seconds,
+            report.bytes_before,
+            report.bytes_after,
+        )
         self.last_report = report
         return report
 

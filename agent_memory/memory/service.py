@@ -195,9 +195,10 @@ class Memory:
         if metrics is not None:
             contexts = self.contexts
             metrics.add_reported(
-                "context_cache", "Start contexts served from the cache, or built",
+                "context_cache",
+                "Start contexts served from the cache, or built",
                 lambda: {"hits": contexts.hits, "misses": contexts.misses},
-            )  # fmt: skip
+            )
             metrics.add_reported(
                 "recall_warming",
                 "Pairs' recall indexes read into memory as their calls started",
@@ -267,9 +268,14 @@ class Memory:
         semantic: list[tuple[int, float]] = []
         if self.embedder is not None:
             semantic = await semantic_candidates(
-                self.store, self.embedder, user_id=user_id, character_id=scoped, q=q,
-                k=RECALL_CANDIDATES, timeout_s=self.settings.embeddings_timeout_s,
-            )  # fmt: skip
+                self.store,
+                self.embedder,
+                user_id=user_id,
+                character_id=scoped,
+                q=q,
+                k=RECALL_CANDIDATES,
+                timeout_s=self.settings.embeddings_timeout_s,
+            )
         read = _recall_read(user_id, scoped, q, max_tokens, semantic, exclude_session)
         if indexed_only:
             found = await self.store.read(read)
@@ -463,9 +469,15 @@ class Memory:
                 self.ingestor.bind(tx, agent_id, user_id, character_id)
             session = self.ingestor.ensure_session(tx, event, now_ms()) if event is not None else None
             result = tx.watches.follow(
-                agent_id, origin, first_poll_ms=now_ms(), base_system_messages=base_system_messages,
-                persona=persona, max_tokens=max_tokens, style=style, max_history=max_history,
-            )  # fmt: skip
+                agent_id,
+                origin,
+                first_poll_ms=now_ms(),
+                base_system_messages=base_system_messages,
+                persona=persona,
+                max_tokens=max_tokens,
+                style=style,
+                max_history=max_history,
+            )
             if session is None:
                 session = tx.sessions.get(agent_id)
             return Following(result, tx.watches.get(agent_id), session)
@@ -726,9 +738,13 @@ def _check_question(q: str) -> None:
 
 
 def _recall_read(
-    user_id: str, character_id: str | None, q: str, max_tokens: int,
-    semantic: Sequence[tuple[int, float]], exclude_session: str | None,
-) -> Callable[[ReadView], Recall]:  # fmt: skip
+    user_id: str,
+    character_id: str | None,
+    q: str,
+    max_tokens: int,
+    semantic: Sequence[tuple[int, float]],
+    exclude_session: str | None,
+) -> Callable[[ReadView], Recall]:
     """Recall as one read, timed where it runs (`Recall.read_ms`: a thread hand-off not counted)."""
 
     def read(view: ReadView) -> Recall:
@@ -758,9 +774,18 @@ def recall_in(
     facts = view.recall.facts(user_id, character_id)
     limit = candidates_for(max_tokens)
     keyword = view.recall.turns(stats, limit) if stats.idfs else []
-    nearest = [TurnHit(message, similarity) for message, similarity in zip(
-        view.recall.messages([message_id for message_id, _ in semantic]), (s for _, s in semantic), strict=False
-    )] if semantic else []  # fmt: skip
+    nearest = (
+        [
+            TurnHit(message, similarity)
+            for message, similarity in zip(
+                view.recall.messages([message_id for message_id, _ in semantic]),
+                (s for _, s in semantic),
+                strict=False,
+            )
+        ]
+        if semantic
+        else []
+    )
     hits = fuse(keyword, nearest)
     if exclude_session is not None:
         hits = [hit for hit in hits if hit.message.agent_id != exclude_session]

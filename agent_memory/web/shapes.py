@@ -107,12 +107,26 @@ def session_json(session: Session) -> dict[str, Any]:
 def unseen_session_json(agent_id: str, user_id: str, character_id: str) -> dict[str, Any]:
     """A run bound before any event of it came: the session it will start with, as far as known."""
     return {
-        "agent_id": agent_id, "user_id": user_id, "character_id": character_id,
-        "identity_source": "binding", "channel": None, "name": None, "status": "unknown",
-        "stop_reason": None, "start_ms": None, "stop_ms": None, "rtc_uid": None,
-        "message_count": None, "gap_count": None, "error_count": None, "token_warning_ms": None,
-        "turn_count": None, "token_expiring": False, "turns_truncated": False, "labels": {},
-    }  # fmt: skip
+        "agent_id": agent_id,
+        "user_id": user_id,
+        "character_id": character_id,
+        "identity_source": "binding",
+        "channel": None,
+        "name": None,
+        "status": "unknown",
+        "stop_reason": None,
+        "start_ms": None,
+        "stop_ms": None,
+        "rtc_uid": None,
+        "message_count": None,
+        "gap_count": None,
+        "error_count": None,
+        "token_warning_ms": None,
+        "turn_count": None,
+        "token_expiring": False,
+        "turns_truncated": False,
+        "labels": {},
+    }
 
 
 def channel_binding_json(binding: ChannelBinding) -> dict[str, Any]:

@@ -160,21 +160,25 @@ def product_outcome(envelope: Envelope) -> Outcome | None:
     if product == DOCS_PORTAL_PRODUCT and agent_event:
         log.info(
             "callback %s has productId 1 (as Agora's docs portal shows) but is an agent event "
-            "(type %s, agent %s): read as ConvoAI", envelope.noticeId, envelope.eventType,
+            "(type %s, agent %s): read as ConvoAI",
+            envelope.noticeId,
+            envelope.eventType,
             envelope.fields.get("agent_id"),
-        )  # fmt: skip
+        )
         return None
     if product == DOCS_PORTAL_PRODUCT:
         log.info(
-            "callback %s (productId 1, type %s) names no agent: an RTC channel event, kept, "
-            "not used", envelope.noticeId, envelope.eventType,
-        )  # fmt: skip
+            "callback %s (productId 1, type %s) names no agent: an RTC channel event, kept, not used",
+            envelope.noticeId,
+            envelope.eventType,
+        )
         return Outcome("ignored", detail="productId 1 without agent_id: an RTC channel event")
     log.warning(
         "callback %s is from productId %s, not the Conversational AI Engine (17): kept, not "
-        "used; check which products notify this URL in Agora's console", envelope.noticeId,
+        "used; check which products notify this URL in Agora's console",
+        envelope.noticeId,
         product,
-    )  # fmt: skip
+    )
     return Outcome("ignored", detail=f"productId {product} is not ConvoAI")
 
 

@@ -105,8 +105,15 @@ class ProxyStats:
         return asdict(self)
 
 
-def openai_error(status: int, message: str, *, kind: str, code: str | None = None, param: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> web.Response:  # fmt: skip
+def openai_error(
+    status: int,
+    message: str,
+    *,
+    kind: str,
+    code: str | None = None,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
     """An error in OpenAI's shape (what the SDKs and Agora read)."""
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return web.Response(status=status, body=dumps(body), content_type="application/json", headers=headers)
@@ -152,8 +159,9 @@ def memory_message(memories: Sequence[RecalledMemory], already: str) -> tuple[st
     return "\n".join(lines), len(kept)
 
 
-def window_of(messages: Sequence[Any], agent_id: str, user_id: str, character_id: str,
-              label_keys: tuple[str, str]) -> HistoryWindow:  # fmt: skip
+def window_of(
+    messages: Sequence[Any], agent_id: str, user_id: str, character_id: str, label_keys: tuple[str, str]
+) -> HistoryWindow:
     """The request's conversation as a history window of the run, read as a 103's messages are."""
     items: list[IncomingMessage] = []
     skipped: list[str] = []
@@ -165,9 +173,12 @@ def window_of(messages: Sequence[Any], agent_id: str, user_id: str, character_id
         except ValidationError as exc:
             skipped.append(f"messages[{index}]: {exc.errors()[0]['msg']}")
     return HistoryWindow(
-        agent_id=agent_id, messages=items, skipped=skipped, labels_field=LABELS_FIELD,
+        agent_id=agent_id,
+        messages=items,
+        skipped=skipped,
+        labels_field=LABELS_FIELD,
         labels={label_keys[0]: user_id, label_keys[1]: character_id},
-    )  # fmt: skip
+    )
 
 
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
@@ -493,9 +504,12 @@ class LlmProxy:
                 return route
         self.stats.unauthorized += 1
         return openai_error(
-            401, "missing or wrong bearer key: send llm.api_key = AGENT_MEMORY_LLM_TOKEN, or the key "
-            "POST /v1/agents minted for the agent", kind="invalid_request_error", code="invalid_api_key",
-        )  # fmt: skip
+            401,
+            "missing or wrong bearer key: send llm.api_key = AGENT_MEMORY_LLM_TOKEN, or the key "
+            "POST /v1/agents minted for the agent",
+            kind="invalid_request_error",
+            code="invalid_api_key",
+        )
 
     def _bad(self, message: str, param: str | None = None) -> web.Response:
         self.stats.bad_requests += 1
@@ -539,9 +553,12 @@ class LlmProxy:
             self.stats.recalls_brief += 1
             try:
                 found = self.memory.recall_here(
-                    call.user_id, call.character_id, query, max_tokens=self.settings.recall_max_tokens,
+                    call.user_id,
+                    call.character_id,
+                    query,
+                    max_tokens=self.settings.recall_max_tokens,
                     exclude_session=call.agent_id,
-                )  # fmt: skip
+                )
             except NotBrief:
                 pass  # on a reader thread, within what is left of the deadline
             except Exception as exc:
@@ -560,11 +577,15 @@ class LlmProxy:
                 # The request carries this call's turns: recall needs only what is already
                 # indexed, and must not wait for the index to catch up with them.
                 self.memory.recall(
-                    call.user_id, call.character_id, query, max_tokens=self.settings.recall_max_tokens,
-                    indexed_only=True, exclude_session=call.agent_id,
+                    call.user_id,
+                    call.character_id,
+                    query,
+                    max_tokens=self.settings.recall_max_tokens,
+                    indexed_only=True,
+                    exclude_session=call.agent_id,
                 ),
                 max(deadline_ms / 1000 - (time.perf_counter() - started), 0.0),
-            )  # fmt: skip
+            )
         except TimeoutError:
             self._missed(call, pair)
             return None
@@ -582,8 +603,10 @@ class LlmProxy:
             self.stats.store_unavailable += 1
         log.warning(
             "custom LLM: recall for %s failed after %.1f ms (%s); answered without memory",
-            pair_ref(call.user_id, call.character_id), (time.perf_counter() - started) * 1000, exc,
-        )  # fmt: skip
+            pair_ref(call.user_id, call.character_id),
+            (time.perf_counter() - started) * 1000,
+            exc,
+        )
 
     def _missed(self, call: Call, pair: tuple[str, str]) -> None:
         """A recall past its deadline: counted, logged now and then; its pair is not brief."""
@@ -600,8 +623,10 @@ class LlmProxy:
         log.warning(
             "custom LLM: recall for %s missed its %g ms deadline; answered without memory "
             "(%d such misses since this was last logged)",
-            pair_ref(call.user_id, call.character_id), self.settings.recall_timeout_ms, self._unlogged_misses,
-        )  # fmt: skip
+            pair_ref(call.user_id, call.character_id),
+            self.settings.recall_timeout_ms,
+            self._unlogged_misses,
+        )
         self._miss_logged_at, self._unlogged_misses = now, 0
 
     def _forwarded(self, call: Call, messages: list[dict[str, Any]], memory: str) -> dict[str, Any]:
@@ -704,14 +729,19 @@ class LlmProxy:
         # before the question it answers. Not dated as Agora's own copy will be (that copy,
         # in the next request or the 103, merges into this one).
         said = IncomingMessage(
-            role="assistant", content=text, source=RELAYED, interrupted=reply.interrupted,
+            role="assistant",
+            content=text,
+            source=RELAYED,
+            interrupted=reply.interrupted,
             seen_ms=reply.said_ms or now_ms(),
-        )  # fmt: skip
+        )
         agent_id = window.agent_id
         held = HistoryWindow(
-            agent_id=agent_id, messages=[*window.messages, said], labels=window.labels,
+            agent_id=agent_id,
+            messages=[*window.messages, said],
+            labels=window.labels,
             labels_field=window.labels_field,
-        )  # fmt: skip
+        )
         if self.settings.llm_reply_settle_s <= 0:
             self.replies.merge(held)
         else:
@@ -742,9 +772,11 @@ class LlmProxy:
                     reply.read_body(body)
                     reply.said_ms = now_ms()
                 return web.Response(
-                    status=answer.status, body=body, headers=headers,
+                    status=answer.status,
+                    body=body,
+                    headers=headers,
                     content_type=content_type.split(";")[0] or "application/json",
-                )  # fmt: skip
+                )
             return await self._stream(
                 request, answer.events(), reply, headers, keep=call.agent_id is not None
             )
@@ -783,8 +815,12 @@ class LlmProxy:
                     if response is None and error[0] == 0:
                         # Before the first chunk an error is the answer's status.
                         self.stats.upstream_errors += 1
-                        return openai_error(502, str(error[2]["error"].get("message") or error[2]["error"]),
-                                            kind="upstream_error", code="upstream_error")  # fmt: skip
+                        return openai_error(
+                            502,
+                            str(error[2]["error"].get("message") or error[2]["error"]),
+                            kind="upstream_error",
+                            code="upstream_error",
+                        )
                     block = block[: error[1]]  # the error is the last event relayed
                 if keep:
                     reply.blocks.append(block)
@@ -804,8 +840,14 @@ class LlmProxy:
             if response is None:
                 raise
             log.warning("custom LLM: %s (mid-stream)", exc.message)
-            error_event = {"error": {"message": exc.message, "type": "upstream_error", "param": None,
-                                     "code": "upstream_unavailable"}}  # fmt: skip
+            error_event = {
+                "error": {
+                    "message": exc.message,
+                    "type": "upstream_error",
+                    "param": None,
+                    "code": "upstream_unavailable",
+                }
+            }
             await response.write(b"data: " + dumps(error_event).encode() + b"\n\n")
         if response is None:
             response = await self._open_stream(request, headers)

@@ -161,6 +161,8 @@ class Poller:
                 metrics.polled("merged", lag_s=lag_s, new_messages=outcome.new_messages)
             if outcome.new_messages:
                 log.info(
-                    "agent %s: +%d messages from history%s", agent_id, outcome.new_messages,
+                    "agent %s: +%d messages from history%s",
+                    agent_id,
+                    outcome.new_messages,
                     " (gap recorded)" if outcome.gap else "",
-                )  # fmt: skip
+                )

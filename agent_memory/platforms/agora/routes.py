@@ -45,12 +45,14 @@ START_EXAMPLE: JsonDict = {
     "join": {
         "name": "luna-alice",
         "properties": {
-            "channel": "alice-luna-1103", "token": "<RTC token>", "agent_rtc_uid": "0",
+            "channel": "alice-luna-1103",
+            "token": "<RTC token>",
+            "agent_rtc_uid": "0",
             "remote_rtc_uids": ["*"],
             "llm": {"url": "https://llm.example/v1/chat/completions", "system_messages": []},
         },
     },
-}  # fmt: skip
+}
 
 
 class StartBody(BaseModel):
@@ -75,12 +77,14 @@ class WatchBody(BaseModel):
             "examples": [{"user_id": "u-alice", "character_id": "luna", "system_messages": []}],
             # Both user_id and character_id, or neither (null counts as not given).
             "anyOf": [
-                {"required": ["user_id", "character_id"],
-                 "properties": {"user_id": {"type": "string"}, "character_id": {"type": "string"}}},
+                {
+                    "required": ["user_id", "character_id"],
+                    "properties": {"user_id": {"type": "string"}, "character_id": {"type": "string"}},
+                },
                 {"properties": {"user_id": {"type": "null"}, "character_id": {"type": "null"}}},
             ],
-        }
-    )  # fmt: skip
+        },
+    )
     user_id: str | None = Field(None, min_length=1, max_length=256)
     character_id: str | None = Field(None, min_length=1, max_length=256)
     # The agent's own system messages; given (even []), refreshes may replace the list.
@@ -343,10 +347,16 @@ class AgentRoutes:
             key = secrets.token_urlsafe(32)
             key_hash = hash_key(key)
             route = LlmRoute(
-                key_hash=key_hash, agent_id=None, user_id=body.user_id, character_id=body.character_id,
-                upstream_base_url=upstream.base_url, upstream_api_key=upstream.api_key,
-                upstream_model=upstream.model, upstream_params=upstream.params, created_ms=now_ms(),
-            )  # fmt: skip
+                key_hash=key_hash,
+                agent_id=None,
+                user_id=body.user_id,
+                character_id=body.character_id,
+                upstream_base_url=upstream.base_url,
+                upstream_api_key=upstream.api_key,
+                upstream_model=upstream.model,
+                upstream_params=upstream.params,
+                created_ms=now_ms(),
+            )
             # Stored before the join: Agora may call the endpoint as soon as the agent is up.
             await memory.add_llm_route(route)
             url = memory_llm_url(settings.public_url)
@@ -378,10 +388,17 @@ class AgentRoutes:
             }
         )
         following = await memory.follow(
-            agent_id, origin="join", user_id=body.user_id, character_id=body.character_id,
-            base_system_messages=own, persona=body.persona, max_tokens=max_tokens, style=plan.style,
-            event=session_event(joined), max_history=max_history,
-        )  # fmt: skip
+            agent_id,
+            origin="join",
+            user_id=body.user_id,
+            character_id=body.character_id,
+            base_system_messages=own,
+            persona=body.persona,
+            max_tokens=max_tokens,
+            style=plan.style,
+            event=session_event(joined),
+            max_history=max_history,
+        )
         # The start event always yields a session; the check narrows the type.
         assert following.session is not None
         session = following.session
@@ -424,19 +441,29 @@ class AgentRoutes:
         agent_id = request.match_info["agent_id"]
         body = await read_model(request, WatchBody)
         following = await self.memory.follow(
-            agent_id, origin="manual", user_id=body.user_id, character_id=body.character_id,
-            base_system_messages=body.system_messages, persona=body.persona,
-            max_tokens=body.max_tokens, style=body.style, max_history=body.max_history,
-        )  # fmt: skip
+            agent_id,
+            origin="manual",
+            user_id=body.user_id,
+            character_id=body.character_id,
+            base_system_messages=body.system_messages,
+            persona=body.persona,
+            max_tokens=body.max_tokens,
+            style=body.style,
+            max_history=body.max_history,
+        )
         watch = following.watch
         created = following.result == "created"
         if watch is None:
             raise Conflict(f"agent {agent_id} has already stopped; there is nothing to follow")
         return json_response(
-            {"agent_id": agent_id, "following": watch.status == "watching", "created": created,
-             "refresh_enabled": watch.refreshes},
+            {
+                "agent_id": agent_id,
+                "following": watch.status == "watching",
+                "created": created,
+                "refresh_enabled": watch.refreshes,
+            },
             status=201 if created else 200,
-        )  # fmt: skip
+        )
 
     async def unwatch_session(self, request: web.Request) -> web.Response:
         """Stop following an agent."""

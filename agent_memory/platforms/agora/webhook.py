@@ -97,9 +97,12 @@ class AgoraReceiver:
             self.metrics.callback(event_type, outcome.status)
         log.info(
             "callback %s type %s agent %s: %s%s",
-            raw.event_id, raw.event_type, outcome.agent_id or "-", outcome.status,
+            raw.event_id,
+            raw.event_type,
+            outcome.agent_id or "-",
+            outcome.status,
             f" (+{outcome.new_messages} messages)" if outcome.new_messages else "",
-        )  # fmt: skip
+        )
         answer = WebhookAnswer(
             code=0,
             message="ok",
