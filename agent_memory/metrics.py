@@ -124,8 +124,9 @@ class Metrics:
             "condense_fact_decisions",
             "The condensing LLM's decisions on candidate facts (add, update, delete, none), and those "
             "ignored (malformed, or aimed at an unknown or pinned fact)",
-            "decision", known=("add", "update", "delete", "none", "ignored"),
-        )  # fmt: skip
+            "decision",
+            known=("add", "update", "delete", "none", "ignored"),
+        )
         self._polls = counter(
             "poll_windows",
             "History windows polled from running agents, by outcome (gone: the agent ended)",

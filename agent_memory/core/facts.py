@@ -79,20 +79,34 @@ def near_key(text: str) -> str:
 # (lower case, punctuation as spaces): a new value supersedes the old one, whose text is kept
 # as history. Conservative on purpose: a fact matching none is never superseded.
 _SUBJECTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("residence", re.compile(
-        r"^(?:(?:currently|still|now|just|recently|finally|also|has|have|had|s|ve)\s+)*"
-        r"(?:lives?|living|is living|am living|resides?|moved|relocated|has moved)\s+(?:back\s+)?(?:in|to|into)\s+\S")),
-    ("job", re.compile(
-        r"^(?:(?:currently|still|now|has|have|just)\s+)*(?:works?|working|is working|started working)\s+as\s+\S"
-        r"|^job is\s+\S")),
-    ("employer", re.compile(r"^(?:(?:currently|still|now)\s+)*(?:works?|working|is working)\s+(?:at|for)\s+\S")),
+    (
+        "residence",
+        re.compile(
+            r"^(?:(?:currently|still|now|just|recently|finally|also|has|have|had|s|ve)\s+)*"
+            r"(?:lives?|living|is living|am living|resides?|moved|relocated|has moved)\s+(?:back\s+)?(?:in|to|into)\s+\S"
+        ),
+    ),
+    (
+        "job",
+        re.compile(
+            r"^(?:(?:currently|still|now|has|have|just)\s+)*(?:works?|working|is working|started working)\s+as\s+\S"
+            r"|^job is\s+\S"
+        ),
+    ),
+    (
+        "employer",
+        re.compile(r"^(?:(?:currently|still|now)\s+)*(?:works?|working|is working)\s+(?:at|for)\s+\S"),
+    ),
     ("name", re.compile(r"^name is\s+\S")),
     ("nickname", re.compile(r"^(?:likes|prefers|wants) to be called\s+\S")),
     ("age", re.compile(r"^(?:is|am)\s+\d{1,3}\s+(?:years|year)\s+old$")),
-    ("residence", re.compile(r"^(?:用户|我)(?:家|们)?(?:现在|目前|最近|刚刚|刚|已经|又|也)*(?:住在|搬到|搬去|搬来)")),
+    (
+        "residence",
+        re.compile(r"^(?:用户|我)(?:家|们)?(?:现在|目前|最近|刚刚|刚|已经|又|也)*(?:住在|搬到|搬去|搬来)"),
+    ),
     ("name", re.compile(r"^(?:用户|我)(?:叫|的名字是|的名字叫|名字叫)")),
     ("residence", re.compile(r"^사용자는 .*(?:살아요|살고|삽니다|살아)")),
-)  # fmt: skip
+)
 # "The user's favourite colour is blue", "The user's sister is called Mia": one value each.
 _OWN = re.compile(
     r"^(?P<what>favou?rite [^ ]+(?: [^ ]+)?|(?:mom|mum|mother|dad|father|wife|husband|partner|boyfriend"

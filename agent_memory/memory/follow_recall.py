@@ -209,9 +209,12 @@ class FollowRecall:
             return
         budget = self.settings.follow_recall_max_tokens
         found = await self.memory.recall(
-            session.user_id, session.character_id, query,
-            max_tokens=budget * RECALL_HEADROOM, exclude_session=agent_id,
-        )  # fmt: skip
+            session.user_id,
+            session.character_id,
+            query,
+            max_tokens=budget * RECALL_HEADROOM,
+            exclude_session=agent_id,
+        )
         if not found.memories:
             self.stats.nothing_recalled += 1
             return

@@ -72,9 +72,10 @@ def install(app: web.Application, memory: Memory) -> None:
                 memory.jobs.listeners.append(refresher.on_condensed)
             if metrics is not None:
                 metrics.add_reported(
-                    "follow_recall", "Memories recalled for a running call's new turns and pushed into it",
+                    "follow_recall",
+                    "Memories recalled for a running call's new turns and pushed into it",
                     follow.stats.report,
-                )  # fmt: skip
+                )
             if settings.agora_configured:
                 await poller.start()
             else:
