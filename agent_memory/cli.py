@@ -29,6 +29,7 @@ from agent_memory.client import AsyncMemoryClient, read_answer
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import KEY_SCOPES, InboxStatus, Job
 from agent_memory.core.jsonutil import dumps
+from agent_memory.core.limits import MAX_PERSONA_CHARS, MAX_QUERY_CHARS, MAX_TOKENS, MIN_TOKENS
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
 from agent_memory.embed import make_embedder
@@ -63,11 +64,8 @@ from agent_memory.web.shapes import fact_json, job_json, recall_json
 T = TypeVar("T")
 AnswerT = TypeVar("AnswerT", bound=BaseModel)
 
-# The HTTP API's limits (web/routes/memory.py, web/schemas.py), which the CLI applies too; kept
-# here so that a command does not import aiohttp to start. tests/test_operator.py holds them equal.
-MAX_TOKENS_RANGE = (50, 200_000)
-MAX_PERSONA_CHARS = 20_000
-MAX_QUERY_CHARS = 500
+# The HTTP API's limits, which the CLI applies too (core/limits.py: no aiohttp to import).
+MAX_TOKENS_RANGE = (MIN_TOKENS, MAX_TOKENS)
 # How long a thread holding the GIL keeps it from one that waits (`tune_interpreter`).
 SWITCH_INTERVAL_S = 0.001
 # How often `condense` says it is still waiting for the running service's job.

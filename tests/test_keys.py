@@ -27,7 +27,8 @@ from agent_memory.core.domain import KEY_SCOPES, KeyScope
 from agent_memory.core.secrets import API_KEY_PREFIX, hash_key
 from agent_memory.errors import InvalidField, NotConfigured
 from agent_memory.settings import Settings
-from agent_memory.web.auth import FAILURES_ALLOWED, OWN_BEARER, ROUTE_SCOPES, FailureLimiter, open_api_warning
+from agent_memory.web.auth import FAILURES_ALLOWED, FailureLimiter, open_api_warning
+from agent_memory.web.declare import OWN_BEARER, SCOPES
 from agent_memory.web.keys import AUTH_STATS
 
 pytestmark = pytest.mark.postgres
@@ -68,7 +69,7 @@ def test_the_scopes_nest() -> None:
 
 
 async def test_every_v1_route_declares_its_scope_and_the_table_names_no_other(service: Service) -> None:
-    assert v1_routes(service) == set(ROUTE_SCOPES)
+    assert v1_routes(service) == set(service.server.app[SCOPES])
 
 
 @pytest.mark.slow  # every route under every scope (contract-like)
@@ -76,8 +77,9 @@ async def test_each_route_refuses_no_key_and_a_narrower_key_and_admits_its_scope
     keys: dict[str, str] = {scope: await make_key(service, scope, f"walk {scope}") for scope in KEY_SCOPES}
     keys["token"] = TOKEN  # the admin token
     checked = 0
+    scopes = service.server.app[SCOPES]
     for method, route in sorted(v1_routes(service)):
-        needed = ROUTE_SCOPES[(method, route)]
+        needed = scopes[(method, route)]
         if needed == OWN_BEARER:
             continue
         path = re.sub(r"\{(\w+)\}", lambda m: PATH_VALUES[m.group(1)], route)
@@ -94,7 +96,7 @@ async def test_each_route_refuses_no_key_and_a_narrower_key_and_admits_its_scope
                 assert f"needs a key of scope {needed}" in message and f"scope is {scope}" in message
                 assert route in message
         checked += 1
-    assert checked == len(ROUTE_SCOPES) - 2  # all but the custom-LLM endpoint's two
+    assert checked == len(scopes) - 2  # all but the custom-LLM endpoint's two
     # Refusals are counted for /metrics: a scope refusal is no wrong guess.
     refused = service.server.app[AUTH_STATS].refused
     assert refused["missing"] == checked and refused["scope"] > 0 and refused["wrong"] == 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
@@ -20,14 +22,27 @@ from pydantic import ValidationError
 from agent_memory.platforms.agora.routes import WatchBody
 from agent_memory.settings import Settings
 from agent_memory.web.app import create_app
-from agent_memory.web.auth import ROUTE_SCOPES
+from agent_memory.web.declare import PATH_PARAMS, Route, declared_routes
 from agent_memory.web.docs import ASSETS
-from agent_memory.web.openapi import PATH_PARAMS, ROUTES, Route, document
+from agent_memory.web.openapi import document
 
 # What the app serves besides the API itself: the document, its page and the page's files.
 NOT_DESCRIBED = {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/assets/{name}")}
 METHOD_ORDER = {"GET": 0, "POST": 1, "PATCH": 2, "DELETE": 3}
 PAIR_PATH = "/v1/users/{user_id}/characters/{character_id}"
+
+
+@cache
+def declared() -> tuple[Route, ...]:
+    """Every route the app declares (its store is made, never opened: no file is touched)."""
+    app = create_app(Settings(db_path=Path("never-opened.db"), api_token=TOKEN, metrics=True))
+    return tuple(declared_routes(app))
+
+
+@cache
+def app_document() -> dict[str, Any]:
+    """The document of those routes, as /openapi.json serves it."""
+    return document(declared())
 
 
 def served(settings: Settings) -> set[tuple[str, str]]:
@@ -42,7 +57,7 @@ def served(settings: Settings) -> set[tuple[str, str]]:
 
 def validator(schema: dict[str, Any]) -> Any:
     """A validator of `schema`, whose $refs point into the document's components."""
-    return jsonschema_rs.validator_for({**schema, "components": document()["components"]})
+    return jsonschema_rs.validator_for({**schema, "components": app_document()["components"]})
 
 
 def examples(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any], Any]]:
@@ -62,24 +77,24 @@ def examples(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any], 
 
 
 def test_every_route_is_described(make_settings: Any) -> None:
-    described = {(route.method, route.path) for route in ROUTES}
+    described = {(route.method, route.canonical) for route in declared()}
     routes = served(make_settings()) - NOT_DESCRIBED
-    assert routes - described == set(), "routes the OpenAPI document lacks (add them to ROUTES)"
+    assert routes - described == set(), "routes the OpenAPI document lacks (declare them: web/declare.py)"
     assert described - routes == set(), "routes the document describes that the app does not serve"
-    assert len({route.operation_id for route in ROUTES}) == len(ROUTES)
+    assert len({route.operation_id for route in declared()}) == len(declared())
 
 
 def test_the_document_is_openapi_31_with_every_operation_complete() -> None:
-    doc = document()
+    doc = app_document()
     assert doc["openapi"] == "3.1.0"
-    for route in ROUTES:
-        operation = doc["paths"][route.path][route.method.lower()]
+    for route in declared():
+        operation = doc["paths"][route.canonical][route.method.lower()]
         assert str(route.status) in operation["responses"], route.operation_id
         params = {param["name"] for param in operation["parameters"] if param["in"] == "path"}
-        assert params == set(re.findall(r"{(\w+)}", route.path)), route.operation_id
+        assert params == set(re.findall(r"{(\w+)}", route.canonical)), route.operation_id
         if route.auth == "token" and route.path.startswith("/v1/"):
             # The scope a key needs (web/auth.py) is in the security requirement.
-            assert operation["security"] == [{"token": [ROUTE_SCOPES[route.method, route.path]]}]
+            assert operation["security"] == [{"token": [route.scope]}]
             assert {"401", "403", "429"} <= set(operation["responses"]), route.operation_id
     bounded = doc["paths"]["/v1/users/{user_id}/search"]["get"]["parameters"]
     limit = next(param for param in bounded if param["name"] == "limit")
@@ -94,11 +109,11 @@ def test_the_document_is_openapi_31_with_every_operation_complete() -> None:
 
 
 def test_every_example_validates_against_its_schema() -> None:
-    doc = document()
+    doc = app_document()
     found = list(examples(doc))
     # Path parameters, questions, every request body and the main answers carry one.
     assert len(found) >= 45
-    for route in ROUTES:
+    for route in declared():
         if route.body is not None:
             assert doc["components"]["schemas"][route.body.__name__]["examples"], route.operation_id
     wrong = [
@@ -108,7 +123,7 @@ def test_every_example_validates_against_its_schema() -> None:
     ]
     assert wrong == []
     # And the validation bites: an example that breaks its schema is caught.
-    bind = document()["components"]["schemas"]["BindBody"]
+    bind = app_document()["components"]["schemas"]["BindBody"]
     assert not validator(bind).is_valid({"user_id": "", "character_id": "luna"})
 
 
@@ -126,7 +141,7 @@ async def test_the_served_document_passes_openapi_spec_validator(service: Any) -
 
 
 def test_every_success_answer_carries_an_example() -> None:
-    doc = document()
+    doc = app_document()
     missing = [
         f"{method.upper()} {path} {status} {media}"
         for path, operations in doc["paths"].items()
@@ -148,13 +163,13 @@ def test_every_success_answer_carries_an_example() -> None:
 
 
 def test_the_statuses_the_service_answers_are_documented() -> None:
-    doc = document()
+    doc = app_document()
 
     def statuses(method: str, path: str) -> dict[str, Any]:
         return dict(doc["paths"][path][method.lower()]["responses"])
 
-    for route in ROUTES:
-        answers = statuses(route.method, route.path)
+    for route in declared():
+        answers = statuses(route.method, route.canonical)
         if route.auth == "token" and route.path.startswith("/v1/"):
             assert "503" in answers, route.operation_id  # store_unavailable: the gate reads keys too
         if route.body is not None or route.operation_id == "agora_webhook":
@@ -168,7 +183,7 @@ def test_the_statuses_the_service_answers_are_documented() -> None:
 
 async def test_real_refusals_are_documented_with_the_media_type_answered(start_service: Any) -> None:
     """Statuses the service answered that the document lacked: each is produced here, for real."""
-    doc = document()
+    doc = app_document()
     async with FakeUpstreamLLM() as upstream:
         service = await start_service(
             llm_token="llm-key", upstream_base_url=upstream.base_url, upstream_first_byte_timeout_s=0.2,
@@ -198,7 +213,7 @@ async def test_real_refusals_are_documented_with_the_media_type_answered(start_s
 
 def test_a_changed_shape_fails_its_schema() -> None:
     """The answers forbid what they do not list: a field added to a shape must be documented."""
-    session = document()["components"]["schemas"]["SessionAnswer"]
+    session = app_document()["components"]["schemas"]["SessionAnswer"]
     example = {
         "session": {
             "agent_id": "a", "user_id": "u", "character_id": "c", "identity_source": "labels",
@@ -215,7 +230,7 @@ def test_a_changed_shape_fails_its_schema() -> None:
 
 def example_request(route: Route) -> tuple[str, dict[str, str], Any]:
     """The route's path, query and body filled with the document's examples."""
-    path = re.sub(r"{(\w+)}", lambda match: str(PATH_PARAMS[match[1]][2]), route.path)
+    path = re.sub(r"{(\w+)}", lambda match: str(PATH_PARAMS[match[1]][2]), route.canonical)
     query = {param.name: str(param.example) for param in route.query if param.example is not None}
     body = None
     if route.body is not None:
@@ -232,10 +247,12 @@ async def test_every_route_answers_its_examples_as_documented(start_service: Any
         service = await live(start_service, fake, public_url="https://memory.example")
         await load_conversations(service, "en_luna_companion")  # u-alice and luna
         await condense(service)
-        doc = document()
+        doc = app_document()
         answered: dict[str, int] = {}
         # Reads first, then writes; forgetting last (it takes the bindings made before it).
-        order = sorted(ROUTES, key=lambda r: (METHOD_ORDER[r.method], r.operation_id.startswith("forget")))
+        order = sorted(
+            declared(), key=lambda r: (METHOD_ORDER[r.method], r.operation_id.startswith("forget"))
+        )
         for route in order:
             path, query, body = example_request(route)
             headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -243,7 +260,7 @@ async def test_every_route_answers_its_examples_as_documented(start_service: Any
                 route.method, service.url + path, params=query, json=body, headers=headers
             ) as resp:
                 text = await resp.text()
-                documented = doc["paths"][route.path][route.method.lower()]["responses"]
+                documented = doc["paths"][route.canonical][route.method.lower()]["responses"]
                 assert str(resp.status) in documented, (route.operation_id, resp.status, text)
                 assert resp.headers["X-Request-Id"]
                 content = documented[str(resp.status)]["content"]
@@ -270,7 +287,7 @@ async def test_every_route_answers_its_examples_as_documented(start_service: Any
 async def test_document_and_docs_page_are_served_without_a_key(service: Any) -> None:
     async with service.session.get(f"{service.url}/openapi.json") as resp:
         assert resp.status == 200
-        assert await resp.json() == document()
+        assert await resp.json() == app_document()
     async with service.session.get(f"{service.url}/docs") as resp:
         assert resp.status == 200 and resp.content_type == "text/html"
         page = await resp.text()

@@ -29,6 +29,7 @@ from agent_memory.settings import Settings
 from agent_memory.store import make_store
 from agent_memory.web import docs
 from agent_memory.web.auth import auth_middleware, install_gate
+from agent_memory.web.declare import add_routes
 from agent_memory.web.http import BODY_TIMEOUT_S, Handler, errors_middleware, nul_middleware
 from agent_memory.web.keys import EMBEDDINGS, JOBS, MEMORY, RETENTION, SETTINGS, STORE
 from agent_memory.web.metrics import METRICS, add_metrics_route
@@ -169,10 +170,10 @@ def create_app(settings: Settings) -> web.Application:
     app[JOBS] = jobs
     app[RETENTION] = retention
     install_gate(app, settings)
-    app.router.add_routes(api.routes)
-    app.router.add_routes(insights.routes)
-    app.router.add_routes(docs.routes)  # /openapi.json and /docs
-    app.router.add_routes(api_keys.routes)
+    add_routes(app, api.routes)
+    add_routes(app, insights.routes)
+    docs.add_docs(app)  # /openapi.json and /docs
+    add_routes(app, api_keys.routes)
     if metrics is not None:
         app[METRICS] = metrics
         add_metrics_route(app, settings, metrics, store)

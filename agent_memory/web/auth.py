@@ -1,7 +1,7 @@
 """Who may call which /v1 route: the admin token, scoped keys, and a limit on wrong guesses.
 
 `AGENT_MEMORY_API_TOKEN` is the admin key; keys made with `POST /v1/keys` (or `agent-memory keys
-create`) carry a scope. Every /v1 route names the scope it needs in `ROUTE_SCOPES`: `read`
+create`) carry a scope. Every /v1 route declares the scope it needs (web/declare.py): `read`
 reads one pair's memory, `write` changes it or starts and stops agents, `admin` reaches across
 users (forget, export, mentions, stats, purge, jobs, keys). Write implies read; admin, all.
 Without a token the API is open: `serve` refuses that on an address other machines reach
@@ -19,7 +19,7 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final, Literal, NoReturn
+from typing import NoReturn
 
 from aiohttp import web
 
@@ -30,62 +30,11 @@ from agent_memory.errors import Forbidden, NotConfigured, RateLimited, Unauthori
 from agent_memory.memory.service import Memory
 from agent_memory.settings import Network, Settings
 from agent_memory.web.address import client_address
+from agent_memory.web.declare import OWN_BEARER, SCOPES, Needs
 from agent_memory.web.http import Handler
 from agent_memory.web.keys import AUTH_STATS, MEMORY, AuthStats
 
 log = logging.getLogger(__name__)
-
-# A route that checks a bearer of its own (the custom-LLM endpoint: Agora's llm.api_key).
-OWN_BEARER: Final = "own bearer"
-Needs = KeyScope | Literal["own bearer"]
-
-PAIR = "/v1/users/{user_id}/characters/{character_id}"
-# Every /v1 route, by method and path as the router names it (HEAD goes as GET). A route
-# missing here needs admin; tests/test_keys.py holds this table and the router equal.
-ROUTE_SCOPES: Final[dict[tuple[str, str], Needs]] = {
-    # one pair's memory, read
-    ("GET", PAIR + "/system-messages"): "read",
-    ("GET", PAIR + "/recall"): "read",
-    ("GET", PAIR + "/messages"): "read",
-    ("GET", PAIR + "/summary"): "read",
-    ("GET", PAIR + "/facts"): "read",
-    ("GET", "/v1/facts/{fact_id}/history"): "read",
-    ("GET", "/v1/users/{user_id}/search"): "read",
-    ("GET", "/v1/sessions/{agent_id}"): "read",
-    ("GET", "/v1/channels/{channel}/bind"): "read",
-    ("POST", "/v1/render/openai-messages"): "read",
-    # memory changed, agents started, followed and stopped
-    ("POST", PAIR + "/facts"): "write",
-    ("PATCH", "/v1/facts/{fact_id}"): "write",
-    ("DELETE", "/v1/facts/{fact_id}"): "write",
-    ("POST", PAIR + "/condense"): "write",
-    ("POST", "/v1/sessions/{agent_id}/bind"): "write",
-    ("POST", "/v1/channels/{channel}/bind"): "write",
-    ("DELETE", "/v1/channels/{channel}/bind"): "write",
-    ("POST", "/v1/agents"): "write",
-    ("POST", "/v1/agents/{agent_id}/refresh"): "write",
-    ("POST", "/v1/agents/{agent_id}/leave"): "write",
-    ("POST", "/v1/sessions/{agent_id}/watch"): "write",
-    ("DELETE", "/v1/sessions/{agent_id}/watch"): "write",
-    # across users, or the service itself
-    ("DELETE", PAIR): "admin",
-    ("DELETE", "/v1/users/{user_id}"): "admin",
-    ("GET", "/v1/users/{user_id}/export"): "admin",
-    ("GET", "/v1/search/mentions"): "admin",
-    ("GET", "/v1/users/{user_id}/stats"): "admin",
-    ("GET", "/v1/characters/{character_id}/stats"): "admin",
-    ("GET", "/v1/stats"): "admin",
-    ("GET", "/v1/llm/stats"): "admin",
-    ("POST", "/v1/admin/purge"): "admin",
-    ("GET", "/v1/jobs"): "admin",
-    ("POST", "/v1/jobs/{job_id}/retry"): "admin",
-    ("POST", "/v1/keys"): "admin",
-    ("GET", "/v1/keys"): "admin",
-    ("DELETE", "/v1/keys/{key_id}"): "admin",
-    # Agora's custom-LLM requests
-    ("POST", "/v1/llm/chat/completions"): OWN_BEARER,
-    ("POST", "/v1/llm/{route}/chat/completions"): OWN_BEARER,
-}
 
 # An address that sent this many wrong keys within the window has its wrong keys refused (429) for a
 # window; a right key is let in all the same.
@@ -103,11 +52,12 @@ MISSING = "missing bearer token: send 'Authorization: Bearer <key>' (AGENT_MEMOR
 WRONG = "wrong or revoked bearer token: send 'Authorization: Bearer <key>' (AGENT_MEMORY_API_TOKEN, or a key from POST /v1/keys)"
 
 
-def needs(method: str, route: str | None) -> Needs:
-    """The scope a request needs: the route's, read for a path no route has (to answer its 404)."""
+def needs(app: web.Application, method: str, route: str | None) -> Needs:
+    """The scope a request needs: its route's declared one (admin if none), read for a path no
+    route has (to answer its 404)."""
     if route is None:
         return "read"
-    return ROUTE_SCOPES.get(("GET" if method == "HEAD" else method, route), "admin")
+    return app.get(SCOPES, {}).get(("GET" if method == "HEAD" else method, route), "admin")
 
 
 class FailureLimiter:
@@ -187,7 +137,7 @@ class Gate:
         """Return if the request may reach its route; raise 401, 403 or 429 otherwise."""
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else None
-        needed = needs(request.method, route)
+        needed = needs(request.app, request.method, route)
         if needed == OWN_BEARER or self.open:
             return
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")

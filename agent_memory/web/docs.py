@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.util
 from functools import cache
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
 from agent_memory.errors import NotConfigured
+from agent_memory.web.declare import declared_routes
 from agent_memory.web.http import json_response
 from agent_memory.web.openapi import document
 
@@ -52,10 +53,28 @@ def assets_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
+# The document, built on first use and kept (the app's state is frozen once it runs: a holder).
+DOCUMENT: Final = web.AppKey("openapi_document", dict[str, dict[str, Any]])
+
+
+def add_docs(app: web.Application) -> None:
+    """Serve /openapi.json (of the routes `app` declares) and the /docs page."""
+    app[DOCUMENT] = {}
+    app.router.add_routes(routes)
+
+
+def app_document(app: web.Application) -> dict[str, Any]:
+    """The OpenAPI document of the routes `app` declared."""
+    held = app[DOCUMENT]
+    if "document" not in held:
+        held["document"] = document(declared_routes(app))
+    return held["document"]
+
+
 @routes.get("/openapi.json")
 async def openapi_json(request: web.Request) -> web.Response:
     """The OpenAPI 3.1 document of this service."""
-    return json_response(document())
+    return json_response(app_document(request.app))
 
 
 @routes.get("/docs")

@@ -28,6 +28,7 @@ from agent_memory.metrics import PREFIX, Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store
 from agent_memory.web.auth import GATE
+from agent_memory.web.declare import Route, add_routes
 from agent_memory.web.keys import AUTH_STATS
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,19 @@ def refusal(exc: AgentMemoryError) -> web.Response:
 
 def add_metrics_route(app: web.Application, settings: Settings, metrics: Metrics, store: Store) -> None:
     """Serve `GET /metrics` for `metrics`, with the database's figures read at scrape time."""
-    app.router.add_get(METRICS_PATH, MetricsEndpoint(settings, metrics, store).handle)
+    scrape = Route(
+        "GET",
+        METRICS_PATH,
+        "Prometheus metrics (the bearer token unless AGENT_MEMORY_METRICS_PUBLIC=1)",
+        "service",
+        None,
+        operation_id="metrics",
+        # An admin key's route like /v1's (no scope declared: the gate's default), refused in text.
+        errors=(403, 429),
+        text="text/plain",
+        handler=MetricsEndpoint(settings, metrics, store).handle,
+    )
+    add_routes(app, [scrape])
     auth = app[AUTH_STATS]
     metrics.add_reported(
         "auth_refused",

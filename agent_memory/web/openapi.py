@@ -1,44 +1,26 @@
-"""The OpenAPI 3.1 document of the HTTP API, built from one route table and the pydantic models.
+"""The OpenAPI 3.1 document of the HTTP API, built from the app's route declarations and models.
 
-`ROUTES` lists every route the app serves: method, path, summary, the request body's model, the
-answer's model, the query parameters with their bounds, and the errors it may answer. Schemas
-come from the models the routes validate with (web/schemas.py, the Agora routes) and the
-documented answers (web/answers.py); tests/test_openapi.py checks that the table and the app's
-router agree, and tests/contract.py fuzzes the live server against the document.
+Each route the app serves is declared once (web/declare.py): method, path, scope, summary, the
+request body's model, the answer's model, the query parameters with their bounds, and the
+errors it may answer. Schemas come from those models; tests/contract.py fuzzes the live
+server against the document.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from functools import cache
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import Any, Final
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from agent_memory import __version__
-from agent_memory.core.facts import MAX_FACT_CHARS
-from agent_memory.memory.retention import PurgeReport
-from agent_memory.platforms.agora.custom_llm import ChatCompletionRequest
-from agent_memory.platforms.agora.routes import RenderBody, StartBody, WatchBody
-from agent_memory.platforms.agora.webhook import WebhookAnswer
 from agent_memory.web import answers as a
-from agent_memory.web.auth import ROUTE_SCOPES
-from agent_memory.web.schemas import (
-    MAX_CHANNEL_BYTES,
-    MAX_MS,
-    MAX_PERSONA_CHARS,
-    MAX_QUERY_CHARS,
-    BindBody,
-    FactBody,
-    FactPatch,
-    KeyBody,
-)
+from agent_memory.web.declare import PATH_PARAMS, Route
 
 REF: Final = "#/components/schemas/{model}"
-Auth = Literal["token", "llm", "signature", "none"]
 JSON: Final = "application/json"
 
 ERRORS: Final[dict[int, str]] = {
@@ -57,568 +39,23 @@ ERRORS: Final[dict[int, str]] = {
     "or the upstream LLM is unavailable",
     504: "the upstream LLM did not answer in time (AGENT_MEMORY_UPSTREAM_FIRST_BYTE_TIMEOUT_S)",
 }
-# What the custom-LLM endpoint relays from the upstream LLM, besides its own refusals.
-UPSTREAM_ERRORS: Final = (429, 500, 502, 503, 504)
-
-
-@dataclass(frozen=True, slots=True)
-class Param:
-    """A query parameter: its JSON schema (bounds included) and what it means."""
-
-    name: str
-    schema: dict[str, Any]
-    description: str
-    required: bool = False
-    example: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One operation of the API, as the document describes it."""
-
-    method: str
-    path: str
-    operation_id: str
-    summary: str
-    tag: str
-    # The answer's model; None for a text answer of media type `text`.
-    answer: Any
-    status: int = 200
-    body: type[BaseModel] | None = None
-    query: tuple[Param, ...] = ()
-    errors: tuple[int, ...] = ()
-    auth: Auth = "token"
-    description: str | None = None
-    # Other answers than JSON (the custom-LLM endpoint streams server-sent events).
-    streams: bool = False
-    text: str | None = None
-    extra_answers: dict[int, Any] = field(default_factory=dict)
-    # Reads a body it has no model for (the webhook checks its signature over the bytes first).
-    reads_body: bool = False
-
-
-def _limit(default: int, high: int) -> Param:
-    return Param(
-        "limit", {"type": "integer", "minimum": 1, "maximum": high, "default": default}, "at most this many"
-    )
-
-
-def _tokens(description: str, default: int | None = None) -> Param:
-    schema: dict[str, Any] = {"type": "integer", "minimum": 50, "maximum": 200_000}
-    if default is not None:
-        schema["default"] = default
-    return Param("max_tokens", schema, description)
-
-
-# What a question is: required, not blank, not too long.
 # Text in a path or query holds no NUL (web/http.py nul_middleware).
 NO_NUL: Final = "^[^\u0000]*$"
-# What a question is: not blank (a character that is neither a space nor NUL), not too long.
-Q_SCHEMA: Final = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": MAX_QUERY_CHARS,
-    "pattern": "^[^\u0000]*[^\\s\u0000][^\u0000]*$",
-}
-MS_SCHEMA: Final = {"type": "integer", "minimum": 0, "maximum": MAX_MS}
-WINDOW: Final = (
-    Param("since_ms", MS_SCHEMA, "only what happened at or after this time (epoch ms); before until_ms"),
-    Param("until_ms", MS_SCHEMA, "only what happened before this time (epoch ms)"),
-)
-CHARACTER_FILTER: Final = Param("character_id", {"type": "string"}, "only this character's")
-
-# Path parameters, by name: every route that has one shares its description.
-PATH_PARAMS: Final[dict[str, tuple[dict[str, Any], str, Any]]] = {
-    "user_id": ({"type": "string", "minLength": 1}, "the app's id of the user", "u-alice"),
-    "character_id": ({"type": "string", "minLength": 1}, "the app's id of the character", "luna"),
-    "agent_id": (
-        {"type": "string", "minLength": 1},
-        "Agora's id of the agent run",
-        "366YCNGT3TP2WA6A62BUEAWSB",
-    ),
-    "channel": (
-        {"type": "string", "minLength": 1, "maxLength": MAX_CHANNEL_BYTES},
-        f"an RTC channel name: at most {MAX_CHANNEL_BYTES} bytes of UTF-8 (Agora's limit)",
-        "alice-luna-1103",
-    ),
-    "fact_id": ({"type": "integer", "minimum": 1, "maximum": 10**18 - 1}, "a fact's id", 1),
-    "key_id": ({"type": "integer", "minimum": 1, "maximum": 10**18 - 1}, "a key's id", 1),
-    "job_id": ({"type": "integer", "minimum": 1, "maximum": 10**18 - 1}, "a job's id", 1),
-    "route": ({"type": "string", "minLength": 1}, "free routing text the agent's llm.url carries", "prod"),
-}
-
-PAIR: Final = "/v1/users/{user_id}/characters/{character_id}"
-READ_ERRORS: Final = (422,)
-BODY_ERRORS: Final = (400, 413, 422)
-AGORA_ERRORS: Final = (404, 409, 429, 502, 503)
-
-ROUTES: Final[tuple[Route, ...]] = (
-    Route(
-        "GET",
-        "/healthz",
-        "healthz",
-        "Is the service up and its database reachable",
-        "service",
-        a.Health,
-        errors=(503,),
-        auth="none",
-    ),
-    # the pair's memory
-    Route(
-        "GET",
-        PAIR + "/system-messages",
-        "system_messages",
-        "The pair's memory as system_messages",
-        "memory",
-        a.SystemMessagesAnswer,
-        errors=(400, 422),
-        query=(
-            _tokens("the token budget (default AGENT_MEMORY_MAX_TOKENS)"),
-            Param(
-                "persona",
-                {"type": "string", "maxLength": MAX_PERSONA_CHARS},
-                "the character's persona, put first",
-            ),
-            Param(
-                "style",
-                {"type": "string", "enum": ["openai", "gemini", "anthropic"], "default": "openai"},
-                "the agent's llm.style: the shape of the messages",
-            ),
-            Param("exclude_agent_id", {"type": "string"}, "leave out this running call's own turns"),
-            Param(
-                "query",
-                {"type": "string", "maxLength": MAX_QUERY_CHARS},
-                "what the call is about: memories recalled for it are included",
-                example="wedding",
-            ),
-        ),
-        description="Facts, the rolling summary, recalled memories and the latest turns, within max_tokens, "
-        "shaped for the agent's llm.style: what an agent's join body carries.",
-    ),
-    Route(
-        "GET",
-        PAIR + "/recall",
-        "recall",
-        "Memories recalled for a question",
-        "memory",
-        a.RecallAnswer,
-        errors=READ_ERRORS,
-        query=(
-            Param("q", Q_SCHEMA, "the question, or what was just said", required=True, example="cat"),
-            _tokens("the token budget of the memories", 500),
-            Param(
-                "scope",
-                {"type": "string", "enum": ["pair", "user"], "default": "pair"},
-                "user: the user's memories with every character",
-            ),
-        ),
-    ),
-    Route(
-        "GET",
-        PAIR + "/messages",
-        "messages",
-        "The pair's latest messages, oldest first",
-        "memory",
-        a.MessagesAnswer,
-        errors=READ_ERRORS,
-        query=(_limit(100, 1000),),
-    ),
-    Route("GET", PAIR + "/summary", "summary", "The pair's rolling summary", "memory", a.SummaryAnswer),
-    Route("GET", PAIR + "/facts", "list_facts", "The facts remembered for the pair", "memory", a.FactsAnswer),
-    Route(
-        "POST",
-        PAIR + "/facts",
-        "add_fact",
-        "Remember a fact (pinned)",
-        "memory",
-        a.FactAdded,
-        status=201,
-        body=FactBody,
-        errors=BODY_ERRORS,
-        extra_answers={200: a.FactAdded},
-        description=f"At most {MAX_FACT_CHARS} characters, with a letter, number or symbol among them. "
-        "201 when new, 200 when already held (a near-duplicate: the same words but for case, punctuation, "
-        "a state's date or saying 'the user'). A new value of what holds one at a time (where the user "
-        "lives, their job, name, a favourite…) supersedes the fact holding the old one: 201, same id, the "
-        "old text kept in its history.",
-    ),
-    Route(
-        "PATCH",
-        "/v1/facts/{fact_id}",
-        "edit_fact",
-        "Change a fact by hand",
-        "memory",
-        a.FactEdited,
-        body=FactPatch,
-        errors=(*BODY_ERRORS, 404, 409),
-        description="text and/or pinned. The old text is kept in the fact's history. A new text is said by "
-        "hand, so the fact becomes pinned unless pinned is given; 409 when another fact already says it.",
-    ),
-    Route(
-        "GET",
-        "/v1/facts/{fact_id}/history",
-        "fact_history",
-        "Every text a fact had",
-        "memory",
-        a.FactHistoryAnswer,
-        errors=(404, 422),
-        description="Oldest first, each with when it held (valid_from, valid_to) and why it stopped: edited, "
-        "updated by the model, superseded by a newer fact about the same subject, or ended. A fact that "
-        "ended is no longer current but its history stays until the fact is deleted or its user forgotten.",
-    ),
-    Route(
-        "DELETE",
-        "/v1/facts/{fact_id}",
-        "delete_fact",
-        "Forget one fact",
-        "memory",
-        a.FactDeleted,
-        errors=(404, 422),
-    ),
-    Route(
-        "POST",
-        PAIR + "/condense",
-        "condense",
-        "Condense the pair's memory now",
-        "memory",
-        a.CondenseAnswer,
-        status=202,
-    ),
-    Route(
-        "DELETE",
-        PAIR,
-        "forget_pair",
-        "Forget everything held about a user with one character",
-        "memory",
-        a.ForgetAnswer,
-    ),
-    Route(
-        "DELETE",
-        "/v1/users/{user_id}",
-        "forget_user",
-        "Forget everything held about a user",
-        "memory",
-        a.ForgetAnswer,
-    ),
-    # sessions, channels and jobs
-    Route(
-        "GET",
-        "/v1/sessions/{agent_id}",
-        "get_session",
-        "An agent run's session",
-        "sessions",
-        a.SessionAnswer,
-        errors=(404,),
-    ),
-    Route(
-        "POST",
-        "/v1/sessions/{agent_id}/bind",
-        "bind_session",
-        "Tie an agent run to a pair",
-        "sessions",
-        a.SessionAnswer,
-        body=BindBody,
-        errors=BODY_ERRORS,
-    ),
-    Route(
-        "POST",
-        "/v1/channels/{channel}/bind",
-        "bind_channel",
-        "Tie a channel to a pair",
-        "channels",
-        a.ChannelBound,
-        body=BindBody,
-        errors=BODY_ERRORS,
-        description="Later calls there, and the channel's unidentified ones, go to the pair.",
-    ),
-    Route(
-        "GET",
-        "/v1/channels/{channel}/bind",
-        "get_channel_binding",
-        "Which pair a channel is bound to",
-        "channels",
-        a.ChannelBindingAnswer,
-        errors=(404, 422),
-    ),
-    Route(
-        "DELETE",
-        "/v1/channels/{channel}/bind",
-        "unbind_channel",
-        "Remove a channel's binding",
-        "channels",
-        a.ChannelUnbound,
-        errors=(404, 422),
-    ),
-    Route(
-        "GET",
-        "/v1/jobs",
-        "list_jobs",
-        "Background jobs",
-        "jobs",
-        a.JobsAnswer,
-        errors=READ_ERRORS,
-        query=(
-            Param(
-                "status",
-                {"type": "string", "enum": ["pending", "running", "dead"]},
-                "only jobs in this status",
-            ),
-            _limit(100, 1000),
-        ),
-    ),
-    Route(
-        "POST",
-        "/v1/jobs/{job_id}/retry",
-        "retry_job",
-        "Run a job again now",
-        "jobs",
-        a.JobAnswer,
-        errors=(404, 409, 422),
-    ),
-    # insights
-    Route(
-        "GET",
-        "/v1/users/{user_id}/search",
-        "search",
-        "Search a user's messages, facts and summaries",
-        "insights",
-        a.UserSearchAnswer,
-        errors=READ_ERRORS,
-        query=(
-            Param(
-                "q",
-                Q_SCHEMA,
-                "one word (or CJK run) as a substring; several ranked like recall",
-                required=True,
-                example="cat",
-            ),
-            CHARACTER_FILTER,
-            Param(
-                "kinds",
-                {"type": "array", "items": {"type": "string", "enum": ["message", "fact", "summary"]}},
-                "what to search (comma-separated; default all)",
-            ),
-            _limit(20, 100),
-        ),
-    ),
-    Route(
-        "GET",
-        "/v1/search/mentions",
-        "mentions",
-        "Which users said something, how often, first and last",
-        "insights",
-        a.MentionsAnswer,
-        errors=READ_ERRORS,
-        query=(
-            Param("q", Q_SCHEMA, "the phrase", required=True, example="cat"),
-            Param(
-                "role",
-                {"type": "string", "enum": ["user", "assistant", "any"], "default": "user"},
-                "whose messages count",
-            ),
-            CHARACTER_FILTER,
-            _limit(100, 1000),
-        ),
-    ),
-    Route(
-        "GET",
-        "/v1/users/{user_id}/stats",
-        "user_stats",
-        "A user's sessions, messages, talk time and rates",
-        "insights",
-        a.UserStats,
-        errors=(404,),
-    ),
-    Route(
-        "GET",
-        "/v1/characters/{character_id}/stats",
-        "character_stats",
-        "A character's users, sessions, rates and latencies",
-        "insights",
-        a.CharacterStats,
-        errors=(404, 422),
-        query=WINDOW,
-    ),
-    Route(
-        "GET",
-        "/v1/stats",
-        "overall_stats",
-        "The whole service: latencies, failed and partial callbacks",
-        "insights",
-        a.OverallStats,
-        errors=READ_ERRORS,
-        query=WINDOW,
-    ),
-    Route(
-        "GET",
-        "/v1/users/{user_id}/export",
-        "export",
-        "Everything held about a user, as one document",
-        "insights",
-        a.Export,
-        errors=(404,),
-    ),
-    Route("POST", "/v1/admin/purge", "purge", "Apply retention now", "insights", PurgeReport),
-    # keys and metrics
-    Route(
-        "POST",
-        "/v1/keys",
-        "create_key",
-        "Make a key of a scope: answered once, stored by its hash",
-        "keys",
-        a.KeyCreated,
-        status=201,
-        body=KeyBody,
-        errors=BODY_ERRORS,
-    ),
-    Route(
-        "GET",
-        "/v1/keys",
-        "list_keys",
-        "Every key, revoked ones too (never a key itself)",
-        "keys",
-        a.KeysAnswer,
-    ),
-    Route(
-        "DELETE",
-        "/v1/keys/{key_id}",
-        "revoke_key",
-        "Revoke a key for good",
-        "keys",
-        a.KeyRevoked,
-        errors=(404, 422),
-    ),
-    Route(
-        "GET",
-        "/metrics",
-        "metrics",
-        "Prometheus metrics (the bearer token unless AGENT_MEMORY_METRICS_PUBLIC=1)",
-        "service",
-        None,
-        # An admin key's route like /v1's (web/metrics.py), refused in text as it answers.
-        errors=(403, 429),
-        text="text/plain",
-    ),
-    # Agora
-    Route(
-        "POST",
-        "/v1/agents",
-        "start_agent",
-        "Start an Agora agent with memory, and follow it",
-        "agents",
-        a.AgentStarted,
-        status=201,
-        body=StartBody,
-        errors=(*BODY_ERRORS, *AGORA_ERRORS),
-    ),
-    Route(
-        "POST",
-        "/v1/agents/{agent_id}/refresh",
-        "refresh_agent",
-        "Push the pair's memory into a running agent",
-        "agents",
-        a.AgentRefreshed,
-        errors=AGORA_ERRORS,
-    ),
-    Route(
-        "POST",
-        "/v1/agents/{agent_id}/leave",
-        "leave_agent",
-        "Stop an agent through Agora",
-        "agents",
-        a.AgentLeft,
-        errors=AGORA_ERRORS,
-    ),
-    Route(
-        "POST",
-        "/v1/sessions/{agent_id}/watch",
-        "watch_session",
-        "Follow an agent started elsewhere",
-        "agents",
-        a.Watching,
-        status=201,
-        body=WatchBody,
-        errors=(*BODY_ERRORS, 409, *AGORA_ERRORS),
-        extra_answers={200: a.Watching},
-    ),
-    Route(
-        "DELETE",
-        "/v1/sessions/{agent_id}/watch",
-        "unwatch_session",
-        "Stop following an agent",
-        "agents",
-        a.Unwatched,
-    ),
-    Route(
-        "POST",
-        "/v1/render/openai-messages",
-        "render_messages",
-        "A custom-LLM request's messages as plain OpenAI messages",
-        "agents",
-        a.Rendered,
-        body=RenderBody,
-        errors=BODY_ERRORS,
-    ),
-    Route(
-        "POST",
-        "/v1/llm/chat/completions",
-        "chat_completions",
-        "Agora's custom LLM: recall for the turn, forward upstream, record",
-        "custom LLM",
-        a.ChatCompletion,
-        body=ChatCompletionRequest,
-        errors=(400, 401, 413, *UPSTREAM_ERRORS),
-        auth="llm",
-        streams=True,
-    ),
-    Route(
-        "POST",
-        "/v1/llm/{route}/chat/completions",
-        "chat_completions_routed",
-        "The custom LLM, with routing text in its URL",
-        "custom LLM",
-        a.ChatCompletion,
-        body=ChatCompletionRequest,
-        errors=(400, 401, 413, *UPSTREAM_ERRORS),
-        auth="llm",
-        streams=True,
-    ),
-    Route(
-        "GET", "/v1/llm/stats", "llm_stats", "The custom-LLM endpoint's counters", "custom LLM", a.LlmStats
-    ),
-    Route(
-        "POST",
-        "/webhooks/agora",
-        "agora_webhook",
-        "Agora's notification callbacks (signed)",
-        "webhooks",
-        WebhookAnswer,
-        errors=(400, 401, 413, 422, 503),
-        auth="signature",
-        reads_body=True,
-        description="Agora's NCS posts agent events here, signed with AGORA_WEBHOOK_SECRET "
-        "(Agora-Signature-V2: hex HMAC-SHA256 of the body).",
-    ),
-)
 
 SECURITY_SCHEMES: Final = {
     "token": {
-        "type": "http",
-        "scheme": "bearer",
+        "type": "http", "scheme": "bearer",
         "description": "AGENT_MEMORY_API_TOKEN (every /v1 route but the custom LLM's)",
     },
     "llm": {
-        "type": "http",
-        "scheme": "bearer",
+        "type": "http", "scheme": "bearer",
         "description": "AGENT_MEMORY_LLM_TOKEN, or the key POST /v1/agents minted for the agent",
     },
     "signature": {
-        "type": "apiKey",
-        "in": "header",
-        "name": "Agora-Signature-V2",
+        "type": "apiKey", "in": "header", "name": "Agora-Signature-V2",
         "description": "hex HMAC-SHA256 of the body with AGORA_WEBHOOK_SECRET",
     },
-}
+}  # fmt: skip
 
 # Each server-sent event of a streamed completion (the upstream's chunks, passed on).
 SSE_EVENT: Final = {
@@ -646,27 +83,18 @@ def _text(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _parameters(route: Route) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = []
-    for name in path_names(route.path):
+    for name in path_names(route.canonical):
         schema, description, example = PATH_PARAMS[name]
         schema = _text(schema)
         params.append(
-            {
-                "name": name,
-                "in": "path",
-                "required": True,
-                "schema": schema,
-                "description": description,
-                "example": example,
-            }
-        )
+            {"name": name, "in": "path", "required": True, "schema": schema, "description": description,
+             "example": example}
+        )  # fmt: skip
     for param in route.query:
         spec: dict[str, Any] = {
-            "name": param.name,
-            "in": "query",
-            "required": param.required,
-            "schema": _text(param.schema),
+            "name": param.name, "in": "query", "required": param.required, "schema": _text(param.schema),
             "description": param.description,
-        }
+        }  # fmt: skip
         if param.schema.get("type") == "array":
             spec |= {"style": "form", "explode": False}
         if param.example is not None:
@@ -725,7 +153,7 @@ def _operation(route: Route, refs: dict[Any, dict[str, Any]], examples: Examples
     answers = {str(route.status): _answer(route.summary, _content(route, refs, examples))}
     for status, answer in route.extra_answers.items():
         answers[str(status)] = _answer(route.summary, {JSON: _media(refs[answer], examples.of(refs[answer]))})
-    scope = ROUTE_SCOPES.get((route.method, route.path)) if route.auth == "token" else None
+    scope = route.scope if route.auth == "token" else None
     error: dict[str, Any] = refs[a.ErrorAnswer]
     if route.auth == "llm":
         # The endpoint answers OpenAI's shape; what the app refuses before it (413, a NUL), ours.
@@ -898,13 +326,13 @@ class Examples:
         return {key: self.of(value, key, depth + 1) for key, value in properties.items()}
 
 
-def _schemas() -> tuple[dict[Any, dict[str, Any]], dict[str, Any]]:
+def _schemas(routes: Sequence[Route]) -> tuple[dict[Any, dict[str, Any]], dict[str, Any]]:
     """Every model's schema under components/schemas, and a $ref to each by its type."""
-    answers = {route.answer for route in ROUTES if route.answer is not None} | {
-        answer for route in ROUTES for answer in route.extra_answers.values()
+    answers = {route.answer for route in routes if route.answer is not None} | {
+        answer for route in routes for answer in route.extra_answers.values()
     }
     answers |= {a.ErrorAnswer, a.OpenAIErrorAnswer}
-    bodies = {route.body for route in ROUTES if route.body is not None}
+    bodies = {route.body for route in routes if route.body is not None}
     inputs = [(kind, "serialization", TypeAdapter(kind)) for kind in answers]
     inputs += [(kind, "validation", TypeAdapter(kind)) for kind in bodies]
     found, definitions = TypeAdapter.json_schemas(
@@ -916,14 +344,13 @@ def _schemas() -> tuple[dict[Any, dict[str, Any]], dict[str, Any]]:
     return refs, dict(sorted(definitions.get("$defs", {}).items()))  # a stable document
 
 
-@cache
-def document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document (built once)."""
-    refs, schemas = _schemas()
+def document(routes: Sequence[Route]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of these routes (an app's: web/docs.py builds it once)."""
+    refs, schemas = _schemas(routes)
     examples = Examples(schemas)
     paths: dict[str, dict[str, Any]] = {}
-    for route in ROUTES:
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, refs, examples)
+    for route in routes:
+        paths.setdefault(route.canonical, {})[route.method.lower()] = _operation(route, refs, examples)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -13,16 +13,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from agent_memory.core.domain import JobStatus, KeyScope
 from agent_memory.core.facts import MAX_FACT_CHARS
+from agent_memory.core.limits import MAX_CHANNEL_BYTES, MAX_MS, MAX_PERSONA_CHARS, MAX_QUERY_CHARS
 from agent_memory.errors import InvalidField
 from agent_memory.memory.service import JOB_STATUSES
 from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS, MentionRole, SearchKind
 from agent_memory.web.http import int_query
-
-# A persona travels in the query string (web/app.py lets a line this long through).
-MAX_PERSONA_CHARS = 20_000
-MAX_QUERY_CHARS = 500
-MAX_MS = 2**53
-MAX_CHANNEL_BYTES = 64  # Agora's limit for a channel name
 
 ChoiceT = TypeVar("ChoiceT", bound=str)
 

@@ -19,6 +19,7 @@ from agent_memory.platforms.agora.llm_proxy import LlmProxy
 from agent_memory.platforms.agora.poller import Poller
 from agent_memory.platforms.agora.routes import AgentRoutes
 from agent_memory.platforms.agora.webhook import AgoraReceiver
+from agent_memory.web.declare import add_routes
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,10 @@ def install(app: web.Application, memory: Memory) -> None:
     settings = memory.settings
     metrics = memory.metrics
     receiver = AgoraReceiver(settings, memory.accept_event, metrics)
-    app.router.add_post("/webhooks/agora", receiver.handle)
-    app.router.add_routes(AgentRoutes(memory).table())
+    add_routes(app, AgentRoutes(memory).table())
     proxy = app[LLM_PROXY] = LlmProxy(memory)
-    app.router.add_routes(proxy.table())
+    add_routes(app, proxy.table())
+    add_routes(app, [receiver.route()])
     if metrics is not None:
         metrics.add_reported("llm_proxy", "What the custom-LLM endpoint did", lambda: proxy.stats.report())
 

@@ -21,6 +21,7 @@ from pydantic.config import JsonDict
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
+from agent_memory.core.limits import MAX_PERSONA_CHARS, MAX_TOKENS, MIN_TOKENS
 from agent_memory.core.secrets import hash_key
 from agent_memory.core.styles import DEFAULT_STYLE, STYLES
 from agent_memory.errors import AgoraError, Conflict, InvalidField
@@ -29,6 +30,8 @@ from agent_memory.platforms.agora.custom_llm import AgoraMessage, RenderOptions,
 from agent_memory.platforms.agora.events import session_event
 from agent_memory.platforms.agora.keys import AGORA, REFRESHER
 from agent_memory.platforms.agora.payloads import AgentJoined
+from agent_memory.web import answers as a
+from agent_memory.web.declare import BODY_ERRORS, Route, Routes
 from agent_memory.web.http import json_response, read_model, validation_message
 from agent_memory.web.schemas import WHOLE
 from agent_memory.web.shapes import session_json
@@ -61,8 +64,8 @@ class StartBody(BaseModel):
     model_config = ConfigDict(strict=True, json_schema_extra={"examples": [START_EXAMPLE]})
     user_id: str = Field(min_length=1, max_length=256)
     character_id: str = Field(min_length=1, max_length=256)
-    persona: str | None = Field(None, max_length=20_000)
-    max_tokens: Annotated[int, Field(ge=50, le=200_000), WHOLE] | None = None
+    persona: str | None = Field(None, max_length=MAX_PERSONA_CHARS)
+    max_tokens: Annotated[int, Field(ge=MIN_TOKENS, le=MAX_TOKENS), WHOLE] | None = None
     # Point the agent's llm.url at this service's custom-LLM endpoint (memory in every turn).
     memory_llm: bool = False
     join: dict[str, Any] = Field(description="Agora's join body: name, properties, …")
@@ -89,8 +92,8 @@ class WatchBody(BaseModel):
     character_id: str | None = Field(None, min_length=1, max_length=256)
     # The agent's own system messages; given (even []), refreshes may replace the list.
     system_messages: SystemMessages | None = None
-    persona: str | None = Field(None, max_length=20_000)
-    max_tokens: Annotated[int, Field(ge=50, le=200_000), WHOLE] | None = None
+    persona: str | None = Field(None, max_length=MAX_PERSONA_CHARS)
+    max_tokens: Annotated[int, Field(ge=MIN_TOKENS, le=MAX_TOKENS), WHOLE] | None = None
     # The agent's llm.style: the shape refreshed memory is sent in.
     style: Literal["openai", "gemini", "anthropic"] | None = None
     # The agent's llm.max_history (Agora's default when not given): a refresh leaves out what it holds.
@@ -299,23 +302,31 @@ class RenderBody(BaseModel):
     options: RenderOptions = Field(default_factory=RenderOptions)
 
 
+# The routes' declarations (web/declare.py): `install` serves them, bound to an AgentRoutes.
+ROUTES = Routes()
+AGORA_ERRORS = (404, 409, 429, 502, 503)
+
+
 class AgentRoutes:
     """The handlers of Agora's routes, over the `Memory` that `install` gives them."""
 
     def __init__(self, memory: Memory) -> None:
         self.memory = memory
 
-    def table(self) -> list[web.RouteDef]:
+    def table(self) -> list[Route]:
         """The routes, to add to the app."""
-        return [
-            web.post("/v1/agents", self.start_agent),
-            web.post("/v1/agents/{agent_id}/refresh", self.refresh_agent),
-            web.post("/v1/agents/{agent_id}/leave", self.leave_agent),
-            web.post("/v1/sessions/{agent_id}/watch", self.watch_session),
-            web.delete("/v1/sessions/{agent_id}/watch", self.unwatch_session),
-            web.post("/v1/render/openai-messages", self.render_messages),
-        ]
+        return ROUTES.bound(self)
 
+    @ROUTES.post(
+        "/v1/agents",
+        "Start an Agora agent with memory, and follow it",
+        "agents",
+        a.AgentStarted,
+        scope="write",
+        status=201,
+        body=StartBody,
+        errors=(*BODY_ERRORS, *AGORA_ERRORS),
+    )
     async def start_agent(self, request: web.Request) -> web.Response:
         """Start an agent through Agora with the pair's memory in its system messages, and follow it."""
         memory = self.memory
@@ -423,12 +434,28 @@ class AgentRoutes:
             status=201,
         )
 
+    @ROUTES.post(
+        "/v1/agents/{agent_id}/refresh",
+        "Push the pair's memory into a running agent",
+        "agents",
+        a.AgentRefreshed,
+        scope="write",
+        errors=AGORA_ERRORS,
+    )
     async def refresh_agent(self, request: web.Request) -> web.Response:
         """Push the agent's memory into it now, even if unchanged."""
         agent_id = request.match_info["agent_id"]
         messages = await request.app[REFRESHER].push(agent_id, force=True)
         return json_response({"agent_id": agent_id, "system_messages": messages})
 
+    @ROUTES.post(
+        "/v1/agents/{agent_id}/leave",
+        "Stop an agent through Agora",
+        "agents",
+        a.AgentLeft,
+        scope="write",
+        errors=AGORA_ERRORS,
+    )
     async def leave_agent(self, request: web.Request) -> web.Response:
         """Ask Agora to stop the agent."""
         agent_id = request.match_info["agent_id"]
@@ -436,6 +463,17 @@ class AgentRoutes:
         # Following ends with the 102/103 or the 404 that comes after a leave.
         return json_response({"agent_id": agent_id, "agora": answer})
 
+    @ROUTES.post(
+        "/v1/sessions/{agent_id}/watch",
+        "Follow an agent started elsewhere",
+        "agents",
+        a.Watching,
+        scope="write",
+        status=201,
+        body=WatchBody,
+        errors=(*BODY_ERRORS, 409, *AGORA_ERRORS),
+        extra_answers={200: a.Watching},
+    )
     async def watch_session(self, request: web.Request) -> web.Response:
         """Follow an agent started elsewhere; with its system messages, refresh it too."""
         agent_id = request.match_info["agent_id"]
@@ -465,12 +503,24 @@ class AgentRoutes:
             status=201 if created else 200,
         )
 
+    @ROUTES.delete(
+        "/v1/sessions/{agent_id}/watch", "Stop following an agent", "agents", a.Unwatched, scope="write"
+    )
     async def unwatch_session(self, request: web.Request) -> web.Response:
         """Stop following an agent."""
         agent_id = request.match_info["agent_id"]
         stopped = await self.memory.unfollow(agent_id, "stopped by request")
         return json_response({"agent_id": agent_id, "stopped": stopped})
 
+    @ROUTES.post(
+        "/v1/render/openai-messages",
+        "A custom-LLM request's messages as plain OpenAI messages",
+        "agents",
+        a.Rendered,
+        scope="read",
+        body=RenderBody,
+        errors=BODY_ERRORS,
+    )
     async def render_messages(self, request: web.Request) -> web.Response:
         """A custom-LLM request's messages as OpenAI messages: system, tool and image parts kept."""
         body = await read_model(request, RenderBody)

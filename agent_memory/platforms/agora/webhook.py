@@ -20,6 +20,7 @@ from agent_memory.platforms.agora.signatures import verify_agora
 from agent_memory.settings import Settings
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer
+from agent_memory.web.declare import Route
 from agent_memory.web.http import read_body
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,23 @@ class AgoraReceiver:
         # Someone probing or a secret that no longer matches: worth a WARNING, once a minute
         # per address, not once per callback.
         self.bad_signatures = RateLimitedLog(log)
+
+    def route(self) -> Route:
+        """`POST /webhooks/agora`, declared (web/declare.py) for the app to serve."""
+        return Route(
+            "POST",
+            "/webhooks/agora",
+            "Agora's notification callbacks (signed)",
+            "webhooks",
+            WebhookAnswer,
+            operation_id="agora_webhook",
+            errors=(400, 401, 413, 422, 503),
+            auth="signature",
+            reads_body=True,
+            description="Agora's NCS posts agent events here, signed with AGORA_WEBHOOK_SECRET "
+            "(Agora-Signature-V2: hex HMAC-SHA256 of the body).",
+            handler=self.handle,
+        )
 
     async def handle(self, request: web.Request) -> web.Response:
         """Verify, parse and map the callback here (off the writer thread), then commit it."""

@@ -18,43 +18,111 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agent_memory.core.limits import MENTIONS_LIMIT, SEARCH_LIMIT
+from agent_memory.memory.retention import PurgeReport
+from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS
+from agent_memory.web import answers as a
+from agent_memory.web.declare import (
+    CHARACTER_FILTER,
+    Q_SCHEMA,
+    READ_ERRORS,
+    WINDOW,
+    Param,
+    Routes,
+    limit_param,
+)
 from agent_memory.web.http import int_query, json_response
 from agent_memory.web.keys import MEMORY
 from agent_memory.web.schemas import kinds_query, optional_text, query_text, role_query, window
 
-routes = web.RouteTableDef()
+routes = Routes()
 
 
-@routes.get("/v1/users/{user_id}/search")
+@routes.get(
+    "/v1/users/{user_id}/search",
+    "Search a user's messages, facts and summaries",
+    "insights",
+    a.UserSearchAnswer,
+    scope="read",
+    errors=READ_ERRORS,
+    query=(
+        Param(
+            "q",
+            Q_SCHEMA,
+            "one word (or CJK run) as a substring; several ranked like recall",
+            required=True,
+            example="cat",
+        ),
+        CHARACTER_FILTER,
+        Param(
+            "kinds",
+            {"type": "array", "items": {"type": "string", "enum": list(SEARCH_KINDS)}},
+            "what to search (comma-separated; default all)",
+        ),
+        limit_param(*SEARCH_LIMIT),
+    ),
+)
 async def search(request: web.Request) -> web.Response:
     """A user's messages, facts and summaries matching `q` (one word as a substring, several ranked like recall)."""
     user_id = request.match_info["user_id"]
     q = query_text(request)
     character_id = optional_text(request, "character_id")
     kinds = kinds_query(request)
-    limit = int_query(request, "limit", 20, low=1, high=100)
+    limit = int_query(request, "limit", SEARCH_LIMIT[0], low=1, high=SEARCH_LIMIT[1])
     answer = await request.app[MEMORY].search(user_id, q, character_id=character_id, kinds=kinds, limit=limit)
     return json_response(answer)
 
 
-@routes.get("/v1/search/mentions")
+@routes.get(
+    "/v1/search/mentions",
+    "Which users said something, how often, first and last",
+    "insights",
+    a.MentionsAnswer,
+    scope="admin",
+    errors=READ_ERRORS,
+    query=(
+        Param("q", Q_SCHEMA, "the phrase", required=True, example="cat"),
+        Param(
+            "role",
+            {"type": "string", "enum": list(MENTION_ROLES), "default": "user"},
+            "whose messages count",
+        ),
+        CHARACTER_FILTER,
+        limit_param(*MENTIONS_LIMIT),
+    ),
+)
 async def mentions(request: web.Request) -> web.Response:
     """Operators: which users said `q`, how often, first and last."""
     q = query_text(request)
     role = role_query(request)
     character_id = optional_text(request, "character_id")
-    limit = int_query(request, "limit", 100, low=1, high=1000)
+    limit = int_query(request, "limit", MENTIONS_LIMIT[0], low=1, high=MENTIONS_LIMIT[1])
     answer = await request.app[MEMORY].mentions(q, role=role, character_id=character_id, limit=limit)
     return json_response(answer)
 
 
-@routes.get("/v1/users/{user_id}/stats")
+@routes.get(
+    "/v1/users/{user_id}/stats",
+    "A user's sessions, messages, talk time and rates",
+    "insights",
+    a.UserStats,
+    scope="admin",
+    errors=(404,),
+)
 async def user_stats(request: web.Request) -> web.Response:
     """One user's sessions, messages, talk time, favourite characters and rates."""
     return json_response(await request.app[MEMORY].user_stats(request.match_info["user_id"]))
 
 
-@routes.get("/v1/characters/{character_id}/stats")
+@routes.get(
+    "/v1/characters/{character_id}/stats",
+    "A character's users, sessions, rates and latencies",
+    "insights",
+    a.CharacterStats,
+    scope="admin",
+    errors=(404, 422),
+    query=WINDOW,
+)
 async def character_stats(request: web.Request) -> web.Response:
     """One character's active users, sessions, rates and latencies."""
     character_id = request.match_info["character_id"]
@@ -63,20 +131,35 @@ async def character_stats(request: web.Request) -> web.Response:
     return json_response(stats)
 
 
-@routes.get("/v1/stats")
+@routes.get(
+    "/v1/stats",
+    "The whole service: latencies, failed and partial callbacks",
+    "insights",
+    a.OverallStats,
+    scope="admin",
+    errors=READ_ERRORS,
+    query=WINDOW,
+)
 async def overall_stats(request: web.Request) -> web.Response:
     """The whole service: latencies per metric and stage, failed and partial callbacks."""
     since_ms, until_ms = window(request)
     return json_response(await request.app[MEMORY].overall_stats(since_ms=since_ms, until_ms=until_ms))
 
 
-@routes.get("/v1/users/{user_id}/export")
+@routes.get(
+    "/v1/users/{user_id}/export",
+    "Everything held about a user, as one document",
+    "insights",
+    a.Export,
+    scope="admin",
+    errors=(404,),
+)
 async def export(request: web.Request) -> web.Response:
     """Everything held about a user, as one JSON document."""
     return json_response(await request.app[MEMORY].export(request.match_info["user_id"]))
 
 
-@routes.post("/v1/admin/purge")
+@routes.post("/v1/admin/purge", "Apply retention now", "insights", PurgeReport, scope="admin")
 async def purge(request: web.Request) -> web.Response:
     """Run retention now and answer what it removed."""
     return json_response((await request.app[MEMORY].purge()).to_json())

@@ -9,10 +9,31 @@ from __future__ import annotations
 from aiohttp import web
 
 from agent_memory import __version__
+from agent_memory.core.facts import MAX_FACT_CHARS
+from agent_memory.core.limits import (
+    JOBS_LIMIT,
+    MAX_PERSONA_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_TOKENS,
+    MESSAGES_LIMIT,
+    MIN_TOKENS,
+)
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
 from agent_memory.core.styles import style_from_query
 from agent_memory.errors import DatabaseDown, NotFound, StoreUnavailable
+from agent_memory.memory.service import JOB_STATUSES
+from agent_memory.web import answers as a
+from agent_memory.web.declare import (
+    BODY_ERRORS,
+    PAIR,
+    Q_SCHEMA,
+    READ_ERRORS,
+    Param,
+    Routes,
+    limit_param,
+    tokens_param,
+)
 from agent_memory.web.http import int_query, json_response, path_id, read_model
 from agent_memory.web.keys import MEMORY
 from agent_memory.web.schemas import (
@@ -39,12 +60,17 @@ from agent_memory.web.shapes import (
     unseen_session_json,
 )
 
-routes = web.RouteTableDef()
-
-PAIR = "/v1/users/{user_id}/characters/{character_id}"
+routes = Routes()
 
 
-@routes.get("/healthz")
+@routes.get(
+    "/healthz",
+    "Is the service up and its database reachable",
+    "service",
+    a.Health,
+    errors=(503,),
+    auth="none",
+)
 async def healthz(request: web.Request) -> web.Response:
     memory = request.app[MEMORY]
     try:
@@ -57,11 +83,42 @@ async def healthz(request: web.Request) -> web.Response:
     )
 
 
-@routes.get(PAIR + "/system-messages")
+@routes.get(
+    PAIR + "/system-messages",
+    "The pair's memory as system_messages",
+    "memory",
+    a.SystemMessagesAnswer,
+    scope="read",
+    errors=(400, 422),
+    query=(
+        tokens_param("the token budget (default AGENT_MEMORY_MAX_TOKENS)"),
+        Param(
+            "persona",
+            {"type": "string", "maxLength": MAX_PERSONA_CHARS},
+            "the character's persona, put first",
+        ),
+        Param(
+            "style",
+            {"type": "string", "enum": ["openai", "gemini", "anthropic"], "default": "openai"},
+            "the agent's llm.style: the shape of the messages",
+        ),
+        Param("exclude_agent_id", {"type": "string"}, "leave out this running call's own turns"),
+        Param(
+            "query",
+            {"type": "string", "maxLength": MAX_QUERY_CHARS},
+            "what the call is about: memories recalled for it are included",
+            example="wedding",
+        ),
+    ),
+    description="Facts, the rolling summary, recalled memories and the latest turns, within max_tokens, "
+    "shaped for the agent's llm.style: what an agent's join body carries.",
+)
 async def system_messages(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     memory = request.app[MEMORY]
-    max_tokens = int_query(request, "max_tokens", memory.settings.context_max_tokens, low=50, high=200_000)
+    max_tokens = int_query(
+        request, "max_tokens", memory.settings.context_max_tokens, low=MIN_TOKENS, high=MAX_TOKENS
+    )
     # The shape the agent's llm.style wants; `exclude_agent_id` leaves out a running call's
     # own turns, which that agent already holds (what a live refresh sends).
     context = await memory.system_messages(
@@ -76,11 +133,27 @@ async def system_messages(request: web.Request) -> web.Response:
     return json_response({"user_id": user_id, "character_id": character_id, **context.as_json()})
 
 
-@routes.get(PAIR + "/recall")
+@routes.get(
+    PAIR + "/recall",
+    "Memories recalled for a question",
+    "memory",
+    a.RecallAnswer,
+    scope="read",
+    errors=READ_ERRORS,
+    query=(
+        Param("q", Q_SCHEMA, "the question, or what was just said", required=True, example="cat"),
+        tokens_param("the token budget of the memories", DEFAULT_RECALL_TOKENS),
+        Param(
+            "scope",
+            {"type": "string", "enum": list(RECALL_SCOPES), "default": "pair"},
+            "user: the user's memories with every character",
+        ),
+    ),
+)
 async def recall(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     q = query_text(request)
-    max_tokens = int_query(request, "max_tokens", DEFAULT_RECALL_TOKENS, low=50, high=200_000)
+    max_tokens = int_query(request, "max_tokens", DEFAULT_RECALL_TOKENS, low=MIN_TOKENS, high=MAX_TOKENS)
     scope = one_of(
         RECALL_SCOPES,
         request.query.get("scope", "pair"),
@@ -92,17 +165,25 @@ async def recall(request: web.Request) -> web.Response:
     )
 
 
-@routes.get(PAIR + "/messages")
+@routes.get(
+    PAIR + "/messages",
+    "The pair's latest messages, oldest first",
+    "memory",
+    a.MessagesAnswer,
+    scope="read",
+    errors=READ_ERRORS,
+    query=(limit_param(*MESSAGES_LIMIT),),
+)
 async def messages(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
-    limit = int_query(request, "limit", 100, low=1, high=1000)
+    limit = int_query(request, "limit", MESSAGES_LIMIT[0], low=1, high=MESSAGES_LIMIT[1])
     messages = await request.app[MEMORY].messages(user_id, character_id, limit)
     return json_response(
         {"user_id": user_id, "character_id": character_id, "messages": [message_json(m) for m in messages]}
     )
 
 
-@routes.get(PAIR + "/summary")
+@routes.get(PAIR + "/summary", "The pair's rolling summary", "memory", a.SummaryAnswer, scope="read")
 async def summary(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     state = await request.app[MEMORY].summary(user_id, character_id)
@@ -116,7 +197,7 @@ async def summary(request: web.Request) -> web.Response:
     )
 
 
-@routes.get(PAIR + "/facts")
+@routes.get(PAIR + "/facts", "The facts remembered for the pair", "memory", a.FactsAnswer, scope="read")
 async def list_facts(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     facts = await request.app[MEMORY].facts(user_id, character_id)
@@ -125,7 +206,22 @@ async def list_facts(request: web.Request) -> web.Response:
     )
 
 
-@routes.post(PAIR + "/facts")
+@routes.post(
+    PAIR + "/facts",
+    "Remember a fact (pinned)",
+    "memory",
+    a.FactAdded,
+    scope="write",
+    status=201,
+    body=FactBody,
+    errors=BODY_ERRORS,
+    extra_answers={200: a.FactAdded},
+    description=f"At most {MAX_FACT_CHARS} characters, with a letter, number or symbol among them. "
+    "201 when new, 200 when already held (a near-duplicate: the same words but for case, punctuation, "
+    "a state's date or saying 'the user'). A new value of what holds one at a time (where the user "
+    "lives, their job, name, a favourite…) supersedes the fact holding the old one: 201, same id, the "
+    "old text kept in its history.",
+)
 async def add_fact(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     body = await read_model(request, FactBody)
@@ -135,7 +231,17 @@ async def add_fact(request: web.Request) -> web.Response:
     )
 
 
-@routes.patch("/v1/facts/{fact_id}")
+@routes.patch(
+    "/v1/facts/{fact_id}",
+    "Change a fact by hand",
+    "memory",
+    a.FactEdited,
+    scope="write",
+    body=FactPatch,
+    errors=(*BODY_ERRORS, 404, 409),
+    description="text and/or pinned. The old text is kept in the fact's history. A new text is said by "
+    "hand, so the fact becomes pinned unless pinned is given; 409 when another fact already says it.",
+)
 async def edit_fact(request: web.Request) -> web.Response:
     # The body first, as every JSON route does: JSON it cannot read is a 400 whatever the path.
     body = await read_model(request, FactPatch)
@@ -144,7 +250,17 @@ async def edit_fact(request: web.Request) -> web.Response:
     return json_response({"fact": fact_json(fact)})
 
 
-@routes.get("/v1/facts/{fact_id}/history")
+@routes.get(
+    "/v1/facts/{fact_id}/history",
+    "Every text a fact had",
+    "memory",
+    a.FactHistoryAnswer,
+    scope="read",
+    errors=(404, 422),
+    description="Oldest first, each with when it held (valid_from, valid_to) and why it stopped: edited, "
+    "updated by the model, superseded by a newer fact about the same subject, or ended. A fact that "
+    "ended is no longer current but its history stays until the fact is deleted or its user forgotten.",
+)
 async def fact_history(request: web.Request) -> web.Response:
     fact_id = path_id(request, "fact_id")
     versions = await request.app[MEMORY].fact_history(fact_id)
@@ -157,7 +273,9 @@ async def fact_history(request: web.Request) -> web.Response:
     )
 
 
-@routes.delete("/v1/facts/{fact_id}")
+@routes.delete(
+    "/v1/facts/{fact_id}", "Forget one fact", "memory", a.FactDeleted, scope="write", errors=(404, 422)
+)
 async def delete_fact(request: web.Request) -> web.Response:
     fact_id = path_id(request, "fact_id")
     await request.app[MEMORY].delete_fact(fact_id)
@@ -169,24 +287,43 @@ async def forget(request: web.Request, user_id: str, character_id: str | None) -
     return json_response({"user_id": user_id, "character_id": character_id, "deleted": receipt})
 
 
-@routes.delete(PAIR)
+@routes.delete(
+    PAIR, "Forget everything held about a user with one character", "memory", a.ForgetAnswer, scope="admin"
+)
 async def forget_pair(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     return await forget(request, user_id, character_id)
 
 
-@routes.delete("/v1/users/{user_id}")
+@routes.delete(
+    "/v1/users/{user_id}", "Forget everything held about a user", "memory", a.ForgetAnswer, scope="admin"
+)
 async def forget_user(request: web.Request) -> web.Response:
     return await forget(request, request.match_info["user_id"], None)
 
 
-@routes.get("/v1/sessions/{agent_id}")
+@routes.get(
+    "/v1/sessions/{agent_id}",
+    "An agent run's session",
+    "sessions",
+    a.SessionAnswer,
+    scope="read",
+    errors=(404,),
+)
 async def get_session(request: web.Request) -> web.Response:
     session = await request.app[MEMORY].session(request.match_info["agent_id"])
     return json_response({"session": session_json(session)})
 
 
-@routes.post("/v1/sessions/{agent_id}/bind")
+@routes.post(
+    "/v1/sessions/{agent_id}/bind",
+    "Tie an agent run to a pair",
+    "sessions",
+    a.SessionAnswer,
+    scope="write",
+    body=BindBody,
+    errors=BODY_ERRORS,
+)
 async def bind_session(request: web.Request) -> web.Response:
     agent_id = request.match_info["agent_id"]
     body = await read_model(request, BindBody)
@@ -199,7 +336,16 @@ async def bind_session(request: web.Request) -> web.Response:
 # Channel bindings: for apps that give each user a channel of their own.
 
 
-@routes.post("/v1/channels/{channel}/bind")
+@routes.post(
+    "/v1/channels/{channel}/bind",
+    "Tie a channel to a pair",
+    "channels",
+    a.ChannelBound,
+    scope="write",
+    body=BindBody,
+    errors=BODY_ERRORS,
+    description="Later calls there, and the channel's unidentified ones, go to the pair.",
+)
 async def bind_channel(request: web.Request) -> web.Response:
     """Tie a channel to a pair: later calls there, and the channel's unidentified ones, go to it."""
     channel = channel_of(request)
@@ -208,7 +354,14 @@ async def bind_channel(request: web.Request) -> web.Response:
     return json_response({"binding": channel_binding_json(bound.binding), "moved_sessions": bound.moved})
 
 
-@routes.get("/v1/channels/{channel}/bind")
+@routes.get(
+    "/v1/channels/{channel}/bind",
+    "Which pair a channel is bound to",
+    "channels",
+    a.ChannelBindingAnswer,
+    scope="read",
+    errors=(404, 422),
+)
 async def get_channel_binding(request: web.Request) -> web.Response:
     """Which pair a channel is bound to."""
     channel = channel_of(request)
@@ -218,7 +371,14 @@ async def get_channel_binding(request: web.Request) -> web.Response:
     return json_response({"binding": channel_binding_json(binding)})
 
 
-@routes.delete("/v1/channels/{channel}/bind")
+@routes.delete(
+    "/v1/channels/{channel}/bind",
+    "Remove a channel's binding",
+    "channels",
+    a.ChannelUnbound,
+    scope="write",
+    errors=(404, 422),
+)
 async def unbind_channel(request: web.Request) -> web.Response:
     """Remove a channel's binding; sessions it already tied stay where they are."""
     channel = channel_of(request)
@@ -228,21 +388,46 @@ async def unbind_channel(request: web.Request) -> web.Response:
     return json_response({"deleted": channel_binding_json(binding)})
 
 
-@routes.get("/v1/jobs")
+@routes.get(
+    "/v1/jobs",
+    "Background jobs",
+    "jobs",
+    a.JobsAnswer,
+    scope="admin",
+    errors=READ_ERRORS,
+    query=(
+        Param("status", {"type": "string", "enum": list(JOB_STATUSES)}, "only jobs in this status"),
+        limit_param(*JOBS_LIMIT),
+    ),
+)
 async def list_jobs(request: web.Request) -> web.Response:
     status = job_status_query(request)
-    limit = int_query(request, "limit", 100, low=1, high=1000)
+    limit = int_query(request, "limit", JOBS_LIMIT[0], low=1, high=JOBS_LIMIT[1])
     jobs = await request.app[MEMORY].list_jobs(status, limit)
     return json_response({"jobs": [job_json(job) for job in jobs]})
 
 
-@routes.post("/v1/jobs/{job_id}/retry")
-async def retry(request: web.Request) -> web.Response:
+@routes.post(
+    "/v1/jobs/{job_id}/retry",
+    "Run a job again now",
+    "jobs",
+    a.JobAnswer,
+    scope="admin",
+    errors=(404, 409, 422),
+)
+async def retry_job(request: web.Request) -> web.Response:
     job = await request.app[MEMORY].retry_job(path_id(request, "job_id"))
     return json_response({"job": job_json(job)})
 
 
-@routes.post(PAIR + "/condense")
+@routes.post(
+    PAIR + "/condense",
+    "Condense the pair's memory now",
+    "memory",
+    a.CondenseAnswer,
+    scope="write",
+    status=202,
+)
 async def condense(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     job = await request.app[MEMORY].condense_now(user_id, character_id)
