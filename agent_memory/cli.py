@@ -48,18 +48,24 @@ from agent_memory.platforms.agora.events import looks_like_callback, parse_callb
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
 from agent_memory.web.answers import (
+    ChannelBindingOut,
     CharacterStats,
     Export,
+    FactOut,
     FactsAnswer,
     ForgetAnswer,
+    JobOut,
     JobsAnswer,
+    KeyOut,
     OverallStats,
     RecallAnswer,
     SystemMessagesAnswer,
     UserSearchAnswer,
     UserStats,
 )
-from agent_memory.web.shapes import fact_json, job_json, recall_json
+from agent_memory.web.answers import (
+    RecallAnswer as RecallModel,
+)
 
 T = TypeVar("T")
 AnswerT = TypeVar("AnswerT", bound=BaseModel)
@@ -320,7 +326,10 @@ def answer(
     here shaped as the API shapes it, so that one printing code serves both."""
     if args.url:
         return with_client(args, remote)
-    return read_answer(model, json.loads(dumps(with_memory(args, local))))
+    local_answer = with_memory(args, local)
+    if isinstance(local_answer, model):
+        return local_answer
+    return read_answer(model, json.loads(dumps(local_answer)))
 
 
 def print_answer(value: BaseModel, *, indent: int | None = 2) -> None:
@@ -470,9 +479,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
 def cmd_facts(args: argparse.Namespace) -> int:
     user_id, character_id = args.user_id, args.character_id
 
-    async def facts(memory: Memory) -> dict[str, Any]:
+    async def facts(memory: Memory) -> FactsAnswer:
         held = await memory.facts(user_id, character_id)
-        return {"user_id": user_id, "character_id": character_id, "facts": [fact_json(f) for f in held]}
+        return FactsAnswer(user_id=user_id, character_id=character_id, facts=[FactOut.of(f) for f in held])
 
     result = answer(args, FactsAnswer, facts, lambda client: client.facts(user_id, character_id))
     if args.json:
@@ -486,7 +495,6 @@ def cmd_facts(args: argparse.Namespace) -> int:
 
 def cmd_bind_channel(args: argparse.Namespace) -> int:
     from agent_memory.web.schemas import check_channel
-    from agent_memory.web.shapes import channel_binding_json
 
     channel = check_channel(args.channel)
     if (args.user_id is None) != (args.character_id is None) or (args.delete and args.user_id):
@@ -499,7 +507,12 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
         bound = with_memory(
             args, lambda memory: memory.bind_channel(channel, args.user_id, args.character_id)
         )
-        print_json({"binding": channel_binding_json(bound.binding), "moved_sessions": bound.moved})
+        print_json(
+            {
+                "binding": ChannelBindingOut.of(bound.binding).model_dump(mode="json"),
+                "moved_sessions": bound.moved,
+            }
+        )
         return 0
     if args.delete:
         row = with_memory(args, lambda memory: memory.unbind_channel(channel))
@@ -508,13 +521,13 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
     if row is None:
         print(f"agent-memory: channel {channel} is not bound", file=sys.stderr)
         return 1
-    print_json({"deleted" if args.delete else "binding": channel_binding_json(row)})
+    print_json({"deleted" if args.delete else "binding": ChannelBindingOut.of(row).model_dump(mode="json")})
     return 0
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    async def listed(memory: Memory) -> dict[str, Any]:
-        return {"jobs": [job_json(job) for job in await memory.list_jobs(args.status, args.limit)]}
+    async def listed(memory: Memory) -> JobsAnswer:
+        return JobsAnswer(jobs=[JobOut.of(job) for job in await memory.list_jobs(args.status, args.limit)])
 
     jobs = answer(
         args, JobsAnswer, listed, lambda client: client.jobs(status=args.status, limit=args.limit)
@@ -734,14 +747,9 @@ def cmd_recall(args: argparse.Namespace) -> int:
         {"max_tokens": args.max_tokens, "scope": args.scope},
     )
 
-    async def recall(memory: Memory) -> dict[str, Any]:
+    async def recall(memory: Memory) -> RecallModel:
         recalled = await memory.recall(user_id, character_id, args.question, **options)
-        return {
-            "user_id": user_id,
-            "character_id": character_id,
-            "scope": args.scope,
-            **recall_json(recalled),
-        }
+        return RecallModel.of(user_id, character_id, args.scope, recalled)
 
     recalled = answer(
         args,
@@ -834,11 +842,9 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    from agent_memory.web.shapes import api_key_json
-
     keys = with_memory(args, lambda memory: memory.api_keys())
     if args.json:
-        print_json([api_key_json(key) for key in keys], indent=2)
+        print_json([KeyOut.of(key).model_dump(mode="json") for key in keys], indent=2)
         return 0
     if not keys:
         print("no keys; agent-memory keys create --scope read|write|admin makes one")

@@ -52,6 +52,10 @@ HTTP_CODES = {
 
 
 def json_response(data: Any, *, status: int = 200) -> web.Response:
+    """`data` as JSON; an answer model as the API documents it (keys it leaves out stay out)."""
+    if isinstance(data, BaseModel):
+        body = data.__pydantic_serializer__.to_json(data, by_alias=True, exclude_unset=True)
+        return web.Response(body=body, status=status, content_type="application/json", charset="utf-8")
     return web.json_response(data, status=status, dumps=dumps)
 
 

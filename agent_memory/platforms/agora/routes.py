@@ -34,7 +34,6 @@ from agent_memory.web import answers as a
 from agent_memory.web.declare import BODY_ERRORS, Route, Routes
 from agent_memory.web.http import json_response, read_model, validation_message
 from agent_memory.web.schemas import WHOLE
-from agent_memory.web.shapes import session_json
 
 log = logging.getLogger(__name__)
 
@@ -419,7 +418,7 @@ class AgentRoutes:
             {
                 "agent_id": agent_id,
                 "agora": answer,
-                "session": session_json(session),
+                "session": a.SessionOut.of(session).model_dump(mode="json"),
                 "system_messages": (properties.get("llm") or {}).get("system_messages"),
                 "memory": {
                     "injected": plan.inject,

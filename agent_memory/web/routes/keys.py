@@ -17,7 +17,6 @@ from agent_memory.web.declare import BODY_ERRORS, Routes
 from agent_memory.web.http import json_response, path_id, read_model
 from agent_memory.web.keys import MEMORY
 from agent_memory.web.schemas import KeyBody
-from agent_memory.web.shapes import api_key_json
 
 routes = Routes()
 
@@ -38,9 +37,8 @@ async def create_key(request: web.Request) -> web.Response:
     """A new key of the scope asked for; the key itself is in this answer only."""
     body = await read_model(request, KeyBody)
     issued = await request.app[MEMORY].create_api_key(body.scope, body.name)
-    return json_response(
-        {"api_key": api_key_json(issued.record), "key": issued.key, "note": SHOWN_ONCE}, status=201
-    )
+    answer = a.KeyCreated(api_key=a.KeyOut.of(issued.record), key=issued.key, note=SHOWN_ONCE)
+    return json_response(answer, status=201)
 
 
 @routes.get(
@@ -49,7 +47,7 @@ async def create_key(request: web.Request) -> web.Response:
 async def list_keys(request: web.Request) -> web.Response:
     """Every key, oldest first, revoked ones with their revocation time."""
     keys = await request.app[MEMORY].api_keys()
-    return json_response({"api_keys": [api_key_json(key) for key in keys]})
+    return json_response(a.KeysAnswer(api_keys=[a.KeyOut.of(key) for key in keys]))
 
 
 @routes.delete(
@@ -59,4 +57,4 @@ async def revoke_key(request: web.Request) -> web.Response:
     """Revoke a key: refused from its next request on (other instances: within seconds)."""
     revoked = await request.app[MEMORY].revoke_api_key(path_id(request, "key_id"))
     request.app[GATE].drop(revoked.key_hash)
-    return json_response({"revoked": api_key_json(revoked)})
+    return json_response(a.KeyRevoked(revoked=a.KeyOut.of(revoked)))

@@ -48,17 +48,6 @@ from agent_memory.web.schemas import (
     persona_query,
     query_text,
 )
-from agent_memory.web.shapes import (
-    channel_binding_json,
-    fact_json,
-    fact_version_json,
-    job_json,
-    message_json,
-    recall_json,
-    session_json,
-    summary_json,
-    unseen_session_json,
-)
 
 routes = Routes()
 
@@ -79,7 +68,7 @@ async def healthz(request: web.Request) -> web.Response:
         kind = DatabaseDown if isinstance(exc, DatabaseDown) else StoreUnavailable
         raise kind(f"database not reachable: {exc}") from exc
     return json_response(
-        {"status": "ok", "version": __version__, "database": memory.store.location, "schema": migrations}
+        a.Health(status="ok", version=__version__, database=memory.store.location, schema=migrations)
     )
 
 
@@ -160,9 +149,7 @@ async def recall(request: web.Request) -> web.Response:
         f"scope must be one of {', '.join(RECALL_SCOPES)} (user: all the user's characters)",
     )
     answer = await request.app[MEMORY].recall(user_id, character_id, q, max_tokens=max_tokens, scope=scope)
-    return json_response(
-        {"user_id": user_id, "character_id": character_id, "scope": scope, **recall_json(answer)}
-    )
+    return json_response(a.RecallAnswer.of(user_id, character_id, scope, answer))
 
 
 @routes.get(
@@ -178,32 +165,27 @@ async def messages(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     limit = int_query(request, "limit", MESSAGES_LIMIT[0], low=1, high=MESSAGES_LIMIT[1])
     messages = await request.app[MEMORY].messages(user_id, character_id, limit)
-    return json_response(
-        {"user_id": user_id, "character_id": character_id, "messages": [message_json(m) for m in messages]}
-    )
+    shaped = [a.MessageOut.of(message) for message in messages]
+    return json_response(a.MessagesAnswer(user_id=user_id, character_id=character_id, messages=shaped))
 
 
 @routes.get(PAIR + "/summary", "The pair's rolling summary", "memory", a.SummaryAnswer, scope="read")
 async def summary(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     state = await request.app[MEMORY].summary(user_id, character_id)
-    return json_response(
-        {
-            "user_id": user_id,
-            "character_id": character_id,
-            "summary": summary_json(state.summary) if state.summary is not None else None,
-            "messages_not_yet_covered": state.uncovered,
-        }
+    summary = a.SummaryOut.of(state.summary) if state.summary is not None else None
+    answer = a.SummaryAnswer(
+        user_id=user_id, character_id=character_id, summary=summary, messages_not_yet_covered=state.uncovered
     )
+    return json_response(answer)
 
 
 @routes.get(PAIR + "/facts", "The facts remembered for the pair", "memory", a.FactsAnswer, scope="read")
 async def list_facts(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     facts = await request.app[MEMORY].facts(user_id, character_id)
-    return json_response(
-        {"user_id": user_id, "character_id": character_id, "facts": [fact_json(f) for f in facts]}
-    )
+    shaped = [a.FactOut.of(fact) for fact in facts]
+    return json_response(a.FactsAnswer(user_id=user_id, character_id=character_id, facts=shaped))
 
 
 @routes.post(
@@ -226,9 +208,8 @@ async def add_fact(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     body = await read_model(request, FactBody)
     added = await request.app[MEMORY].add_fact(user_id, character_id, body.text, body.scope)
-    return json_response(
-        {"fact": fact_json(added.fact), "created": added.created}, status=201 if added.created else 200
-    )
+    answer = a.FactAdded(fact=a.FactOut.of(added.fact), created=added.created)
+    return json_response(answer, status=201 if added.created else 200)
 
 
 @routes.patch(
@@ -247,7 +228,7 @@ async def edit_fact(request: web.Request) -> web.Response:
     body = await read_model(request, FactPatch)
     fact_id = path_id(request, "fact_id")
     fact = await request.app[MEMORY].edit_fact(fact_id, text=body.text, pinned=body.pinned)
-    return json_response({"fact": fact_json(fact)})
+    return json_response(a.FactEdited(fact=a.FactOut.of(fact)))
 
 
 @routes.get(
@@ -264,13 +245,7 @@ async def edit_fact(request: web.Request) -> web.Response:
 async def fact_history(request: web.Request) -> web.Response:
     fact_id = path_id(request, "fact_id")
     versions = await request.app[MEMORY].fact_history(fact_id)
-    return json_response(
-        {
-            "fact_id": fact_id,
-            "current": versions[-1].valid_to is None,
-            "versions": [fact_version_json(version) for version in versions],
-        }
-    )
+    return json_response(a.FactHistoryAnswer.of(fact_id, versions))
 
 
 @routes.delete(
@@ -279,12 +254,12 @@ async def fact_history(request: web.Request) -> web.Response:
 async def delete_fact(request: web.Request) -> web.Response:
     fact_id = path_id(request, "fact_id")
     await request.app[MEMORY].delete_fact(fact_id)
-    return json_response({"deleted": fact_id})
+    return json_response(a.FactDeleted(deleted=fact_id))
 
 
 async def forget(request: web.Request, user_id: str, character_id: str | None) -> web.Response:
     receipt = await request.app[MEMORY].forget(user_id, character_id)
-    return json_response({"user_id": user_id, "character_id": character_id, "deleted": receipt})
+    return json_response(a.ForgetAnswer(user_id=user_id, character_id=character_id, deleted=receipt))
 
 
 @routes.delete(
@@ -312,7 +287,7 @@ async def forget_user(request: web.Request) -> web.Response:
 )
 async def get_session(request: web.Request) -> web.Response:
     session = await request.app[MEMORY].session(request.match_info["agent_id"])
-    return json_response({"session": session_json(session)})
+    return json_response(a.SessionAnswer(session=a.SessionOut.of(session)))
 
 
 @routes.post(
@@ -329,8 +304,10 @@ async def bind_session(request: web.Request) -> web.Response:
     body = await read_model(request, BindBody)
     session = await request.app[MEMORY].bind(agent_id, body.user_id, body.character_id)
     if session is None:
-        return json_response({"session": unseen_session_json(agent_id, body.user_id, body.character_id)})
-    return json_response({"session": session_json(session)})
+        return json_response(
+            a.SessionAnswer(session=a.SessionOut.unseen(agent_id, body.user_id, body.character_id))
+        )
+    return json_response(a.SessionAnswer(session=a.SessionOut.of(session)))
 
 
 # Channel bindings: for apps that give each user a channel of their own.
@@ -351,7 +328,9 @@ async def bind_channel(request: web.Request) -> web.Response:
     channel = channel_of(request)
     body = await read_model(request, BindBody)
     bound = await request.app[MEMORY].bind_channel(channel, body.user_id, body.character_id)
-    return json_response({"binding": channel_binding_json(bound.binding), "moved_sessions": bound.moved})
+    return json_response(
+        a.ChannelBound(binding=a.ChannelBindingOut.of(bound.binding), moved_sessions=bound.moved)
+    )
 
 
 @routes.get(
@@ -368,7 +347,7 @@ async def get_channel_binding(request: web.Request) -> web.Response:
     binding = await request.app[MEMORY].channel_binding(channel)
     if binding is None:
         raise NotFound(f"channel {channel} is not bound; POST /v1/channels/{channel}/bind binds it")
-    return json_response({"binding": channel_binding_json(binding)})
+    return json_response(a.ChannelBindingAnswer(binding=a.ChannelBindingOut.of(binding)))
 
 
 @routes.delete(
@@ -385,7 +364,7 @@ async def unbind_channel(request: web.Request) -> web.Response:
     binding = await request.app[MEMORY].unbind_channel(channel)
     if binding is None:
         raise NotFound(f"channel {channel} is not bound")
-    return json_response({"deleted": channel_binding_json(binding)})
+    return json_response(a.ChannelUnbound(deleted=a.ChannelBindingOut.of(binding)))
 
 
 @routes.get(
@@ -404,7 +383,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     status = job_status_query(request)
     limit = int_query(request, "limit", JOBS_LIMIT[0], low=1, high=JOBS_LIMIT[1])
     jobs = await request.app[MEMORY].list_jobs(status, limit)
-    return json_response({"jobs": [job_json(job) for job in jobs]})
+    return json_response(a.JobsAnswer(jobs=[a.JobOut.of(job) for job in jobs]))
 
 
 @routes.post(
@@ -417,7 +396,7 @@ async def list_jobs(request: web.Request) -> web.Response:
 )
 async def retry_job(request: web.Request) -> web.Response:
     job = await request.app[MEMORY].retry_job(path_id(request, "job_id"))
-    return json_response({"job": job_json(job)})
+    return json_response(a.JobAnswer(job=a.JobOut.of(job)))
 
 
 @routes.post(
@@ -431,4 +410,4 @@ async def retry_job(request: web.Request) -> web.Response:
 async def condense(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     job = await request.app[MEMORY].condense_now(user_id, character_id)
-    return json_response({"job": job_json(job) if job else None}, status=202)
+    return json_response(a.CondenseAnswer(job=a.JobOut.of(job) if job else None), status=202)

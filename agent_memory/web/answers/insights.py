@@ -1,0 +1,148 @@
+"""Answers of search, statistics and export."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_memory.core.domain import (
+    FactScope,
+)
+from agent_memory.store.types import MentionRole, SearchMethod
+from agent_memory.web.answers.base import Answer, Object, Omitted
+
+# insights: search, statistics, export, purge
+
+
+class SearchHitOut(Answer):
+    """A message, fact or summary that matched (the fields after `score` by kind)."""
+
+    kind: Literal["message", "fact", "summary"]
+    id: int
+    character_id: str = Field(description="empty for a user-wide fact")
+    snippet: str = Field(description="the text around the match, the match in [brackets]")
+    text: str
+    at_ms: int | None
+    rank: int
+    score: float
+    agent_id: str | Omitted = None
+    role: str | Omitted = None
+    scope: FactScope | Omitted = None
+    pinned: bool | Omitted = None
+
+
+class UserSearchAnswer(Answer):
+    """A user's matches, best first (store/types.py UserSearch)."""
+
+    user_id: str
+    character_id: str | None
+    q: str
+    terms: list[str]
+    method: SearchMethod
+    truncated: bool = Field(description="more matched than were ranked: the oldest were left out")
+    results: list[SearchHitOut]
+
+
+class MentionUserOut(Answer):
+    user_id: str
+    messages: int
+    first_ms: int | None
+    last_ms: int | None
+    characters: list[str]
+
+
+class MentionsAnswer(Answer):
+    """Which users' messages contain a phrase (store/types.py Mentions)."""
+
+    q: str
+    role: MentionRole
+    character_id: str | None
+    method: SearchMethod
+    total_users: int
+    total_messages: int
+    users: list[MentionUserOut]
+    scanned_messages: int | Omitted = Field(None, description="substring method: how far it read")
+    complete: bool | Omitted = None
+
+
+class Rate(Answer):
+    count: int
+    of: int
+    rate: float | None
+
+
+class Window(Answer):
+    since_ms: int | None
+    until_ms: int | None
+
+
+class Counts(BaseModel):
+    """Fields every statistics report has (the reports may add more)."""
+
+    model_config = ConfigDict(extra="allow")
+    sessions: int
+    messages: int
+    messages_stored: int
+    user_messages: int
+    assistant_messages: int
+    tool_items: int
+    interruptions: Rate
+    llm_failures: Rate
+    talk_ms: int
+    minutes_talked: float
+    last_active_ms: int | None
+    agent_errors: int
+
+
+class UserStats(Counts):
+    user_id: str
+    characters: int
+    favourite_characters: list[Object]
+    first_active_ms: int | None
+    facts: int
+    summaries: int
+
+
+class CharacterStats(Counts):
+    character_id: str
+    window: Window
+    active_users: int
+    top_users: list[Object]
+    latency_ms: Object = Field(description="percentiles per metric (111 callbacks)")
+    latency_stages_ms: Object = Field(description="percentiles per stage (112 callbacks)")
+
+
+class OverallStats(Counts):
+    window: Window
+    users: int
+    characters: int
+    sessions_by_status: dict[str, int]
+    unidentified_sessions: Rate
+    stop_reasons: dict[str, int]
+    top_characters: list[Object]
+    latency_ms: Object
+    latency_stages_ms: Object
+    callbacks: dict[str, int] = Field(description="failed and partial callbacks")
+
+
+class Export(BaseModel):
+    """Everything held about a user; `counts` says how many of each kind of record follow."""
+
+    model_config = ConfigDict(extra="allow")
+    format: str
+    exported_ms: int
+    user_id: str
+    characters: list[str]
+    counts: dict[str, int]
+    sessions: list[Object]
+    messages: list[Object]
+    facts: list[Object]
+    summaries: list[Object]
+
+
+class LlmStats(Answer):
+    llm_proxy: dict[str, int] = Field(description="the custom-LLM endpoint's counters since start")
+    warming: dict[str, int] = Field(
+        description="pairs' recall indexes read into memory as their calls started (this process)"
+    )
