@@ -29,8 +29,9 @@ from fakes.embeddings_server import FakeEmbeddings
 from fakes.openai_server import FakeOpenAI
 from postgres_server import bindir
 
-from agent_memory import __version__, cli
-from agent_memory.cli import main
+from agent_memory import __version__
+from agent_memory.cli import commands, main
+from agent_memory.core import limits
 from agent_memory.embed.openai_compatible import OpenAIEmbedder
 from agent_memory.errors import EmbeddingError
 from agent_memory.logs import JsonFormatter
@@ -448,9 +449,11 @@ async def test_the_cli_refuses_what_http_refuses_with_the_same_sentence(
 
 
 def test_the_cli_limits_are_the_http_limits() -> None:
-    assert (cli.MAX_PERSONA_CHARS, cli.MAX_QUERY_CHARS) == (
+    """Both read them from one module (core/limits.py), which the CLI imports without aiohttp."""
+    assert (commands.MAX_PERSONA_CHARS, commands.MAX_QUERY_CHARS, commands.MAX_TOKENS_RANGE) == (
         schemas.MAX_PERSONA_CHARS,
         schemas.MAX_QUERY_CHARS,
+        (limits.MIN_TOKENS, limits.MAX_TOKENS),
     )
 
 

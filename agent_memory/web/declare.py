@@ -110,6 +110,11 @@ class Routes:
     ) -> Callable[[Handler], Handler]:
         return self.route("POST", path, summary, tag, answer, **spec)
 
+    def patch(
+        self, path: str, summary: str, tag: str, answer: Any, **spec: Any
+    ) -> Callable[[Handler], Handler]:
+        return self.route("PATCH", path, summary, tag, answer, **spec)
+
     def delete(
         self, path: str, summary: str, tag: str, answer: Any, **spec: Any
     ) -> Callable[[Handler], Handler]:

@@ -270,6 +270,37 @@ def _fits(value: Any, schema: dict[str, Any]) -> bool:
     return False
 
 
+# What a schema says its example is, in the order taken.
+_GIVEN: Final = frozenset(("examples", "example", "const", "enum"))
+
+
+def _given(schema: dict[str, Any]) -> Any:
+    """The example a schema gives: its own examples, its constant, or its first choice."""
+    if "examples" in schema:
+        return schema["examples"][0]
+    if "example" in schema:
+        return schema["example"]
+    if "const" in schema:
+        return schema["const"]
+    return schema["enum"][0]
+
+
+def _scalar(schema: dict[str, Any], name: str | None) -> Any:
+    """An example of a string, number or boolean within the schema's bounds (a time for *_ms)."""
+    kind = schema.get("type")
+    if kind == "string":
+        return "string".ljust(schema.get("minLength", 0), "x")[: schema.get("maxLength", 6)]
+    if kind == "integer":
+        if name is not None and name.endswith("_ms"):
+            return TIME_MS
+        return max(schema.get("minimum", 1), 1) if schema.get("maximum", 1) >= 1 else schema["maximum"]
+    if kind == "number":
+        return 0.5
+    if kind == "boolean":
+        return False
+    return None  # null, or anything
+
+
 class Examples:
     """An example of any schema of the document, built from the schema itself.
 
@@ -287,37 +318,22 @@ class Examples:
         if "$ref" in schema:
             target = self.components[schema["$ref"].rsplit("/", 1)[1]]
             return self.of(target, name, depth + 1)
-        for key in ("examples", "example"):
-            if key in schema:
-                return schema[key][0] if key == "examples" else schema[key]
-        if "const" in schema:
-            return schema["const"]
-        if "enum" in schema:
-            return schema["enum"][0]
+        if _GIVEN.intersection(schema):
+            return _given(schema)
         branches = schema.get("anyOf") or schema.get("oneOf") or schema.get("allOf")
         if branches:  # the first branch that holds something
             chosen = next((branch for branch in branches if not admits_null(branch)), branches[0])
             return self.of(chosen, name, depth)
-        kind = schema.get("type")
         named = NAMED_EXAMPLES.get(name or "")
         if named is not None and _fits(named, schema):
             return named
+        kind = schema.get("type")
         if kind == "object" or "properties" in schema:
             return self._object(schema, depth)
         if kind == "array":
             items = schema.get("items")
             return [self.of(items, None, depth + 1)] if items and depth < 8 else []
-        if kind == "string":
-            return "string".ljust(schema.get("minLength", 0), "x")[: schema.get("maxLength", 6)]
-        if kind == "integer":
-            if name is not None and name.endswith("_ms"):
-                return TIME_MS
-            return max(schema.get("minimum", 1), 1) if schema.get("maximum", 1) >= 1 else schema["maximum"]
-        if kind == "number":
-            return 0.5
-        if kind == "boolean":
-            return False
-        return None  # null, or anything
+        return _scalar(schema, name)
 
     def _object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
         properties: dict[str, Any] = schema.get("properties", {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -14,12 +15,14 @@ from agent_memory.memory.refresh import AgentControl, Refresher
 from agent_memory.memory.service import Memory
 from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.client import AgoraClient
+from agent_memory.platforms.agora.custom_llm import ChatCompletionRequest
 from agent_memory.platforms.agora.keys import AGORA, FOLLOW, LLM_PROXY, POLLER, REFRESHER
 from agent_memory.platforms.agora.llm_proxy import LlmProxy
 from agent_memory.platforms.agora.poller import Poller
 from agent_memory.platforms.agora.routes import AgentRoutes
 from agent_memory.platforms.agora.webhook import AgoraReceiver
-from agent_memory.web.declare import add_routes
+from agent_memory.web import answers as a
+from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route, add_routes
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,41 @@ class CountedPushes:
         return answer
 
 
+def proxy_routes(proxy: LlmProxy) -> list[Route]:
+    """The custom-LLM endpoint's routes, declared (web/declare.py)."""
+    completion = Route(
+        "POST",
+        "/v1/llm/chat/completions",
+        "Agora's custom LLM: recall for the turn, forward upstream, record",
+        "custom LLM",
+        a.ChatCompletion,
+        scope=OWN_BEARER,
+        operation_id="chat_completions",
+        body=ChatCompletionRequest,
+        errors=(400, 401, 413, *UPSTREAM_ERRORS),
+        auth="llm",
+        streams=True,
+        handler=proxy.complete,
+    )
+    routed = replace(
+        completion,
+        path="/v1/llm/{route:.*}/chat/completions",
+        summary="The custom LLM, with routing text in its URL",
+        operation_id="chat_completions_routed",
+    )
+    stats = Route(
+        "GET",
+        "/v1/llm/stats",
+        "The custom-LLM endpoint's counters",
+        "custom LLM",
+        a.LlmStats,
+        scope="admin",
+        handler=proxy.report,
+        operation_id="llm_stats",
+    )
+    return [completion, routed, stats]
+
+
 def install(app: web.Application, memory: Memory) -> None:
     """Add `POST /webhooks/agora`, the agent and render routes, and the client and poller.
 
@@ -53,7 +91,7 @@ def install(app: web.Application, memory: Memory) -> None:
     receiver = AgoraReceiver(settings, memory.accept_event, metrics)
     add_routes(app, AgentRoutes(memory).table())
     proxy = app[LLM_PROXY] = LlmProxy(memory)
-    add_routes(app, proxy.table())
+    add_routes(app, proxy_routes(proxy))
     add_routes(app, [receiver.route()])
     if metrics is not None:
         metrics.add_reported("llm_proxy", "What the custom-LLM endpoint did", lambda: proxy.stats.report())

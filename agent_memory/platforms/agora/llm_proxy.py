@@ -26,7 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -41,13 +41,11 @@ from agent_memory.core.secrets import hash_key
 from agent_memory.errors import InvalidField, InvalidJSON, StoreUnavailable
 from agent_memory.logs import pair_ref
 from agent_memory.memory.service import Memory
-from agent_memory.platforms.agora.custom_llm import ChatCompletionRequest, to_openai_messages
+from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.events import LABELS_FIELD, incoming
 from agent_memory.platforms.agora.payloads import MemoryMessage
 from agent_memory.store import NotBrief
 from agent_memory.upstream import HttpUpstream, Target, Upstream, UpstreamFailed
-from agent_memory.web import answers as a
-from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route
 from agent_memory.web.http import read_json_body
 
 log = logging.getLogger(__name__)
@@ -451,40 +449,6 @@ class LlmProxy:
         if character_id is not None:
             labels[self.settings.label_character_key] = character_id
         self.replies.forget(labels)
-
-    def table(self) -> list[Route]:
-        """The endpoint's routes (web/declare.py), to add to the app."""
-        completion = Route(
-            "POST",
-            "/v1/llm/chat/completions",
-            "Agora's custom LLM: recall for the turn, forward upstream, record",
-            "custom LLM",
-            a.ChatCompletion,
-            scope=OWN_BEARER,
-            operation_id="chat_completions",
-            body=ChatCompletionRequest,
-            errors=(400, 401, 413, *UPSTREAM_ERRORS),
-            auth="llm",
-            streams=True,
-            handler=self.complete,
-        )
-        routed = replace(
-            completion,
-            path="/v1/llm/{route:.*}/chat/completions",
-            summary="The custom LLM, with routing text in its URL",
-            operation_id="chat_completions_routed",
-        )
-        stats = Route(
-            "GET",
-            "/v1/llm/stats",
-            "The custom-LLM endpoint's counters",
-            "custom LLM",
-            a.LlmStats,
-            scope="admin",
-            handler=self.report,
-            operation_id="llm_stats",
-        )
-        return [completion, routed, stats]
 
     async def close(self) -> None:
         await self.disconnects.stop()

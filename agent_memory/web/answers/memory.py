@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -313,9 +313,11 @@ class RecalledSummary(RecalledBase):
 RecalledMemoryOut = Annotated[RecalledTurn | RecalledFact | RecalledSummary, Field(discriminator="kind")]
 
 
-def recalled_of(memory: RecalledMemory) -> RecalledTurn | RecalledFact | RecalledSummary:
-    """One recalled memory; `at` is its absolute time, `context` the turns said around a turn."""
-    common = {
+def recalled_of(memory: RecalledMemory) -> dict[str, Any]:
+    """One recalled memory, as RecalledMemoryOut reads it; `at` is its absolute time, `context`
+    the turns said around a turn."""
+    item: dict[str, Any] = {
+        "kind": memory.kind,
         "text": memory.text,
         "at_ms": memory.at_ms,
         "at": format_datetime(memory.at_ms),
@@ -324,14 +326,16 @@ def recalled_of(memory: RecalledMemory) -> RecalledTurn | RecalledFact | Recalle
         "session": memory.session,
     }
     if memory.kind == "turn":
-        context = [
-            ContextTurnOut(position=turn.position, role=turn.role, text=turn.text, at_ms=turn.at_ms)
+        item["role"] = memory.role
+        item["message_id"] = memory.id
+        item["context"] = [
+            {"position": turn.position, "role": turn.role, "text": turn.text, "at_ms": turn.at_ms}
             for turn in memory.context
         ]
-        return RecalledTurn(kind="turn", role=memory.role, message_id=memory.id, context=context, **common)
-    if memory.kind == "fact":
-        return RecalledFact(kind="fact", fact_id=memory.id, always=memory.always, **common)
-    return RecalledSummary(kind="summary", **common)
+    elif memory.kind == "fact":
+        item["fact_id"] = memory.id
+        item["always"] = memory.always
+    return item
 
 
 class RecallAnswer(Answer):
@@ -355,17 +359,20 @@ class RecallAnswer(Answer):
     @classmethod
     def of(cls, user_id: str, character_id: str, scope: RecallScope, recall: Recall) -> RecallAnswer:
         """A recall: the memories, their tokens, and the system message that carries them."""
-        return cls(
-            user_id=user_id,
-            character_id=character_id,
-            scope=scope,
-            q=recall.q,
-            terms=recall.terms,
-            memories=[recalled_of(memory) for memory in recall.memories],
-            tokens=recall.tokens,
-            max_tokens=recall.max_tokens,
-            system_message=SystemMessage(role="system", content=recall.system_message),
-            index_lag=recall.index_lag,
+        # Validated in one call from plain values (recall answers every turn: no model per memory).
+        return cls.model_validate(
+            {
+                "user_id": user_id,
+                "character_id": character_id,
+                "scope": scope,
+                "q": recall.q,
+                "terms": recall.terms,
+                "memories": [recalled_of(memory) for memory in recall.memories],
+                "tokens": recall.tokens,
+                "max_tokens": recall.max_tokens,
+                "system_message": {"role": "system", "content": recall.system_message},
+                "index_lag": recall.index_lag,
+            }
         )
 
 

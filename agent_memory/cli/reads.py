@@ -1,0 +1,201 @@
+"""The commands that read (or forget) memory: the same code here and with --url (cli/api.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from agent_memory.cli.api import MemoryApi, run_api
+from agent_memory.cli.common import print_answer, when
+from agent_memory.errors import (
+    AgentMemoryError,
+)
+
+LATENCY_TABLES = {"latency_ms": "latency (ms)", "latency_stages_ms": "latency by stage (ms)"}
+STATS_HEADLINE = ("user_id", "character_id", "window")
+
+
+def cmd_system_messages(args: argparse.Namespace) -> int:
+    options = {"max_tokens": args.max_tokens, "persona": args.persona, "query": args.query}
+    result = run_api(args, lambda api: api.system_messages(args.user_id, args.character_id, **options))
+    if args.text:
+        print("\n\n".join(m["content"] for m in result.system_messages))
+    else:
+        print_answer(result)
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    print_answer(run_api(args, lambda api: api.forget(args.user_id, args.character_id)), indent=None)
+    return 0
+
+
+def cmd_facts(args: argparse.Namespace) -> int:
+    user_id, character_id = args.user_id, args.character_id
+    result = run_api(args, lambda api: api.facts(user_id, character_id))
+    if args.json:
+        print_answer(result)
+    elif not result.facts:
+        print(f"no facts remembered for {user_id}/{character_id}")
+    for fact in [] if args.json else result.facts:
+        print(f"{fact.id:>6} {fact.scope:<9} {'pinned' if fact.pinned else fact.origin:<8} {fact.text}")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    jobs = run_api(args, lambda api: api.jobs(status=args.status, limit=args.limit)).jobs
+    if not jobs:
+        print("no jobs" + (f" with status {args.status}" if args.status else ""))
+    for job in jobs:
+        due = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(job.due_ms / 1000))
+        last_error = f"\n       last error: {job.last_error}" if job.last_error else ""
+        print(
+            f"{job.id:>6} {job.status:<8} {job.user_id}/{job.character_id} due {due} UTC, "
+            f"attempts {job.attempts}, {job.pending_messages} new messages{last_error}"
+        )
+    return 0
+
+
+def _rate_line(key: str, value: dict[str, Any]) -> None:
+    share = "-" if value["rate"] is None else f"{value['rate']:.1%}"
+    print(f"{key:<22} {value['count']} of {value['of']} ({share})")
+    if key == "unidentified_sessions" and value["count"]:
+        print(
+            f"{'':<22} no user label: kept under rtc:<uid> or channel:<name>; see the README's Identity section"
+        )
+
+
+def _latency_table(key: str, value: dict[str, Any]) -> None:
+    print(LATENCY_TABLES[key] + ("" if value else "          none recorded"))
+    if value:
+        print(f"  {'metric':<14}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}")
+    for metric, row in value.items():
+        print(
+            f"  {metric:<14}{row['count']:>8}{row['p50']:>9g}{row['p90']:>9g}{row['p99']:>9g}{row['max']:>9g}"
+        )
+
+
+def _rows(key: str, value: list[dict[str, Any]]) -> None:
+    print(key + ("" if value else "   none"))
+    for row in value:
+        name = row.get("character_id", row.get("user_id"))
+        print(
+            f"  {name:<20} {row['sessions']:>5} sessions {row.get('messages', 0):>7} messages "
+            f"{row['minutes_talked']:>9.1f} min"
+        )
+
+
+def _value_line(key: str, value: Any) -> None:
+    if isinstance(value, dict):
+        shown = ", ".join(f"{k or '-'}: {v}" for k, v in value.items() if v is not None)
+        print(f"{key:<22} {shown or '-'}")
+    elif key.endswith("_ms") and key != "talk_ms":
+        print(f"{key:<22} {when(value)}")
+    else:
+        print(f"{key:<22} {value}")
+
+
+def _is_rate(value: Any) -> bool:
+    return isinstance(value, dict) and {"count", "of", "rate"} <= set(value)
+
+
+def print_stats(stats: dict[str, Any]) -> None:
+    """A statistics answer as aligned lines and small tables, who and when it is about first."""
+    # The model lists the counts every report has before the report's own fields.
+    for key, value in sorted(stats.items(), key=lambda item: item[0] not in STATS_HEADLINE):
+        if _is_rate(value):
+            _rate_line(key, value)
+        elif key in LATENCY_TABLES:
+            _latency_table(key, value)
+        elif isinstance(value, list):
+            _rows(key, value)
+        else:
+            _value_line(key, value)
+
+
+def _stats_of(args: argparse.Namespace, api: MemoryApi) -> Awaitable[BaseModel]:
+    """The report asked for: a user's, a character's, or the whole service's."""
+    window = {"since_ms": args.since_ms, "until_ms": args.until_ms}
+    if args.user:
+        return api.user_stats(args.user)
+    if args.character:
+        return api.character_stats(args.character, **window)
+    return api.stats(**window)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    try:
+        report = run_api(args, lambda api: _stats_of(args, api))
+    except AgentMemoryError as exc:
+        if exc.status != 404:  # NotFound here, or the service's 404
+            raise
+        print(exc.message, file=sys.stderr)
+        return 1
+    if args.json:
+        print_answer(report)
+    else:
+        print_stats(report.model_dump(mode="json", exclude_unset=True))
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if not args.query.strip():
+        print("agent-memory: the query is empty", file=sys.stderr)
+        return 2
+    options = {"character_id": args.character, "limit": args.limit}
+    found = run_api(args, lambda api: api.search(args.user_id, args.query, **options))
+    if args.json:
+        print_answer(found)
+        return 0
+    if not found.results:
+        print(f"nothing found for {args.query!r}")
+    for item in found.results:
+        who = item.character_id or "(user)"
+        print(f"{item.rank:>3}. {when(item.at_ms)}  {who}  {item.role or item.kind}: {item.snippet}")
+    return 0
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    if not args.question.strip():
+        print("agent-memory: the question is empty", file=sys.stderr)
+        return 2
+    options = {"max_tokens": args.max_tokens, "scope": args.scope}
+    recalled = run_api(
+        args, lambda api: api.recall(args.user_id, args.character_id, args.question, **options)
+    )
+    if args.json:
+        print_answer(recalled)
+    elif recalled.memories:
+        print(recalled.system_message.content)
+        print(f"({len(recalled.memories)} memories, about {recalled.tokens} tokens)", file=sys.stderr)
+    else:
+        print(f"nothing recalled for {args.question!r}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    try:
+        document = run_api(args, lambda api: api.export(args.user_id))
+    except AgentMemoryError as exc:
+        if exc.status != 404:  # NotFound here, or the service's 404
+            raise
+        print(exc.message, file=sys.stderr)
+        return 1
+    text = json.dumps(document.model_dump(mode="json", exclude_unset=True), ensure_ascii=False, indent=2)
+    if args.output:
+        try:
+            Path(args.output).write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            print(f"agent-memory: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            return 1
+        print(f"wrote {document.counts} to {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
