@@ -27,6 +27,8 @@ OWN_BEARER: Final = "own bearer"
 Needs = KeyScope | Literal["own bearer"]
 Auth = Literal["token", "llm", "signature", "none"]
 Handler = Callable[..., Any]
+# A path parameter as the document describes it: its JSON schema, what it means, an example.
+PathParam = tuple[dict[str, Any], str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,8 @@ class Route:
     extra_answers: dict[int, Any] = field(default_factory=dict)
     # Reads a body it has no model for (the webhook checks its signature over the bytes first).
     reads_body: bool = False
+    # Its own path parameters (schema, description, example) beside the shared PATH_PARAMS.
+    path_params: dict[str, PathParam] = field(default_factory=dict)
     handler: Handler | None = field(default=None, compare=False)
 
     @property
@@ -73,8 +77,17 @@ class Route:
         """The path as the router names it and the document lists it (no regex)."""
         return _REGEX.sub(r"{\1}", self.path)
 
+    def path_param(self, name: str) -> PathParam:
+        """How the document describes a parameter of the path: the route's own, or the shared one."""
+        if name in self.path_params:
+            return self.path_params[name]
+        if name in PATH_PARAMS:
+            return PATH_PARAMS[name]
+        raise ValueError(f"{self.method} {self.path}: describe {{{name}}} in path_params (or PATH_PARAMS)")
+
 
 _REGEX = re.compile(r"{(\w+):[^}]*}")
+_PATH_NAME = re.compile(r"{(\w+)}")
 
 
 class Routes:
@@ -141,6 +154,8 @@ def add_routes(app: web.Application, routes: Iterable[Route]) -> None:
     for route in routes:
         if route.handler is None:
             raise ValueError(f"{route.method} {route.path} has no handler")
+        for name in _PATH_NAME.findall(route.canonical):
+            route.path_param(name)  # refused at startup, not when the document is built
         if route.method == "GET":
             app.router.add_get(route.path, route.handler)
         else:
@@ -192,7 +207,7 @@ CHARACTER_FILTER: Final = Param("character_id", {"type": "string"}, "only this c
 ID_SCHEMA: Final = {"type": "integer", "minimum": 1, "maximum": 10**18 - 1}
 
 # Path parameters, by name: every route that has one shares its description.
-PATH_PARAMS: Final[dict[str, tuple[dict[str, Any], str, Any]]] = {
+PATH_PARAMS: Final[dict[str, PathParam]] = {
     "user_id": ({"type": "string", "minLength": 1}, "the app's id of the user", "u-alice"),
     "character_id": ({"type": "string", "minLength": 1}, "the app's id of the character", "luna"),
     "agent_id": (

@@ -18,7 +18,7 @@ from pydantic_core import core_schema
 
 from agent_memory import __version__
 from agent_memory.web import answers as a
-from agent_memory.web.declare import PATH_PARAMS, Route
+from agent_memory.web.declare import Route
 
 REF: Final = "#/components/schemas/{model}"
 JSON: Final = "application/json"
@@ -84,7 +84,7 @@ def _text(schema: dict[str, Any]) -> dict[str, Any]:
 def _parameters(route: Route) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = []
     for name in path_names(route.canonical):
-        schema, description, example = PATH_PARAMS[name]
+        schema, description, example = route.path_param(name)
         schema = _text(schema)
         params.append(
             {"name": name, "in": "path", "required": True, "schema": schema, "description": description,
