@@ -356,24 +356,27 @@ class RecallAnswer(Answer):
         "recall waits a bounded time for the index to catch up, then answers from what it holds (0: none)",
     )
 
+    @staticmethod
+    def shape(user_id: str, character_id: str, scope: RecallScope, recall: Recall) -> dict[str, Any]:
+        """A recall as this model's JSON, unvalidated: recall answers every turn, and the route sends
+        this as it is (validating ~40 nested models would add to every answer)."""
+        return {
+            "user_id": user_id,
+            "character_id": character_id,
+            "scope": scope,
+            "q": recall.q,
+            "terms": recall.terms,
+            "memories": [recalled_of(memory) for memory in recall.memories],
+            "tokens": recall.tokens,
+            "max_tokens": recall.max_tokens,
+            "system_message": {"role": "system", "content": recall.system_message},
+            "index_lag": recall.index_lag,
+        }
+
     @classmethod
     def of(cls, user_id: str, character_id: str, scope: RecallScope, recall: Recall) -> RecallAnswer:
         """A recall: the memories, their tokens, and the system message that carries them."""
-        # Validated in one call from plain values (recall answers every turn: no model per memory).
-        return cls.model_validate(
-            {
-                "user_id": user_id,
-                "character_id": character_id,
-                "scope": scope,
-                "q": recall.q,
-                "terms": recall.terms,
-                "memories": [recalled_of(memory) for memory in recall.memories],
-                "tokens": recall.tokens,
-                "max_tokens": recall.max_tokens,
-                "system_message": {"role": "system", "content": recall.system_message},
-                "index_lag": recall.index_lag,
-            }
-        )
+        return cls.model_validate(cls.shape(user_id, character_id, scope, recall))
 
 
 class ForgetAnswer(Answer):

@@ -149,7 +149,7 @@ async def recall(request: web.Request) -> web.Response:
         f"scope must be one of {', '.join(RECALL_SCOPES)} (user: all the user's characters)",
     )
     answer = await request.app[MEMORY].recall(user_id, character_id, q, max_tokens=max_tokens, scope=scope)
-    return json_response(a.RecallAnswer.of(user_id, character_id, scope, answer))
+    return json_response(a.RecallAnswer.shape(user_id, character_id, scope, answer))
 
 
 @routes.get(
