@@ -68,7 +68,7 @@ def _rate_line(key: str, value: dict[str, Any]) -> None:
     print(f"{key:<22} {value['count']} of {value['of']} ({share})")
     if key == "unidentified_sessions" and value["count"]:
         print(
-            f"{'':<22} no user label: kept under rtc:<uid> or channel:<name>; see the README's Identity section"
+            f"{'':<22} no user label: kept under rtc:<uid> or channel:<name>; see Identity in docs/memory.md"
         )
 
 

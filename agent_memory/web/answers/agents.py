@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_memory.web.answers.base import Answer, Object, Omitted
@@ -53,7 +51,6 @@ class Unwatched(Answer):
 
 class Rendered(Answer):
     messages: list[Object] = Field(description="plain OpenAI chat messages")
-
 
 
 class ChatCompletion(BaseModel):
