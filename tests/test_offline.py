@@ -11,6 +11,7 @@ from conftest import stored_message
 
 from agent_memory.condense.base import CondenseInput, CondenseResult, FactAdd, FactIn
 from agent_memory.condense.facts_offline import introductions, message_facts, remember_requests
+from agent_memory.condense.life import PROFILE_HEADING, THREADS_HEADING
 from agent_memory.condense.offline import (
     LABEL,
     MAX_BULLETS,
@@ -338,6 +339,9 @@ async def test_digest_resolves_relative_dates_against_each_statement() -> None:
     result = await run_offline(DATED)
 
     assert result.summary == lines(
+        THREADS_HEADING,
+        "- [2023-05-08] The stories were inspiring. Next month I'm starting a counseling course, and today I feel"
+        " hopeful. (Next month = 2023-06)",
         "2023-05-08 13:56 UTC (3 exchanges):",
         "- Hey Mel! I went to a LGBTQ support group yesterday and it was so powerful. (yesterday = 2023-05-07)",
         "- The stories were inspiring. Next month I'm starting a counseling course, and today I feel hopeful."
@@ -369,6 +373,8 @@ async def test_each_session_of_a_batch_gets_its_own_digest() -> None:
     result = await run_offline(first + second)
 
     assert result.summary == lines(
+        THREADS_HEADING,
+        "- [2026-11-04] My sister's wedding is tomorrow. (tomorrow = 2026-11-05)",
         "2026-11-03 20:15 UTC (1 exchange):",
         "- I passed my driving test yesterday! (yesterday = 2026-11-02)",
         "2026-11-04 20:15 UTC (1 exchange):",
@@ -399,6 +405,8 @@ async def test_several_users_in_a_channel_are_named() -> None:
     result = await run_offline(messages)
 
     assert result.summary == lines(
+        THREADS_HEADING,
+        "- [2026-11-03] User 1002: Priya here, my flight to Oslo is tomorrow. (tomorrow = 2026-11-04)",
         "2026-11-03 20:15 UTC (2 exchanges):",
         "- User 1001: I'm Jordan and my dog Pixel is sick.",
         "- User 1002: Priya here, my flight to Oslo is tomorrow. (tomorrow = 2026-11-04)",
@@ -480,8 +488,17 @@ async def test_a_long_conversation_keeps_its_dated_events_within_budget() -> Non
 
     summary = result.summary
     assert within_budget(summary)
-    assert summary.splitlines()[:2] == [LABEL, "2023-05-08 13:56–14:42 UTC (200 exchanges):"]
-    assert len(summary.splitlines()) == 2 + MAX_BULLETS
+    # The two plans still ahead are open threads, and stay in the timeline where they were said.
+    assert summary.splitlines()[:5] == [
+        LABEL,
+        THREADS_HEADING,
+        "- [2023-05-08] My sister's wedding is next Saturday, and I still haven't bought a present."
+        " (next Saturday = 2023-05-20)",
+        "- [2023-05-08] I have a dentist appointment in two weeks, finally. (in two weeks = 2023-05-22)",
+        "2023-05-08 13:56–14:42 UTC (200 exchanges):",
+    ]
+    assert len(summary.splitlines()) == 5 + MAX_BULLETS
+    summary = "\n".join(summary.splitlines()[4:])
     for bullet in (
         "- My sister's wedding is next Saturday, and I still haven't bought a present. (next Saturday = 2023-05-20)",
         "- I passed my driving test the day before yesterday! (the day before yesterday = 2023-05-06)",
@@ -501,11 +518,11 @@ async def test_a_long_conversation_keeps_its_dated_events_within_budget() -> Non
 
 async def test_carried_digests_are_trimmed_evenly_then_the_oldest_goes() -> None:
     summary: str | None = None
-    for day in range(12):
+    for day in range(30):
         session = dialogue(
             "How was your day?", f"Day {day}: I met my sister Hannah at the museum in Oslo yesterday.",
             "Nice.", f"Day {day}: I finished the report for my boss Erik, it took five hours.",
-            "Good.", f"Day {day}: My flight to Rome is next Friday and I'm excited.",
+            "Good.", f"Day {day}: My flight to Rome was great and I'm so relaxed.",
             "Fun!", f"Day {day}: I cooked ramen with eggs and spinach for dinner.",
             at_ms=SAID + day * 86_400_000, agent_id=f"run-{day}",
         )  # fmt: skip
@@ -517,10 +534,20 @@ async def test_carried_digests_are_trimmed_evenly_then_the_oldest_goes() -> None
     headers = [line for line in summary.splitlines() if line.endswith("exchanges):")]
     days = [line[: len("2023-05-08")] for line in headers]
     # The newest sessions are kept, oldest first, and none was skipped in between.
-    assert days[-1] == "2023-05-19" and days == sorted(days)
-    assert len(days) < 12 and "Day 0:" not in summary
-    blocks = summary.split("\n2023-")
+    assert days[-1] == "2023-06-06" and days == sorted(days)
+    timeline = summary[summary.index(headers[0]) :]
+    assert len(days) < 30 and "Day 0:" not in timeline
+    blocks = timeline.split("\n2023-")
     assert all(block.count("\n- ") >= MIN_BULLETS for block in blocks[1:])
+    # What the oldest calls said about the user's life is kept, dated, in the profile.
+    profile = summary[: summary.index(headers[0])].splitlines()
+    assert profile[:2] == [
+        LABEL,
+        PROFILE_HEADING,
+    ]
+    said_days = [line[len("- [") : len("- [2023-05-08")] for line in profile[2:]]
+    assert said_days and said_days == sorted(said_days) and said_days[0] < days[0]
+    assert all("I met my sister Hannah" in line or "my boss Erik" in line for line in profile[2:])
 
 
 async def test_long_previous_summary_is_bounded_oldest_dropped_first() -> None:

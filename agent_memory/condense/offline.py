@@ -31,6 +31,17 @@ from agent_memory.condense.base import (
     unchanged,
 )
 from agent_memory.condense.facts_offline import extract_facts, introductions, known_names, remember_requests
+from agent_memory.condense.life import (
+    DATED_BULLET,
+    MAX_THREADS,
+    PROFILE_HEADING,
+    THREADS_HEADING,
+    dated,
+    followed_up,
+    is_profile,
+    is_thread,
+    stale,
+)
 from agent_memory.condense.statements import (
     ELLIPSIS,
     EN_EVENT,
@@ -54,9 +65,13 @@ from agent_memory.core.tokens import count_tokens
 
 MODEL_NAME = "offline"
 LABEL = "(offline summary)"
-# The whole summary, label and carried digests included (~600 tokens of English).
-SUMMARY_MAX_CHARS = 2400
-SUMMARY_MAX_TOKENS = 600
+# The whole summary, label, profile, threads and carried digests included (~1,300 tokens of
+# English): most of a 1,500-token start context, which gives the rest to the latest turns
+# (`core.context.RECENT_SHARE`; split measured with bench/recall_hard.py).
+SUMMARY_MAX_CHARS = 4000
+SUMMARY_MAX_TOKENS = 1300
+# The profile may take this share of the summary; the timeline of digests has the rest.
+PROFILE_SHARE = 0.4
 # One new digest may take this much; the rest of the budget carries the past forward.
 SECTION_MAX_TOKENS = 360
 MAX_BULLETS = 12
@@ -67,6 +82,8 @@ STATEMENT_MAX_CHARS = 280
 MIN_SALIENCE = 4
 # The other speaker's lines count, but the user's say more about the user.
 OTHER_SPEAKER_PENALTY = 15
+# What the user says about their life (people, pets, work, places, likes, health) outlasts chat.
+PROFILE_BONUS = 15
 
 
 # -- messages ------------------------------------------------------------------------------
@@ -217,10 +234,18 @@ def clip_statement(
 
 def bullet_score(bullet: str, names: Collection[str] = ()) -> int:
     """How informative a digest bullet is, read back from its text (for trimming)."""
-    body = DATE_NOTE.sub("", bullet.removeprefix(BULLET))
+    body = DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
     other = OTHER_PREFIX.match(body)
     score = salience(OTHER_PREFIX.sub("", body), names=names)
+    if other is None and is_profile(body):
+        score += PROFILE_BONUS
     return score - OTHER_SPEAKER_PENALTY if other and body.startswith("Assistant") else score
+
+
+def bullet_key(bullet: str) -> str:
+    """What makes two bullets the same statement: their text without date notes or day."""
+    body = DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
+    return fact_key(OTHER_PREFIX.sub("", body))
 
 
 def lines_tokens(lines: Iterable[str]) -> int:
@@ -229,22 +254,31 @@ def lines_tokens(lines: Iterable[str]) -> int:
 
 
 def new_digest(
-    language: Language, said: Sequence[tuple[Message, str]], several: bool, names: Collection[str] = ()
-) -> Digest:
-    """The digest of one session's messages: header, then its most informative statements."""
+    language: Language,
+    said: Sequence[tuple[Message, str]],
+    several: bool,
+    names: Collection[str] = (),
+    seen: set[str] | None = None,
+) -> tuple[Digest, list[str]]:
+    """The digest of one session's messages (header, then its most informative statements) and
+    the threads it opens; a statement whose key is in `seen` (said before) is not quoted again."""
     times = [message_at(message) for message, _ in said]
     exchanges = sum(1 for message, _ in said if message.role == "user")
     header = header_line(language, time_span(min(times), max(times)), exchanges)
-    seen: set[str] = set()
+    seen = set() if seen is None else seen
     ranked: list[tuple[int, int, str]] = []
+    threads: list[str] = []
     for index, (message, text) in enumerate(said):
         key = fact_key(text)
         if not key or key in seen:
             continue
         seen.add(key)
-        score = salience(text, message_at(message), names)
+        said_at = message_at(message)
+        score = salience(text, said_at, names)
         if message.role != "user":
             score -= OTHER_SPEAKER_PENALTY
+        elif is_profile(text):
+            score += PROFILE_BONUS
         if score < MIN_SALIENCE:
             continue
         prefix = (
@@ -252,10 +286,12 @@ def new_digest(
             if message.role == "user" and not several
             else f"{speaker_label(message.role, message.speaker, several)}: "
         )
-        said_at = message_at(message)
         # The header gives the session's day, so "today" needs no note.
-        bullet = BULLET + prefix + annotate(clip_statement(text, said_at, names), said_at, same_day=False)
-        ranked.append((-score, index, bullet))
+        body = prefix + annotate(clip_statement(text, said_at, names), said_at, same_day=False)
+        if message.role == "user" and is_thread(text, said_at):
+            # Listed apart while open, and kept in the timeline where it was said.
+            threads.append(dated(format_day(said_at), body))
+        ranked.append((-score, index, BULLET + body))
     chosen: list[tuple[int, str]] = []
     used = lines_tokens([header])
     for _, index, bullet in sorted(ranked):  # ties go to the earlier statement: deterministic
@@ -263,7 +299,7 @@ def new_digest(
         if len(chosen) < MAX_BULLETS and used + cost <= SECTION_MAX_TOKENS:
             chosen.append((index, bullet))
             used += cost
-    return Digest(header, [bullet for _, bullet in sorted(chosen)])
+    return Digest(header, [bullet for _, bullet in sorted(chosen)]), threads
 
 
 def strip_label(summary: str) -> str:
@@ -272,20 +308,47 @@ def strip_label(summary: str) -> str:
     return summary[len(LABEL) :].strip() if summary.startswith(LABEL) else summary
 
 
-def parse_digests(previous: str) -> list[Digest]:
-    """A previous summary read back as digests; lines in another form become paragraphs."""
-    digests: list[Digest] = []
+@dataclass
+class Life:
+    """A summary read back: its profile, its open threads and its digests (paragraphs included)."""
+
+    profile: list[str] = field(default_factory=list)
+    threads: list[str] = field(default_factory=list)
+    digests: list[Digest] = field(default_factory=list)
+
+
+def parse_summary(previous: str) -> Life:
+    """A previous summary read back; lines in another form become paragraphs."""
+    life = Life()
+    section: list[str] | None = None
     for raw in strip_label(previous).splitlines():
         line = raw.strip()
         if not line:
             continue
+        if line in (PROFILE_HEADING, THREADS_HEADING):
+            section = life.profile if line == PROFILE_HEADING else life.threads
+            continue
+        if section is not None and DATED_BULLET.match(line):
+            section.append(line)
+            continue
+        section = None
         if HEADER.match(line):
-            digests.append(Digest(line))
-        elif line.startswith(BULLET) and digests and not digests[-1].paragraph:
-            digests[-1].bullets.append(line)
+            life.digests.append(Digest(line))
+        elif line.startswith(BULLET) and life.digests and not life.digests[-1].paragraph:
+            life.digests[-1].bullets.append(line)
         else:
-            digests.append(Digest(line, paragraph=True))
-    return digests
+            life.digests.append(Digest(line, paragraph=True))
+    return life
+
+
+def parse_digests(previous: str) -> list[Digest]:
+    """A previous summary's digests (and paragraphs in another form)."""
+    return parse_summary(previous).digests
+
+
+def section_lines(heading: str, bullets: Sequence[str]) -> list[str]:
+    """A section's heading and bullets; nothing when it has none."""
+    return [heading, *bullets] if bullets else []
 
 
 def carry_forward(previous: str, room: int) -> str:
@@ -306,51 +369,134 @@ def carry_forward(previous: str, room: int) -> str:
     return ELLIPSIS + text
 
 
-def fits(lines: Sequence[str]) -> bool:
+def fits(lines: Sequence[str], max_tokens: int = SUMMARY_MAX_TOKENS, max_chars: int = SUMMARY_MAX_CHARS) -> bool:
     """Whether the summary made of `lines` (its label included) is within both budgets."""
-    return lines_tokens(lines) <= SUMMARY_MAX_TOKENS and len("\n".join(lines)) <= SUMMARY_MAX_CHARS
+    return lines_tokens(lines) <= max_tokens and len("\n".join(lines)) <= max_chars
 
 
-def fit_digests(digests: list[Digest], reserved: Sequence[str], names: Collection[str] = ()) -> list[Digest]:
+def fit_digests(
+    digests: list[Digest],
+    reserved: Sequence[str],
+    names: Collection[str] = (),
+    profile: list[str] | None = None,
+    max_tokens: int = SUMMARY_MAX_TOKENS,
+    max_chars: int = SUMMARY_MAX_CHARS,
+) -> list[Digest]:
     """The digests trimmed to fit beside `reserved` lines: the fullest digest loses its least
-    informative bullet until each has MIN_BULLETS, then the oldest digest goes."""
+    informative bullet until each has MIN_BULLETS, then the oldest digest goes. With a
+    `profile` (updated in place), a user's bullet about their life that goes moves there, dated;
+    the profile keeps at most `PROFILE_SHARE` of the budget, its weakest bullet going first."""
     digests = [Digest(d.header, list(d.bullets)) for d in digests]
+    keys = {bullet_key(bullet) for bullet in profile or ()}
+    profile_room = int(max_tokens * PROFILE_SHARE)
+    scores: dict[str, int] = {}
+
+    def score(bullet: str) -> int:
+        if bullet not in scores:
+            scores[bullet] = bullet_score(bullet, names)
+        return scores[bullet]
 
     def total() -> list[str]:
-        return [*reserved, *(line for digest in digests for line in digest.lines())]
+        return [
+            *reserved,
+            *section_lines(PROFILE_HEADING, profile or ()),
+            *(line for digest in digests for line in digest.lines()),
+        ]
 
-    while digests and not fits(total()):
+    def keep(bullet: str, digest: Digest) -> None:
+        body = bullet.removeprefix(BULLET)
+        key = bullet_key(bullet)
+        if profile is None or OTHER_PREFIX.match(body) or not is_profile(body) or key in keys:
+            return
+        keys.add(key)
+        profile.append(dated(digest.header[: len("2025-01-01")], body))
+        profile.sort(key=lambda line: line[: len("- [2025-01-01]")])  # stable: in the order said
+
+    def drop_weakest_of_profile() -> None:
+        assert profile
+        weakest = min(range(len(profile)), key=lambda i: (score(profile[i]), i))
+        keys.discard(bullet_key(profile.pop(weakest)))
+
+    while not fits(total(), max_tokens, max_chars) or (profile and lines_tokens(profile) > profile_room):
+        if profile and (lines_tokens(profile) > profile_room or not digests):
+            drop_weakest_of_profile()
+            continue
+        if not digests:
+            break
         fullest = max(range(len(digests)), key=lambda i: (len(digests[i].bullets), -i))
         bullets = digests[fullest].bullets
         if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets):
-            weakest = min(range(len(bullets)), key=lambda i: (bullet_score(bullets[i], names), -i))
-            bullets.pop(weakest)
+            weakest = min(range(len(bullets)), key=lambda i: (score(bullets[i]), -i))
+            keep(bullets.pop(weakest), digests[fullest])
         else:
-            digests.pop(0)
+            gone = digests.pop(0)
+            for bullet in gone.bullets:
+                keep(bullet, gone)
     return digests
 
 
 def summarize(previous: str | None, said: Sequence[tuple[Message, str]], names: Collection[str] = ()) -> str:
-    """The labelled offline summary: earlier digests carried forward, then one per new session;
-    `names` (of the people and pets the user's facts name) make a statement count more."""
+    """The labelled offline summary: the profile and open threads, then earlier digests carried
+    forward and one per new session; `names` (of the people and pets the user's facts name)
+    make a statement count more."""
     several = has_several_speakers(message for message, _ in said)
+    carried = parse_summary(previous or "")
+    # A statement the summary already quotes is not quoted again (small talk repeats).
+    seen = {bullet_key(b) for d in carried.digests if not d.paragraph for b in d.bullets}
+    seen |= {bullet_key(b) for b in (*carried.profile, *carried.threads)}
+    threads = list(carried.threads)
     new: list[Digest] = []
     for session in sessions(said):
         user_texts = [text for message, text in session if message.role == "user"]
         language = detect_language(user_texts or [text for _, text in session])
-        new.append(new_digest(language, session, several, names))
-    carried = parse_digests(previous or "")
-    paragraphs = "\n".join(d.header for d in carried if d.paragraph)
-    digests = fit_digests([*(d for d in carried if not d.paragraph), *new], [LABEL], names)
+        # A thread from an earlier call is closed once the user speaks of its event again.
+        threads = [t for t in threads if not any(followed_up(t, text) for text in user_texts)]
+        digest, opened = new_digest(language, session, several, names, seen)
+        new.append(digest)
+        threads.extend(opened)
+    if said:
+        newest = format_day(message_at(said[-1][0]))
+        threads = [thread for thread in threads if not stale(thread, newest)]
+    threads = threads[-MAX_THREADS:]
+    paragraphs = "\n".join(d.header for d in carried.digests if d.paragraph)
+    profile = list(carried.profile)
+    reserved = [LABEL, *section_lines(THREADS_HEADING, threads)]
+    digests = fit_digests([*(d for d in carried.digests if not d.paragraph), *new], reserved, names, profile)
     # A summary in another form (an LLM's, an older offline one) is older than any digest:
     # it keeps what room is left, up to a third of the budget, newest sentences first.
-    lines = [LABEL, *(line for digest in digests for line in digest.lines())]
+    lines = [
+        LABEL,
+        *section_lines(PROFILE_HEADING, profile),
+        *section_lines(THREADS_HEADING, threads),
+        *(line for digest in digests for line in digest.lines()),
+    ]
     room = min(SUMMARY_MAX_CHARS - len("\n".join(lines)) - 1, SUMMARY_MAX_CHARS // 3)
     past = carry_forward(paragraphs, room) if paragraphs else ""
     while past and not fits([LABEL, past, *lines[1:]]):
         room -= max(room // 10, 1)
         past = carry_forward(paragraphs, room)
     return "\n".join(part for part in (LABEL, past, *lines[1:]) if part)
+
+
+def shorten_summary(text: str, max_tokens: int) -> str | None:
+    """An offline summary within `max_tokens`, trimmed as the condenser trims it (the weakest
+    bullets of the fullest digests, then the oldest digests, life statements kept in the
+    profile); None for a summary in another form, or when even that does not fit."""
+    if not text.startswith(LABEL):
+        return None
+    life = parse_summary(text)
+    if any(digest.paragraph for digest in life.digests):
+        return None
+    profile, threads = list(life.profile), list(life.threads)
+    reserved = [LABEL, *section_lines(THREADS_HEADING, threads)]
+    digests = fit_digests(life.digests, reserved, (), profile, max_tokens=max_tokens, max_chars=len(text))
+    lines = [
+        LABEL,
+        *section_lines(PROFILE_HEADING, profile),
+        *section_lines(THREADS_HEADING, threads),
+        *(line for digest in digests for line in digest.lines()),
+    ]
+    return "\n".join(lines) if len(lines) > 1 and lines_tokens(lines) <= max_tokens else None
 
 
 def sessions(said: Sequence[tuple[Message, str]]) -> Iterator[list[tuple[Message, str]]]:

@@ -1,0 +1,112 @@
+"""The parts of the offline summary that span a user's whole history: profile and open threads.
+
+Per-session digests (`offline`) are a dated timeline; when the summary outgrows its budget
+their least informative bullets go, then the oldest digests. A bullet in which the user says
+something stable about their life (people and relations, pets, work, places, likes, diet and
+health: `is_profile`) is not lost with them: it moves to the profile section, dated with the
+day it was said, where it stays until the profile itself is full (then its weakest goes).
+
+An open thread is a plan the user told of with a date still ahead when said, or a promise to
+tell how something went ("my interview is next Tuesday, I'll let you know"). It is listed
+apart until a later call's user turn speaks of the same event again (it was followed up) or
+`THREAD_DAYS` after its date (it went stale).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+
+from agent_memory.condense.statements import EN_EVENT, EN_JOBS, EN_SPECIES, QUESTION, ZH_EVENTS
+from agent_memory.core.clock import format_day
+from agent_memory.core.dates import resolve
+
+PROFILE_HEADING = "About the user, kept from all earlier calls (the day it was said):"
+THREADS_HEADING = "Open threads (plans the user told of and has not followed up yet):"
+# A profile or thread bullet starts with the day it was said: `- [2025-03-16] …`.
+DATED_BULLET = re.compile(r"^- \[(\d{4}-\d{2}-\d{2})\] ")
+ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+ISO_PREFIX = re.compile(r"\d{4}(?:-\d{2}){0,2}")
+# After its date (or the day said, when it has none) a thread is kept this many days.
+THREAD_DAYS = 30
+MAX_THREADS = 5
+
+# What a life is made of, in the user's words: people and relations, pets, work, places,
+# likes and habits, diet and health. Precision matters less than in facts: a cue only keeps
+# a statement (quoted whole) longer.
+EN_PROFILE = re.compile(
+    r"\b(?:mum|mom|mother|dad|father|parents?|sister|brother|cousin|aunt|uncle|niece|nephew|grandma"
+    r"|grandmother|grandpa|grandfather|wife|husband|partner|boyfriend|girlfriend|fianc[ée]e?|son|daughter"
+    r"|kids?|children|baby|family|best friend|friend"
+    rf"|pets?|{EN_SPECIES}|adopt(?:ed|ion)?|rescue[d]?|shelter|vet"
+    rf"|work(?:s|ed|ing)?|jobs?|shifts?|office|boss|colleagues?|career|hired|promot(?:ed|ion)|retired|{EN_JOBS}"
+    r"|grew up|born|hometown|home town|live[sd]?|moved|moving|flat|apartment|house|neighbourhood|neighborhood"
+    r"|love|loves|favou?rite|prefer|hate|can't stand|comfort|always|whenever|every (?:day|week|morning)"
+    r"|club|team|league|coach|training|practi[cs]e|hobby|learning"
+    r"|allerg(?:y|ies|ic)|doctor|diagnos(?:ed|is)|vegetarian|vegan|meat|diet|gluten|lactose|asthma"
+    r"|diabet(?:es|ic)|medication|pregnant|therapy|injur(?:y|ed))\b",
+    re.IGNORECASE,
+)
+ZH_PROFILE = re.compile(
+    "妈|爸|父母|姐|哥|弟|妹|表|堂|叔|姨|舅|奶奶|爷爷|外婆|外公|老公|老婆|丈夫|妻子|对象|男朋友|女朋友|孩子|儿子|女儿|家人|朋友"
+    "|宠物|猫|狗|兔|鸟|鱼|领养|收养|救助站"
+    "|上班|工作|班|公司|单位|同事|老板|职业|入职|升职|退休"
+    "|老家|长大|出生|住在|搬家|搬到|房子"
+    "|喜欢|最爱|讨厌|治愈|安慰|每天|每周|总是"
+    "|俱乐部|教练|训练|练|联赛|爱好"
+    "|过敏|医生|确诊|素食|吃素|不吃肉|饮食|怀孕|受伤|生病"
+)
+# A promise to tell how something went.
+PROMISE = re.compile(
+    r"\bI(?:'ll| will) (?:tell you|let you know|keep you posted|report back|update you)\b"
+    r"|(?:回头|到时候|之后|下次)(?:再)?(?:告诉|跟|和)你",
+    re.IGNORECASE,
+)
+
+
+def is_profile(text: str) -> bool:
+    """Whether a user's statement says something stable about their life (see the module doc)."""
+    return bool(EN_PROFILE.search(text) or ZH_PROFILE.search(text))
+
+
+def event_words(text: str) -> set[str]:
+    """The events a text speaks of ("interview", 面试), lowercased."""
+    return {m.lower() for m in EN_EVENT.findall(text)} | set(ZH_EVENTS.findall(text))
+
+
+def future_date(text: str, at_ms: int) -> str | None:
+    """The first date the text resolves to that is still ahead of the day it was said (ISO)."""
+    said = format_day(at_ms)
+    for mention in resolve(text, at_ms):
+        found = ISO_PREFIX.search(mention.label)
+        if found and found.group() > said[: len(found.group())]:
+            return found.group()
+    return None
+
+
+def is_thread(text: str, at_ms: int) -> bool:
+    """Whether a user's statement opens a thread: a dated plan ahead, or a promise to tell."""
+    if QUESTION.search(text):
+        return False
+    if PROMISE.search(text):
+        return True
+    return bool(event_words(text)) and future_date(text, at_ms) is not None
+
+
+def followed_up(thread: str, later: str) -> bool:
+    """Whether a later user statement speaks of the thread's event again."""
+    return bool(event_words(DATED_BULLET.sub("", thread)) & event_words(later))
+
+
+def stale(thread: str, newest_day: str) -> bool:
+    """A thread whose date (or the day it was said) is over `THREAD_DAYS` before `newest_day`."""
+    days = [date(int(y), int(m), int(d)) for y, m, d in ISO_DAY.findall(thread)]
+    if not days:
+        return False
+    newest = date.fromisoformat(newest_day)
+    return (newest - max(days)).days > THREAD_DAYS
+
+
+def dated(day: str, body: str) -> str:
+    """A profile or thread bullet: `- [day] body`."""
+    return f"- [{day}] {body}"
