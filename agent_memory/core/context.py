@@ -11,7 +11,7 @@ leaves out the running call's own turns there: the agent already holds them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,10 @@ FACTS_HEADING = "What you remember about this user (long-term memory):"
 SUMMARY_HEADING = "Summary of your earlier conversations with this user"
 RECENT_HEADING = "The most recent turns of your conversations with this user (times in UTC):"
 MIN_SUMMARY_TOKENS = 40
+# The latest turns keep at least this share of max_tokens when there are turns: the summary
+# (a profile, open threads and a dated timeline of every call) takes the rest it needs.
+# Measured with bench/recall_hard.py (the README gives the figures of each split).
+RECENT_SHARE = 0.2
 # With a query, recall may take up to a third of max_tokens (500 of the default 1,500).
 RECALL_SHARE = 3
 MIN_RECALL_TOKENS = 60
@@ -135,8 +139,11 @@ def build_context(
     max_tokens: int,
     persona: str | None = None,
     style: str = DEFAULT_STYLE,
+    shorten_summary: Callable[[str, int], str | None] | None = None,
 ) -> Context:
-    """Assemble system_messages from memory; `messages` are the latest turns, oldest first."""
+    """Assemble system_messages from memory; `messages` are the latest turns, oldest first.
+    `shorten_summary` cuts a summary to a token budget by what it says (the condenser that
+    made it knows its form); without it, or when it gives None, the summary is cut at its end."""
     system: list[str] = []
     budget = max_tokens
     if persona:
@@ -159,10 +166,12 @@ def build_context(
     if summary and summary.text.strip():
         summary_text = summary_message(summary)
         cost = count_message_tokens(summary_text)
-        if cost > budget:
-            room = budget - (cost - count_tokens(summary.text))
+        room_for_summary = budget - (int(max_tokens * RECENT_SHARE) if messages else 0)
+        if cost > room_for_summary:
+            room = room_for_summary - (cost - count_tokens(summary.text))
             if room >= MIN_SUMMARY_TOKENS:
-                summary_text = summary_message(summary, _shorten(summary.text, room))
+                short = shorten_summary(summary.text, room) if shorten_summary else None
+                summary_text = summary_message(summary, short or _shorten(summary.text, room))
                 summary_shortened = True
             else:
                 summary_text = None

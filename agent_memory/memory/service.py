@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar, cast
 
 from agent_memory.condense import make_ranker
+from agent_memory.condense.offline import shorten_summary
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import now_ms
 from agent_memory.core.context import Context, build_context, recall_budget, with_recall
@@ -869,6 +870,7 @@ def build_in(view: ReadView, request: ContextRequest) -> Context:
         max_tokens=request.max_tokens,
         persona=request.persona,
         style=request.style,
+        shorten_summary=shorten_summary,
     )
     if request.exclude_agent_id is not None:
         context.included["excluded_agent_id"] = request.exclude_agent_id
