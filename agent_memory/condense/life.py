@@ -3,8 +3,9 @@
 Per-session digests (`offline`) are a dated timeline; when the summary outgrows its budget
 their least informative bullets go, then the oldest digests. A bullet in which the user says
 something stable about their life (people and relations, pets, work, places, likes, diet and
-health: `is_profile`) is not lost with them: it moves to the profile section, dated with the
-day it was said, where it stays until the profile itself is full (then its weakest goes).
+health: `is_profile`) or tells of a dated event (`is_life_event`) is not lost with them: it
+moves to the profile section, dated with the day it was said, where it stays until the profile
+itself is full (then its weakest goes).
 
 An open thread is a plan the user told of with a date still ahead when said, or a promise to
 tell how something went ("my interview is next Tuesday, I'll let you know"). It is listed
@@ -21,10 +22,12 @@ from agent_memory.condense.statements import EN_EVENT, EN_JOBS, EN_SPECIES, QUES
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
 
-PROFILE_HEADING = "About the user, kept from all earlier calls (the day it was said):"
+PROFILE_HEADING = "About the user's life, kept from all earlier calls (the day it was said):"
 THREADS_HEADING = "Open threads (plans the user told of and has not followed up yet):"
 # A profile or thread bullet starts with the day it was said: `- [2025-03-16] …`.
 DATED_BULLET = re.compile(r"^- \[(\d{4}-\d{2}-\d{2})\] ")
+# The date note `core.dates.annotate` appends: "(yesterday = 2023-05-07; next month = 2023-06)".
+DATE_NOTE = re.compile(r" \([^()]+ = [^()]+\)$")
 ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 ISO_PREFIX = re.compile(r"\d{4}(?:-\d{2}){0,2}")
 # After its date (or the day said, when it has none) a thread is kept this many days.
@@ -67,6 +70,11 @@ PROMISE = re.compile(
 def is_profile(text: str) -> bool:
     """Whether a user's statement says something stable about their life (see the module doc)."""
     return bool(EN_PROFILE.search(text) or ZH_PROFILE.search(text))
+
+
+def is_life_event(bullet: str) -> bool:
+    """Whether a digest bullet tells of an event with its date resolved ("… (yesterday = 2025-03-15)")."""
+    return bool(event_words(bullet)) and DATE_NOTE.search(bullet) is not None
 
 
 def event_words(text: str) -> set[str]:

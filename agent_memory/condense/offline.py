@@ -32,12 +32,14 @@ from agent_memory.condense.base import (
 )
 from agent_memory.condense.facts_offline import extract_facts, introductions, known_names, remember_requests
 from agent_memory.condense.life import (
+    DATE_NOTE,
     DATED_BULLET,
     MAX_THREADS,
     PROFILE_HEADING,
     THREADS_HEADING,
     dated,
     followed_up,
+    is_life_event,
     is_profile,
     is_thread,
     stale,
@@ -167,8 +169,6 @@ def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
 HEADER = re.compile(r"^\d{4}-\d{2}-\d{2}\b.*[:：]$")
 BULLET = "- "
 OTHER_PREFIX = re.compile(r"^(?:Assistant|User \S+): ")
-# The date note `core.dates.annotate` appends: "(yesterday = 2023-05-07; next month = 2023-06)".
-DATE_NOTE = re.compile(r" \([^()]+ = [^()]+\)$")
 
 
 @dataclass
@@ -369,7 +369,9 @@ def carry_forward(previous: str, room: int) -> str:
     return ELLIPSIS + text
 
 
-def fits(lines: Sequence[str], max_tokens: int = SUMMARY_MAX_TOKENS, max_chars: int = SUMMARY_MAX_CHARS) -> bool:
+def fits(
+    lines: Sequence[str], max_tokens: int = SUMMARY_MAX_TOKENS, max_chars: int = SUMMARY_MAX_CHARS
+) -> bool:
     """Whether the summary made of `lines` (its label included) is within both budgets."""
     return lines_tokens(lines) <= max_tokens and len("\n".join(lines)) <= max_chars
 
@@ -406,7 +408,9 @@ def fit_digests(
     def keep(bullet: str, digest: Digest) -> None:
         body = bullet.removeprefix(BULLET)
         key = bullet_key(bullet)
-        if profile is None or OTHER_PREFIX.match(body) or not is_profile(body) or key in keys:
+        if profile is None or OTHER_PREFIX.match(body) or key in keys:
+            return
+        if not (is_profile(body) or is_life_event(body)):
             return
         keys.add(key)
         profile.append(dated(digest.header[: len("2025-01-01")], body))

@@ -1,0 +1,106 @@
+"""The start of a call knows the life, not the last call: profile, dated events, open threads (issue 24)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import said, seed, wait_for
+
+from agent_memory.condense.life import PROFILE_HEADING, THREADS_HEADING
+from agent_memory.core.context import RECENT_HEADING
+from agent_memory.core.styles import STYLES
+
+pytestmark = pytest.mark.postgres
+
+DAY_MS = 86_400_000
+FIRST_DAY_MS = 1_763_690_000_000  # 2025-11-21 01:53 UTC
+COLOURS = ["red", "blue", "green", "yellow", "orange", "purple", "silver", "golden"]
+HILLS = ["Primrose", "Parliament", "Box", "Pendle", "Kinder", "Malvern", "Cleeve", "Arthur's Seat"]
+PET = "So the adoption papers went through, Noodle the rabbit is officially mine now."
+RACE = "I ran the city half marathon yesterday and finished in under two hours."
+
+
+def filler(call: int) -> list[str]:
+    """Four distinct, unremarkable statements for one call (nothing about the user's life)."""
+    colour, hill = COLOURS[call % 8], HILLS[call // 8 % 8]
+    return [
+        f"Call {call}: the {colour} kite flew over {hill} hill for {call + 3} minutes.",
+        f"Call {call}: I counted {call * 7 + 11} clouds shaped like teapots above {hill}.",
+        f"Call {call}: the {colour} umbrella kept {call + 2} strangers dry at the {hill} stop.",
+        f"Call {call}: a {colour} balloon drifted past the {hill} clock at {call % 12 + 1} o'clock.",
+    ]
+
+
+async def call(service: Any, number: int, *lines: str) -> None:
+    """One call of the user's (a 103 on its own day), condensed as the offline condenser does."""
+    contents: list[str] = []
+    for line in lines:
+        contents += [line, "I see, tell me more."]
+    await seed(service, "u-life", "luna", f"LIFE-{number:03d}",
+               said(*contents, start_ms=FIRST_DAY_MS + number * DAY_MS))  # fmt: skip
+    status, _ = await service.api("POST", "/v1/users/u-life/characters/luna/condense")
+    assert status == 202
+
+    async def covered() -> bool | None:
+        _status, body = await service.api("GET", "/v1/users/u-life/characters/luna/summary")
+        return True if body["summary"] is not None and body["messages_not_yet_covered"] == 0 else None
+
+    await wait_for(covered, 20, failure=f"call {number} was not condensed")
+
+
+async def start_of_call(service: Any, **params: Any) -> tuple[str, dict[str, Any]]:
+    """The joined system_messages of `GET …/system-messages` (1,500 tokens), and the answer."""
+    status, body = await service.api(
+        "GET", "/v1/users/u-life/characters/luna/system-messages", params={"max_tokens": 1500, **params}
+    )
+    assert status == 200, body
+    parts = []
+    for message in body["system_messages"]:
+        content = message.get("content") or message.get("parts") or message.get("text") or ""
+        parts.append(content if isinstance(content, str) else str(content))
+    return "\n".join(parts), body
+
+
+# A pet named and a dated event told in the first call are still in the start context forty
+# calls later (the old summary kept ~600 tokens of the newest calls' digests and lost them),
+# dated with the day said and the day meant, beside the latest turns; in every llm.style.
+async def test_an_early_calls_pet_and_dated_event_outlast_forty_later_calls(start_service):
+    service = await start_service(job_sweep_s=0.05)
+    await call(service, 0, PET, RACE, *filler(0)[:2])
+    for number in range(1, 41):
+        await call(service, number, *filler(number))
+
+    text, body = await start_of_call(service)
+
+    assert PROFILE_HEADING in text
+    assert f"- [2025-11-21] {PET}" in text
+    assert f"- [2025-11-21] {RACE} (yesterday = 2025-11-20)" in text
+    assert "Call 0:" not in text  # the first call's small talk is long gone
+    assert "Call 40:" in text  # the newest call's digest is there
+    assert RECENT_HEADING in text and body["included"]["messages"] > 0
+    assert body["tokens"] <= 1500
+    for style in STYLES:
+        styled, _ = await start_of_call(service, style=style)
+        assert "Noodle the rabbit" in styled and "half marathon" in styled, style
+
+
+# "You said you'd tell me how the interview went": a plan told with its date ahead is an open
+# thread at the start of the next call, and is no longer one once the user has told about it.
+async def test_an_open_thread_is_shown_until_it_is_followed_up(start_service):
+    service = await start_service(job_sweep_s=0.05)
+    plan = "My job interview at the bank is next Tuesday, I'll tell you how it goes."
+    await call(service, 0, "Hi there, it's been a long week.", plan)
+
+    text, _ = await start_of_call(service)
+    assert f"{THREADS_HEADING}\n- [2025-11-21] {plan} (next Tuesday = 2025-11-25)" in text
+
+    await call(service, 3, "The kettle broke again this morning, typical.")
+    text, _ = await start_of_call(service)
+    assert THREADS_HEADING in text  # nothing said about it yet: still open
+
+    await call(service, 6, "Guess what, the interview went really well and they offered me the job!")
+    text, _ = await start_of_call(service)
+    assert THREADS_HEADING not in text
+    summary = text.split(RECENT_HEADING)[0]
+    assert summary.count(plan) == 1  # still in the timeline, where it was said
