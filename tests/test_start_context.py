@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import said, seed, wait_for
+from conftest import said, seed, stored_message, wait_for
 
+from agent_memory.condense.base import CondenseInput
 from agent_memory.condense.life import PROFILE_HEADING, THREADS_HEADING
-from agent_memory.core.context import RECENT_HEADING
+from agent_memory.condense.offline import SUMMARY_MAX_TOKENS, condense_offline, shorten_summary
+from agent_memory.core.context import RECENT_HEADING, RECENT_SHARE, build_context
+from agent_memory.core.domain import Message, Summary
 from agent_memory.core.styles import STYLES
+from agent_memory.core.tokens import count_message_tokens
 
 pytestmark = pytest.mark.postgres
 
@@ -104,3 +108,44 @@ async def test_an_open_thread_is_shown_until_it_is_followed_up(start_service):
     assert THREADS_HEADING not in text
     summary = text.split(RECENT_HEADING)[0]
     assert summary.count(plan) == 1  # still in the timeline, where it was said
+
+
+def offline_memory(calls: int) -> tuple[str, list[Message]]:
+    """The offline summary of `calls` calls (the first names a pet), condensed call by call, and
+    the last call's messages."""
+    summary: str | None = None
+    messages: list[Message] = []
+    seq = 0
+    for number in range(calls):
+        lines = [PET, *filler(number)[:3]] if number == 0 else filler(number)
+        messages = []
+        for index, line in enumerate(lines):
+            for role, text in (("user", line), ("assistant", "I see, tell me more.")):
+                seq += 1
+                at_ms = FIRST_DAY_MS + number * DAY_MS + index * 60_000
+                messages.append(stored_message(seq, role, text, at_ms=at_ms, agent_id=f"run-{number}"))
+        job = CondenseInput(user_id="u-1", character_id="luna", previous_summary=summary, messages=messages)
+        summary = condense_offline(job).summary
+    assert summary is not None
+    return summary, messages
+
+
+# The split of a start context: the latest turns keep RECENT_SHARE of max_tokens, the summary
+# the rest, trimmed by what it says (the weakest bullets, the oldest digests: the profile and
+# the newest call stay) rather than cut at its end, which lost the newest calls first.
+def test_a_full_summary_leaves_the_latest_turns_their_share_and_keeps_its_profile() -> None:
+    text, messages = offline_memory(40)
+    summary = Summary(user_id="u-1", character_id="luna", text=text, watermark_id=1, covered_until_ms=None,
+                      message_count=1, method="offline", model="offline", created_ms=FIRST_DAY_MS,
+                      updated_ms=FIRST_DAY_MS)  # fmt: skip
+    assert count_message_tokens(text) > 1000 > SUMMARY_MAX_TOKENS * 0.5
+
+    context = build_context(facts=[], summary=summary, messages=messages, max_tokens=1000,
+                            shorten_summary=shorten_summary)  # fmt: skip
+
+    summary_part, recent_part = context.system_messages[0]["content"], context.system_messages[1]["content"]
+    assert recent_part.startswith(RECENT_HEADING)
+    assert count_message_tokens(recent_part) >= 1000 * RECENT_SHARE * 0.8
+    assert context.included["messages"] == len(messages) and context.tokens <= 1000
+    assert PROFILE_HEADING in summary_part and PET in summary_part
+    assert "Call 39:" in summary_part  # the newest call's digest survives the trim

@@ -63,6 +63,7 @@ from agent_memory.core.dates import annotate, resolve
 from agent_memory.core.domain import Message
 from agent_memory.core.facts import fact_key
 from agent_memory.core.render import has_several_speakers, speaker_label
+from agent_memory.core.textcache import text_cache
 from agent_memory.core.tokens import count_tokens
 
 MODEL_NAME = "offline"
@@ -482,6 +483,9 @@ def summarize(previous: str | None, said: Sequence[tuple[Message, str]], names: 
     return "\n".join(part for part in (LABEL, past, *lines[1:]) if part)
 
 
+# Scoring bullets takes milliseconds; a summary only changes when its pair is condensed, while
+# its context is rebuilt at every new turn: so each summary is trimmed once per budget.
+@text_cache(256)
 def shorten_summary(text: str, max_tokens: int) -> str | None:
     """An offline summary within `max_tokens`, trimmed as the condenser trims it (the weakest
     bullets of the fullest digests, then the oldest digests, life statements kept in the
