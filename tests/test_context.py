@@ -3,7 +3,7 @@
 import pytest
 from conftest import stored_message
 
-from agent_memory.core.context import build_context
+from agent_memory.core.context import RECENT_SHARE, build_context
 from agent_memory.core.domain import Fact, Summary
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.errors import InvalidField
@@ -64,8 +64,9 @@ def test_short_budget_drops_turns_then_shortens_summary_then_facts():
     roomy = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=5000)
     assert roomy.included["messages"] == 50 and not roomy.included["summary_shortened"]
     tight = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=150)
-    # The latest turns keep their share (RECENT_SHARE) of the budget; the summary is shortened.
-    assert 0 < tight.included["messages"] < 50 and tight.included["summary_shortened"]
+    # The latest turns' share (RECENT_SHARE) holds no turn here: it goes back to the summary.
+    assert tight.included["messages"] == 0 and tight.included["summary_shortened"]
+    assert tight.tokens > 150 * (1 - RECENT_SHARE)
     assert tight.included["facts"] == 3
     tiny = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=50)
     assert not tiny.included["summary"]

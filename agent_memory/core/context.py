@@ -131,6 +131,23 @@ def _fit_recent(messages: Sequence[Message], budget: int) -> tuple[str | None, i
     return None, 0
 
 
+def _fit_summary(
+    summary: Summary | None, budget: int, shorten_summary: Callable[[str, int], str | None] | None
+) -> tuple[str | None, bool]:
+    """The summary's message within `budget` tokens, and whether it had to be shortened."""
+    if not summary or not summary.text.strip():
+        return None, False
+    text = summary_message(summary)
+    cost = count_message_tokens(text)
+    if cost <= budget:
+        return text, False
+    room = budget - (cost - count_tokens(summary.text))
+    if room < MIN_SUMMARY_TOKENS:
+        return None, False
+    short = shorten_summary(summary.text, room) if shorten_summary else None
+    return summary_message(summary, short or _shorten(summary.text, room)), True
+
+
 def build_context(
     *,
     facts: Sequence[Fact],
@@ -161,24 +178,15 @@ def build_context(
     if facts_text:
         budget -= count_message_tokens(facts_text)
 
-    summary_text = None
-    summary_shortened = False
-    if summary and summary.text.strip():
-        summary_text = summary_message(summary)
-        cost = count_message_tokens(summary_text)
-        room_for_summary = budget - (int(max_tokens * RECENT_SHARE) if messages else 0)
-        if cost > room_for_summary:
-            room = room_for_summary - (cost - count_tokens(summary.text))
-            if room >= MIN_SUMMARY_TOKENS:
-                short = shorten_summary(summary.text, room) if shorten_summary else None
-                summary_text = summary_message(summary, short or _shorten(summary.text, room))
-                summary_shortened = True
-            else:
-                summary_text = None
-        if summary_text:
-            budget -= count_message_tokens(summary_text)
-
-    recent_text, recent_count = _fit_recent(messages, budget)
+    reserve = int(max_tokens * RECENT_SHARE) if messages else 0
+    summary_text, summary_shortened = _fit_summary(summary, budget - reserve, shorten_summary)
+    used = count_message_tokens(summary_text) if summary_text else 0
+    recent_text, recent_count = _fit_recent(messages, budget - used)
+    if summary_shortened or (summary_text is None and summary is not None):
+        # What the latest turns could not use of their share goes back to the summary.
+        left = budget - (count_message_tokens(recent_text) if recent_text else 0)
+        if left > budget - reserve:
+            summary_text, summary_shortened = _fit_summary(summary, left, shorten_summary)
     system.extend(text for text in (facts_text, summary_text, recent_text) if text)
     tokens = sum(count_message_tokens(text) for text in system)
     return Context(
