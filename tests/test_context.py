@@ -64,8 +64,9 @@ def test_short_budget_drops_turns_then_shortens_summary_then_facts():
     roomy = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=5000)
     assert roomy.included["messages"] == 50 and not roomy.included["summary_shortened"]
     tight = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=150)
-    # The latest turns' share (RECENT_SHARE) holds no turn here: it goes back to the summary.
-    assert tight.included["messages"] == 0 and tight.included["summary_shortened"]
+    # The latest turns keep their share (RECENT_SHARE), a few at most; what it cannot hold of
+    # them goes back to the summary, so the budget is still filled.
+    assert tight.included["messages"] < 10 and tight.included["summary_shortened"]
     assert tight.tokens > 150 * (1 - RECENT_SHARE)
     assert tight.included["facts"] == 3
     tiny = build_context(facts=FACTS, summary=SUMMARY, messages=messages, max_tokens=50)
