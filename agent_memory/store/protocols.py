@@ -19,9 +19,6 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from agent_memory.core.domain import (
-    ApiKey,
-    Binding,
-    ChannelBinding,
     Fact,
     FactOrigin,
     FactScope,
@@ -32,8 +29,6 @@ from agent_memory.core.domain import (
     Job,
     JobKind,
     JobStatus,
-    KeyScope,
-    LlmRoute,
     Message,
     MessageFingerprint,
     MetricRow,
@@ -44,6 +39,8 @@ from agent_memory.core.domain import (
     WatchResult,
 )
 from agent_memory.core.recall import TermStats, TurnHit
+from agent_memory.store.shared.bindings import BindingReads, Bindings
+from agent_memory.store.shared.keys import ApiKeyReads, ApiKeys, LlmRouteReads, LlmRoutes
 from agent_memory.store.types import (
     SEARCH_KINDS,
     ForgetCutoff,
@@ -402,77 +399,6 @@ class Leases(Protocol):
     def acquire(self, name: str, ttl_ms: int) -> bool:
         """Hold `name` for `ttl_ms` from now if nobody else holds it (a holder extends it);
         whether this instance holds it. One process alone always does."""
-        ...
-
-
-# bindings: runs and channels tied to a pair through the API
-
-
-class BindingReads(Protocol):
-    def of_agent(self, agent_id: str) -> Binding | None: ...
-
-    def of_channel(self, channel: str) -> ChannelBinding | None: ...
-
-
-class Bindings(BindingReads, Protocol):
-    def bind_agent(self, agent_id: str, user_id: str, character_id: str) -> None: ...
-
-    def bind_channel(self, channel: str, user_id: str, character_id: str) -> ChannelBinding:
-        """Tie a channel to a pair (a rebinding keeps its created_ms)."""
-        ...
-
-    def unbind_channel(self, channel: str) -> ChannelBinding | None:
-        """Remove a channel's binding; returns what it was."""
-        ...
-
-
-# llm routes: per-agent keys of the custom-LLM endpoint
-
-
-class LlmRouteReads(Protocol):
-    def by_key_hash(self, key_hash: str) -> LlmRoute | None: ...
-
-    def of_agent(self, agent_id: str) -> list[LlmRoute]:
-        """The routes minted for an agent run, oldest first."""
-        ...
-
-
-class LlmRoutes(LlmRouteReads, Protocol):
-    def add(self, route: LlmRoute) -> None:
-        """Store a route (a key minted again replaces its route)."""
-        ...
-
-    def set_agent(self, key_hash: str, agent_id: str) -> bool:
-        """Tie a route to the agent run its key was minted for; False if there is no such route."""
-        ...
-
-    def delete(self, key_hash: str) -> bool:
-        """Forget a route (its agent never started); False if there was none."""
-        ...
-
-
-# api keys: scoped keys of the /v1 API, by hash
-
-
-class ApiKeyReads(Protocol):
-    def by_hash(self, key_hash: str) -> ApiKey | None:
-        """The key with this hash, revoked or not."""
-        ...
-
-    def all(self) -> list[ApiKey]:
-        """Every key, revoked ones too, oldest first."""
-        ...
-
-
-class ApiKeys(ApiKeyReads, Protocol):
-    def add(self, name: str | None, scope: KeyScope, key_hash: str, created_ms: int) -> ApiKey: ...
-
-    def revoke(self, key_id: int, at_ms: int) -> ApiKey | None:
-        """Revoke a key (a revoked one keeps its first revocation time); None if there is none."""
-        ...
-
-    def used(self, key_id: int, at_ms: int) -> None:
-        """Record when the key was last seen."""
         ...
 
 

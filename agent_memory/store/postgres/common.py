@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.jsonutil import dumps, loads_object
+from agent_memory.store.shared.sql import Row, Sql
 
 # Storage time and JSON are core's; re-exported for the repositories.
 __all__ = [
     "Connection",
     "Instance",
+    "PostgresSql",
     "Repository",
     "dumps",
     "int_array",
@@ -23,6 +26,8 @@ __all__ = [
     "now_ms",
     "text_array",
 ]
+
+R = TypeVar("R")
 
 
 class Connection(psycopg.Connection[DictRow]):
@@ -117,3 +122,60 @@ class Repository:
         self._execute(
             f"UPDATE {table} SET {assignments} WHERE {key} = %s".encode(), (*changes.values(), value)
         )
+
+
+@lru_cache(maxsize=2048)
+def dialect(sql: str) -> bytes:
+    """A statement written once (`?` placeholders) in psycopg's form (`%s`, a literal `%` doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s").encode()
+
+
+class PostgresSql(Sql):
+    """Statements written once, run on a pooled connection; knows this instance, for leases."""
+
+    __slots__ = ("conn", "instance")
+    binary = ' COLLATE "C"'
+
+    def __init__(self, conn: Connection, instance: Instance) -> None:
+        self.conn = conn
+        self.instance = instance
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[DictRow]:
+        # The reusable cursor: what a statement returns is read at once.
+        return self.conn.shared_cursor().execute(dialect(sql), params)
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        # A cursor of its own: a long result would otherwise stay in memory until the next statement.
+        return list(self.conn.execute(dialect(sql), params).fetchall())
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        return self._execute(sql, params).fetchone()
+
+    def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
+        return [make(*row.values()) for row in self.conn.execute(dialect(sql), params)]
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._execute(sql, params).rowcount
+
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.conn.shared_cursor().executemany(dialect(sql), rows)
+
+    def count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        row = self._execute(sql, params).fetchone()
+        return int(next(iter(row.values()))) if row else 0
+
+    def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"{column} = ANY(?)", [list(values)]
+
+    def locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        """`one` once this transaction holds the advisory lock of (`key`, `seed`), in one round trip.
+
+        Both go in one simple-protocol query (parameters bound here), as two statements: the
+        read's snapshot is taken after the lock is granted, so it sees what the holder before
+        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1).
+        """
+        cursor = self.conn.shared_client_cursor()
+        query = f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d})); ".encode() + dialect(sql)
+        cursor.execute(query, (key, *params))
+        cursor.nextset()
+        return cursor.fetchone()

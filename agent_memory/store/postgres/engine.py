@@ -39,15 +39,12 @@ from agent_memory.core.clock import Backoff
 from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store.postgres import migrations
 from agent_memory.store.postgres.analytics import PostgresAnalytics
-from agent_memory.store.postgres.api_keys import PostgresApiKeys
-from agent_memory.store.postgres.bindings import PostgresBindings
-from agent_memory.store.postgres.common import Connection, Instance
+from agent_memory.store.postgres.common import Connection, Instance, PostgresSql
 from agent_memory.store.postgres.export import PostgresExport
 from agent_memory.store.postgres.facts import PostgresFacts, PostgresSummaries
 from agent_memory.store.postgres.inbox import PostgresInbox
 from agent_memory.store.postgres.jobs import PostgresJobs
 from agent_memory.store.postgres.leases import PostgresLeases
-from agent_memory.store.postgres.llm_routes import PostgresLlmRoutes
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
 from agent_memory.store.postgres.messages import PostgresMessages
 from agent_memory.store.postgres.recall import PostgresRecall, forget_held
@@ -57,6 +54,8 @@ from agent_memory.store.postgres.vectors import PostgresVectors
 from agent_memory.store.postgres.versions import PostgresVersions
 from agent_memory.store.postgres.watches import PostgresWatches
 from agent_memory.store.protocols import NotBrief
+from agent_memory.store.shared.bindings import Bindings
+from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
 
 __all__ = ["PostgresStore", "PostgresTransaction", "PostgresView"]
 
@@ -137,6 +136,7 @@ class PostgresView:
     def __init__(self, conn: Connection, instance: Instance) -> None:
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
+        sql = PostgresSql(conn, instance)
         self.sessions = PostgresSessions(conn, instance)
         self.messages = PostgresMessages(conn, instance)
         self.facts = PostgresFacts(conn, instance)
@@ -144,9 +144,9 @@ class PostgresView:
         self.jobs = PostgresJobs(conn, instance)
         self.inbox = PostgresInbox(conn, instance)
         self.watches = PostgresWatches(conn, instance)
-        self.bindings = PostgresBindings(conn, instance)
-        self.llm_routes = PostgresLlmRoutes(conn, instance)
-        self.api_keys = PostgresApiKeys(conn, instance)
+        self.bindings = Bindings(sql)
+        self.llm_routes = LlmRoutes(sql)
+        self.api_keys = ApiKeys(sql)
         self.search = PostgresSearch(conn, instance)
         self.recall = PostgresRecall(conn, instance)
         self.versions = PostgresVersions(conn, instance)

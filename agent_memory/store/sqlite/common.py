@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.jsonutil import dumps, loads_object
+from agent_memory.store.shared.sql import Row, Sql
 
 # Storage time and JSON are core's; re-exported for the repositories.
-__all__ = ["CHUNK", "Repository", "dumps", "loads_object", "marks", "now_ms"]
+__all__ = ["CHUNK", "Repository", "SQLiteSql", "dumps", "loads_object", "marks", "now_ms"]
+
+R = TypeVar("R")
 
 # Ids per `IN (...)`, below SQLite's variable limit.
 CHUNK = 500
@@ -46,3 +49,34 @@ class Repository:
             return
         assignments = ", ".join(f"{column} = ?" for column in changes)
         self.conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value))
+
+
+class SQLiteSql(Sql):
+    """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        row: Row | None = self.conn.execute(sql, params).fetchone()
+        return row
+
+    def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
+        return [make(*row) for row in self.conn.execute(sql, params)]
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(sql, params).rowcount
+
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+    def count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return int(self.conn.execute(sql, params).fetchone()[0])
+
+    def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"{column} IN ({marks(len(values))})", list(values)

@@ -27,15 +27,15 @@ from typing import Any, TypeVar
 from sqlite_utils import Database
 
 from agent_memory.errors import StoreUnavailable
+from agent_memory.store.shared.bindings import Bindings
+from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
 from agent_memory.store.sqlite.analytics import SQLiteAnalytics
-from agent_memory.store.sqlite.api_keys import SQLiteApiKeys
-from agent_memory.store.sqlite.bindings import SQLiteBindings
+from agent_memory.store.sqlite.common import SQLiteSql
 from agent_memory.store.sqlite.export import SQLiteExport
 from agent_memory.store.sqlite.facts import SQLiteFacts, SQLiteSummaries
 from agent_memory.store.sqlite.inbox import SQLiteInbox
 from agent_memory.store.sqlite.jobs import SQLiteJobs
 from agent_memory.store.sqlite.leases import SQLiteLeases
-from agent_memory.store.sqlite.llm_routes import SQLiteLlmRoutes
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.messages import SQLiteMessages
 from agent_memory.store.sqlite.migrations import migrations
@@ -100,6 +100,7 @@ class SQLiteView:
     def __init__(self, conn: sqlite3.Connection) -> None:
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
+        sql = SQLiteSql(conn)
         self.sessions = SQLiteSessions(conn)
         self.messages = SQLiteMessages(conn)
         self.facts = SQLiteFacts(conn)
@@ -107,9 +108,9 @@ class SQLiteView:
         self.jobs = SQLiteJobs(conn)
         self.inbox = SQLiteInbox(conn)
         self.watches = SQLiteWatches(conn)
-        self.bindings = SQLiteBindings(conn)
-        self.llm_routes = SQLiteLlmRoutes(conn)
-        self.api_keys = SQLiteApiKeys(conn)
+        self.bindings = Bindings(sql)
+        self.llm_routes = LlmRoutes(sql)
+        self.api_keys = ApiKeys(sql)
         self.search = SQLiteSearch(conn)
         self.recall = self.search.recall
         self.versions = SQLiteVersions(conn)

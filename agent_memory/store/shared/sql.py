@@ -1,0 +1,78 @@
+"""SQL written once for both backends: a repository states a statement with `?` placeholders,
+and its backend's `Sql` runs it in that backend's dialect.
+
+What the dialects differ in lives here, behind one small interface: placeholders (`?` or
+`%s`), a list parameter (`IN (?, ?)` or `= ANY(?)`), many rows at once (executemany or COPY),
+and how a row is read back (a `sqlite3.Row` or a dict, both readable by column name).
+Upserts (`ON CONFLICT … DO UPDATE`) and `RETURNING` are written alike in both.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+__all__ = ["Repository", "Row", "Sql"]
+
+R = TypeVar("R")
+# A row by column name: `row["id"]`, `**row`.
+Row = Mapping[str, Any]
+
+
+class Sql(ABC):
+    """One backend's way of running the statements repositories share (inside the caller's transaction)."""
+
+    __slots__ = ()
+
+    # What orders text by its bytes, whatever the database's locale (SQLite's default does).
+    binary = ""
+
+    @abstractmethod
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Every row the statement returns."""
+
+    @abstractmethod
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        """The statement's first row, or None."""
+
+    @abstractmethod
+    def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
+        """`make(*row)` of each row, columns in the statement's order."""
+
+    @abstractmethod
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement; returns how many rows it changed."""
+
+    @abstractmethod
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run a statement once per row of parameters."""
+
+    @abstractmethod
+    def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """`column` is one of `values`: the condition and its parameters."""
+
+    def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:
+        """`make(*row)` of the first row, or None."""
+        found = self.records(make, sql, params)
+        return found[0] if found else None
+
+    @abstractmethod
+    def count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """The single integer a `count(*)` query answers."""
+
+    def set(self, table: str, key: str, value: Any, changes: Mapping[str, Any]) -> int:
+        """`UPDATE table SET changes WHERE key = value` (column names are ours, never input)."""
+        if not changes:
+            return 0
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+        return self.run(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value))
+
+
+class Repository:
+    """One aggregate's SQL, written once, run by its backend's `Sql`."""
+
+    __slots__ = ("sql",)
+
+    def __init__(self, sql: Sql) -> None:
+        self.sql = sql
