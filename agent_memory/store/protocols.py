@@ -14,7 +14,7 @@ of `agent_memory.store.types`; how those are encoded in tables is the backend's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -30,7 +30,6 @@ from agent_memory.core.domain import (
     JobKind,
     JobStatus,
     Message,
-    MessageFingerprint,
     MetricRow,
     Session,
     Summary,
@@ -41,14 +40,14 @@ from agent_memory.core.domain import (
 from agent_memory.core.recall import TermStats, TurnHit
 from agent_memory.store.shared.bindings import BindingReads, Bindings
 from agent_memory.store.shared.keys import ApiKeyReads, ApiKeys, LlmRouteReads, LlmRoutes
+from agent_memory.store.shared.messages import MessageReads, Messages
+from agent_memory.store.shared.messages import Versions as VersionReads
 from agent_memory.store.types import (
     SEARCH_KINDS,
     ForgetCutoff,
     ForgetReceipt,
     MentionRole,
     Mentions,
-    MessageChanges,
-    NewMessage,
     PurgeStep,
     Report,
     SearchKind,
@@ -90,52 +89,6 @@ class Sessions(SessionReads, Protocol):
         treats them as not yet condensed.
         """
         ...
-
-
-# messages: one transcript per session
-
-
-class MessageReads(Protocol):
-    """Stored transcripts, by pair (conversation order: time, then place) or by session."""
-
-    def latest(
-        self,
-        user_id: str,
-        character_id: str,
-        limit: int,
-        *,
-        spoken_only: bool = True,
-        exclude_agent_id: str | None = None,
-    ) -> list[Message]:
-        """The pair's `limit` latest turns (or all items), oldest first; none of `exclude_agent_id`."""
-        ...
-
-    def after(self, user_id: str, character_id: str, watermark_id: int, limit: int) -> list[Message]:
-        """The first `limit` turns stored after the watermark, by id (every id up to the
-        highest returned is there), in conversation order."""
-        ...
-
-    def count_after(self, user_id: str, character_id: str, watermark_id: int) -> int: ...
-
-    def of_session(self, agent_id: str) -> list[Message]:
-        """A session's items in order."""
-        ...
-
-    def fingerprints(self, agent_id: str) -> list[MessageFingerprint]:
-        """What merging a window needs of a session's items, in order."""
-        ...
-
-    def tail(self, agent_id: str, count: int) -> list[MessageFingerprint]:
-        """The last `count` of `fingerprints`, in order."""
-        ...
-
-
-class Messages(MessageReads, Protocol):
-    def insert(self, rows: Iterable[NewMessage]) -> None:
-        """Insert new items (the ingest hot path: dozens per callback, one statement)."""
-        ...
-
-    def update(self, message_id: int, changes: MessageChanges) -> None: ...
 
 
 # facts and summaries: what condensing keeps of a memory
@@ -480,12 +433,6 @@ class RecallReads(Protocol):
 
     def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
         """The summary of a pair, or of each of the user's pairs (None)."""
-        ...
-
-
-class VersionReads(Protocol):
-    def of_pair(self, user_id: str, character_id: str) -> tuple[int, int]:
-        """The pair's change counter and the user's user-wide facts' one; they only grow."""
         ...
 
 

@@ -130,6 +130,34 @@ def dialect(sql: str) -> bytes:
     return sql.replace("%", "%%").replace("?", "%s").encode()
 
 
+_BUMP = (
+    b"INSERT INTO memory_versions (user_id, character_id, version) "
+    b"SELECT u, c, nextval('memory_clock') FROM unnest(%s::text[], %s::text[]) AS p(u, c) "
+    b"ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock')"
+)
+_BUMP_ONE = (
+    b"INSERT INTO memory_versions (user_id, character_id, version) VALUES (%s, %s, nextval('memory_clock')) "
+    b"ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock')"
+)
+
+
+def bump(conn: Connection, pairs: Iterable[tuple[str, str]]) -> None:
+    """Count a change of each (user, character) pair's messages, in one statement."""
+    # Sorted: concurrent bumps lock the pairs' rows in one order, so they queue, not deadlock.
+    ordered = sorted(set(pairs))
+    if not ordered:
+        return
+    # The clock is read again once the row is locked (DO UPDATE runs after the lock is
+    # taken): a transaction that waited for another's bump commits a higher version, so a
+    # version never goes back and never stays put over a change.
+    if len(ordered) == 1:  # the usual case: no arrays to adapt
+        conn.shared_cursor().execute(_BUMP_ONE, ordered[0])
+        return
+    conn.shared_cursor().execute(
+        _BUMP, ([user for user, _ in ordered], [character for _, character in ordered])
+    )
+
+
 class PostgresSql(Sql):
     """Statements written once, run on a pooled connection; knows this instance, for leases."""
 
@@ -164,6 +192,17 @@ class PostgresSql(Sql):
         row = self._execute(sql, params).fetchone()
         return int(next(iter(row.values()))) if row else 0
 
+    def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        # One COPY, rows in order (ids follow it): adapting a row is done in C.
+        with self.conn.shared_cursor().copy(
+            f"COPY {table} ({', '.join(columns)}) FROM STDIN".encode()
+        ) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
+        bump(self.conn, pairs)
+
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         return f"{column} = ANY(?)", [list(values)]
 
@@ -172,8 +211,10 @@ class PostgresSql(Sql):
 
         Both go in one simple-protocol query (parameters bound here), as two statements: the
         read's snapshot is taken after the lock is granted, so it sees what the holder before
-        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1).
+        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1). Reads need none.
         """
+        if self.conn.read_only:
+            return self.one(sql, params)
         cursor = self.conn.shared_client_cursor()
         query = f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d})); ".encode() + dialect(sql)
         cursor.execute(query, (key, *params))

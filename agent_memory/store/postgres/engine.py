@@ -46,16 +46,15 @@ from agent_memory.store.postgres.inbox import PostgresInbox
 from agent_memory.store.postgres.jobs import PostgresJobs
 from agent_memory.store.postgres.leases import PostgresLeases
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
-from agent_memory.store.postgres.messages import PostgresMessages
 from agent_memory.store.postgres.recall import PostgresRecall, forget_held
 from agent_memory.store.postgres.search import PostgresSearch
 from agent_memory.store.postgres.sessions import PostgresSessions
 from agent_memory.store.postgres.vectors import PostgresVectors
-from agent_memory.store.postgres.versions import PostgresVersions
 from agent_memory.store.postgres.watches import PostgresWatches
 from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.bindings import Bindings
 from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
+from agent_memory.store.shared.messages import Messages, Versions
 
 __all__ = ["PostgresStore", "PostgresTransaction", "PostgresView"]
 
@@ -138,7 +137,7 @@ class PostgresView:
         self.conn = conn
         sql = PostgresSql(conn, instance)
         self.sessions = PostgresSessions(conn, instance)
-        self.messages = PostgresMessages(conn, instance)
+        self.messages = Messages(sql)
         self.facts = PostgresFacts(conn, instance)
         self.summaries = PostgresSummaries(conn, instance)
         self.jobs = PostgresJobs(conn, instance)
@@ -149,7 +148,7 @@ class PostgresView:
         self.api_keys = ApiKeys(sql)
         self.search = PostgresSearch(conn, instance)
         self.recall = PostgresRecall(conn, instance)
-        self.versions = PostgresVersions(conn, instance)
+        self.versions = Versions(sql)
         self.vectors = PostgresVectors(conn, instance)
         self.analytics = PostgresAnalytics(conn, instance)
         self.export = PostgresExport(conn, instance)

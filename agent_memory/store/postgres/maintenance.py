@@ -23,8 +23,7 @@ from collections.abc import Sequence
 
 from psycopg import errors, sql
 
-from agent_memory.store.postgres.common import Connection, Repository, now_ms, text_array
-from agent_memory.store.postgres.versions import bump
+from agent_memory.store.postgres.common import Connection, Repository, bump, now_ms, text_array
 from agent_memory.store.shared.maintenance import (
     COUNTED,
     FORGETS,

@@ -40,7 +40,8 @@ from agent_memory.store.postgres.facts import (
     fact_of,
     summary_of,
 )
-from agent_memory.store.postgres.messages import READ_COLUMNS, message_of
+from agent_memory.store.shared.messages import READ_COLUMNS
+from agent_memory.store.shared.messages import message_named as message_of
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,

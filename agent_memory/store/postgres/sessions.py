@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_memory.core.domain import IdentitySource, Session
-from agent_memory.store.postgres.common import Repository, dumps, loads_object
-from agent_memory.store.postgres.messages import MESSAGE_COLUMNS
-from agent_memory.store.postgres.versions import bump
+from agent_memory.store.postgres.common import Repository, bump, dumps, loads_object
+from agent_memory.store.shared.messages import MESSAGE_COLUMNS
 from agent_memory.store.types import SessionChanges
 
 SESSION_COLUMNS = (

@@ -17,7 +17,8 @@ import numpy.typing as npt
 
 from agent_memory.core.domain import Message
 from agent_memory.store.postgres.common import Repository
-from agent_memory.store.postgres.messages import READ_COLUMNS, SPOKEN, message_of
+from agent_memory.store.shared.messages import READ_COLUMNS, SPOKEN
+from agent_memory.store.shared.messages import message_named as message_of
 from agent_memory.store.shared.vectors import (
     Floats,
     MatrixKey,

@@ -52,6 +52,18 @@ class Sql(ABC):
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """`column` is one of `values`: the condition and its parameters."""
 
+    @abstractmethod
+    def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert many rows at once, in order (ids follow it)."""
+
+    @abstractmethod
+    def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Count a change of each (user, character) pair's messages (`memory_versions`)."""
+
+    def locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        """`one` once a write holds the lock of (`key`, `seed`) until commit (one writer needs none)."""
+        return self.one(sql, params)
+
     def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:
         """`make(*row)` of the first row, or None."""
         found = self.records(make, sql, params)

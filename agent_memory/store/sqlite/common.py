@@ -51,6 +51,20 @@ class Repository:
         self.conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value))
 
 
+def bump(conn: sqlite3.Connection, pairs: Iterable[tuple[str, str]]) -> None:
+    """Count a change of each (user, character) pair's messages: once per pair and statement,
+    where a trigger per row cost a third of ingest's CPU (facts and summaries bump by trigger)."""
+    for user_id, character_id in set(pairs):
+        # One clock for all, so a pair forgotten and said again never repeats a version.
+        conn.execute("UPDATE memory_clock SET tick = tick + 1")
+        conn.execute(
+            "INSERT INTO memory_versions (user_id, character_id, version) "
+            "VALUES (?, ?, (SELECT tick FROM memory_clock)) "
+            "ON CONFLICT (user_id, character_id) DO UPDATE SET version = excluded.version",
+            (user_id, character_id),
+        )
+
+
 class SQLiteSql(Sql):
     """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""
 
@@ -77,6 +91,14 @@ class SQLiteSql(Sql):
 
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         return int(self.conn.execute(sql, params).fetchone()[0])
+
+    def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks(len(columns))})", rows
+        )
+
+    def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
+        bump(self.conn, pairs)
 
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         return f"{column} IN ({marks(len(values))})", list(values)

@@ -29,6 +29,7 @@ from sqlite_utils import Database
 from agent_memory.errors import StoreUnavailable
 from agent_memory.store.shared.bindings import Bindings
 from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
+from agent_memory.store.shared.messages import Messages, Versions
 from agent_memory.store.sqlite.analytics import SQLiteAnalytics
 from agent_memory.store.sqlite.common import SQLiteSql
 from agent_memory.store.sqlite.export import SQLiteExport
@@ -37,13 +38,11 @@ from agent_memory.store.sqlite.inbox import SQLiteInbox
 from agent_memory.store.sqlite.jobs import SQLiteJobs
 from agent_memory.store.sqlite.leases import SQLiteLeases
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
-from agent_memory.store.sqlite.messages import SQLiteMessages
 from agent_memory.store.sqlite.migrations import migrations
 from agent_memory.store.sqlite.recall import forget_held
 from agent_memory.store.sqlite.search import SQLiteSearch
 from agent_memory.store.sqlite.sessions import SQLiteSessions
 from agent_memory.store.sqlite.vectors import SQLiteVectors
-from agent_memory.store.sqlite.versions import SQLiteVersions
 from agent_memory.store.sqlite.watches import SQLiteWatches
 
 __all__ = ["SQLiteStore", "SQLiteTransaction", "SQLiteView"]
@@ -102,7 +101,7 @@ class SQLiteView:
         self.conn = conn
         sql = SQLiteSql(conn)
         self.sessions = SQLiteSessions(conn)
-        self.messages = SQLiteMessages(conn)
+        self.messages = Messages(sql)
         self.facts = SQLiteFacts(conn)
         self.summaries = SQLiteSummaries(conn)
         self.jobs = SQLiteJobs(conn)
@@ -113,7 +112,7 @@ class SQLiteView:
         self.api_keys = ApiKeys(sql)
         self.search = SQLiteSearch(conn)
         self.recall = self.search.recall
-        self.versions = SQLiteVersions(conn)
+        self.versions = Versions(sql)
         self.vectors = SQLiteVectors(conn)
         self.analytics = SQLiteAnalytics(conn)
         self.export = SQLiteExport(conn)

@@ -21,9 +21,8 @@ from agent_memory.store.shared.maintenance import (
     cutoff_keys,
     forgotten_keys,
 )
-from agent_memory.store.sqlite.common import CHUNK, Repository, marks
+from agent_memory.store.sqlite.common import CHUNK, Repository, bump, marks
 from agent_memory.store.sqlite.search import SearchIndex
-from agent_memory.store.sqlite.versions import bump
 from agent_memory.store.types import (
     ForgetCutoff,
     ForgetReceipt,

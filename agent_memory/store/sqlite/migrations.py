@@ -472,7 +472,7 @@ def m013_memory_versions(db: Database) -> None:
     )
     db.execute("CREATE TABLE memory_clock (tick INTEGER NOT NULL)")
     db.execute("INSERT INTO memory_clock (tick) VALUES (0)")
-    # Messages bump their pair's counter once per write statement (store/sqlite/versions.py).
+    # Messages bump their pair's counter once per write statement (store/sqlite/common.py).
     for table in ("facts", "summaries"):
         db.execute(
             f"CREATE TRIGGER {table}_version_ai AFTER INSERT ON {table} BEGIN {_version_bump('NEW')} END"

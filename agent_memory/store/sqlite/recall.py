@@ -17,6 +17,7 @@ from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.protocols import NotBrief
+from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.postings import Docs, PairPostings, PostingsCache
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
@@ -33,7 +34,6 @@ from agent_memory.store.sqlite.facts import (
     fact_of,
     summary_of,
 )
-from agent_memory.store.sqlite.messages import READ_COLUMNS, message_of
 from agent_memory.store.sqlite.pairs import ensure_pairs
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.

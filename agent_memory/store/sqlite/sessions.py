@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.core.domain import IdentitySource, Session
-from agent_memory.store.sqlite.common import Repository, dumps, loads_object, marks
-from agent_memory.store.sqlite.messages import MESSAGE_COLUMNS
-from agent_memory.store.sqlite.versions import bump
+from agent_memory.store.shared.messages import MESSAGE_COLUMNS
+from agent_memory.store.sqlite.common import Repository, bump, dumps, loads_object, marks
 from agent_memory.store.types import SessionChanges
 
 SESSION_COLUMNS = (

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent_memory.core.domain import Message
+from agent_memory.store.shared.messages import READ_COLUMNS, SPOKEN, message_of
 from agent_memory.store.shared.vectors import (
     Floats,
     MatrixKey,
@@ -26,7 +27,6 @@ from agent_memory.store.shared.vectors import (
     unit_rows,
 )
 from agent_memory.store.sqlite.common import Repository
-from agent_memory.store.sqlite.messages import READ_COLUMNS, SPOKEN, message_of
 
 # Spoken turns with something to embed (whitespace says nothing).
 EMBEDDABLE = f"{SPOKEN} AND trim(content) != ''"

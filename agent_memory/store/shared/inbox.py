@@ -1,0 +1,69 @@
+"""The inbox: every raw platform event as received, under its event id (Agora's noticeId).
+
+Ingest asks `has` before it applies an event and records it after, in one transaction. On
+PostgreSQL a write's `has` holds the event's advisory lock until commit (`Sql.locked`), so
+one event delivered to two instances at once is applied by one and is a duplicate for the other.
+"""
+
+from __future__ import annotations
+
+from agent_memory.core.domain import InboxEntry, InboxStatus
+from agent_memory.store.shared.sql import Repository
+
+# In `InboxEntry`'s order; the table's names are Agora's (notice_id, label_user, ...).
+INBOX_COLUMNS = (
+    "notice_id, event_type, received_ms, body, status, product_id, notify_ms, agent_id, "
+    "label_user, label_character, error"
+)
+
+
+class InboxReads(Repository):
+    """The `inbox` table, read."""
+
+    __slots__ = ()
+
+    def get(self, event_id: str) -> InboxEntry | None:
+        return self.sql.record(
+            InboxEntry, f"SELECT {INBOX_COLUMNS} FROM inbox WHERE notice_id = ?", (event_id,)
+        )
+
+    def has(self, event_id: str) -> bool:
+        """Whether the event was recorded; on a write, a redelivery that another instance is
+        applying right now is waited for (its lock, until commit), so it is seen as recorded."""
+        return (
+            self.sql.locked(event_id, 1, "SELECT 1 AS found FROM inbox WHERE notice_id = ?", (event_id,))
+            is not None
+        )
+
+    def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
+        """Entries of one status, oldest received first."""
+        return self.sql.records(
+            InboxEntry,
+            f"SELECT {INBOX_COLUMNS} FROM inbox WHERE status = ? ORDER BY received_ms, notice_id{self.sql.binary} LIMIT ?",
+            (status, limit),
+        )
+
+
+class Inbox(InboxReads):
+    """The `inbox` table."""
+
+    __slots__ = ()
+
+    def insert(self, entry: InboxEntry) -> bool:
+        """Record a raw event; False if its event id was already recorded (by any instance)."""
+        return self.sql.run(
+            f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (notice_id) DO NOTHING",
+            (
+                entry.event_id, entry.event_type, entry.received_ms, entry.body, entry.status, entry.product_id,
+                entry.notify_ms, entry.agent_id, entry.label_user, entry.label_character, entry.error,
+            ),
+        ) == 1  # fmt: skip
+
+    def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None:
+        self.sql.run("UPDATE inbox SET status = ?, error = ? WHERE notice_id = ?", (status, error, event_id))
+
+    def blank(self, event_id: str) -> None:
+        """Drop a raw event's text (status `forgotten`); its id stays, so a redelivery is recognised."""
+        self.sql.run(
+            "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE notice_id = ?", (event_id,)
+        )
