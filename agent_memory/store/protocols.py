@@ -16,32 +16,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from agent_memory.core.domain import (
     Fact,
     FactOrigin,
     FactScope,
     FactVersion,
-    IdentitySource,
-    InboxEntry,
-    InboxStatus,
-    Job,
-    JobKind,
-    JobStatus,
     Message,
-    MetricRow,
-    Session,
     Summary,
-    Watch,
-    WatchOrigin,
-    WatchResult,
 )
 from agent_memory.core.recall import TermStats, TurnHit
+from agent_memory.store.shared.analytics import Analytics, AnalyticsReads
 from agent_memory.store.shared.bindings import BindingReads, Bindings
+from agent_memory.store.shared.export import Export
+from agent_memory.store.shared.inbox import Inbox, InboxReads
+from agent_memory.store.shared.jobs import JobReads, Jobs
 from agent_memory.store.shared.keys import ApiKeyReads, ApiKeys, LlmRouteReads, LlmRoutes
 from agent_memory.store.shared.messages import MessageReads, Messages
 from agent_memory.store.shared.messages import Versions as VersionReads
+from agent_memory.store.shared.sessions import SessionReads, Sessions
+from agent_memory.store.shared.vectors import VectorReads, Vectors
+from agent_memory.store.shared.watches import Watches, WatchReads
 from agent_memory.store.types import (
     SEARCH_KINDS,
     ForgetCutoff,
@@ -49,10 +45,8 @@ from agent_memory.store.types import (
     MentionRole,
     Mentions,
     PurgeStep,
-    Report,
     SearchKind,
     SearchState,
-    SessionChanges,
     StorageStats,
     UserSearch,
 )
@@ -62,33 +56,6 @@ T = TypeVar("T")
 
 class NotBrief(Exception):
     """A read asked for right here (`Store.read_here`) that would not be brief: read it on a thread."""
-
-
-# sessions: one per agent run
-
-
-class SessionReads(Protocol):
-    """Agent runs and who they belong to."""
-
-    def get(self, agent_id: str) -> Session | None: ...
-
-    def in_channel(self, channel: str, sources: Sequence[IdentitySource]) -> list[Session]:
-        """The channel's sessions whose identity came from one of `sources`, oldest first."""
-        ...
-
-
-class Sessions(SessionReads, Protocol):
-    def insert(self, session: Session) -> None: ...
-
-    def update(self, agent_id: str, changes: SessionChanges) -> None: ...
-
-    def move(self, agent_id: str, user_id: str, character_id: str) -> int:
-        """Give a session and its messages to another pair; returns the messages moved.
-
-        The moved messages get ids above every other, so the new pair's summary watermark
-        treats them as not yet condensed.
-        """
-        ...
 
 
 # facts and summaries: what condensing keeps of a memory
@@ -168,179 +135,10 @@ class Summaries(SummaryReads, Protocol):
 # jobs: the database is the queue
 
 
-class JobReads(Protocol):
-    def get(self, kind: JobKind, user_id: str, character_id: str) -> Job | None: ...
-
-    def by_id(self, job_id: int) -> Job | None: ...
-
-    def by_status(self, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
-        """Jobs (of one status), soonest due first."""
-        ...
-
-    def counts(self) -> dict[tuple[JobKind, JobStatus], int]:
-        """How many jobs there are of each kind and status (absent: none)."""
-        ...
-
-    def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
-        """Jobs that may be claimed at `now_ms`, soonest first: pending and due, or (a shared
-        backend) left running under a lease that ran out."""
-        ...
-
-
-class Jobs(JobReads, Protocol):
-    """At most one job per (kind, user, character); a claimed job is `running`.
-
-    A backend shared by several processes claims with a lease (`FOR UPDATE SKIP LOCKED`):
-    a claim holds for the store's lease time unless renewed, so a job its holder dies with
-    is claimable again once the lease runs out, and `release_running` frees only those.
-    """
-
-    def schedule(
-        self,
-        kind: JobKind,
-        user_id: str,
-        character_id: str,
-        *,
-        delay_ms: int,
-        max_wait_ms: int,
-        max_messages: int,
-        new_messages: int,
-    ) -> None:
-        """Debounce: due `delay_ms` from now, never later than `max_wait_ms` after it was first
-        scheduled, and at once when `max_messages` new messages wait."""
-        ...
-
-    def make_due(self, kind: JobKind, user_id: str, character_id: str) -> None:
-        """Due now, created or revived; a running job is left alone."""
-        ...
-
-    def claim(self, job_id: int) -> Job | None:
-        """Mark a pending job running; None if it is not pending any more."""
-        ...
-
-    def claim_due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
-        """Claim up to `limit` of the jobs `due` would list, soonest first, skipping any that
-        another instance is claiming at the same moment."""
-        ...
-
-    def renew(self, job_id: int) -> bool:
-        """Extend this instance's claim of a running job; False if it no longer holds it."""
-        ...
-
-    def finish(self, claimed: Job, *, again_at_ms: int) -> bool:
-        """Delete a finished job, or make it pending at `again_at_ms` when messages came while
-        it ran; True when it was deleted."""
-        ...
-
-    def fail(self, job_id: int, error: str, *, retry_at_ms: int | None) -> None:
-        """Count a failed attempt: pending again at `retry_at_ms`, or dead when that is None."""
-        ...
-
-    def postpone(self, job_id: int, due_ms: int) -> None:
-        """Pending again at `due_ms` without counting an attempt (its run was superseded)."""
-        ...
-
-    def revive(self, job_id: int) -> bool:
-        """Make a dead job pending now, its attempts reset."""
-        ...
-
-    def release_running(self) -> int:
-        """Make jobs left running by a process that is gone pending again."""
-        ...
-
-
 # raw events: every callback as received
 
 
-class InboxReads(Protocol):
-    def get(self, event_id: str) -> InboxEntry | None: ...
-
-    def has(self, event_id: str) -> bool: ...
-
-    def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
-        """Entries of one status, oldest received first."""
-        ...
-
-
-class Inbox(InboxReads, Protocol):
-    def insert(self, entry: InboxEntry) -> bool:
-        """Record a raw event; False if its event id was already recorded."""
-        ...
-
-    def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None: ...
-
-    def blank(self, event_id: str) -> None:
-        """Drop a raw event's text (status `forgotten`); its id stays, so a redelivery is recognised."""
-        ...
-
-
 # watches: running agents the service follows
-
-
-class WatchReads(Protocol):
-    def get(self, agent_id: str) -> Watch | None: ...
-
-    def due_polls(self, now_ms: int, limit: int) -> list[Watch]:
-        """Followed agents whose poll is due, of those this instance may take (its own, or held
-        by nobody live), soonest first."""
-        ...
-
-    def due_pushes(self, now_ms: int, limit: int) -> list[Watch]:
-        """Followed agents whose refresh is due, of those this instance may take."""
-        ...
-
-    def running_for(self, user_id: str, character_id: str) -> list[Watch]:
-        """Followed agents still running for a pair."""
-        ...
-
-
-class Watches(WatchReads, Protocol):
-    """A shared backend splits followed agents between instances by leases: an agent is
-    polled and refreshed by the instance that holds it (first the one that started following
-    it), and one whose holder stopped renewing is taken over by whichever claims it next."""
-
-    def claim_polls(self, now_ms: int, limit: int) -> list[Watch]:
-        """Take the `due_polls` for this instance: no other instance polls them meanwhile."""
-        ...
-
-    def claim_pushes(self, now_ms: int, limit: int) -> list[Watch]:
-        """Take the `due_pushes` for this instance."""
-        ...
-
-    def release_held(self) -> int:
-        """Give up the agents this instance holds (it is stopping), so that another instance,
-        or this one started again, takes them at once; returns how many."""
-        ...
-
-    def follow(
-        self,
-        agent_id: str,
-        origin: WatchOrigin,
-        *,
-        first_poll_ms: int,
-        base_system_messages: list[dict[str, Any]] | None = None,
-        persona: str | None = None,
-        max_tokens: int | None = None,
-        style: str | None = None,
-        max_history: int | None = None,
-    ) -> WatchResult:
-        """Follow a running agent; an explicit request (not a platform event) also updates or
-        resumes an existing watch (`max_history`: the messages the agent holds itself)."""
-        ...
-
-    def unfollow(self, agent_id: str, reason: str) -> bool: ...
-
-    def polled(self, agent_id: str, *, next_poll_ms: int, error: str | None) -> None:
-        """Record a poll: failures count up until one succeeds."""
-        ...
-
-    def request_push(self, agent_id: str, due_ms: int) -> None:
-        """Ask for a refresh no earlier than `due_ms` (an earlier request stands)."""
-        ...
-
-    def pushed(self, agent_id: str, system_messages: list[dict[str, Any]] | None) -> None:
-        """A refresh was sent (None: it was skipped)."""
-        ...
 
 
 # leases: cluster-wide work that one instance at a time does
@@ -356,34 +154,6 @@ class Leases(Protocol):
 
 
 # vectors: embeddings of spoken turns, for semantic recall
-
-
-class VectorReads(Protocol):
-    def missing(
-        self, user_id: str, character_id: str, model: str, dimensions: int | None, limit: int
-    ) -> list[Message]:
-        """The pair's spoken turns without a vector of `model` (of `dimensions`, when given), oldest first."""
-        ...
-
-    def pairs_missing(self, model: str, dimensions: int | None, limit: int) -> list[tuple[str, str]]:
-        """Pairs that have spoken turns without such a vector."""
-        ...
-
-    def count(self, user_id: str, character_id: str | None = None) -> int: ...
-
-    def nearest(
-        self, user_id: str, character_id: str | None, query: Sequence[float], model: str, k: int
-    ) -> list[tuple[int, float]]:
-        """(message id, cosine similarity) of the `k` nearest `model` vectors, best first; in one
-        pair, or in all of the user's pairs when `character_id` is None."""
-        ...
-
-
-class Vectors(VectorReads, Protocol):
-    def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
-        """Store (message id, vector) pairs, replacing a message's older vector; a message that
-        is gone gets none. Returns how many were stored. Deleting a message deletes its vector."""
-        ...
 
 
 # recall: the word index of spoken turns
@@ -467,32 +237,6 @@ class SearchReads(Protocol):
 class Search(SearchReads, Protocol):
     def catch_up(self, limit: int) -> int:
         """Index up to `limit` messages stored since the index was last brought up to date."""
-        ...
-
-
-class AnalyticsReads(Protocol):
-    def user_stats(self, user_id: str) -> Report | None: ...
-
-    def character_stats(
-        self, character_id: str, *, since_ms: int | None = None, until_ms: int | None = None
-    ) -> Report | None: ...
-
-    def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report: ...
-
-
-class Analytics(AnalyticsReads, Protocol):
-    def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
-        """Keep per-turn values, dated by their turn or `at_ms`; a resent turn replaces its own."""
-        ...
-
-
-class Export(Protocol):
-    def user(self, user_id: str) -> Report | None:
-        """One consistent snapshot of everything held about a user; None if nothing is.
-
-        Everything that forgetting the user deletes: sessions, messages, summaries, facts, agent
-        and channel bindings, jobs, followed agents, metrics and raw callbacks, with their counts.
-        """
         ...
 
 

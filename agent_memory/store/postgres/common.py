@@ -12,6 +12,7 @@ from psycopg.rows import DictRow, dict_row
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.jsonutil import dumps, loads_object
+from agent_memory.store.shared.sql import Repository as SharedRepository
 from agent_memory.store.shared.sql import Row, Sql
 
 # Storage time and JSON are core's; re-exported for the repositories.
@@ -75,12 +76,13 @@ class Instance:
     lease_ms: int
 
 
-class Repository:
+class Repository(SharedRepository):
     """One aggregate's SQL over a pooled connection, inside the caller's transaction."""
 
     __slots__ = ("conn", "instance")
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
+        super().__init__(PostgresSql(conn, instance))
         self.conn = conn
         self.instance = instance
 
@@ -94,20 +96,6 @@ class Repository:
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         return self._execute(sql.encode(), params).fetchone()
-
-    def _one_locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        """`_one` once this transaction holds the advisory lock of (`key`, `seed`), in one round trip.
-
-        Both go in one simple-protocol query (parameters bound here), as two statements: the
-        read's snapshot is taken after the lock is granted, so it sees what the holder before
-        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1).
-        """
-        cursor = self.conn.shared_client_cursor()
-        cursor.execute(
-            f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d})); {sql}".encode(), (key, *params)
-        )
-        cursor.nextset()
-        return cursor.fetchone()
 
     def _count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """The single integer a `count(*)` query answers."""
@@ -163,6 +151,7 @@ class PostgresSql(Sql):
 
     __slots__ = ("conn", "instance")
     binary = ' COLLATE "C"'
+    for_update = " FOR UPDATE"
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
         self.conn = conn
@@ -181,6 +170,9 @@ class PostgresSql(Sql):
 
     def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
         return [make(*row.values()) for row in self.conn.execute(dialect(sql), params)]
+
+    def build(self, make: Callable[..., R], row: Row) -> R:
+        return make(*row.values())
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self._execute(sql, params).rowcount
@@ -202,6 +194,14 @@ class PostgresSql(Sql):
 
     def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
         bump(self.conn, pairs)
+
+    def database(self) -> str:
+        info = self.conn.info
+        return f"postgresql://{info.host}:{info.port}/{info.dbname}"
+
+    def total(self, expr: str) -> str:
+        # Sums of bigints are numeric in PostgreSQL: cast back, so reports hold integers.
+        return f"coalesce(sum({expr}), 0)::bigint"
 
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         return f"{column} = ANY(?)", [list(values)]

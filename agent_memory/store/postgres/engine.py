@@ -40,9 +40,7 @@ from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store.postgres import migrations
 from agent_memory.store.postgres.analytics import PostgresAnalytics
 from agent_memory.store.postgres.common import Connection, Instance, PostgresSql
-from agent_memory.store.postgres.export import PostgresExport
 from agent_memory.store.postgres.facts import PostgresFacts, PostgresSummaries
-from agent_memory.store.postgres.inbox import PostgresInbox
 from agent_memory.store.postgres.jobs import PostgresJobs
 from agent_memory.store.postgres.leases import PostgresLeases
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
@@ -52,9 +50,7 @@ from agent_memory.store.postgres.sessions import PostgresSessions
 from agent_memory.store.postgres.vectors import PostgresVectors
 from agent_memory.store.postgres.watches import PostgresWatches
 from agent_memory.store.protocols import NotBrief
-from agent_memory.store.shared.bindings import Bindings
-from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
-from agent_memory.store.shared.messages import Messages, Versions
+from agent_memory.store.shared.view import SharedView
 
 __all__ = ["PostgresStore", "PostgresTransaction", "PostgresView"]
 
@@ -129,29 +125,21 @@ def instance_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-class PostgresView:
+class PostgresView(SharedView):
     """The repositories over one pooled connection, inside the caller's transaction."""
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
+        super().__init__(sql := PostgresSql(conn, instance), analytics=PostgresAnalytics)
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
-        sql = PostgresSql(conn, instance)
-        self.sessions = PostgresSessions(conn, instance)
-        self.messages = Messages(sql)
+        self.sessions = PostgresSessions(sql)
         self.facts = PostgresFacts(conn, instance)
         self.summaries = PostgresSummaries(conn, instance)
-        self.jobs = PostgresJobs(conn, instance)
-        self.inbox = PostgresInbox(conn, instance)
-        self.watches = PostgresWatches(conn, instance)
-        self.bindings = Bindings(sql)
-        self.llm_routes = LlmRoutes(sql)
-        self.api_keys = ApiKeys(sql)
+        self.jobs = PostgresJobs(sql)
+        self.watches = PostgresWatches(sql)
         self.search = PostgresSearch(conn, instance)
         self.recall = PostgresRecall(conn, instance)
-        self.versions = Versions(sql)
-        self.vectors = PostgresVectors(conn, instance)
-        self.analytics = PostgresAnalytics(conn, instance)
-        self.export = PostgresExport(conn, instance)
+        self.vectors = PostgresVectors(sql)
         self.maintenance = PostgresMaintenance(conn, instance)
 
 

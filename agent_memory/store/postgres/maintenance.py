@@ -23,20 +23,18 @@ from collections.abc import Sequence
 
 from psycopg import errors, sql
 
-from agent_memory.store.postgres.common import Connection, Repository, bump, now_ms, text_array
+from agent_memory.store.postgres.common import Connection, Repository, now_ms, text_array
 from agent_memory.store.shared.maintenance import (
-    COUNTED,
     FORGETS,
     HELD,
-    KEEP_INBOX_STATUSES,
     SEARCH_INDEXED,
+    Purges,
     cutoff_keys,
     forgotten_keys,
 )
 from agent_memory.store.types import (
     ForgetCutoff,
     ForgetReceipt,
-    PurgeStep,
     SearchKind,
     SearchState,
     StorageStats,
@@ -77,7 +75,7 @@ _FORGET_CUTOFF = (
 REWRITE_WORK_MEM = "128MB"
 
 
-class PostgresMaintenance(Repository):
+class PostgresMaintenance(Purges, Repository):
     """Forget, bounded purges and the figures of the database; `scrub` rewrites what forget owes."""
 
     __slots__ = ()
@@ -87,9 +85,6 @@ class PostgresMaintenance(Repository):
     def schema(self) -> list[str]:
         """The migrations the database has, in order."""
         return [row["name"] for row in self._all("SELECT name FROM agent_memory_migrations ORDER BY name")]
-
-    def counts(self) -> dict[str, int]:
-        return {table: self._count(f"SELECT count(*) FROM {table}") for table in COUNTED}
 
     def storage_stats(self) -> StorageStats:
         """The database's size; PostgreSQL reuses freed space itself (autovacuum), so no advice."""
@@ -216,97 +211,6 @@ class PostgresMaintenance(Repository):
         return largest > INLINE_SCRUB_MAX_BYTES
 
     # retention
-
-    def purge_messages(
-        self,
-        *,
-        after: tuple[str, str] | None,
-        now_ms: int,
-        keep_latest: int,
-        max_age_ms: int,
-        budget: int,
-        pairs_per_call: int = 500,
-    ) -> PurgeStep:
-        """Delete up to `budget` covered messages beyond the pairs' limits, pair by pair in key
-        order after `after`; only pairs with a summary can have covered messages."""
-        if not keep_latest and not max_age_ms:
-            return PurgeStep(0, None, True)
-        where, params = ("", ()) if after is None else (" WHERE (user_id, character_id) > (%s, %s)", after)
-        pairs = self._all(
-            f"SELECT user_id, character_id, watermark_id FROM summaries{where} "
-            "ORDER BY user_id, character_id LIMIT %s",
-            (*params, pairs_per_call),
-        )
-        deleted, resume, done = 0, after, len(pairs) < pairs_per_call
-        for pair in pairs:
-            key = (pair["user_id"], pair["character_id"])
-            room = budget - deleted
-            limit_id = pair["watermark_id"] or 0  # ids come from a sequence: never reused
-            ids: set[int] = set()
-            if max_age_ms:
-                ids.update(
-                    row["id"]
-                    for row in self._all(
-                        "SELECT id FROM messages WHERE user_id = %s AND character_id = %s "
-                        "AND at_ms < %s AND id <= %s LIMIT %s",
-                        (*key, now_ms - max_age_ms, limit_id, room + 1),
-                    )
-                )
-            if keep_latest:
-                # "Latest" as the context builder reads them: by time, then position.
-                ids.update(
-                    row["id"]
-                    for row in self._all(
-                        "SELECT id FROM (SELECT id FROM messages WHERE user_id = %s AND character_id = %s "
-                        "ORDER BY at_ms DESC, seq DESC OFFSET %s) AS older WHERE id <= %s LIMIT %s",
-                        (*key, keep_latest, limit_id, room + 1),
-                    )
-                )
-            chosen = sorted(ids)[:room]
-            if chosen:
-                self.conn.execute(b"DELETE FROM messages WHERE id = ANY(%s)", (chosen,))
-                bump(self.conn, [key])
-            deleted += len(chosen)
-            if len(ids) > room:
-                done = False  # this pair has more: the next call starts with it again
-                break
-            resume = key
-            if deleted >= budget:
-                done = False
-                break
-        return PurgeStep(deleted, resume, done)
-
-    def purge_raw_events(self, *, older_than_ms: int, budget: int) -> int:
-        """Delete up to `budget` processed raw events received before `older_than_ms`."""
-        deleted = 0
-        for status in self._inbox_statuses():
-            if status in KEEP_INBOX_STATUSES or deleted >= budget:
-                continue
-            deleted += self.conn.execute(
-                b"DELETE FROM inbox WHERE notice_id IN (SELECT notice_id FROM inbox "
-                b"WHERE status = %s AND received_ms < %s LIMIT %s)",
-                (status, older_than_ms, budget - deleted),
-            ).rowcount
-        return deleted
-
-    def _inbox_statuses(self) -> list[str]:
-        """The distinct statuses, one index probe each (no full scan)."""
-        return [
-            row["status"]
-            for row in self._all(
-                "WITH RECURSIVE s AS (SELECT min(status) AS status FROM inbox UNION ALL "
-                "SELECT (SELECT min(status) FROM inbox WHERE status > s.status) FROM s WHERE s.status IS NOT NULL) "
-                "SELECT status FROM s WHERE status IS NOT NULL"
-            )
-        ]
-
-    def purge_metrics(self, *, older_than_ms: int, budget: int) -> int:
-        """Delete up to `budget` per-turn metrics recorded before `older_than_ms`."""
-        return self.conn.execute(
-            b"DELETE FROM agent_metrics WHERE (agent_id, turn_id, metric) IN "
-            b"(SELECT agent_id, turn_id, metric FROM agent_metrics WHERE at_ms < %s LIMIT %s)",
-            (older_than_ms, budget),
-        ).rowcount
 
     # the search index: PostgreSQL keeps its indexes itself
 

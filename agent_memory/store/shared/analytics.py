@@ -32,7 +32,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agent_memory.core.domain import MetricRow
 from agent_memory.core.events import FALLBACK_SOURCES
+from agent_memory.store.shared.sql import Repository, Sql
+from agent_memory.store.types import Report
 
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 # Identity sources that are only a fallback (see ingest.resolve_identity), as an SQL list.
@@ -70,27 +73,27 @@ Latencies = dict[str, dict[str, Any]]
 Row = dict[str, Any]
 
 
-def window(column: str, since_ms: int | None, until_ms: int | None, mark: str) -> tuple[str, list[Any]]:
-    """` AND column >= since AND column < until` for the bounds given, `mark` being the placeholder."""
+def window(column: str, since_ms: int | None, until_ms: int | None) -> tuple[str, list[Any]]:
+    """` AND column >= since AND column < until` for the bounds given."""
     sql, params = "", list[Any]()
     if since_ms is not None:
-        sql += f" AND {column} >= {mark}"
+        sql += f" AND {column} >= ?"
         params.append(since_ms)
     if until_ms is not None:
-        sql += f" AND {column} < {mark}"
+        sql += f" AND {column} < ?"
         params.append(until_ms)
     return sql, params
 
 
 def metrics_source(
-    character_id: str | None, since_ms: int | None, until_ms: int | None, mark: str
+    character_id: str | None, since_ms: int | None, until_ms: int | None
 ) -> tuple[str, str, list[Any]]:
     """FROM, WHERE and parameters of the metrics a latency query reads (of a character, in a window)."""
     source = "FROM agent_metrics a"
-    where, params = window("a.at_ms", since_ms, until_ms, mark)
+    where, params = window("a.at_ms", since_ms, until_ms)
     if character_id is not None:
         source += " JOIN sessions s ON s.agent_id = a.agent_id"
-        where += f" AND s.character_id = {mark}"
+        where += " AND s.character_id = ?"
         params.append(character_id)
     return source, where, params
 
@@ -250,3 +253,226 @@ def overall_report(
         "latency_stages_ms": stages,
         "callbacks": callbacks,
     }
+
+
+def _message_counts() -> str:
+    """Counts of stored messages (over messages `m`)."""
+    assistant = "m.kind = 'turn' AND m.role = 'assistant'"
+    return (
+        "count(*) AS messages_stored, "
+        "count(*) FILTER (WHERE m.kind = 'turn' AND m.role = 'user') AS user_messages, "
+        f"count(*) FILTER (WHERE {assistant}) AS assistant_messages, "
+        f"count(*) FILTER (WHERE {assistant} AND m.interrupted <> 0) AS interrupted, "
+        f"count(*) FILTER (WHERE {assistant} AND m.source IN ('llm_failure', 'llm failure')) AS llm_failures, "
+        "count(*) FILTER (WHERE m.kind <> 'turn') AS tool_items, max(m.at_ms) AS last_message_ms"
+    )
+
+
+MESSAGE_COUNTS = _message_counts()
+
+
+def _sums(sql: Sql) -> tuple[str, str, str]:
+    """Sessions' messages and talk time, and the SELECT of a group of sessions' counts (over `s`)."""
+    messages, talk = sql.total("s.message_count"), sql.total(TALK_MS)
+    counts = (
+        f"count(*) AS sessions, {messages} AS messages, {talk} AS talk_ms, min(s.start_ms) AS first_active_ms, "
+        f"max(coalesce(s.stop_ms, s.start_ms)) AS last_session_ms, {sql.total('s.error_count')} AS agent_errors"
+    )
+    return messages, talk, counts
+
+
+class AnalyticsReads(Repository):
+    """Statistics over sessions, messages and per-turn metrics."""
+
+    __slots__ = ()
+
+    def _row(self, sql: str, params: Sequence[Any] = ()) -> Row:
+        """The one row an aggregate query answers."""
+        row = self.sql.one(sql, params)
+        assert row is not None  # aggregates always answer one row
+        return dict(row)
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return [dict(row) for row in self.sql.all(sql, params)]
+
+    # latencies
+
+    def latency_percentiles(
+        self, *, character_id: str | None = None, since_ms: int | None = None, until_ms: int | None = None
+    ) -> Latencies:
+        """count, mean, min, p50, p90, p99 and max of each metric, in ms."""
+        source, where, params = metrics_source(character_id, since_ms, until_ms)
+        stats: Latencies = {}
+        for row in self.sql.all(
+            "SELECT a.metric, count(*) AS n, avg(a.value_ms) AS mean, min(a.value_ms) AS min, "
+            f"max(a.value_ms) AS max {source} WHERE true{where} GROUP BY a.metric ORDER BY a.metric{self.sql.binary}",
+            params,
+        ):
+            entry: dict[str, Any] = {"count": row["n"], "mean": round(row["mean"], 2), "min": row["min"]}
+            entry.update(self._ranks(row["metric"], row["n"], source, where, params))
+            entry["max"] = row["max"]
+            stats[row["metric"]] = entry
+        return stats
+
+    def _ranks(self, metric: str, count: int, source: str, where: str, params: list[Any]) -> dict[str, Any]:
+        """The metric's value at each percentile's nearest rank, one query each (a backend may
+        compute them all at once)."""
+        ranks: dict[str, Any] = {}
+        for label, fraction in PERCENTILES:
+            found = self.sql.one(
+                f"SELECT a.value_ms AS v {source} WHERE a.metric = ?{where} ORDER BY a.value_ms LIMIT 1 OFFSET ?",
+                (metric, *params, max(1, math.ceil(fraction * count)) - 1),
+            )
+            ranks[label] = found["v"] if found is not None else None
+        return ranks
+
+    def stage_percentiles(
+        self, *, character_id: str | None = None, since_ms: int | None = None, until_ms: int | None = None
+    ) -> Latencies:
+        """count, mean, min, p50, p90, p99 and max of each stage (asr, llm, tts, end_to_end)."""
+        source, where, params = metrics_source(character_id, since_ms, until_ms)
+        among, metrics = self.sql.among(self.sql.unindexed("a.metric"), STAGE_METRICS)
+        return stage_stats(
+            self.sql.records(
+                lambda *turn: turn,
+                f"SELECT {STAGE_COLUMNS} {source} WHERE {among}{where} GROUP BY a.agent_id, a.turn_id",
+                (*metrics, *params),
+            )
+        )
+
+    def callback_problems(
+        self, *, since_ms: int | None = None, until_ms: int | None = None
+    ) -> dict[str, int]:
+        """Raw callbacks received in the window that failed or were applied only in part."""
+        where, params = window("received_ms", since_ms, until_ms)
+        rows = self.sql.all(
+            f"SELECT status, count(*) AS n FROM inbox WHERE status IN ('failed', 'partial'){where} GROUP BY status",
+            params,
+        )
+        counts = {"failed": 0, "partial": 0}
+        counts.update({row["status"]: row["n"] for row in rows})
+        return counts
+
+    # per user, per character, overall
+
+    def user_stats(self, user_id: str) -> Report | None:
+        """Sessions, messages, talk time, favourite characters and rates of one user."""
+        messages, talk, counts = _sums(self.sql)
+        sessions = self._row(f"SELECT {counts} FROM sessions s WHERE s.user_id = ?", (user_id,))
+        stored = self._row(f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.user_id = ?", (user_id,))
+        facts = self._row("SELECT count(*) AS n FROM facts WHERE user_id = ?", (user_id,))["n"]
+        summaries = self._row("SELECT count(*) AS n FROM summaries WHERE user_id = ?", (user_id,))["n"]
+        if not (sessions["sessions"] or stored["messages_stored"] or facts or summaries):
+            return None
+        favourites = self._rows(
+            f"SELECT s.character_id, count(*) AS sessions, {messages} AS messages, {talk} AS talk_ms, "
+            "max(coalesce(s.stop_ms, s.start_ms)) AS last_active_ms FROM sessions s WHERE s.user_id = ? "
+            "GROUP BY s.character_id "
+            f"ORDER BY sessions DESC, messages DESC, talk_ms DESC, s.character_id{self.sql.binary} LIMIT ?",
+            (user_id, FAVOURITES),
+        )
+        characters = self._row(
+            "SELECT count(*) AS n FROM (SELECT character_id FROM sessions WHERE user_id = ? "
+            "UNION SELECT character_id FROM messages WHERE user_id = ?) AS c",
+            (user_id, user_id),
+        )["n"]
+        return user_report(
+            user_id,
+            sessions,
+            stored,
+            characters=characters,
+            favourites=favourites,
+            facts=facts,
+            summaries=summaries,
+        )
+
+    def character_stats(
+        self, character_id: str, *, since_ms: int | None = None, until_ms: int | None = None
+    ) -> Report | None:
+        """Active users, sessions, talk time, rates and latencies of one character."""
+        messages, talk, counts = _sums(self.sql)
+        s_where, s_params = window("s.start_ms", since_ms, until_ms)
+        m_where, m_params = window("m.at_ms", since_ms, until_ms)
+        sessions = self._row(
+            f"SELECT {counts}, count(DISTINCT s.user_id) AS users FROM sessions s WHERE s.character_id = ?{s_where}",
+            (character_id, *s_params),
+        )
+        stored = self._row(
+            f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.character_id = ?{m_where}",
+            (character_id, *m_params),
+        )
+        if not (sessions["sessions"] or stored["messages_stored"]):
+            return None
+        top_users = self._rows(
+            f"SELECT s.user_id, count(*) AS sessions, {messages} AS messages, {talk} AS talk_ms FROM sessions s "
+            f"WHERE s.character_id = ?{s_where} GROUP BY s.user_id "
+            f"ORDER BY sessions DESC, messages DESC, s.user_id{self.sql.binary} LIMIT ?",
+            (character_id, *s_params, TOP),
+        )
+        return character_report(
+            character_id,
+            (since_ms, until_ms),
+            sessions,
+            stored,
+            top_users=top_users,
+            latency=self.latency_percentiles(character_id=character_id, since_ms=since_ms, until_ms=until_ms),
+            stages=self.stage_percentiles(character_id=character_id, since_ms=since_ms, until_ms=until_ms),
+        )
+
+    def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report:
+        """The whole service: users, characters, sessions, rates, latencies, stop reasons."""
+        messages, talk, counts = _sums(self.sql)
+        s_where, s_params = window("s.start_ms", since_ms, until_ms)
+        m_where, m_params = window("m.at_ms", since_ms, until_ms)
+        sessions = self._row(
+            f"SELECT {counts}, count(DISTINCT s.user_id) AS users, "
+            f"count(DISTINCT s.character_id) AS characters FROM sessions s WHERE true{s_where}",
+            s_params,
+        )
+        stored = self._row(f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE true{m_where}", m_params)
+        by_status = self._rows(
+            f"SELECT s.status, count(*) AS n FROM sessions s WHERE true{s_where} GROUP BY s.status", s_params
+        )
+        unidentified = self._row(
+            f"SELECT count(*) AS n FROM sessions s WHERE s.identity_source IN ({UNIDENTIFIED_SOURCES}){s_where}",
+            s_params,
+        )["n"]
+        reasons = self._rows(
+            f"SELECT coalesce(s.stop_reason, ''){self.sql.binary} AS reason, count(*) AS n FROM sessions s "
+            f"WHERE s.stop_reason IS NOT NULL{s_where} GROUP BY reason ORDER BY n DESC, reason",
+            s_params,
+        )
+        top_characters = self._rows(
+            "SELECT s.character_id, count(DISTINCT s.user_id) AS active_users, count(*) AS sessions, "
+            f"{messages} AS messages, {talk} AS talk_ms FROM sessions s WHERE true{s_where} GROUP BY s.character_id "
+            f"ORDER BY active_users DESC, sessions DESC, s.character_id{self.sql.binary} LIMIT ?",
+            (*s_params, TOP),
+        )
+        return overall_report(
+            (since_ms, until_ms),
+            sessions,
+            stored,
+            by_status=by_status,
+            unidentified=unidentified,
+            reasons=reasons,
+            top_characters=top_characters,
+            latency=self.latency_percentiles(since_ms=since_ms, until_ms=until_ms),
+            stages=self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
+            callbacks=self.callback_problems(since_ms=since_ms, until_ms=until_ms),
+        )
+
+
+class Analytics(AnalyticsReads):
+    """Statistics over sessions, messages and per-turn metrics; recording the metrics."""
+
+    __slots__ = ()
+
+    def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
+        """Keep per-turn values (`metric_rows`, `turn_rows`), dated by their turn or `at_ms`;
+        a resent turn replaces its values, so a 111 and a 112 naming one metric count once."""
+        self.sql.many(
+            "INSERT INTO agent_metrics (agent_id, turn_id, metric, value_ms, at_ms) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (agent_id, turn_id, metric) DO UPDATE SET value_ms = excluded.value_ms, at_ms = excluded.at_ms",
+            [(agent_id, turn_id, metric, value, when or at_ms) for turn_id, metric, value, when in rows],
+        )
+        return len(rows)

@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agent_memory.store.shared.sql import Repository
+from agent_memory.store.types import PurgeStep
+
 
 @dataclass(frozen=True)
 class Held:
@@ -71,3 +74,110 @@ def cutoff_keys(user_id: str, character_id: str, agent_id: str | None = None) ->
 def _digest(*parts: str) -> str:
     """Hashes, not ids: a cut-off outlives the forget, and keeps no one's id in the clear."""
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+class Purges(Repository):
+    """What both backends count and purge alike: bounded steps, each in its own short transaction.
+
+    The rule that protects memory: a message is removed only when its id is at or below its
+    pair's summary watermark, i.e. a committed summary covers it (ids are never reused).
+    """
+
+    __slots__ = ()
+
+    def counts(self) -> dict[str, int]:
+        return {table: self.sql.count(f"SELECT count(*) FROM {table}") for table in COUNTED}
+
+    def purge_messages(
+        self,
+        *,
+        after: tuple[str, str] | None,
+        now_ms: int,
+        keep_latest: int,
+        max_age_ms: int,
+        budget: int,
+        pairs_per_call: int = 500,
+    ) -> PurgeStep:
+        """Delete up to `budget` covered messages beyond the pairs' limits, pair by pair in key
+        order after `after`; only pairs with a summary can have covered messages."""
+        if not keep_latest and not max_age_ms:
+            return PurgeStep(0, None, True)
+        where, params = ("", ()) if after is None else (" WHERE (user_id, character_id) > (?, ?)", after)
+        pairs = self.sql.records(
+            lambda *pair: pair,
+            f"SELECT user_id, character_id, watermark_id FROM summaries{where} ORDER BY user_id, character_id LIMIT ?",
+            (*params, pairs_per_call),
+        )
+        deleted, resume, done = 0, after, len(pairs) < pairs_per_call
+        for user, character, watermark_id in pairs:
+            key = (user, character)
+            room = budget - deleted
+            limit_id = watermark_id or 0
+            ids: set[int] = set()
+            if max_age_ms:
+                ids.update(
+                    self.sql.records(
+                        int,
+                        "SELECT id FROM messages WHERE user_id = ? AND character_id = ? AND at_ms < ? AND id <= ? LIMIT ?",
+                        (*key, now_ms - max_age_ms, limit_id, room + 1),
+                    )
+                )
+            if keep_latest:
+                # "Latest" as the context builder reads them: by time, then position.
+                ids.update(
+                    self.sql.records(
+                        int,
+                        "SELECT id FROM (SELECT id FROM messages WHERE user_id = ? AND character_id = ? "
+                        f"ORDER BY at_ms DESC, seq DESC {self.sql.no_limit} OFFSET ?) AS older WHERE id <= ? LIMIT ?",
+                        (*key, keep_latest, limit_id, room + 1),
+                    )
+                )
+            chosen = sorted(ids)[:room]
+            if chosen:
+                for start in range(0, len(chosen), self.sql.list_max):
+                    among, values = self.sql.among("id", chosen[start : start + self.sql.list_max])
+                    self.sql.run(f"DELETE FROM messages WHERE {among}", values)
+                self.sql.bump([key])
+            deleted += len(chosen)
+            if len(ids) > room:
+                done = False  # this pair has more: the next call starts with it again
+                break
+            resume = key
+            if deleted >= budget:
+                done = False
+                break
+        self._purged(deleted)
+        return PurgeStep(deleted, resume, done)
+
+    def _purged(self, messages: int) -> None:
+        """Note messages a purge deleted (a backend whose search index keeps them until a merge)."""
+
+    def purge_raw_events(self, *, older_than_ms: int, budget: int) -> int:
+        """Delete up to `budget` processed raw events received before `older_than_ms`."""
+        deleted = 0
+        for status in self._inbox_statuses():
+            if status in KEEP_INBOX_STATUSES or deleted >= budget:
+                continue
+            deleted += self.sql.run(
+                "DELETE FROM inbox WHERE notice_id IN (SELECT notice_id FROM inbox "
+                "WHERE status = ? AND received_ms < ? LIMIT ?)",
+                (status, older_than_ms, budget - deleted),
+            )
+        return deleted
+
+    def _inbox_statuses(self) -> list[str]:
+        """The distinct statuses, one index probe each (no full scan)."""
+        return self.sql.records(
+            str,
+            "WITH RECURSIVE s AS (SELECT min(status) AS status FROM inbox UNION ALL "
+            "SELECT (SELECT min(status) FROM inbox WHERE status > s.status) FROM s WHERE s.status IS NOT NULL) "
+            "SELECT status FROM s WHERE status IS NOT NULL",
+        )
+
+    def purge_metrics(self, *, older_than_ms: int, budget: int) -> int:
+        """Delete up to `budget` per-turn metrics recorded before `older_than_ms`."""
+        return self.sql.run(
+            "DELETE FROM agent_metrics WHERE (agent_id, turn_id, metric) IN "
+            "(SELECT agent_id, turn_id, metric FROM agent_metrics WHERE at_ms < ? LIMIT ?)",
+            (older_than_ms, budget),
+        )

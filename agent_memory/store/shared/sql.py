@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 __all__ = ["Repository", "Row", "Sql"]
@@ -27,6 +28,14 @@ class Sql(ABC):
 
     # What orders text by its bytes, whatever the database's locale (SQLite's default does).
     binary = ""
+    # What a write's read of rows it will change adds, to lock them (one writer needs nothing).
+    for_update = ""
+    # The most values `among` binds in one statement.
+    list_max = 1 << 30
+    # The scalar least and greatest of their arguments.
+    least, greatest = "least", "greatest"
+    # What stands for "no limit" before an OFFSET.
+    no_limit = "LIMIT ALL"
 
     @abstractmethod
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -39,6 +48,10 @@ class Sql(ABC):
     @abstractmethod
     def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
         """`make(*row)` of each row, columns in the statement's order."""
+
+    @abstractmethod
+    def build(self, make: Callable[..., R], row: Row) -> R:
+        """`make(*row)`: a row of `one` or `locked`, columns in the statement's order."""
 
     @abstractmethod
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
@@ -57,8 +70,24 @@ class Sql(ABC):
         """Insert many rows at once, in order (ids follow it)."""
 
     @abstractmethod
+    def database(self) -> str:
+        """Which database this connection reads, as a key its readers and writers (and instances) share."""
+
+    @abstractmethod
     def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
         """Count a change of each (user, character) pair's messages (`memory_versions`)."""
+
+    def total(self, expr: str) -> str:
+        """The sum of an integer expression over a group, 0 for none, as an integer."""
+        return f"coalesce(sum({expr}), 0)"
+
+    def unindexed(self, column: str) -> str:
+        """The column, read without its index where the planner would pick it for a worse plan."""
+        return column
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Reads that see one commit throughout (a backend whose reads already do: nothing to do)."""
+        return nullcontext()
 
     def locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> Row | None:
         """`one` once a write holds the lock of (`key`, `seed`) until commit (one writer needs none)."""

@@ -1,19 +1,25 @@
-"""Message vectors in memory: their stored form, each pair's matrix and its cache, exact nearest search.
+"""Message vectors: embeddings of spoken turns, stored as float32 bytes and searched exactly with numpy.
 
-Both backends store a vector as float32 bytes and search a pair's rows exactly with numpy;
-the matrices of pairs searched recently stay in one cache (keyed by database), read again
-only when the pair's vectors change.
+Not sqlite-vec nor pgvector: this Python's sqlite3 cannot load extensions, and pgvector is not
+part of a stock PostgreSQL. A pair holds at most tens of thousands of turns, so an exact search
+over its rows is one matrix product of a few milliseconds; the matrices of pairs searched
+recently stay in one cache (keyed by database), read again only when the pair's vectors change.
 """
 
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from agent_memory.core.domain import Message
+from agent_memory.store.shared.messages import READ_COLUMNS, SPOKEN, message_of
+from agent_memory.store.shared.sql import Repository, Row
 
 VECTOR_DTYPE = np.dtype("<f4")
 # Matrices kept in memory, all pairs together (10k turns of 1536 dimensions are 61 MB).
@@ -42,7 +48,9 @@ def stored_matrix(blobs: Sequence[bytes], dims: int) -> Floats:
 class PairMatrix:
     """One pair's vectors of one model: message ids and unit rows, and what they were read at."""
 
-    version: tuple[int, int]  # (newest vector id, rows): changes with every insert and delete
+    # (newest vector id, rows, sum of the ids): changes with every insert and delete, even where
+    # instances commit ids out of order (a late insert and a delete keep the newest and the count).
+    version: tuple[int, int, int]
     ids: npt.NDArray[np.int64]
     matrix: Floats
 
@@ -110,3 +118,137 @@ def nearest_in(pairs: Iterable[PairMatrix | None], vector: Floats, k: int) -> li
     all_ids, all_scores = np.concatenate(ids), np.concatenate(scores)
     best = top(all_scores, k)
     return [(int(all_ids[i]), float(all_scores[i])) for i in best]
+
+
+# Spoken turns with something to embed (whitespace says nothing).
+EMBEDDABLE = f"{SPOKEN} AND trim(content) <> ''"
+# Turns of the pair that have no vector of the model (of the asked dimensions, when given).
+_WITHOUT_VECTOR = (
+    "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id AND v.model = ? "
+    "AND (CAST(? AS integer) IS NULL OR v.dims = ?))"
+)
+_PAIR = "WHERE user_id = ? AND character_id = ? AND model = ? AND dims = ?"
+
+
+class VectorReads(Repository):
+    """The `message_vectors` table, read (rows leave with their messages, by trigger or foreign key)."""
+
+    __slots__ = ()
+
+    def missing(
+        self, user_id: str, character_id: str, model: str, dimensions: int | None, limit: int
+    ) -> list[Message]:
+        """The pair's spoken turns without a vector of `model` (of `dimensions`, when given), oldest first."""
+        return self.sql.records(
+            lambda *row: message_of(row),
+            f"SELECT {READ_COLUMNS} FROM messages m WHERE user_id = ? AND character_id = ? "
+            f"AND {EMBEDDABLE} AND {_WITHOUT_VECTOR} ORDER BY id LIMIT ?",
+            (user_id, character_id, model, dimensions, dimensions, limit),
+        )
+
+    def pairs_missing(self, model: str, dimensions: int | None, limit: int) -> list[tuple[str, str]]:
+        """(user, character) pairs that have spoken turns without such a vector (a full scan)."""
+        return self.sql.records(
+            lambda user, character: (user, character),
+            f"SELECT DISTINCT user_id, character_id FROM messages m WHERE {EMBEDDABLE} AND {_WITHOUT_VECTOR} LIMIT ?",
+            (model, dimensions, dimensions, limit),
+        )
+
+    def count(self, user_id: str, character_id: str | None = None) -> int:
+        """Vectors held for a pair, or for all of a user's pairs."""
+        if character_id is None:
+            return self.sql.count("SELECT count(*) FROM message_vectors WHERE user_id = ?", (user_id,))
+        return self.sql.count(
+            "SELECT count(*) FROM message_vectors WHERE user_id = ? AND character_id = ?",
+            (user_id, character_id),
+        )
+
+    def nearest(
+        self, user_id: str, character_id: str | None, query: Sequence[float], model: str, k: int
+    ) -> list[tuple[int, float]]:
+        """The `k` messages whose `model` vectors are most like `query`: (message id, cosine), best first.
+
+        Within one pair, or within all of the user's pairs when `character_id` is None.
+        """
+        if k <= 0 or not query:
+            return []
+        vector = unit_rows([query])[0]
+        dims = len(vector)
+        characters = (
+            [character_id]
+            if character_id is not None
+            else self.sql.records(
+                str,
+                "SELECT DISTINCT character_id FROM message_vectors WHERE user_id = ? AND model = ? AND dims = ?",
+                (user_id, model, dims),
+            )
+        )
+        return nearest_in(
+            (self._pair_matrix(user_id, character, model, dims) for character in characters), vector, k
+        )
+
+    def _pair_matrix(self, user_id: str, character_id: str, model: str, dims: int) -> PairMatrix | None:
+        """The pair's matrix: cached while its vectors are unchanged, extended when some were only added."""
+        params = (user_id, character_id, model, dims)
+        state = self.sql.one(
+            "SELECT coalesce(max(id), 0) AS newest, count(*) AS n, coalesce(sum(id), 0) AS id_sum "
+            f"FROM message_vectors {_PAIR}",
+            params,
+        )
+        if not state or not state["n"]:
+            return None
+        version = (int(state["newest"]), int(state["n"]), int(state["id_sum"]))
+        key: MatrixKey = (self.sql.database(), *params)
+        cached = pair_matrices.get(key)
+        if cached is not None and cached.version == version:
+            return cached
+        if cached is not None and version[0] > cached.version[0]:
+            # A live call adds a batch every few seconds: read only what is new when nothing went.
+            added = self.sql.all(
+                f"SELECT id, message_id, vector FROM message_vectors {_PAIR} AND id > ? ORDER BY id",
+                (*params, cached.version[0]),
+            )
+            if added and _version(added, cached.version) == version:
+                grown = PairMatrix(
+                    version,
+                    np.concatenate([cached.ids, _ids(added)]),
+                    np.concatenate([cached.matrix, _matrix(added, dims)]),
+                )
+                pair_matrices.put(key, grown)
+                return grown
+        found = self.sql.all(
+            f"SELECT id, message_id, vector FROM message_vectors {_PAIR} ORDER BY id", params
+        )
+        if not found:
+            return None
+        # Keyed by what was read, not by what was counted before: a write in between is seen next time.
+        entry = PairMatrix(_version(found, (0, 0, 0)), _ids(found), _matrix(found, dims))
+        pair_matrices.put(key, entry)
+        return entry
+
+
+class Vectors(VectorReads):
+    """The `message_vectors` table; how a batch is stored is the backend's."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
+        """Store each message's vector (at unit length), replacing one it had (under a new id, so
+        cached matrices are read again); returns how many. The owner is read from the message,
+        and a message deleted meanwhile (a forget while its batch was embedded) gets none."""
+
+
+def _version(rows: Sequence[Row], before: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The version of a matrix of `before`'s rows and these (in id order)."""
+    return (rows[-1]["id"], before[1] + len(rows), before[2] + sum(row["id"] for row in rows))
+
+
+def _ids(rows: Sequence[Row]) -> npt.NDArray[np.int64]:
+    """The message ids of (id, message_id, vector) rows."""
+    return np.fromiter((row["message_id"] for row in rows), dtype=np.int64, count=len(rows))
+
+
+def _matrix(rows: Sequence[Row], dims: int) -> Floats:
+    """The vectors of (id, message_id, vector) rows, one matrix row each."""
+    return stored_matrix([row["vector"] for row in rows], dims)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.jsonutil import dumps, loads_object
+from agent_memory.store.shared.sql import Repository as SharedRepository
 from agent_memory.store.shared.sql import Row, Sql
 
 # Storage time and JSON are core's; re-exported for the repositories.
@@ -24,12 +26,13 @@ def marks(count: int) -> str:
     return ", ".join("?" * count)
 
 
-class Repository:
+class Repository(SharedRepository):
     """One aggregate's SQL over a connection (a reader's, or the writer's inside its transaction)."""
 
     __slots__ = ("conn",)
 
     def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(SQLiteSql(conn))
         self.conn = conn
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -69,6 +72,9 @@ class SQLiteSql(Sql):
     """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""
 
     __slots__ = ("conn",)
+    list_max = CHUNK
+    least, greatest = "min", "max"
+    no_limit = "LIMIT -1"
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -82,6 +88,9 @@ class SQLiteSql(Sql):
 
     def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
         return [make(*row) for row in self.conn.execute(sql, params)]
+
+    def build(self, make: Callable[..., R], row: Row) -> R:
+        return make(*row)  # a sqlite3.Row iterates its values
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, params).rowcount
@@ -99,6 +108,27 @@ class SQLiteSql(Sql):
 
     def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
         bump(self.conn, pairs)
+
+    def database(self) -> str:
+        for row in self.conn.execute("PRAGMA database_list"):
+            if row[1] == "main":
+                return str(row[2])
+        return ""
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # One read transaction (unless the caller's is open): every table seen at the same commit.
+        began = not self.conn.in_transaction
+        if began:
+            self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if began:
+                self.conn.execute("COMMIT")
+
+    def unindexed(self, column: str) -> str:
+        return f"+{column}"  # a unary plus hides the column from SQLite's index choice
 
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         return f"{column} IN ({marks(len(values))})", list(values)

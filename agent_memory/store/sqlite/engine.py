@@ -27,14 +27,9 @@ from typing import Any, TypeVar
 from sqlite_utils import Database
 
 from agent_memory.errors import StoreUnavailable
-from agent_memory.store.shared.bindings import Bindings
-from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
-from agent_memory.store.shared.messages import Messages, Versions
-from agent_memory.store.sqlite.analytics import SQLiteAnalytics
+from agent_memory.store.shared.view import SharedView
 from agent_memory.store.sqlite.common import SQLiteSql
-from agent_memory.store.sqlite.export import SQLiteExport
 from agent_memory.store.sqlite.facts import SQLiteFacts, SQLiteSummaries
-from agent_memory.store.sqlite.inbox import SQLiteInbox
 from agent_memory.store.sqlite.jobs import SQLiteJobs
 from agent_memory.store.sqlite.leases import SQLiteLeases
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
@@ -93,29 +88,21 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
     return conn
 
 
-class SQLiteView:
+class SQLiteView(SharedView):
     """The repositories over one connection: a reader's (query_only), or the writer's."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(sql := SQLiteSql(conn))
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
-        sql = SQLiteSql(conn)
-        self.sessions = SQLiteSessions(conn)
-        self.messages = Messages(sql)
+        self.sessions = SQLiteSessions(sql)
         self.facts = SQLiteFacts(conn)
         self.summaries = SQLiteSummaries(conn)
-        self.jobs = SQLiteJobs(conn)
-        self.inbox = SQLiteInbox(conn)
-        self.watches = SQLiteWatches(conn)
-        self.bindings = Bindings(sql)
-        self.llm_routes = LlmRoutes(sql)
-        self.api_keys = ApiKeys(sql)
+        self.jobs = SQLiteJobs(sql)
+        self.watches = SQLiteWatches(sql)
         self.search = SQLiteSearch(conn)
         self.recall = self.search.recall
-        self.versions = Versions(sql)
-        self.vectors = SQLiteVectors(conn)
-        self.analytics = SQLiteAnalytics(conn)
-        self.export = SQLiteExport(conn)
+        self.vectors = SQLiteVectors(sql)
         self.maintenance = SQLiteMaintenance(conn)
 
 

@@ -13,20 +13,18 @@ from collections.abc import Sequence
 
 from agent_memory.core.clock import now_ms
 from agent_memory.store.shared.maintenance import (
-    COUNTED,
     FORGETS,
     HELD,
-    KEEP_INBOX_STATUSES,
     SEARCH_INDEXED,
+    Purges,
     cutoff_keys,
     forgotten_keys,
 )
-from agent_memory.store.sqlite.common import CHUNK, Repository, bump, marks
+from agent_memory.store.sqlite.common import CHUNK, Repository, marks
 from agent_memory.store.sqlite.search import SearchIndex
 from agent_memory.store.types import (
     ForgetCutoff,
     ForgetReceipt,
-    PurgeStep,
     SearchKind,
     SearchState,
     StorageStats,
@@ -54,7 +52,7 @@ NO_SHRINK_ADVICE = (
 )
 
 
-class SQLiteMaintenance(Repository):
+class SQLiteMaintenance(Purges, Repository):
     """Forget, bounded purges, the search index's upkeep and giving space back."""
 
     __slots__ = ("index",)
@@ -68,9 +66,6 @@ class SQLiteMaintenance(Repository):
     def schema(self) -> list[str]:
         """The migrations the database has, in order."""
         return [row[0] for row in self.conn.execute("SELECT name FROM _sqlite_migrations ORDER BY id")]
-
-    def counts(self) -> dict[str, int]:
-        return {table: self._count(f"SELECT count(*) FROM [{table}]") for table in COUNTED}
 
     def storage_stats(self) -> StorageStats:
         """Size of the database file, SQLite's page counts and its auto-vacuum mode (2: incremental)."""
@@ -171,105 +166,8 @@ class SQLiteMaintenance(Repository):
 
     # retention
 
-    def purge_messages(
-        self,
-        *,
-        after: tuple[str, str] | None,
-        now_ms: int,
-        keep_latest: int,
-        max_age_ms: int,
-        budget: int,
-        pairs_per_call: int = 500,
-    ) -> PurgeStep:
-        """Delete up to `budget` covered messages beyond the pairs' limits, pair by pair in key
-        order after `after`; only pairs with a summary can have covered messages."""
-        if not keep_latest and not max_age_ms:
-            return PurgeStep(0, None, True)
-        where, params = ("", ()) if after is None else (" WHERE (user_id, character_id) > (?, ?)", after)
-        pairs = self.conn.execute(
-            f"SELECT user_id, character_id, watermark_id FROM summaries{where} "
-            "ORDER BY user_id, character_id LIMIT ?",
-            (*params, pairs_per_call),
-        ).fetchall()
-        deleted, resume, done = 0, after, len(pairs) < pairs_per_call
-        for user, character, watermark_id in pairs:
-            key = (user, character)
-            room = budget - deleted
-            limit_id = watermark_id or 0  # ids are never reused (AUTOINCREMENT)
-            ids: set[int] = set()
-            if max_age_ms:
-                ids.update(
-                    row[0]
-                    for row in self.conn.execute(
-                        "SELECT id FROM messages WHERE user_id = ? AND character_id = ? "
-                        "AND at_ms < ? AND id <= ? LIMIT ?",
-                        (*key, now_ms - max_age_ms, limit_id, room + 1),
-                    )
-                )
-            if keep_latest:
-                # "Latest" as the context builder reads them: by time, then position.
-                ids.update(
-                    row[0]
-                    for row in self.conn.execute(
-                        "SELECT id FROM (SELECT id FROM messages WHERE user_id = ? "
-                        "AND character_id = ? ORDER BY at_ms DESC, seq DESC LIMIT -1 OFFSET ?) "
-                        "WHERE id <= ? LIMIT ?",
-                        (*key, keep_latest, limit_id, room + 1),
-                    )
-                )
-            chosen = sorted(ids)[:room]
-            self._delete_ids("messages", "id", chosen)
-            if chosen:
-                bump(self.conn, [key])
-            deleted += len(chosen)
-            if len(ids) > room:
-                done = False  # this pair has more: the next call starts with it again
-                break
-            resume = key
-            if deleted >= budget:
-                done = False
-                break
-        self.index.note_dead_rows(deleted)
-        return PurgeStep(deleted, resume, done)
-
-    def _delete_ids(self, table: str, key: str, ids: Sequence[int]) -> None:
-        """Delete rows by key in chunks below SQLite's variable limit."""
-        for start in range(0, len(ids), CHUNK):
-            chunk = ids[start : start + CHUNK]
-            self.conn.execute(f"DELETE FROM {table} WHERE {key} IN ({marks(len(chunk))})", chunk)
-
-    def purge_raw_events(self, *, older_than_ms: int, budget: int) -> int:
-        """Delete up to `budget` processed raw events received before `older_than_ms`."""
-        deleted = 0
-        for status in self._inbox_statuses():
-            if status in KEEP_INBOX_STATUSES or deleted >= budget:
-                continue
-            deleted += self.conn.execute(
-                "DELETE FROM inbox WHERE rowid IN (SELECT rowid FROM inbox "
-                "WHERE status = ? AND received_ms < ? LIMIT ?)",
-                (status, older_than_ms, budget - deleted),
-            ).rowcount
-        return deleted
-
-    def _inbox_statuses(self) -> list[str]:
-        """The distinct statuses, one index probe each (no full scan)."""
-        statuses: list[str] = []
-        while True:
-            row = self.conn.execute(
-                "SELECT min(status) FROM inbox WHERE status > ?",
-                (statuses[-1] if statuses else "",),
-            ).fetchone()
-            if row[0] is None:
-                return statuses
-            statuses.append(row[0])
-
-    def purge_metrics(self, *, older_than_ms: int, budget: int) -> int:
-        """Delete up to `budget` per-turn metrics recorded before `older_than_ms`."""
-        return self.conn.execute(
-            "DELETE FROM agent_metrics WHERE (agent_id, turn_id, metric) IN "
-            "(SELECT agent_id, turn_id, metric FROM agent_metrics WHERE at_ms < ? LIMIT ?)",
-            (older_than_ms, budget),
-        ).rowcount
+    def _purged(self, messages: int) -> None:
+        self.index.note_dead_rows(messages)
 
     # the search index
 

@@ -1,0 +1,193 @@
+"""Jobs: the database is the queue, at most one job per (kind, user, character); a claimed job is `running`.
+
+How a job is claimed is the backend's: one SQLite process claims alone, while PostgreSQL's
+instances claim with leases (`lease_owner`, `lease_until_ms`, taken with `FOR UPDATE SKIP
+LOCKED`): a claim holds for the store's lease time unless renewed, so a job its holder dies
+with is claimable again once the lease runs out, and `release_running` frees only those.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import Job, JobKind, JobStatus
+from agent_memory.store.shared.sql import Repository
+
+JOB_COLUMNS = (
+    "id, kind, user_id, character_id, status, due_ms, first_due_ms, pending_messages, attempts, "
+    "last_error, created_ms, updated_ms"
+)
+_INSERT = (
+    "INSERT INTO jobs AS j (kind, user_id, character_id, status, due_ms, first_due_ms, pending_messages, "
+    "attempts, created_ms, updated_ms) VALUES (?, ?, ?, 'pending', ?, ?, ?, 0, ?, ?) "
+    "ON CONFLICT (kind, user_id, character_id) DO UPDATE SET "
+)
+
+
+class JobReads(Repository):
+    """The `jobs` table, read."""
+
+    __slots__ = ()
+
+    def get(self, kind: JobKind, user_id: str, character_id: str) -> Job | None:
+        return self.sql.record(
+            Job,
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE kind = ? AND user_id = ? AND character_id = ?",
+            (kind, user_id, character_id),
+        )
+
+    def by_id(self, job_id: int) -> Job | None:
+        return self.sql.record(Job, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+
+    def by_status(self, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
+        """Jobs (of one status), soonest due first."""
+        if status is None:
+            return self.sql.records(
+                Job, f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY due_ms, id LIMIT ?", (limit,)
+            )
+        return self.sql.records(
+            Job,
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? ORDER BY due_ms, id LIMIT ?",
+            (status, limit),
+        )
+
+    def counts(self) -> dict[tuple[JobKind, JobStatus], int]:
+        """How many jobs there are of each kind and status (absent: none)."""
+        rows = self.sql.all("SELECT kind, status, count(*) AS n FROM jobs GROUP BY kind, status")
+        return {(row["kind"], row["status"]): row["n"] for row in rows}
+
+    def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
+        """Jobs that may be claimed at `now_ms`, soonest first: pending and due, or (a shared
+        backend) left running under a lease that ran out."""
+        claimable, params = self._claimable(now_ms)
+        return self.sql.records(
+            Job,
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE kind = ? AND due_ms <= ? AND {claimable} ORDER BY due_ms, id LIMIT ?",
+            (kind, now_ms, *params, limit),
+        )
+
+    @abstractmethod
+    def _claimable(self, now_ms: int) -> tuple[str, list[Any]]:
+        """Whether a row may be claimed at `now_ms`: the condition and its parameters."""
+
+
+class Jobs(JobReads):
+    """The queue's writes; claims are the backend's."""
+
+    __slots__ = ()
+    # What a job no longer running gives up besides its status (a backend's lease).
+    _free = ""
+
+    def schedule(
+        self,
+        kind: JobKind,
+        user_id: str,
+        character_id: str,
+        *,
+        delay_ms: int,
+        max_wait_ms: int,
+        max_messages: int,
+        new_messages: int,
+    ) -> None:
+        """Debounce: due `delay_ms` from now, never later than `max_wait_ms` after it was first
+        scheduled, and at once when `max_messages` new messages wait. In one statement:
+        instances scheduling the same pair at once each add their messages to the one row."""
+        # Running: finish sees the count change and runs it again. Dead: waits for a human.
+        # Retrying (attempts > 0): keeps its backoff. In each case only the count grows.
+        now = now_ms()
+        least, greatest = self.sql.least, self.sql.greatest
+        self.sql.run(
+            _INSERT + "pending_messages = j.pending_messages + excluded.pending_messages, "
+            "updated_ms = excluded.updated_ms, due_ms = CASE WHEN j.status <> 'pending' OR j.attempts > 0 THEN j.due_ms "
+            "WHEN j.pending_messages + excluded.pending_messages >= ? THEN ? "
+            f"ELSE {least}(? + ?, {greatest}(coalesce(j.first_due_ms, ?) + ?, ?)) END",
+            (
+                kind, user_id, character_id, now if new_messages >= max_messages else now + delay_ms, now,
+                new_messages, now, now, max_messages, now, now, delay_ms, now, max_wait_ms, now,
+            ),
+        )  # fmt: skip
+
+    def make_due(self, kind: JobKind, user_id: str, character_id: str) -> None:
+        """Due now, created or revived; a running job is left alone."""
+        stamp = now_ms()
+        self.sql.run(
+            _INSERT + "due_ms = excluded.due_ms, "
+            "status = CASE j.status WHEN 'running' THEN 'running' ELSE 'pending' END, "
+            "attempts = CASE j.status WHEN 'dead' THEN 0 ELSE j.attempts END, updated_ms = excluded.updated_ms",
+            (kind, user_id, character_id, stamp, stamp, 0, stamp, stamp),
+        )
+
+    def finish(self, claimed: Job, *, again_at_ms: int) -> bool:
+        """Delete a finished job, or make it pending at `again_at_ms` when messages came while
+        it ran; True when it was deleted."""
+        # Locked, so a schedule adding to the count waits and is not overwritten.
+        row = self.sql.one(
+            f"SELECT pending_messages FROM jobs WHERE id = ?{self.sql.for_update}", (claimed.id,)
+        )
+        if row is None:
+            return True
+        arrived = row["pending_messages"] - claimed.pending_messages
+        if arrived > 0:
+            stamp = now_ms()
+            self.sql.run(
+                "UPDATE jobs SET status = 'pending', attempts = 0, last_error = NULL, due_ms = ?, "
+                f"first_due_ms = ?, pending_messages = ?, updated_ms = ?{self._free} WHERE id = ?",
+                (again_at_ms, stamp, arrived, stamp, claimed.id),
+            )
+            return False
+        self.sql.run("DELETE FROM jobs WHERE id = ?", (claimed.id,))
+        return True
+
+    def fail(self, job_id: int, error: str, *, retry_at_ms: int | None) -> None:
+        """Count a failed attempt: pending again at `retry_at_ms`, or dead when that is None."""
+        if retry_at_ms is None:
+            self.sql.run(
+                "UPDATE jobs SET status = 'dead', attempts = attempts + 1, last_error = ?, "
+                f"updated_ms = ?{self._free} WHERE id = ?",
+                (error, now_ms(), job_id),
+            )
+        else:
+            self.sql.run(
+                "UPDATE jobs SET status = 'pending', attempts = attempts + 1, last_error = ?, "
+                f"due_ms = ?, updated_ms = ?{self._free} WHERE id = ?",
+                (error, retry_at_ms, now_ms(), job_id),
+            )
+
+    def postpone(self, job_id: int, due_ms: int) -> None:
+        """Pending again at `due_ms` without counting an attempt (its run was superseded)."""
+        self.sql.run(
+            f"UPDATE jobs SET status = 'pending', due_ms = ?, updated_ms = ?{self._free} "
+            "WHERE id = ? AND status = 'running'",
+            (due_ms, now_ms(), job_id),
+        )
+
+    def revive(self, job_id: int) -> bool:
+        """Make a dead job pending now, its attempts reset."""
+        stamp = now_ms()
+        return (
+            self.sql.run(
+                "UPDATE jobs SET status = 'pending', attempts = 0, due_ms = ?, updated_ms = ? "
+                "WHERE id = ? AND status = 'dead'",
+                (stamp, stamp, job_id),
+            )
+            == 1
+        )
+
+    @abstractmethod
+    def claim(self, job_id: int) -> Job | None:
+        """Mark a pending job running; None if it is not pending any more."""
+
+    @abstractmethod
+    def claim_due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
+        """Claim up to `limit` of the jobs `due` would list, soonest first, skipping any that
+        another instance is claiming at the same moment."""
+
+    @abstractmethod
+    def renew(self, job_id: int) -> bool:
+        """Extend this instance's claim of a running job; False if it no longer holds it."""
+
+    @abstractmethod
+    def release_running(self) -> int:
+        """Make jobs left running by a process that is gone pending again."""

@@ -1,0 +1,133 @@
+"""Sessions: one row per agent run, and who it belongs to.
+
+On PostgreSQL, a write transaction's `get` (or a move) takes the session's advisory lock
+until commit (`Sql.locked`): ingest reads the session first, so the windows of one agent
+merged by several instances at once run one after the other, each seeing what the one before
+stored.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from agent_memory.core.domain import IdentitySource, Session
+from agent_memory.core.jsonutil import dumps, loads_object
+from agent_memory.store.shared.messages import MESSAGE_COLUMNS
+from agent_memory.store.shared.sql import Repository
+from agent_memory.store.types import SessionChanges
+
+SESSION_COLUMNS = (
+    "agent_id, user_id, character_id, identity_source, status, channel, name, stop_reason, "
+    "start_ms, stop_ms, labels, rtc_uid, message_count, gap_count, error_count, first_seen_ms, "
+    "updated_ms, token_warning_ms, turn_count, turns_truncated"
+)
+_SESSION_MARKS = ", ".join("?" * len(SESSION_COLUMNS.split(", ")))
+# The message columns a move copies as they are (besides the pair, and the id it renews).
+MOVED_COLUMNS = ", ".join(column for column in MESSAGE_COLUMNS if column not in ("user_id", "character_id"))
+
+
+def session_of(
+    agent_id: str,
+    user_id: str,
+    character_id: str,
+    identity_source: IdentitySource,
+    status: Any,
+    channel: str | None,
+    name: str | None,
+    stop_reason: str | None,
+    start_ms: int | None,
+    stop_ms: int | None,
+    labels: str | None,
+    rtc_uid: str | None,
+    message_count: int | None,
+    gap_count: int | None,
+    error_count: int | None,
+    first_seen_ms: int | None,
+    updated_ms: int | None,
+    token_warning_ms: int | None,
+    turn_count: int | None,
+    turns_truncated: int | None,
+) -> Session:
+    """A `SESSION_COLUMNS` row as a session."""
+    return Session(
+        agent_id, user_id, character_id, identity_source, status, channel, name, stop_reason,
+        start_ms, stop_ms, loads_object(labels), rtc_uid, message_count or 0, gap_count or 0,
+        error_count or 0, first_seen_ms, updated_ms, token_warning_ms, turn_count, bool(turns_truncated),
+    )  # fmt: skip
+
+
+def _columns(changes: SessionChanges | Session) -> dict[str, Any]:
+    """Column values of a session (or of changes to one) as stored."""
+    values: dict[str, Any] = (
+        dict(changes) if isinstance(changes, dict) else {
+            name: getattr(changes, name) for name in SESSION_COLUMNS.split(", ")
+        }
+    )  # fmt: skip
+    if "labels" in values:
+        values["labels"] = dumps(values["labels"]) if values["labels"] else None
+    if "turns_truncated" in values:
+        values["turns_truncated"] = int(values["turns_truncated"])
+    return values
+
+
+class SessionReads(Repository):
+    """Agent runs and who they belong to."""
+
+    __slots__ = ()
+
+    def get(self, agent_id: str) -> Session | None:
+        row = self.sql.locked(
+            agent_id, 0, f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = ?", (agent_id,)
+        )
+        return self.sql.build(session_of, row) if row is not None else None
+
+    def in_channel(self, channel: str, sources: Sequence[IdentitySource]) -> list[Session]:
+        """The channel's sessions whose identity came from one of `sources`, oldest first."""
+        among, values = self.sql.among("identity_source", sources)
+        return self.sql.records(
+            session_of,
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE channel = ? AND {among} "
+            f"ORDER BY start_ms, agent_id{self.sql.binary}",
+            (channel, *values),
+        )
+
+
+class Sessions(SessionReads):
+    """The `sessions` table; how a session's messages move to another pair is the backend's."""
+
+    __slots__ = ()
+
+    def insert(self, session: Session) -> None:
+        self.sql.run(
+            f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_SESSION_MARKS})",
+            tuple(_columns(session).values()),
+        )
+
+    def update(self, agent_id: str, changes: SessionChanges) -> None:
+        self.sql.set("sessions", "agent_id", agent_id, _columns(changes))
+
+    def move(self, agent_id: str, user_id: str, character_id: str) -> int:
+        """Give a session and its messages to another pair; returns the messages moved.
+
+        The moved messages get ids above every other, so the new pair's summary watermark
+        treats them as not yet condensed; recall indexes them again, and they lose their vectors.
+        """
+        before = self.sql.locked(
+            agent_id,
+            0,
+            f"SELECT user_id, character_id FROM sessions WHERE agent_id = ?{self.sql.for_update}",
+            (agent_id,),
+        )
+        if before is not None:
+            self.sql.bump([(before["user_id"], before["character_id"]), (user_id, character_id)])
+        self.sql.run(
+            "UPDATE sessions SET user_id = ?, character_id = ? WHERE agent_id = ?",
+            (user_id, character_id, agent_id),
+        )
+        return self._move_messages(agent_id, user_id, character_id)
+
+    @abstractmethod
+    def _move_messages(self, agent_id: str, user_id: str, character_id: str) -> int:
+        """Delete the session's messages and insert them again under the pair, in order; how many."""
