@@ -33,7 +33,7 @@ from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest import in_order
-from agent_memory.memory.service import recall_in
+from agent_memory.memory.service import Memory, recall_in
 from agent_memory.platforms.agora.keys import POLLER
 from agent_memory.platforms.agora.llm_proxy import BriefPairs, first_error
 from agent_memory.upstream import HttpUpstream, Target
@@ -600,18 +600,17 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
     # On a loaded test machine a tiny pair's recall still counts as brief.
     service = await start(start_service, upstream, recall_timeout_ms=200, recall_brief_ms=150)
     await remember(service)
-    store = service.store
-    read_here = store.read_here
+    recall_here = Memory.recall_here
     brief_reads: list[float] = []
 
-    def watched(fn: Any) -> Any:
+    def watched(memory: Memory, *args: Any, **kwargs: Any) -> Any:
         brief_reads.append(time.perf_counter())
-        return read_here(fn)
+        return recall_here(memory, *args, **kwargs)
 
     async def ask() -> list[str]:
         return await memory_sent(service, upstream)
 
-    monkeypatch.setattr(store, "read_here", watched)
+    monkeypatch.setattr(Memory, "recall_here", watched)
     first, second = await ask(), await ask()
     assert "Biscuit" in first[0] and second == first
     assert len(brief_reads) == 1 and (await stats(service))["recalls_brief"] == 1
@@ -627,7 +626,7 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
     counted = await stats(service)
     assert counted["recall_misses"] == 1 and counted["recalls_brief"] == 2
     monkeypatch.setattr("agent_memory.memory.service.recall_in", recall_in)
-    # The pair goes back to a reader thread (read_here is not asked again) and is answered again.
+    # The pair goes back to a reader thread (recall_here is not asked again) and is answered again.
     assert "Biscuit" in (await ask())[0]
     assert (await stats(service))["recalls_brief"] == 2
 

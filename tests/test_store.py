@@ -23,7 +23,7 @@ from agent_memory.core.domain import (
 )
 from agent_memory.core.recall import weighted_terms
 from agent_memory.settings import Settings
-from agent_memory.store import NotBrief, Store, Transaction, open_store
+from agent_memory.store import NotBrief, ReadsHere, Store, Transaction, open_store
 from agent_memory.store.shared import postings
 from agent_memory.store.sqlite import SQLiteStore, SQLiteView
 from agent_memory.store.sqlite.facts import fact_character
@@ -281,7 +281,7 @@ async def test_a_write_waits_for_another_process_writing_the_same_file(tmp_path:
         cli.close()
 
 
-async def test_a_read_here_runs_on_the_calling_thread_in_sqlite_and_is_declined_by_postgres(
+async def test_a_read_here_runs_on_the_calling_thread_in_sqlite_and_postgres_cannot_read_here(
     store: Store,
 ) -> None:
     await store.write(lambda tx: tx.messages.insert([message(0, "hello there")]))
@@ -290,12 +290,12 @@ async def test_a_read_here_runs_on_the_calling_thread_in_sqlite_and_is_declined_
         return threading.get_ident(), view.messages.latest("u1", "luna", 5)
 
     if isinstance(store, SQLiteStore):
+        assert isinstance(store, ReadsHere)
         thread, found = store.read_here(latest)
         assert thread == threading.get_ident()
         assert [m.content for m in found] == ["hello there"] and found == (await store.read(latest))[1]
-    else:
-        with pytest.raises(NotBrief):  # over the network: never on the event loop
-            store.read_here(latest)
+    else:  # over the network: never on the event loop, so not a capability it has
+        assert not isinstance(store, ReadsHere) and not hasattr(store, "read_here")
 
 
 @pytest.mark.sqlite_only

@@ -75,7 +75,7 @@ from agent_memory.memory.tokenizer import use_tokenizer
 from agent_memory.memory.warming import Warming
 from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
-from agent_memory.store import NotBrief, ReadView, Store, Transaction
+from agent_memory.store import NotBrief, ReadsHere, ReadView, Store, Transaction
 from agent_memory.store.types import (
     SEARCH_KINDS,
     ForgetReceipt,
@@ -295,12 +295,14 @@ class Memory:
         self, user_id: str, character_id: str, q: str, *, max_tokens: int, exclude_session: str | None
     ) -> Recall:
         """`recall(indexed_only=True)` of one pair, read right here on the calling thread (the
-        event loop) for a pair whose recall is known to be brief (`Store.read_here`). Raises
+        event loop) for a pair whose recall is known to be brief (`ReadsHere.read_here`). Raises
         NotBrief when it cannot be: an embeddings model would be asked over the network, or
-        the store will not read here."""
+        the store cannot read here (across the network) or will not (the read would be slow)."""
         _check_question(q)
         if self.embedder is not None:
             raise NotBrief("recall asks the embeddings model first, over the network")
+        if not isinstance(self.store, ReadsHere):
+            raise NotBrief("this store is read over the network, on a reader thread")
         started = time.perf_counter()
         found = self.store.read_here(_recall_read(user_id, character_id, q, max_tokens, (), exclude_session))
         self._recalled("pair", started, found)

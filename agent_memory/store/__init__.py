@@ -6,6 +6,6 @@ hold it as a `Store` and reach the repositories through a `ReadView` or a `Trans
 """
 
 from agent_memory.store.factory import make_store, open_store
-from agent_memory.store.protocols import NotBrief, ReadView, Store, Transaction
+from agent_memory.store.protocols import NotBrief, ReadsHere, ReadView, Store, Transaction
 
-__all__ = ["NotBrief", "ReadView", "Store", "Transaction", "make_store", "open_store"]
+__all__ = ["NotBrief", "ReadView", "ReadsHere", "Store", "Transaction", "make_store", "open_store"]

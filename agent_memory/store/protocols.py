@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from agent_memory.core.domain import (
     Fact,
@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 
 class NotBrief(Exception):
-    """A read asked for right here (`Store.read_here`) that would not be brief: read it on a thread."""
+    """A read asked for right here (`ReadsHere.read_here`) that would not be brief: read it on a thread."""
 
 
 # facts and summaries: what condensing keeps of a memory
@@ -409,13 +409,6 @@ class Store(Protocol):
         """`fn(view)` on the calling thread (CLI commands and benchmarks)."""
         ...
 
-    def read_here(self, fn: Callable[[ReadView], T]) -> T:
-        """`fn(view)` right here, on the calling thread (the event loop), for a read known to
-        take a millisecond or two: a hand-off to a reader thread and back costs about as much.
-        Raises NotBrief when this store will not: a store across the network never reads on the
-        loop, and the embedded one declines a read as soon as it would search SQLite."""
-        ...
-
     async def write(self, fn: Callable[[Transaction], T]) -> T:
         """`fn(tx)` in a transaction; returns once it is durably committed."""
         ...
@@ -431,4 +424,16 @@ class Store(Protocol):
 
     async def catch_up_search(self) -> int:
         """Bring the search index up to date (bounded), so a search sees what was just stored."""
+        ...
+
+
+@runtime_checkable
+class ReadsHere(Protocol):
+    """What only an embedded store can do: read on the calling thread. A store across the
+    network never reads on the event loop, so it has no `read_here` (check with isinstance)."""
+
+    def read_here(self, fn: Callable[[ReadView], T]) -> T:
+        """`fn(view)` right here, on the calling thread (the event loop), for a read known to
+        take a millisecond or two: a hand-off to a reader thread and back costs about as much.
+        Raises NotBrief as soon as the read would not be brief (it would search SQLite)."""
         ...

@@ -49,7 +49,6 @@ from agent_memory.store.postgres.search import PostgresSearch
 from agent_memory.store.postgres.sessions import PostgresSessions
 from agent_memory.store.postgres.vectors import PostgresVectors
 from agent_memory.store.postgres.watches import PostgresWatches
-from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.view import SharedView
 
 __all__ = ["PostgresStore", "PostgresTransaction", "PostgresView"]
@@ -261,10 +260,6 @@ class PostgresStore:
         """Run `fn(view)` on a reader thread, in one snapshot."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self.read_now, fn)
-
-    def read_here(self, fn: Callable[[PostgresView], T]) -> T:
-        """Never: a read over the network does not run on the event loop."""
-        raise NotBrief("PostgreSQL is read over the network, on a reader thread")
 
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
