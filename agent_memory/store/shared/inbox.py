@@ -8,7 +8,7 @@ one event delivered to two instances at once is applied by one and is a duplicat
 from __future__ import annotations
 
 from agent_memory.core.domain import InboxEntry, InboxStatus
-from agent_memory.store.shared.sql import Repository
+from agent_memory.store.shared.sql import Repository, values_of
 
 # In `InboxEntry`'s order; the table's names are Agora's (notice_id, label_user, ...).
 INBOX_COLUMNS = (
@@ -51,13 +51,12 @@ class Inbox(InboxReads):
 
     def insert(self, entry: InboxEntry) -> bool:
         """Record a raw event; False if its event id was already recorded (by any instance)."""
-        return self.sql.run(
-            f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (notice_id) DO NOTHING",
-            (
-                entry.event_id, entry.event_type, entry.received_ms, entry.body, entry.status, entry.product_id,
-                entry.notify_ms, entry.agent_id, entry.label_user, entry.label_character, entry.error,
-            ),
-        ) == 1  # fmt: skip
+        inserted = self.sql.run(
+            f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (notice_id) DO NOTHING",
+            values_of(entry),  # the columns are in `InboxEntry`'s order
+        )
+        return inserted == 1
 
     def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None:
         self.sql.run("UPDATE inbox SET status = ?, error = ? WHERE notice_id = ?", (status, error, event_id))

@@ -97,17 +97,16 @@ class Jobs(JobReads):
         # Running: finish sees the count change and runs it again. Dead: waits for a human.
         # Retrying (attempts > 0): keeps its backoff. In each case only the count grows.
         now = now_ms()
+        due = now if new_messages >= max_messages else now + delay_ms
         least, greatest = self.sql.least, self.sql.greatest
+        inserted = (kind, user_id, character_id, due, now, new_messages, now, now)
         self.sql.run(
             _INSERT + "pending_messages = j.pending_messages + excluded.pending_messages, "
             "updated_ms = excluded.updated_ms, due_ms = CASE WHEN j.status <> 'pending' OR j.attempts > 0 THEN j.due_ms "
             "WHEN j.pending_messages + excluded.pending_messages >= ? THEN ? "
             f"ELSE {least}(? + ?, {greatest}(coalesce(j.first_due_ms, ?) + ?, ?)) END",
-            (
-                kind, user_id, character_id, now if new_messages >= max_messages else now + delay_ms, now,
-                new_messages, now, now, max_messages, now, now, delay_ms, now, max_wait_ms, now,
-            ),
-        )  # fmt: skip
+            (*inserted, max_messages, now, now, delay_ms, now, max_wait_ms, now),
+        )
 
     def make_due(self, kind: JobKind, user_id: str, character_id: str) -> None:
         """Due now, created or revived; a running job is left alone."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent_memory.core.domain import ApiKey, KeyScope, LlmRoute
 from agent_memory.core.jsonutil import dumps, loads_object
-from agent_memory.store.shared.sql import Repository
+from agent_memory.store.shared.sql import Repository, values_of
 
 KEY_COLUMNS = "id, name, scope, key_hash, created_ms, last_used_ms, revoked_ms"
 ROUTE_COLUMNS = (
@@ -100,11 +100,8 @@ class LlmRoutes(LlmRouteReads):
         self.sql.run(
             f"INSERT INTO llm_routes ({ROUTE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
             f"ON CONFLICT (key_hash) DO UPDATE SET {_REPLACE}",
-            (
-                route.key_hash, route.agent_id, route.user_id, route.character_id, route.upstream_base_url,
-                route.upstream_api_key, route.upstream_model, dumps(route.upstream_params or {}), route.created_ms,
-            ),
-        )  # fmt: skip
+            (*values_of(route)[:7], dumps(route.upstream_params or {}), route.created_ms),
+        )
 
     def set_agent(self, key_hash: str, agent_id: str) -> bool:
         """Tie a route to the agent run its key was minted for; False if no such route."""

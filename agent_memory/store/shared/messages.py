@@ -25,11 +25,30 @@ FINGERPRINT_COLUMNS = (
 # (export, GET …/messages) but were never said.
 SPOKEN = "kind = 'turn'"
 # What an insert writes, in order (`id` is assigned, never reused).
-MESSAGE_COLUMNS = (
-    "agent_id", "user_id", "character_id", "seq", "role", "content", "turn_id", "ts_ms", "at_ms",
-    "source", "speaker", "interrupted", "interrupt_ms", "original", "fp", "gap_before", "extra",
-    "created_ms", "kind", "images",
-)  # fmt: skip
+MESSAGE_COLUMNS = tuple(
+    [
+        "agent_id",
+        "user_id",
+        "character_id",
+        "seq",
+        "role",
+        "content",
+        "turn_id",
+        "ts_ms",
+        "at_ms",
+        "source",
+        "speaker",
+        "interrupted",
+        "interrupt_ms",
+        "original",
+        "fp",
+        "gap_before",
+        "extra",
+        "created_ms",
+        "kind",
+        "images",
+    ]
+)
 # Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
 _ROW = itemgetter(*MESSAGE_COLUMNS)
 # What a row that leaves a column out stores in it (others: NULL).
@@ -38,14 +57,10 @@ _DEFAULTS = {"kind": "turn"}
 
 def message_of(row: Sequence[Any]) -> Message:
     """A `READ_COLUMNS` row (in order) as a message."""
-    (
-        id_, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms,
-        source, speaker, interrupted, interrupt_ms, original, gap_before, extra, images,
-    ) = row  # fmt: skip
-    return Message(
-        id_, agent_id, user_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms,
-        source, speaker, bool(interrupted), interrupt_ms, original, bool(gap_before), extra, images,
-    )  # fmt: skip
+    values = list(row)
+    values[13] = bool(values[13])  # interrupted
+    values[16] = bool(values[16])  # gap_before
+    return Message(*values)
 
 
 def message_named(row: Mapping[str, Any]) -> Message:
@@ -57,26 +72,12 @@ def _message(*row: Any) -> Message:
     return message_of(row)
 
 
-def _fingerprint(
-    id_: int,
-    seq: int,
-    role: str,
-    fp: str,
-    gap_before: int,
-    turn_id: int | None,
-    ts_ms: int | None,
-    source: str | None,
-    speaker: str | None,
-    interrupted: int,
-    interrupt_ms: int | None,
-    original: str | None,
-    images: str | None,
-) -> MessageFingerprint:
+def _fingerprint(*row: Any) -> MessageFingerprint:
     """A `FINGERPRINT_COLUMNS` row."""
-    return MessageFingerprint(
-        id_, seq, role, fp, bool(gap_before), turn_id, ts_ms, source, speaker, bool(interrupted),
-        interrupt_ms, original, images,
-    )  # fmt: skip
+    values = list(row)
+    values[4] = bool(values[4])  # gap_before
+    values[9] = bool(values[9])  # interrupted
+    return MessageFingerprint(*values)
 
 
 def stored_row(message: NewMessage) -> list[Any]:

@@ -28,43 +28,21 @@ _SESSION_MARKS = ", ".join("?" * len(SESSION_COLUMNS.split(", ")))
 MOVED_COLUMNS = ", ".join(column for column in MESSAGE_COLUMNS if column not in ("user_id", "character_id"))
 
 
-def session_of(
-    agent_id: str,
-    user_id: str,
-    character_id: str,
-    identity_source: IdentitySource,
-    status: Any,
-    channel: str | None,
-    name: str | None,
-    stop_reason: str | None,
-    start_ms: int | None,
-    stop_ms: int | None,
-    labels: str | None,
-    rtc_uid: str | None,
-    message_count: int | None,
-    gap_count: int | None,
-    error_count: int | None,
-    first_seen_ms: int | None,
-    updated_ms: int | None,
-    token_warning_ms: int | None,
-    turn_count: int | None,
-    turns_truncated: int | None,
-) -> Session:
+def session_of(*row: Any) -> Session:
     """A `SESSION_COLUMNS` row as a session."""
-    return Session(
-        agent_id, user_id, character_id, identity_source, status, channel, name, stop_reason,
-        start_ms, stop_ms, loads_object(labels), rtc_uid, message_count or 0, gap_count or 0,
-        error_count or 0, first_seen_ms, updated_ms, token_warning_ms, turn_count, bool(turns_truncated),
-    )  # fmt: skip
+    values = list(row)
+    values[10] = loads_object(values[10])  # labels
+    values[12:15] = [count or 0 for count in values[12:15]]  # message, gap and error counts
+    values[19] = bool(values[19])  # turns_truncated
+    return Session(*values)
 
 
 def _columns(changes: SessionChanges | Session) -> dict[str, Any]:
     """Column values of a session (or of changes to one) as stored."""
-    values: dict[str, Any] = (
-        dict(changes) if isinstance(changes, dict) else {
-            name: getattr(changes, name) for name in SESSION_COLUMNS.split(", ")
-        }
-    )  # fmt: skip
+    if isinstance(changes, dict):
+        values: dict[str, Any] = dict(changes)
+    else:
+        values = {name: getattr(changes, name) for name in SESSION_COLUMNS.split(", ")}
     if "labels" in values:
         values["labels"] = dumps(values["labels"]) if values["labels"] else None
     if "turns_truncated" in values:

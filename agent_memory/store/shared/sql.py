@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import fields
 from typing import Any, TypeVar
 
 __all__ = ["Repository", "Row", "Sql"]
@@ -108,6 +109,11 @@ class Sql(ABC):
             return 0
         assignments = ", ".join(f"{column} = ?" for column in changes)
         return self.run(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value))
+
+
+def values_of(record: Any) -> tuple[Any, ...]:
+    """A record's fields, in order: a row of the table whose columns follow it."""
+    return tuple(getattr(record, field.name) for field in fields(record))
 
 
 class Repository:

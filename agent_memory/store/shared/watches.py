@@ -98,11 +98,15 @@ class Watches(WatchReads):
         stamp = now_ms()
         base = dumps(base_system_messages) if base_system_messages is not None else None
         lease = self._lease(first_poll_ms)
-        values = {
-            "agent_id": agent_id, "origin": origin, "status": "watching", "next_poll_ms": first_poll_ms,
-            "base_system_messages": base, "persona": persona, "max_tokens": max_tokens, "style": style,
-            "created_ms": stamp, "updated_ms": stamp, "max_history": max_history, **lease,
-        }  # fmt: skip
+        settings = {"persona": persona, "max_tokens": max_tokens, "style": style, "max_history": max_history}
+        values = {"agent_id": agent_id, "origin": origin, "status": "watching", "next_poll_ms": first_poll_ms}
+        values |= {
+            "base_system_messages": base,
+            **settings,
+            "created_ms": stamp,
+            "updated_ms": stamp,
+            **lease,
+        }
         # Two instances told of one agent at once: one inserts, the other finds its row.
         created = self.sql.one(
             f"INSERT INTO watched_agents ({', '.join(values)}) VALUES ({', '.join('?' * len(values))}) "
@@ -121,17 +125,9 @@ class Watches(WatchReads):
         if existing is None:  # deleted since (a forget): nothing to update
             return "unchanged"
         changes: dict[str, Any] = {}
-        if base is not None and (base, persona, max_tokens, style, max_history) != (
-            existing.base_system_messages_json, existing.persona, existing.max_tokens,
-            existing.style, existing.max_history,
-        ):  # fmt: skip
-            changes.update(
-                base_system_messages=base,
-                persona=persona,
-                max_tokens=max_tokens,
-                style=style,
-                max_history=max_history,
-            )
+        held = {name: getattr(existing, name) for name in settings}
+        if base is not None and (base, settings) != (existing.base_system_messages_json, held):
+            changes.update(base_system_messages=base, **settings)
         if existing.status != "watching":
             changes.update(
                 status="watching", stop_reason=None, next_poll_ms=first_poll_ms, failures=0, **lease
