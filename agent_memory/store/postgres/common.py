@@ -174,6 +174,10 @@ class PostgresSql(Sql):
     def build(self, make: Callable[..., R], row: Row) -> R:
         return make(*row.values())
 
+    def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:
+        row = self._execute(sql, params).fetchone()  # one row: the reusable cursor will do
+        return make(*row.values()) if row is not None else None
+
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self._execute(sql, params).rowcount
 
