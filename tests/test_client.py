@@ -294,6 +294,26 @@ async def test_cli_forget_through_the_service_answers_the_same_receipt(service, 
     assert status == 404  # gone from the service's database
 
 
+async def test_cli_edits_a_fact_and_shows_its_history_here_and_through_the_service(service, capsys):
+    status, added = await service.api("POST", f"{ALICE}/facts", json={"text": "lives in Paris"})
+    assert status == 201
+    fact_id = str(added["fact"]["id"])
+    db = str(service.settings.db_path)
+    code, out, _ = await cli(capsys, "fact-edit", fact_id, "--text", "moved to Lyon", "--db", db)
+    assert code == 0 and "pinned" in out and "moved to Lyon" in out
+    code, out, _ = await cli(
+        capsys, "fact-edit", fact_id, "--unpin", "--url", service.url, "--api-key", TOKEN
+    )
+    assert code == 0 and "pinned" not in out
+    here = await cli(capsys, "fact-history", fact_id, "--db", db)
+    there = await cli(capsys, "fact-history", fact_id, "--url", service.url, "--api-key", TOKEN)
+    assert here == there
+    lines = here[1].splitlines()
+    assert lines[0].endswith("(edited): lives in Paris") and lines[-1].endswith("now: moved to Lyon")
+    code, _, err = await cli(capsys, "fact-history", "999999", "--db", db)
+    assert code != 0 and "no fact with id 999999" in err
+
+
 async def test_cli_url_says_what_is_wrong(service, capsys, monkeypatch):
     monkeypatch.delenv("AGENT_MEMORY_API_TOKEN", raising=False)
     code, _, err = await cli(capsys, "facts", "u-alice", "luna", "--url", service.url)

@@ -23,6 +23,8 @@ from agent_memory.store.types import SEARCH_KINDS, SearchKind
 from agent_memory.web.answers import (
     CharacterStats,
     Export,
+    FactEdited,
+    FactHistoryAnswer,
     FactOut,
     FactsAnswer,
     ForgetAnswer,
@@ -67,6 +69,12 @@ class MemoryApi(Protocol):
     ) -> RecallAnswer: ...
 
     async def facts(self, user_id: str, character_id: str) -> FactsAnswer: ...
+
+    async def edit_fact(
+        self, fact_id: int, *, text: str | None = None, pinned: bool | None = None
+    ) -> FactEdited: ...
+
+    async def fact_history(self, fact_id: int) -> FactHistoryAnswer: ...
 
     async def forget(self, user_id: str, character_id: str | None = None) -> ForgetAnswer: ...
 
@@ -144,6 +152,16 @@ class LocalApi:
         return FactsAnswer(
             user_id=user_id, character_id=character_id, facts=[FactOut.of(fact) for fact in held]
         )
+
+    async def edit_fact(
+        self, fact_id: int, *, text: str | None = None, pinned: bool | None = None
+    ) -> FactEdited:
+        """Change a fact by hand (its old text kept as its history)."""
+        return FactEdited(fact=FactOut.of(await self.memory.edit_fact(fact_id, text=text, pinned=pinned)))
+
+    async def fact_history(self, fact_id: int) -> FactHistoryAnswer:
+        """Every text a fact had, oldest first."""
+        return FactHistoryAnswer.of(fact_id, await self.memory.fact_history(fact_id))
 
     async def forget(self, user_id: str, character_id: str | None = None) -> ForgetAnswer:
         """Forget a user, or a user with one character."""

@@ -123,6 +123,24 @@ COMMANDS: tuple[Command, ...] = (
         args=(*PAIR, JSON),
     ),
     Command(
+        "fact-edit",
+        "change a fact by hand: its text (the old one kept as its history) and whether it is pinned",
+        reads.cmd_fact_edit,
+        "remote",
+        args=(Arg("fact_id", type=int), Arg("--text", help="the fact's new text")),
+        exclusive=(
+            Arg("--pin", action="store_true", help="pin it (always in memory)"),
+            Arg("--unpin", action="store_true", help="unpin it"),
+        ),
+    ),
+    Command(
+        "fact-history",
+        "every text a fact had and when it held, oldest first",
+        reads.cmd_fact_history,
+        "remote",
+        args=(Arg("fact_id", type=int), JSON),
+    ),
+    Command(
         "bind-channel",
         "tie a channel to a user and character (apps with one channel per user); "
         "without USER CHARACTER: show its binding",

@@ -49,6 +49,25 @@ def cmd_facts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fact_edit(args: argparse.Namespace) -> int:
+    pinned = True if args.pin else False if args.unpin else None
+    fact = run_api(args, lambda api: api.edit_fact(args.fact_id, text=args.text, pinned=pinned)).fact
+    print(f"{fact.id:>6} {fact.scope:<9} {'pinned' if fact.pinned else fact.origin:<8} {fact.text}")
+    return 0
+
+
+def cmd_fact_history(args: argparse.Namespace) -> int:
+    result = run_api(args, lambda api: api.fact_history(args.fact_id))
+    if args.json:
+        print_answer(result)
+        return 0
+    for version in result.versions:
+        until = "now" if version.valid_to is None else when(version.valid_to)
+        change = f" ({version.change})" if version.change else ""
+        print(f"{when(version.valid_from)} .. {until}{change}: {version.text}")
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     jobs = run_api(args, lambda api: api.jobs(status=args.status, limit=args.limit)).jobs
     if not jobs:
