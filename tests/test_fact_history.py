@@ -119,6 +119,10 @@ async def test_patch_refuses_what_it_cannot_do_with_a_clear_message(service) -> 
     assert "fact needs some text" in assert_error(status, body, 422, "invalid_field")
     status, body = await service.api("PATCH", url, json={"pinned": "yes"})
     assert "pinned" in assert_error(status, body, 422, "invalid_field")
+    for nulled in ({"text": None}, {"text": None, "pinned": True}, {"pinned": None}):
+        # The document says text and pinned may be left out, never null: the body is held to it.
+        message = assert_error(*await service.api("PATCH", url, json=nulled), 422, "invalid_field")
+        assert "must not be null" in message and next(iter(nulled)) in message
     status, body = await service.api("PATCH", url, json={"text": "x" * 501})
     assert "text" in assert_error(status, body, 422, "invalid_field")
     status, body = await service.api("PATCH", url, json={"text": "Likes coffee!"})

@@ -178,8 +178,10 @@ def _operation(route: Route, refs: dict[Any, dict[str, Any]], examples: Examples
     if notes:
         operation["description"] = " ".join(notes)
     if route.body is not None:
-        # A body whose every field is optional may be left out: it reads as {}.
-        required = bool(route.body.model_json_schema().get("required"))
+        # A body whose every field is optional may be left out (it reads as {}), unless it must
+        # say something (minProperties: PATCH's text or pinned).
+        schema = route.body.model_json_schema()
+        required = bool(schema.get("required") or schema.get("minProperties"))
         operation["requestBody"] = {"required": required, "content": {JSON: {"schema": refs[route.body]}}}
     return operation
 

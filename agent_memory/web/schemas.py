@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Literal, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from agent_memory.core.domain import JobStatus, KeyScope
 from agent_memory.core.facts import MAX_FACT_CHARS
@@ -50,8 +51,17 @@ class FactPatch(BaseModel):
         extra="forbid",
         json_schema_extra={"examples": [{"text": "moved to Lyon"}, {"pinned": False}], "minProperties": 1},
     )
-    text: str | None = Field(default=None, min_length=1, max_length=MAX_FACT_CHARS)
-    pinned: bool | None = None
+    # Each may be left out, never null: the document says so (SkipJsonSchema) and the body is
+    # held to it, so a client learns "omit it" rather than sending a null that changes nothing.
+    text: str | SkipJsonSchema[None] = Field(default=None, min_length=1, max_length=MAX_FACT_CHARS)
+    pinned: bool | SkipJsonSchema[None] = None
+
+    @field_validator("text", "pinned", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:
+            raise ValueError("must not be null: leave the field out to keep what the fact has")
+        return value
 
 
 class BindBody(BaseModel):
