@@ -32,12 +32,24 @@ Progress = Callable[[str], None]
 
 # The tables copied row for row, parents before the rows that reference them.
 COPIED = (
-    "inbox", "sessions", "bindings", "channel_bindings", "messages", "message_vectors",
-    "facts", "fact_history", "summaries", "jobs", "watched_agents", "agent_metrics", "llm_routes",
+    "inbox",
+    "sessions",
+    "bindings",
+    "channel_bindings",
+    "messages",
+    "message_vectors",
+    "facts",
+    "fact_history",
+    "summaries",
+    "jobs",
+    "watched_agents",
+    "agent_metrics",
+    "llm_routes",
     # After facts and summaries, whose triggers count versions: it replaces what they counted.
     "memory_versions",
-    "api_keys", "forgets",
-)  # fmt: skip
+    "api_keys",
+    "forgets",
+)
 # Of those, the service's own (its API keys) and forgets' cut-offs (hashes, which keep a forget
 # final in the new database too): nothing a user said, so copied but never forgotten.
 SERVICE = ("api_keys", "forgets")
@@ -48,9 +60,16 @@ OWN = ("agent_memory_migrations", "store_state", "leases", "scrub_owed")
 # SQLite tables with no PostgreSQL namesake: its search and recall indexes, its bookkeeping
 # and the memory clock (a sequence on PostgreSQL, moved past the last tick).
 SQLITE_ONLY = (
-    "_sqlite_migrations", "sqlite_sequence", "search_state", "search_pairs", "memory_clock",
-    "recall_docs", "recall_pairs", "recall_pending", "recall_terms",
-)  # fmt: skip
+    "_sqlite_migrations",
+    "sqlite_sequence",
+    "search_state",
+    "search_pairs",
+    "memory_clock",
+    "recall_docs",
+    "recall_pairs",
+    "recall_pending",
+    "recall_terms",
+)
 # Rows copied between progress lines.
 PROGRESS_EVERY = 20_000
 MODULUS = 1 << 128
@@ -295,11 +314,14 @@ def _advance_counters(source: sqlite3.Connection, conn: psycopg.Connection[Any])
         (list(COPIED),),
     ).fetchall():
         top = max(
-            _scalar(conn, sql.SQL("SELECT coalesce(max({}), 0) FROM {}").format(
-                sql.Identifier(column), sql.Identifier(table)
-            )),
+            _scalar(
+                conn,
+                sql.SQL("SELECT coalesce(max({}), 0) FROM {}").format(
+                    sql.Identifier(column), sql.Identifier(table)
+                ),
+            ),
             int(handed_out.get(table) or 0),
-        )  # fmt: skip
+        )
         if top:
             conn.execute(b"SELECT setval(pg_get_serial_sequence(%s, %s), %s)", (table, column, top))
     tick = int(source.execute("SELECT coalesce(max(tick), 0) FROM memory_clock").fetchone()[0])

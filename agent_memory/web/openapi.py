@@ -44,18 +44,22 @@ NO_NUL: Final = "^[^\u0000]*$"
 
 SECURITY_SCHEMES: Final = {
     "token": {
-        "type": "http", "scheme": "bearer",
+        "type": "http",
+        "scheme": "bearer",
         "description": "AGENT_MEMORY_API_TOKEN (every /v1 route but the custom LLM's)",
     },
     "llm": {
-        "type": "http", "scheme": "bearer",
+        "type": "http",
+        "scheme": "bearer",
         "description": "AGENT_MEMORY_LLM_TOKEN, or the key POST /v1/agents minted for the agent",
     },
     "signature": {
-        "type": "apiKey", "in": "header", "name": "Agora-Signature-V2",
+        "type": "apiKey",
+        "in": "header",
+        "name": "Agora-Signature-V2",
         "description": "hex HMAC-SHA256 of the body with AGORA_WEBHOOK_SECRET",
     },
-}  # fmt: skip
+}
 
 # Each server-sent event of a streamed completion (the upstream's chunks, passed on).
 SSE_EVENT: Final = {
@@ -87,14 +91,23 @@ def _parameters(route: Route) -> list[dict[str, Any]]:
         schema, description, example = route.path_param(name)
         schema = _text(schema)
         params.append(
-            {"name": name, "in": "path", "required": True, "schema": schema, "description": description,
-             "example": example}
-        )  # fmt: skip
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": schema,
+                "description": description,
+                "example": example,
+            }
+        )
     for param in route.query:
         spec: dict[str, Any] = {
-            "name": param.name, "in": "query", "required": param.required, "schema": _text(param.schema),
+            "name": param.name,
+            "in": "query",
+            "required": param.required,
+            "schema": _text(param.schema),
             "description": param.description,
-        }  # fmt: skip
+        }
         if param.schema.get("type") == "array":
             spec |= {"style": "form", "explode": False}
         if param.example is not None:

@@ -36,19 +36,33 @@ def fact_of(row: Mapping[str, Any]) -> Fact:
     """A `FACT_COLUMNS` row (by name) as a fact."""
     character = row["character_id"]
     return Fact(
-        row["id"], row["user_id"], None if character == USER_WIDE else character, row["text"],
-        bool(row["pinned"]), row["origin"], row["created_ms"], row["updated_ms"],
+        row["id"],
+        row["user_id"],
+        None if character == USER_WIDE else character,
+        row["text"],
+        bool(row["pinned"]),
+        row["origin"],
+        row["created_ms"],
+        row["updated_ms"],
         row["valid_from"] or row["created_ms"] or 0,
-    )  # fmt: skip
+    )
 
 
 def summary_of(row: Mapping[str, Any]) -> Summary:
     """A `SUMMARY_COLUMNS` row (by name) as a summary."""
     return Summary(
-        row["user_id"], row["character_id"], row["text"], row["watermark_id"], row["covered_until_ms"],
-        row["message_count"] or 0, row["method"], row["model"], row["created_ms"], row["updated_ms"],
+        row["user_id"],
+        row["character_id"],
+        row["text"],
+        row["watermark_id"],
+        row["covered_until_ms"],
+        row["message_count"] or 0,
+        row["method"],
+        row["model"],
+        row["created_ms"],
+        row["updated_ms"],
         loads_object(row["meta"]),
-    )  # fmt: skip
+    )
 
 
 class PostgresFacts(Repository):
@@ -244,10 +258,16 @@ class PostgresFacts(Repository):
             b"INSERT INTO fact_history (fact_id, user_id, character_id, text, origin, valid_from, valid_to, change) "
             b"VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (
-                fact.id, fact.user_id, fact.character_id or USER_WIDE, fact.text, fact.origin,
-                fact.valid_from, max(stamp, fact.valid_from), change,
+                fact.id,
+                fact.user_id,
+                fact.character_id or USER_WIDE,
+                fact.text,
+                fact.origin,
+                fact.valid_from,
+                max(stamp, fact.valid_from),
+                change,
             ),
-        )  # fmt: skip
+        )
 
 
 class PostgresSummaries(Repository):
@@ -268,11 +288,19 @@ class PostgresSummaries(Repository):
             f"INSERT INTO summaries ({SUMMARY_COLUMNS}) VALUES ({_SUMMARY_MARKS}) "
             f"ON CONFLICT (user_id, character_id) DO UPDATE SET {_SUMMARY_REPLACE}".encode(),
             (
-                summary.user_id, summary.character_id, summary.text, summary.watermark_id,
-                summary.covered_until_ms, summary.message_count, summary.method, summary.model,
-                summary.created_ms, summary.updated_ms, dumps(summary.meta),
+                summary.user_id,
+                summary.character_id,
+                summary.text,
+                summary.watermark_id,
+                summary.covered_until_ms,
+                summary.message_count,
+                summary.method,
+                summary.model,
+                summary.created_ms,
+                summary.updated_ms,
+                dumps(summary.meta),
             ),
-        )  # fmt: skip
+        )
 
     def delete(self, user_id: str, character_id: str) -> int:
         return self.conn.execute(

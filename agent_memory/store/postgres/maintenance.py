@@ -49,11 +49,16 @@ RECALL_DOCS = "recall_docs"
 # The schema's tables outside HELD: those two, message ids waiting to be indexed (deleted with
 # their messages), and the database's own bookkeeping. A new table belongs here or in HELD.
 NOT_HELD = (
-    RECALL_PAIRS, RECALL_DOCS, "recall_pending",
-    "agent_memory_migrations", "store_state", "leases", "scrub_owed",
+    RECALL_PAIRS,
+    RECALL_DOCS,
+    "recall_pending",
+    "agent_memory_migrations",
+    "store_state",
+    "leases",
+    "scrub_owed",
     "api_keys",  # the service's own keys
     FORGETS,  # when users were forgotten, by hash: what makes a forget final
-)  # fmt: skip
+)
 # A table up to this size (with its TOAST and indexes) is rewritten by the scrub right after
 # the forget: a few seconds under its lock. A larger one is rewritten once its oldest owed
 # forget is `SCRUB_BATCH_MS` old, so that many forgets cost one rewrite.
@@ -185,9 +190,10 @@ class PostgresMaintenance(Purges, Repository):
         """Blank the raw events of the forgotten sessions and those labelled with the user (or
         pair): the event id stays, so a redelivery is still recognised, but its text goes."""
         labelled, params = (
-            ("label_user = %s", (user_id,)) if character_id is None
+            ("label_user = %s", (user_id,))
+            if character_id is None
             else ("label_user = %s AND label_character = %s", (user_id, character_id))
-        )  # fmt: skip
+        )
         return self.conn.execute(
             "UPDATE inbox SET body = '', status = 'forgotten', error = NULL "
             f"WHERE (agent_id = ANY(%s) OR {labelled}) AND status <> 'forgotten'".encode(),

@@ -47,18 +47,27 @@ from agent_memory.store.types import (
 # A summary has no id of its own: its watermark stands in, as in a ranked (several words) search.
 SOURCES: dict[SearchKind, Kind] = {
     "message": Kind(
-        "message", "messages", "content", "id",
+        "message",
+        "messages",
+        "content",
+        "id",
         "t.id AS id, t.user_id, t.character_id, t.content AS text, t.at_ms, t.agent_id, t.role",
     ),
     "fact": Kind(
-        "fact", "facts", "text", "id",
+        "fact",
+        "facts",
+        "text",
+        "id",
         "t.id AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.pinned",
     ),
     "summary": Kind(
-        "summary", "summaries", "text", "watermark_id",
+        "summary",
+        "summaries",
+        "text",
+        "watermark_id",
         "t.watermark_id AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.watermark_id",
     ),
-}  # fmt: skip
+}
 _ORDER = {"message": "t.id", "fact": "t.id", "summary": "t.updated_ms"}
 _RECENT = {"message": "t.at_ms", "fact": "t.updated_ms", "summary": "t.updated_ms"}
 

@@ -67,11 +67,17 @@ def export_report(
         "user_id": user_id,
         "characters": characters,
         "counts": {
-            "sessions": len(sessions), "messages": len(messages), "facts": len(facts),
+            "sessions": len(sessions),
+            "messages": len(messages),
+            "facts": len(facts),
             "fact_history": len(fact_history),
-            "summaries": len(summaries), "bindings": len(bindings),
-            "channel_bindings": len(channel_bindings), "jobs": len(jobs),
-            "followed_agents": len(watched), "metrics": len(metrics), "raw_callbacks": len(raw),
+            "summaries": len(summaries),
+            "bindings": len(bindings),
+            "channel_bindings": len(channel_bindings),
+            "jobs": len(jobs),
+            "followed_agents": len(watched),
+            "metrics": len(metrics),
+            "raw_callbacks": len(raw),
         },
         "sessions": sessions,
         "messages": messages,
@@ -84,7 +90,7 @@ def export_report(
         "followed_agents": watched,
         "metrics": metrics,
         "raw_callbacks": raw,
-    }  # fmt: skip
+    }
 
 
 # The followed agent as the export shows it (leases are PostgreSQL's business); sessions have

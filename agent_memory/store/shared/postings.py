@@ -84,9 +84,15 @@ class PairPostings:
         return len(self.postings.get(term, ()))
 
     def scores(
-        self, weights: Sequence[tuple[str, float]], *, k1: float, b: float, average: float, limit: int,
+        self,
+        weights: Sequence[tuple[str, float]],
+        *,
+        k1: float,
+        b: float,
+        average: float,
+        limit: int,
         shortlist: int,
-    ) -> dict[int, float]:  # fmt: skip
+    ) -> dict[int, float]:
         """BM25 (binary term frequency) of the best `limit` turns by id, ranked as the SQL index
         ranks them: the `shortlist` with the most weighted words, then their length factor."""
         lists = [self._posting_array(term) for term, _ in weights]
@@ -144,10 +150,16 @@ class PostingsCache:
         self._cleared = 0
 
     def current(
-        self, key: tuple[str, int], changes: int, docs: int, *,
-        newer: Callable[[int], Docs], whole: Callable[[], Docs], whole_later: Callable[[], Docs],
+        self,
+        key: tuple[str, int],
+        changes: int,
+        docs: int,
+        *,
+        newer: Callable[[int], Docs],
+        whole: Callable[[], Docs],
+        whole_later: Callable[[], Docs],
         at_once: bool = False,
-    ) -> PairPostings | None:  # fmt: skip
+    ) -> PairPostings | None:
         """The copy of pair `key` at `changes`: held, or brought up to date with `newer(last_id)`.
 
         A pair that must be read whole is read at once when small (`whole()`); a larger one is

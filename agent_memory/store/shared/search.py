@@ -128,9 +128,15 @@ def hit(
 ) -> SearchHit:
     """A search result of one row, not yet ranked."""
     return {
-        "kind": kind, "id": id_, "character_id": character_id, "snippet": snippet(text, patterns),
-        "text": text, "at_ms": at_ms, "rank": 0, "score": 0.0,
-    }  # fmt: skip
+        "kind": kind,
+        "id": id_,
+        "character_id": character_id,
+        "snippet": snippet(text, patterns),
+        "text": text,
+        "at_ms": at_ms,
+        "rank": 0,
+        "score": 0.0,
+    }
 
 
 # A matched row's score, its time (the tie-break, newer first) and the row with its kind.
@@ -206,9 +212,20 @@ def by_words(
         for summary in recall.summaries(user_id, character_id):
             score = bm25(summary.text, stats.idfs, stats.average_length)
             if score > 0:
-                scored.append((score, summary.updated_ms, hit(
-                    "summary", summary.watermark_id, summary.character_id, summary.text, summary.updated_ms, patterns
-                )))  # fmt: skip
+                scored.append(
+                    (
+                        score,
+                        summary.updated_ms,
+                        hit(
+                            "summary",
+                            summary.watermark_id,
+                            summary.character_id,
+                            summary.text,
+                            summary.updated_ms,
+                            patterns,
+                        ),
+                    )
+                )
     scored.sort(key=lambda item: (-item[0], -item[1]))
     results = []
     for position, (score, _, item) in enumerate(scored[:limit], 1):

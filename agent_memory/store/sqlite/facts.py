@@ -44,13 +44,31 @@ def fact_of(row: Sequence[Any]) -> Fact:
 def summary_of(row: Sequence[Any]) -> Summary:
     """A `SUMMARY_COLUMNS` row as a summary."""
     (
-        user_id, character_id, text, watermark_id, covered_until_ms, message_count, method,
-        model, created_ms, updated_ms, meta,
-    ) = row  # fmt: skip
+        user_id,
+        character_id,
+        text,
+        watermark_id,
+        covered_until_ms,
+        message_count,
+        method,
+        model,
+        created_ms,
+        updated_ms,
+        meta,
+    ) = row
     return Summary(
-        user_id, character_id, text, watermark_id, covered_until_ms, message_count or 0, method,
-        model, created_ms, updated_ms, loads_object(meta),
-    )  # fmt: skip
+        user_id,
+        character_id,
+        text,
+        watermark_id,
+        covered_until_ms,
+        message_count or 0,
+        method,
+        model,
+        created_ms,
+        updated_ms,
+        loads_object(meta),
+    )
 
 
 class SQLiteFacts(Repository):
@@ -211,10 +229,16 @@ class SQLiteFacts(Repository):
             "INSERT INTO fact_history (fact_id, user_id, character_id, text, origin, valid_from, valid_to, change) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                fact.id, fact.user_id, fact.character_id or USER_WIDE, fact.text, fact.origin,
-                fact.valid_from, max(stamp, fact.valid_from), change,
+                fact.id,
+                fact.user_id,
+                fact.character_id or USER_WIDE,
+                fact.text,
+                fact.origin,
+                fact.valid_from,
+                max(stamp, fact.valid_from),
+                change,
             ),
-        )  # fmt: skip
+        )
 
     def _must(self, fact_id: int) -> Fact:
         fact = self.get(fact_id)
@@ -238,14 +262,21 @@ class SQLiteSummaries(Repository):
     def put(self, summary: Summary) -> None:
         """Store the pair's summary, replacing the one it had."""
         self.conn.execute(
-            f"INSERT OR REPLACE INTO summaries ({SUMMARY_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT OR REPLACE INTO summaries ({SUMMARY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                summary.user_id, summary.character_id, summary.text, summary.watermark_id,
-                summary.covered_until_ms, summary.message_count, summary.method, summary.model,
-                summary.created_ms, summary.updated_ms, dumps(summary.meta),
+                summary.user_id,
+                summary.character_id,
+                summary.text,
+                summary.watermark_id,
+                summary.covered_until_ms,
+                summary.message_count,
+                summary.method,
+                summary.model,
+                summary.created_ms,
+                summary.updated_ms,
+                dumps(summary.meta),
             ),
-        )  # fmt: skip
+        )
 
     def delete(self, user_id: str, character_id: str) -> int:
         return self.conn.execute(

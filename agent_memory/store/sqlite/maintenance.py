@@ -34,14 +34,20 @@ from agent_memory.store.types import (
 # mirror messages, facts and summaries by trigger; forget drops the user's pair tokens and
 # scrubs the indexes.
 NOT_HELD = (
-    "_sqlite_migrations", "sqlite_sequence", "search_state", "search_pairs",
+    "_sqlite_migrations",
+    "sqlite_sequence",
+    "search_state",
+    "search_pairs",
     # The recall index's documents follow messages by trigger, like the FTS indexes; the
     # rest are per-pair counts, message ids waiting to be indexed, and views of the index.
-    "recall_docs", "recall_pairs", "recall_pending", "recall_terms",
+    "recall_docs",
+    "recall_pairs",
+    "recall_pending",
+    "recall_terms",
     "memory_clock",
     "api_keys",  # the service's own keys
     FORGETS,  # when users were forgotten, by hash: what makes a forget final
-)  # fmt: skip
+)
 # A forget optimizes the search index on the spot while the index is this small (rows of
 # its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above
 # it the retention job scrubs the index in short merge steps shortly afterwards.
@@ -158,9 +164,10 @@ class SQLiteMaintenance(Purges, Repository):
                 blank + f"agent_id IN ({marks(len(chunk))}) AND status != 'forgotten'", chunk
             ).rowcount
         labelled, params = (
-            ("label_user = ?", (user_id,)) if character_id is None
+            ("label_user = ?", (user_id,))
+            if character_id is None
             else ("label_user = ? AND label_character = ?", (user_id, character_id))
-        )  # fmt: skip
+        )
         blanked += self.conn.execute(blank + labelled + " AND status != 'forgotten'", params).rowcount
         return blanked
 

@@ -197,9 +197,11 @@ class SQLiteRecall(Repository):
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
         # The pairs with their figures in one statement (each one more is a trip through SQLite).
-        scope, params = ("p.user_id = ?", (user_id,)) if character_id is None else (
-            "p.user_id = ? AND p.character_id = ?", (user_id, character_id)
-        )  # fmt: skip
+        scope, params = (
+            ("p.user_id = ?", (user_id,))
+            if character_id is None
+            else ("p.user_id = ? AND p.character_id = ?", (user_id, character_id))
+        )
         found = self.conn.execute(
             "SELECT p.id, r.docs, r.total_length, r.changes, p.user_id, p.character_id FROM search_pairs p "
             f"LEFT JOIN recall_pairs r ON r.pair = p.id WHERE {scope}",
@@ -272,10 +274,16 @@ class SQLiteRecall(Repository):
                 conn.close()
 
         return POSTINGS.current(
-            (self._database(), pair), changes, docs,
-            newer=lambda last_id: read(self.conn, f"{columns} WHERE pair = ? AND id > ? ORDER BY id", last_id),
-            whole=lambda: read(self.conn, whole), whole_later=read_alone, at_once=at_once,
-        )  # fmt: skip
+            (self._database(), pair),
+            changes,
+            docs,
+            newer=lambda last_id: read(
+                self.conn, f"{columns} WHERE pair = ? AND id > ? ORDER BY id", last_id
+            ),
+            whole=lambda: read(self.conn, whole),
+            whole_later=read_alone,
+            at_once=at_once,
+        )
 
     def _frequency(self, pair: int, term: str) -> int:
         """In how many of the pair's turns `term` is (counting a long posting list costs a tenth
@@ -357,10 +365,16 @@ class SQLiteRecall(Repository):
                     )
                 scores.update(self._scores(pair, stats, limit))
                 continue
-            scores.update(copy.scores(
-                present, k1=BM25_K1, b=BM25_B, average=stats.average_length, limit=limit,
-                shortlist=limit * SHORTLIST_FACTOR,
-            ))  # fmt: skip
+            scores.update(
+                copy.scores(
+                    present,
+                    k1=BM25_K1,
+                    b=BM25_B,
+                    average=stats.average_length,
+                    limit=limit,
+                    shortlist=limit * SHORTLIST_FACTOR,
+                )
+            )
         best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
         if not best:
             return []

@@ -53,18 +53,27 @@ from agent_memory.store.types import (
 
 SOURCES: dict[SearchKind, Kind] = {
     "message": Kind(
-        "message", "messages", "content", "id",
+        "message",
+        "messages",
+        "content",
+        "id",
         "t.id AS id, t.user_id, t.character_id, t.content AS text, t.at_ms, t.agent_id, t.role",
     ),
     "fact": Kind(
-        "fact", "facts", "text", "id",
+        "fact",
+        "facts",
+        "text",
+        "id",
         "t.id AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.pinned",
     ),
     "summary": Kind(
-        "summary", "summaries", "text", "rowid",
+        "summary",
+        "summaries",
+        "text",
+        "rowid",
         "t.rowid AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.watermark_id",
     ),
-}  # fmt: skip
+}
 
 
 def fts_phrase(term: str) -> str:

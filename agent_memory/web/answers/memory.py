@@ -137,15 +137,20 @@ class FactAdded(Answer):
             "examples": [
                 {
                     "fact": {
-                        "id": 7, "text": "prefers to be called Ally", "scope": "character", "pinned": True,
-                        "origin": "manual", "created_ms": 1793736960000, "updated_ms": 1793736960000,
+                        "id": 7,
+                        "text": "prefers to be called Ally",
+                        "scope": "character",
+                        "pinned": True,
+                        "origin": "manual",
+                        "created_ms": 1793736960000,
+                        "updated_ms": 1793736960000,
                         "valid_from": 1793736960000,
                     },
                     "created": True,
                 }
             ]
         }
-    )  # fmt: skip
+    )
     fact: FactOut
     created: bool
 
@@ -189,18 +194,24 @@ class FactHistoryAnswer(Answer):
                     "current": True,
                     "versions": [
                         {
-                            "text": "lives in Paris", "origin": "manual", "valid_from": 1793736960000,
-                            "valid_to": 1796415360000, "change": "superseded",
+                            "text": "lives in Paris",
+                            "origin": "manual",
+                            "valid_from": 1793736960000,
+                            "valid_to": 1796415360000,
+                            "change": "superseded",
                         },
                         {
-                            "text": "moved to Lyon", "origin": "manual", "valid_from": 1796415360000,
-                            "valid_to": None, "change": None,
+                            "text": "moved to Lyon",
+                            "origin": "manual",
+                            "valid_from": 1796415360000,
+                            "valid_to": None,
+                            "change": None,
                         },
                     ],
                 }
             ]
         }
-    )  # fmt: skip
+    )
     fact_id: int
     current: bool = Field(description="false: the fact ended (no longer true) and only its history is kept")
     versions: list[FactVersionOut] = Field(description="oldest first; the current text last")
@@ -258,16 +269,22 @@ class SystemMessagesAnswer(Answer):
         json_schema_extra={
             "examples": [
                 {
-                    "user_id": "u-alice", "character_id": "luna",
+                    "user_id": "u-alice",
+                    "character_id": "luna",
                     "system_messages": [
-                        {"role": "system", "content": "What you remember about this user (long-term memory):\n- The user has a cat named Miso"}
+                        {
+                            "role": "system",
+                            "content": "What you remember about this user (long-term memory):\n- The user has a cat named Miso",
+                        }
                     ],
-                    "style": "openai", "tokens": 24, "max_tokens": 1500,
+                    "style": "openai",
+                    "tokens": 24,
+                    "max_tokens": 1500,
                     "included": {"persona": False, "facts": 1, "summary": False, "messages": 0},
                 }
             ]
         }
-    )  # fmt: skip
+    )
     user_id: str
     character_id: str
     system_messages: list[Object] = Field(description="in the style's shape: openai {role, content}, …")
