@@ -31,6 +31,7 @@ ENVIRONMENT: dict[str, str] = {
     "label_user_key": "AGENT_MEMORY_LABEL_USER",
     "label_character_key": "AGENT_MEMORY_LABEL_CHARACTER",
     "default_character": "AGENT_MEMORY_DEFAULT_CHARACTER",
+    "phone_identity": "AGENT_MEMORY_PHONE_IDENTITY",
     "context_max_tokens": "AGENT_MEMORY_MAX_TOKENS",
     "context_recent_messages": "AGENT_MEMORY_RECENT_MESSAGES",
     "agora_app_id": "AGORA_APP_ID",
@@ -172,6 +173,11 @@ class Settings(BaseModel):
     """The label key that names the character."""
     default_character: str = "default"
     """The character when labels name none."""
+    phone_identity: bool = False
+    """Phone calls (Vapi, Retell, ElevenLabs) with no explicit user id belong to the caller's number,
+    as user `tel:<E.164>`. Off by default: caller ID can be spoofed, and whoever calls from a number reads
+    that number's memory (docs/identity.md).
+    """
 
     context_max_tokens: int = Field(1500, ge=50)
     """Default budget of `system_messages`."""
