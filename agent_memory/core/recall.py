@@ -172,9 +172,11 @@ def candidates_for(max_tokens: int) -> int:
     return max(CANDIDATES, max_tokens // TOKENS_PER_CANDIDATE)
 
 
-def weighted_terms(q: str) -> list[tuple[str, float]]:
+@text_cache(1024)
+def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
     """The question's terms with their weights: numbers and names count more; everyday words
-    related to one asked (`core.terms.RELATED`) count less."""
+    related to one asked (`core.terms.RELATED`) count less. Cached: a recall reads them twice
+    (to rank and to fit), and a call asks about what was just said again."""
     weights: dict[str, float] = {}
     words = q.split()
     for position, word in enumerate(words):
@@ -193,7 +195,7 @@ def weighted_terms(q: str) -> list[tuple[str, float]]:
     for term in list(weights):
         for related in RELATED.get(term, ()):
             weights.setdefault(related, RELATED_WEIGHT)
-    return list(weights.items())
+    return tuple(weights.items())
 
 
 def okapi(matches: Iterable[tuple[int, float]], length: float, average_length: float) -> float:
