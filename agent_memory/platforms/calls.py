@@ -117,14 +117,13 @@ class CallTranscript:
     skipped: Sequence[str] = ()
 
 
-async def store_transcript(
-    memory: Memory, transcript: CallTranscript, *, body: str, received_ms: int
-) -> Outcome:
-    """Record the raw payload and merge its transcript into the call's session, in one
-    transaction. A redelivery (the same event of the same call) is a duplicate; the call's turns
-    recorded live by its per-turn endpoint and those of another event merge, nothing doubled."""
+def recorded_event(
+    settings: Settings, transcript: CallTranscript, *, body: str, received_ms: int
+) -> tuple[RawEvent, SessionEvent]:
+    """The raw payload as the inbox records it (under `<platform>:<call id>:<event>`) and the
+    transcript as the session event ingest applies; `agent-memory reprocess` rebuilds both."""
     key = session_key(transcript.platform, transcript.call_id)
-    labels = identity_labels(memory.settings, transcript.identity)
+    labels = identity_labels(settings, transcript.identity)
     raw = RawEvent(
         event_id=f"{key}:{transcript.event}",
         event_type=0,
@@ -145,6 +144,16 @@ async def store_transcript(
         labels_field=transcript.ids_field,
         skipped=transcript.skipped,
     )
+    return raw, event
+
+
+async def store_transcript(
+    memory: Memory, transcript: CallTranscript, *, body: str, received_ms: int
+) -> Outcome:
+    """Record the raw payload and merge its transcript into the call's session, in one
+    transaction. A redelivery (the same event of the same call) is a duplicate; the call's turns
+    recorded live by its per-turn endpoint and those of another event merge, nothing doubled."""
+    raw, event = recorded_event(memory.settings, transcript, body=body, received_ms=received_ms)
     return await memory.accept_event(raw, event)
 
 
