@@ -278,6 +278,10 @@ def _day_ms(day: str, fallback: int) -> int:
         return fallback
 
 
+# A memory before it is built: (score, when, its text, what it comes from).
+Scored = tuple[float, int, str, "TurnHit | Fact | Summary"]
+
+
 def rank(
     *,
     hits: Sequence[TurnHit],
@@ -289,39 +293,42 @@ def rank(
 ) -> list[RecalledMemory]:
     """Turns, facts and summary lines in one list, best first; each text once."""
     always_ids = {fact.id for fact in always}
-    scored_facts = [
-        (fact, bm25(fact.text, idfs, average_length)) for fact in facts if fact.id not in always_ids
-    ]
-    scored_lines = [
-        (summary, text, at_ms, bm25(text, idfs, average_length))
-        for summary in summaries
-        for text, at_ms in summary_lines(summary)
-    ]
-    hit_times = [said_at(hit.message) for hit in hits]
-    times = hit_times + [fact.updated_ms for fact, score in scored_facts if score > 0]
-    times += [at_ms for _, _, at_ms, score in scored_lines if score > 0]
-    newest = max(times, default=0)
-
-    def prior(score: float, at_ms: int) -> float:
-        return round(score * (1 + RECENCY_WEIGHT * recency(at_ms, newest)), 4)
-
+    scored = _scored(hits, [f for f in facts if f.id not in always_ids], summaries, idfs, average_length)
+    newest = max((at_ms for _, at_ms, _, _ in scored), default=0)
     # Ranked and deduplicated as plain tuples: only the memories kept are built (most hits
     # are dropped as repeats or below the floor, on every turn of a live call).
-    found: list[tuple[float, int, str, TurnHit | Fact | Summary]] = [
-        (prior(hit.score, at_ms), at_ms, _said(hit.message), hit)
-        for hit, at_ms in zip(hits, hit_times, strict=True)
-    ]
-    found += [
-        (prior(score, fact.updated_ms), fact.updated_ms, fact.text, fact)
-        for fact, score in scored_facts
-        if score > 0
-    ]
-    found += [
-        (prior(score, at_ms), at_ms, text, summary)
-        for summary, text, at_ms, score in scored_lines
-        if score > 0
+    found = [
+        (round(score * (1 + RECENCY_WEIGHT * recency(at_ms, newest)), 4), at_ms, text, source)
+        for score, at_ms, text, source in scored
     ]
     found.sort(key=lambda entry: (-entry[0], -entry[1]))
+    pinned = [RecalledMemory("fact", f.text, f.updated_ms, 0.0, None, id=f.id, always=True) for f in always]
+    return pinned + _distinct(found)
+
+
+def _scored(
+    hits: Sequence[TurnHit],
+    facts: Sequence[Fact],
+    summaries: Sequence[Summary],
+    idfs: Mapping[str, float],
+    average_length: float,
+) -> list[Scored]:
+    """Every turn hit, and the facts and summary lines that match the question at all."""
+    scored: list[Scored] = [(hit.score, said_at(hit.message), _said(hit.message), hit) for hit in hits]
+    for fact in facts:
+        score = bm25(fact.text, idfs, average_length)
+        if score > 0:
+            scored.append((score, fact.updated_ms, fact.text, fact))
+    for summary in summaries:
+        for text, at_ms in summary_lines(summary):
+            score = bm25(text, idfs, average_length)
+            if score > 0:
+                scored.append((score, at_ms, text, summary))
+    return scored
+
+
+def _distinct(found: Sequence[Scored]) -> list[RecalledMemory]:
+    """The memories of `found` (best first) above the floor, each text once."""
     floor = found[0][0] * MIN_RELATIVE_SCORE if found else 0.0
     kept: list[RecalledMemory] = []
     seen: set[str] = set()
@@ -333,8 +340,7 @@ def rank(
             continue
         seen.add(key)
         kept.append(_memory(source, text, at_ms, score))
-    pinned = [RecalledMemory("fact", f.text, f.updated_ms, 0.0, None, id=f.id, always=True) for f in always]
-    return pinned + kept
+    return kept
 
 
 def _memory(source: TurnHit | Fact | Summary, text: str, at_ms: int, score: float) -> RecalledMemory:
