@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -127,6 +128,7 @@ Event = Literal["ADD", "UPDATE", "DELETE", "NONE"]
 # The decisions an answer's facts are counted by, and what could not be used ("ignored": a
 # malformed decision, or one aimed at an unknown or pinned fact).
 DECISIONS = ("add", "update", "delete", "none", "ignored")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class FactDecision(BaseModel):
@@ -192,51 +194,64 @@ def parse_answer(content: str) -> tuple[CondenseOutput, dict[str, int]]:
     """
     fenced = _FENCE.match(content)
     envelope = _Envelope.model_validate_json(fenced.group(1) if fenced else content)
-    counts = dict.fromkeys(DECISIONS, 0)
-    added: list[FactAdd] = []
-    updated: list[FactUpdate] = []
-    removed: list[int] = []
+    read = _Decisions()
     if envelope.facts is not None:
         for item in envelope.facts:
-            decision = _decision(item)
-            if decision is None:
-                counts["ignored"] += 1
-            elif decision.event == "ADD" and decision.text is not None:
-                added.append(FactAdd(text=decision.text, scope=decision.scope or "user"))
-                counts["add"] += 1
-            elif decision.event == "UPDATE" and decision.id is not None and decision.text is not None:
-                updated.append(FactUpdate(id=decision.id, text=decision.text))
-                counts["update"] += 1
-            elif decision.event == "DELETE" and decision.id is not None:
-                removed.append(decision.id)
-                counts["delete"] += 1
-            elif decision.event == "NONE":
-                counts["none"] += 1
-            else:
-                counts["ignored"] += 1
+            read.take(_decision(item))
     else:
+        read.take_lists(envelope)
+    output = CondenseOutput(
+        summary=envelope.summary, add_facts=read.added, update_facts=read.updated, remove_facts=read.removed
+    )
+    return output, read.counts
+
+
+@dataclass
+class _Decisions:
+    """The fact changes read from an answer so far, and its decisions counted."""
+
+    added: list[FactAdd] = field(default_factory=list)
+    updated: list[FactUpdate] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DECISIONS, 0))
+
+    def take(self, decision: FactDecision | None) -> None:
+        """One ADD / UPDATE / DELETE / NONE decision (None or malformed: ignored)."""
+        counted = "ignored"
+        if decision is None:
+            pass
+        elif decision.event == "ADD" and decision.text is not None:
+            self.added.append(FactAdd(text=decision.text, scope=decision.scope or "user"))
+            counted = "add"
+        elif decision.event == "UPDATE" and decision.id is not None and decision.text is not None:
+            self.updated.append(FactUpdate(id=decision.id, text=decision.text))
+            counted = "update"
+        elif decision.event == "DELETE" and decision.id is not None:
+            self.removed.append(decision.id)
+            counted = "delete"
+        elif decision.event == "NONE":
+            counted = "none"
+        self.counts[counted] += 1
+
+    def take_lists(self, envelope: _Envelope) -> None:
+        """The older answer shape: lists of facts to add, to update and ids to remove."""
         for item in envelope.add_facts or []:
-            try:
-                added.append(FactAdd.model_validate(item))
-                counts["add"] += 1
-            except ValidationError:
-                counts["ignored"] += 1
+            self._validated(item, FactAdd, self.added, "add")
         for item in envelope.update_facts or []:
-            try:
-                updated.append(FactUpdate.model_validate(item))
-                counts["update"] += 1
-            except ValidationError:
-                counts["ignored"] += 1
+            self._validated(item, FactUpdate, self.updated, "update")
         for item in envelope.remove_facts or []:
             if isinstance(item, int) and not isinstance(item, bool):
-                removed.append(item)
-                counts["delete"] += 1
+                self.removed.append(item)
+                self.counts["delete"] += 1
             else:
-                counts["ignored"] += 1
-    output = CondenseOutput(
-        summary=envelope.summary, add_facts=added, update_facts=updated, remove_facts=removed
-    )
-    return output, counts
+                self.counts["ignored"] += 1
+
+    def _validated(self, item: Any, model: type[_M], into: list[_M], counted: str) -> None:
+        try:
+            into.append(model.model_validate(item))
+        except ValidationError:
+            counted = "ignored"
+        self.counts[counted] += 1
 
 
 def _decision(item: Any) -> FactDecision | None:
