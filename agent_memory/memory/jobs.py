@@ -98,6 +98,13 @@ def apply_result(
 ) -> dict[str, int]:
     """Commit a condensed result: summary, fact changes and watermark together; `read_ms`: when
     its messages were read (a forget since then drops it)."""
+    _check_still_wanted(tx, job, previous, read_ms)
+    tx.summaries.put(_next_summary(job, messages, result, previous))
+    return _apply_facts(tx, job.user_id, job.character_id, result)
+
+
+def _check_still_wanted(tx: Transaction, job: Job, previous: Summary | None, read_ms: int | None) -> None:
+    """Raise Forgotten or Superseded when the result must not be committed."""
     user_id, character_id = job.user_id, job.character_id
     cutoff = tx.maintenance.forget_cutoff(user_id, character_id)
     # Forgetting the pair deletes its job (whose id SQLite may give to the next one) and leaves
@@ -110,24 +117,31 @@ def apply_result(
     if (current and current.watermark_id) != (previous and previous.watermark_id):
         # Someone condensed these messages meanwhile (a forget, or a manual retry): drop ours.
         raise Superseded(f"the summary of {user_id}/{character_id} changed while its job ran")
+
+
+def _next_summary(
+    job: Job, messages: list[Message], result: CondenseResult, previous: Summary | None
+) -> Summary:
+    """The pair's summary once `messages` are condensed into it."""
     stamp = now_ms()
-    watermark = max(message.id for message in messages)
     covered_until = max(message.at_ms for message in messages)
-    tx.summaries.put(
-        Summary(
-            user_id=user_id,
-            character_id=character_id,
-            text=result.summary,
-            watermark_id=watermark,
-            covered_until_ms=max(covered_until, (previous and previous.covered_until_ms) or 0),
-            message_count=(previous.message_count if previous else 0) + len(messages),
-            method=result.method,
-            model=result.model,
-            created_ms=previous.created_ms if previous else stamp,
-            updated_ms=stamp,
-            meta={"tokens_sent": result.tokens_sent, "fallback_reason": result.fallback_reason},
-        )
+    return Summary(
+        user_id=job.user_id,
+        character_id=job.character_id,
+        text=result.summary,
+        watermark_id=max(message.id for message in messages),
+        covered_until_ms=max(covered_until, (previous and previous.covered_until_ms) or 0),
+        message_count=(previous.message_count if previous else 0) + len(messages),
+        method=result.method,
+        model=result.model,
+        created_ms=previous.created_ms if previous else stamp,
+        updated_ms=stamp,
+        meta={"tokens_sent": result.tokens_sent, "fallback_reason": result.fallback_reason},
     )
+
+
+def _apply_facts(tx: Transaction, user_id: str, character_id: str, result: CondenseResult) -> dict[str, int]:
+    """Add, update and end the result's facts (pinned ones are the user's: left alone); counted."""
     changes = {"added": 0, "updated": 0, "removed": 0}
     pinned = {fact.id for fact in tx.facts.of_pair(user_id, character_id) if fact.pinned}
     for fact in result.add_facts:
@@ -135,12 +149,12 @@ def apply_result(
             user_id, character_id, fact.text, scope=fact.scope, pinned=False, origin=result.method
         )
         changes["added"] += int(created)
-    known = {fact.id for fact in tx.facts.of_pair(user_id, character_id)}
+    changeable = {fact.id for fact in tx.facts.of_pair(user_id, character_id)} - pinned
     for update in result.update_facts:
-        if update.id in known and update.id not in pinned:
+        if update.id in changeable:
             changes["updated"] += int(tx.facts.update(update.id, update.text))
     for fact_id in result.remove_facts:
-        if fact_id in known and fact_id not in pinned:
+        if fact_id in changeable:
             # No longer true: kept as the fact's history (valid_to set), gone from memory.
             changes["removed"] += int(tx.facts.end(fact_id))
     return changes
