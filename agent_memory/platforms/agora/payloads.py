@@ -9,6 +9,7 @@ to integer milliseconds by magnitude (Agora documents milliseconds and shows sec
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
@@ -122,6 +123,92 @@ class MessageMetadata(BaseModel):
         return data
 
 
+# Each step reads a message's fields as sent and leaves them as MemoryMessage takes them.
+
+
+def _content(data: dict[str, Any]) -> None:
+    """Content that is not text (absent, null, a list of parts): its text, kept as sent."""
+    if not isinstance(data.get("content"), str):
+        data["content_is_text"] = False
+        data["raw_content"] = content = data.get("content")
+        data["content"] = _text(content)
+        if isinstance(content, list):
+            data["content_images"] = _images(content)
+
+
+def _times(data: dict[str, Any]) -> None:
+    """The timestamp in ms; times that are no possible time noted as ignored."""
+    if "timestamp" in data:
+        value = data["timestamp"]
+        data["timestamp"] = to_ms(value)
+        if data["timestamp"] is None and value is not None and impossible_time(value):
+            data["ignored_times"] = ["timestamp"]
+    meta = data.get("metadata")
+    if (
+        isinstance(meta, dict)
+        and "interrupt_timestamp" in meta
+        and impossible_time(meta["interrupt_timestamp"])
+    ):
+        data.setdefault("ignored_times", []).append("metadata.interrupt_timestamp")
+
+
+def _speech(data: dict[str, Any]) -> None:
+    """A custom LLM's speech timings: no possible time is dropped, a non-number kept as sent."""
+    if data.keys().isdisjoint(SPEECH_FIELDS):  # only a custom LLM's messages carry them
+        return
+    for name in SPEECH_TIMES:
+        if name in data and impossible_time(data[name]):
+            data.setdefault("ignored_times", []).append(name)
+            data[name] = None  # kept out of the message's extras too: it is no time
+    for name in SPEECH_FIELDS:
+        value = data.get(name)
+        if value is not None and (isinstance(value, bool) or as_number(value) is None):
+            data[f"{name}_as_sent"], data[name] = value, None  # not a number: kept as sent
+
+
+def _turn(data: dict[str, Any]) -> None:
+    """The turn id as a 64-bit integer; an unreadable one kept as sent (it must not cost the message)."""
+    turn_id = data.get("turn_id")
+    if turn_id is not None and (type(turn_id) is not int or not INT64_MIN <= turn_id <= INT64_MAX):
+        data["turn_id"] = _turn_number(turn_id)
+        if data["turn_id"] is None:
+            data["turn_id_as_sent"] = turn_id
+    if data.get("metadata") is None:
+        data["metadata"] = {}
+
+
+def _role(data: dict[str, Any]) -> None:
+    """The role as text; an empty one is an error."""
+    role = data.get("role")
+    if role is not None and not isinstance(role, str):
+        data["role"] = role = _to_str(role)
+    if isinstance(role, str) and not role.strip():
+        raise ValueError("role is empty")
+
+
+def _tools(data: dict[str, Any]) -> None:
+    """Tool fields as OpenAI has them; an id or name that is an object or list kept as sent."""
+    if "tool_calls" not in data and "tool_call_id" not in data and "name" not in data:
+        return
+    for name in ("tool_call_id", "name"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            data[name] = _to_str(data[name])
+            if not isinstance(data[name], str):
+                data[f"{name}_as_sent"], data[name] = data[name], None
+    if data.get("tool_calls") is not None and not isinstance(data["tool_calls"], list):
+        data["tool_calls"] = [data["tool_calls"]]
+
+
+NORMALISE_STEPS: tuple[Callable[[dict[str, Any]], None], ...] = (
+    _content,
+    _times,
+    _speech,
+    _turn,
+    _role,
+    _tools,
+)
+
+
 class MemoryMessage(BaseModel):
     """One message of an agent's short-term memory, as the engine keeps it.
 
@@ -156,53 +243,8 @@ class MemoryMessage(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if not isinstance(data.get("content"), str):
-            data["content_is_text"] = False
-            data["raw_content"] = content = data.get("content")
-            data["content"] = _text(content)
-            if isinstance(content, list):
-                data["content_images"] = _images(content)
-        if "timestamp" in data:
-            value = data["timestamp"]
-            data["timestamp"] = to_ms(value)
-            if data["timestamp"] is None and value is not None and impossible_time(value):
-                data["ignored_times"] = ["timestamp"]
-        meta = data.get("metadata")
-        if (
-            isinstance(meta, dict)
-            and "interrupt_timestamp" in meta
-            and impossible_time(meta["interrupt_timestamp"])
-        ):
-            data.setdefault("ignored_times", []).append("metadata.interrupt_timestamp")
-        if not data.keys().isdisjoint(SPEECH_FIELDS):  # only a custom LLM's messages carry them
-            for name in SPEECH_TIMES:
-                if name in data and impossible_time(data[name]):
-                    data.setdefault("ignored_times", []).append(name)
-                    data[name] = None  # kept out of the message's extras too: it is no time
-            for name in SPEECH_FIELDS:
-                value = data.get(name)
-                if value is not None and (isinstance(value, bool) or as_number(value) is None):
-                    data[f"{name}_as_sent"], data[name] = value, None  # not a number: kept as sent
-        turn_id = data.get("turn_id")
-        if turn_id is not None and (type(turn_id) is not int or not INT64_MIN <= turn_id <= INT64_MAX):
-            data["turn_id"] = _turn_number(turn_id)
-            if data["turn_id"] is None:  # an unreadable turn id must not cost the message
-                data["turn_id_as_sent"] = turn_id
-        if data.get("metadata") is None:
-            data["metadata"] = {}
-        role = data.get("role")
-        if role is not None and not isinstance(role, str):
-            data["role"] = role = _to_str(role)
-        if isinstance(role, str) and not role.strip():
-            raise ValueError("role is empty")
-        if "tool_calls" in data or "tool_call_id" in data or "name" in data:
-            for name in ("tool_call_id", "name"):
-                if data.get(name) is not None and not isinstance(data[name], str):
-                    data[name] = _to_str(data[name])
-                    if not isinstance(data[name], str):  # an object or a list: kept as sent
-                        data[f"{name}_as_sent"], data[name] = data[name], None
-            if data.get("tool_calls") is not None and not isinstance(data["tool_calls"], list):
-                data["tool_calls"] = [data["tool_calls"]]
+        for step in NORMALISE_STEPS:
+            step(data)
         return data
 
     @property
