@@ -19,7 +19,7 @@ from conftest import said, seed
 
 from agent_memory.core.tokens import MESSAGE_OVERHEAD, count_message_tokens, estimate_tokens
 from agent_memory.errors import InvalidField
-from agent_memory.memory.tokenizer import counter, use_tokenizer
+from agent_memory.memory.tokenizer import counter, encoding, use_tokenizer
 from agent_memory.settings import Settings
 
 CORPUS = Path(__file__).parent / "data" / "tokens"
