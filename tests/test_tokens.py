@@ -205,3 +205,12 @@ def test_scripts_are_counted_at_their_own_rates(default_after):
     assert estimate_tokens("。") == 1
     use_tokenizer("estimate")
     assert count_message_tokens("hello world") == 3 + 4
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_a_loaded_tokenizer_keeps_no_python_copy_of_its_ranks(name):
+    # The Rust BPE holds the ranks; tiktoken's Python dict of them (~28 MiB for o200k_base) is
+    # only for pickling, and is dropped. It still encodes and decodes.
+    loaded = encoding(name)
+    assert loaded._mergeable_ranks == {}
+    assert loaded.decode(loaded.encode_ordinary("Biscuit turned nine")) == "Biscuit turned nine"
