@@ -132,6 +132,27 @@ async def test_neighbouring_turns_come_as_context_and_a_neighbour_hit_is_not_rep
     assert [turn["position"] for turn in question["context"]] == ["before"]
 
 
+async def test_each_memory_gets_its_own_neighbours_from_two_sessions(service) -> None:
+    # The neighbours of every memory shown are read at once (one round trip on PostgreSQL):
+    # each memory must still get the turns around it, from its own session.
+    first = ["Good morning!", "I adopted a tortoise called Sheldon.", "How old is he?"]
+    second = ["Back from the market.", "Sheldon the tortoise ate all the strawberries.", "Greedy little guy!"]
+    await seed(service, "u1", "luna", "a1", said(*first, start_ms=MAY_8))
+    await seed(service, "u1", "luna", "a2", said(*second, start_ms=MAY_8 + 86_400_000))
+    body = await recall(service, "u1", "luna", "Sheldon tortoise")
+    context = {
+        m["text"]: [(turn["position"], turn["text"]) for turn in m["context"]] for m in body["memories"]
+    }
+    assert context["I adopted a tortoise called Sheldon."] == [
+        ("before", "Good morning!"),
+        ("after", "How old is he?"),
+    ]
+    assert context["Sheldon the tortoise ate all the strawberries."] == [
+        ("before", "Back from the market."),
+        ("after", "Greedy little guy!"),
+    ]
+
+
 async def test_the_same_words_said_twice_are_one_memory(service) -> None:
     await seed(service, "u1", "luna", "a1", said("I love hiking in the Alps.", "Nice.", start_ms=MAY_8))
     await seed(

@@ -134,8 +134,9 @@ def fuse(keyword: Sequence[TurnHit], semantic: Sequence[TurnHit]) -> list[TurnHi
     return [TurnHit(messages[message_id], fused[message_id] * scale) for message_id in order]
 
 
-# The turns said just before and just after a message in its session (either may be None).
-Neighbours = Callable[[Message], tuple[Message | None, Message | None]]
+# The turns said just before and just after each of some messages in its session (either may
+# be None), by message id: asked once for all the memories shown (one round trip).
+Neighbours = Callable[[Sequence[Message]], Mapping[int, tuple[Message | None, Message | None]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,12 +444,13 @@ def fit(
             chosen.append((memory, text))
     # A neighbour that is itself shown is not repeated as context.
     shown_keys = {text_key((memory.message and _said(memory.message)) or memory.text) for memory, _ in chosen}
+    turns = [memory.message for memory, _ in chosen if memory.message is not None]
+    around = neighbours(turns) if neighbours is not None and turns and used < max_tokens else {}
     shown: list[RecalledMemory] = []
     for memory, text in chosen:
         added: list[ContextTurn] = []
-        if neighbours is not None and memory.message is not None and used < max_tokens:
-            before, after = neighbours(memory.message)
-            for position, turn in (("before", before), ("after", after)):
+        if memory.message is not None and memory.message.id in around:
+            for position, turn in zip(("before", "after"), around[memory.message.id], strict=True):
                 if turn is None or text_key(_said(turn)) in shown_keys:
                     continue
                 said = _clip(annotate(_said(turn), said_at(turn)), CONTEXT_MAX_TOKENS)

@@ -189,8 +189,8 @@ class RecallReads(Protocol):
         """The best-matching turns in the scope of `stats`, best first."""
         ...
 
-    def neighbours(self, message: Message) -> tuple[Message | None, Message | None]:
-        """The spoken turns just before and just after `message` in its session."""
+    def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
+        """The spoken turns just before and just after each message in its session, by its id."""
         ...
 
     def messages(self, ids: Sequence[int]) -> list[Message]:

@@ -62,6 +62,18 @@ RECALL_STATEMENT_TIMEOUT_MS = 10_000
 _frequencies: dict[tuple[str, int, str], tuple[float, int]] = {}
 
 
+_SPOKEN = (
+    f"SELECT {READ_COLUMNS} FROM messages WHERE agent_id = k.agent_id AND kind = 'turn' AND content != ''"
+)
+# Each asked message (id, session, place) with the spoken turn just before it and just after it.
+_NEIGHBOURS = (
+    "WITH k AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS k(of_id, agent_id, seq)) "
+    f"SELECT k.of_id, -1 AS side, n.* FROM k CROSS JOIN LATERAL ({_SPOKEN} AND seq < k.seq ORDER BY seq DESC LIMIT 1) n "
+    "UNION ALL "
+    f"SELECT k.of_id, 1 AS side, n.* FROM k CROSS JOIN LATERAL ({_SPOKEN} AND seq > k.seq ORDER BY seq LIMIT 1) n"
+)
+
+
 def pair_term(pair: int, term: str) -> str:
     """A term as the index holds it: in its pair's own posting list."""
     return f"{pair}:{term}"
@@ -352,19 +364,19 @@ class PostgresRecall(Repository):
             for row in self._all(f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(%s)", (list(ids),))
         ]
 
-    def neighbours(self, message: Message) -> tuple[Message | None, Message | None]:
-        """The spoken turns just before and just after `message` in its session (one round trip)."""
-        spoken = (
-            f"SELECT {READ_COLUMNS} FROM messages WHERE agent_id = %s AND kind = 'turn' AND content != ''"
-        )
+    def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
+        """The spoken turns just before and just after each message in its session, all in one
+        round trip (a recall shows a dozen memories or more: one trip each cost milliseconds)."""
+        if not messages:
+            return {}
         rows = self._all(
-            f"({spoken} AND seq < %s ORDER BY seq DESC LIMIT 1) UNION ALL ({spoken} AND seq > %s ORDER BY seq LIMIT 1)",
-            (message.agent_id, message.seq, message.agent_id, message.seq),
+            _NEIGHBOURS, ([m.id for m in messages], [m.agent_id for m in messages], [m.seq for m in messages])
         )
-        found = [message_of(row) for row in rows]
-        before = next((turn for turn in found if turn.seq < message.seq), None)
-        after = next((turn for turn in found if turn.seq > message.seq), None)
-        return before, after
+        found: dict[tuple[int, int], Message] = {}
+        for row in rows:
+            of_id, side = row.pop("of_id"), row.pop("side")
+            found[(of_id, side)] = message_of(row)
+        return {m.id: (found.get((m.id, -1)), found.get((m.id, 1))) for m in messages}
 
 
 def forget_held() -> None:

@@ -397,13 +397,17 @@ class SQLiteRecall(Repository):
         found = {message.id: message for message in map(message_of, rows)}
         return [found[i] for i in ids if i in found]
 
-    def neighbours(self, message: Message) -> tuple[Message | None, Message | None]:
-        """The spoken turns just before and just after `message` in its session (one statement)."""
-        found: dict[int, Message] = {
-            row[0]: message_of(row[1:])
-            for row in self.conn.execute(_NEIGHBOURS, (message.agent_id, message.seq) * 2)
-        }
-        return found.get(-1), found.get(1)
+    def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
+        """The spoken turns just before and just after each message in its session (a statement
+        each: SQLite answers in process, no round trip to save)."""
+        around: dict[int, tuple[Message | None, Message | None]] = {}
+        for message in messages:
+            found: dict[int, Message] = {
+                row[0]: message_of(row[1:])
+                for row in self.conn.execute(_NEIGHBOURS, (message.agent_id, message.seq) * 2)
+            }
+            around[message.id] = (found.get(-1), found.get(1))
+        return around
 
 
 def forget_held() -> None:
