@@ -442,52 +442,64 @@ def fit(
         if used + cost <= max_tokens:  # else a shorter one further down may still fit
             used += cost
             chosen.append((memory, text))
-    # A neighbour that is itself shown is not repeated as context.
-    shown_keys = {text_key((memory.message and _said(memory.message)) or memory.text) for memory, _ in chosen}
     turns = [memory.message for memory, _ in chosen if memory.message is not None]
     around = neighbours(turns) if neighbours is not None and turns and used < max_tokens else {}
+    # A neighbour that is itself shown is not repeated as context.
+    shown_keys = {text_key((memory.message and _said(memory.message)) or memory.text) for memory, _ in chosen}
     shown: list[RecalledMemory] = []
     for memory, text in chosen:
-        added: list[ContextTurn] = []
-        if memory.message is not None and memory.message.id in around:
-            for position, turn in zip(("before", "after"), around[memory.message.id], strict=True):
-                if turn is None or text_key(_said(turn)) in shown_keys:
-                    continue
-                said = _clip(annotate(_said(turn), said_at(turn)), CONTEXT_MAX_TOKENS)
-                context = ContextTurn(position, turn.role, said, said_at(turn))  # type: ignore[arg-type]
-                cost = count_tokens(context_line(context)) + 1
-                if used + cost <= max_tokens:
-                    used += cost
-                    added.append(context)
-        # Built once, not copied with `dataclasses.replace` (which reads every field by name).
-        shown.append(
-            RecalledMemory(
-                memory.kind,
-                text,
-                memory.at_ms,
-                memory.score,
-                memory.character_id,
-                session=memory.session,
-                role=memory.role,
-                id=memory.id,
-                context=tuple(added),
-                always=memory.always,
-                message=memory.message,
-            )
-        )
-    text_lines = [HEADING]
-    for memory in shown:
-        text_lines.append(memory_line(memory))
-        text_lines.extend(context_line(turn) for turn in memory.context)
-    content = "\n".join(text_lines) if shown else ""
+        pair = around.get(memory.message.id, (None, None)) if memory.message is not None else (None, None)
+        added, used = _context(pair, shown_keys, used, max_tokens)
+        shown.append(_shown(memory, text, added))
+    content = "\n".join(
+        [
+            HEADING,
+            *(line for memory in shown for line in (memory_line(memory), *map(context_line, memory.context))),
+        ]
+    )
     return Recall(
         q=q,
         terms=query_terms(q),
         memories=shown,
-        tokens=count_message_tokens(content) if content else 0,
+        tokens=count_message_tokens(content) if shown else 0,
         max_tokens=max_tokens,
-        system_message=content,
+        system_message=content if shown else "",
         candidates=candidates,
+    )
+
+
+def _context(
+    around: tuple[Message | None, Message | None], shown_keys: set[str], used: int, max_tokens: int
+) -> tuple[tuple[ContextTurn, ...], int]:
+    """The turns around a memory that fit (and are not shown themselves), and the tokens used after them."""
+    added: list[ContextTurn] = []
+    for position, turn in zip(("before", "after"), around, strict=True):
+        if turn is None or text_key(_said(turn)) in shown_keys:
+            continue
+        said = _clip(annotate(_said(turn), said_at(turn)), CONTEXT_MAX_TOKENS)
+        context = ContextTurn(position, turn.role, said, said_at(turn))  # type: ignore[arg-type]
+        cost = count_tokens(context_line(context)) + 1
+        if used + cost <= max_tokens:
+            used += cost
+            added.append(context)
+    return tuple(added), used
+
+
+def _shown(memory: RecalledMemory, text: str, context: tuple[ContextTurn, ...]) -> RecalledMemory:
+    """`memory` as shown: its text fitted, its context added. Built once, not copied with
+    `dataclasses.replace` (which reads every field by name)."""
+    return RecalledMemory(
+        memory.kind,
+        text,
+        memory.at_ms,
+        memory.score,
+        memory.character_id,
+        session=memory.session,
+        role=memory.role,
+        id=memory.id,
+        context=context,
+        always=memory.always,
+        message=memory.message,
     )
 
 
