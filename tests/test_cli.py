@@ -71,6 +71,45 @@ def test_reprocess_applies_failed_callbacks_again(tmp_path, capsys):
     assert conn.execute("SELECT content FROM messages").fetchall() == [("hello",)]
 
 
+def test_reprocess_reads_each_platforms_events_with_its_own_reader(tmp_path, capsys, monkeypatch):
+    # A platform's event (not an Agora envelope) that failed is read again by its platform's
+    # reader, by the prefix of its id, not as an Agora callback.
+    from agent_memory.core.events import IncomingMessage
+    from agent_memory.platforms import recorded
+    from agent_memory.platforms.calls import CallTranscript, call_identity
+    from agent_memory.settings import Settings
+    from agent_memory.store import open_store
+
+    def read(body: str, settings: Settings) -> CallTranscript:
+        data = json.loads(body)
+        return CallTranscript(
+            platform="demo",
+            call_id=data["call"],
+            event="ended",
+            identity=call_identity(settings, user_id=data["user"], character_id="luna"),
+            messages=[IncomingMessage(role="user", content=data["said"], ts_ms=1_763_690_000_000)],
+        )
+
+    monkeypatch.setitem(recorded.READERS, "demo", read)
+    db = tmp_path / "m.db"
+    open_store(Settings(db_path=db)).close()  # the schema
+    body = json.dumps({"call": "c1", "user": "u-demo", "said": "my parrot is called Kiwi"})
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "INSERT INTO inbox (notice_id, event_type, received_ms, body, status, agent_id, error) "
+        "VALUES ('demo:c1:ended', 0, 1763690000000, ?, 'failed', 'demo:c1', 'it failed')",
+        (body,),
+    )
+    conn.commit()
+    conn.close()
+    assert main(["reprocess", "--db", str(db)]) == 0
+    assert "1 done" in capsys.readouterr().out
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT user_id, character_id, agent_id, content FROM messages").fetchall() == [
+        ("u-demo", "luna", "demo:c1", "my parrot is called Kiwi")
+    ]
+
+
 # Whether stdout is buffered (a pipe's is, unless PYTHONUNBUFFERED is set, as CI's images
 # often do): buffered, the write to the closed pipe happens only when stdout is flushed.
 @pytest.mark.slow

@@ -16,11 +16,13 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import InboxStatus, Job
 from agent_memory.core.jsonutil import dumps
 from agent_memory.errors import (
+    BadRequest,
     InvalidJSON,
     JobHeld,
 )
 from agent_memory.memory.service import Condensed, Memory
 from agent_memory.platforms.agora.events import looks_like_callback, parse_callback
+from agent_memory.platforms.recorded import reread
 from agent_memory.settings import Settings
 from agent_memory.store import Store
 from agent_memory.web.answers import (
@@ -225,8 +227,8 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
         count = len(entries)
         for index, entry in enumerate(entries, 1):
             try:
-                raw, event = parse_callback(entry.body, entry.received_ms, follow=settings.agora_configured)
-            except InvalidJSON as exc:
+                raw, event = reread(entry, settings)
+            except BadRequest as exc:
                 statuses["unreadable"] += 1
                 print(f"\n{entry.event_id}: still not an envelope: {exc.message}", file=sys.stderr)
                 continue
