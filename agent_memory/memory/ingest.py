@@ -211,6 +211,22 @@ def stored_form(item: Arrival, session: Session, seq: int, gap_before: bool, cre
     }
 
 
+def session_changes(session: Session, event: SessionEvent | HistoryWindow, uid: str | None) -> SessionChanges:
+    """What an event tells of a stored session that it did not know yet."""
+    changes: SessionChanges = {}
+    if event.channel and not session.channel:
+        changes["channel"] = event.channel
+    if event.name and not session.name:
+        changes["name"] = event.name
+    if uid and not session.rtc_uid:
+        changes["rtc_uid"] = uid
+    if event.start_ms and event.start_ms != session.start_ms:
+        changes["start_ms"] = event.start_ms
+    if event.labels and not session.labels:
+        changes["labels"] = event.labels
+    return changes
+
+
 class Ingestor:
     """Applies events to the store; one instance per service, used on the writer thread."""
 
@@ -421,57 +437,57 @@ class Ingestor:
 
     def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:
         """The event's session, created or moved to a better-founded identity."""
-        agent_id = event.agent_id
-        session = tx.sessions.get(agent_id)
+        session = tx.sessions.get(event.agent_id)
         identity, uid = self.resolve_identity(
             tx, event, session.rtc_uid if session else None, session.channel if session else None
         )
         if session is None:
-            created = now_ms()
-            session = Session(
-                agent_id=agent_id,
-                user_id=identity.user_id,
-                character_id=identity.character_id,
-                identity_source=identity.source,
-                status="running",
-                channel=event.channel,
-                name=event.name,
-                start_ms=event.start_ms or first_time(event.messages) or stamp,
-                stop_ms=event.stop_ms if isinstance(event, SessionEvent) else None,
-                labels=dict(event.labels),
-                rtc_uid=uid,
-                first_seen_ms=created,
-                updated_ms=created,
-            )
-            tx.sessions.insert(session)
-            log.info(
-                "session %s for %s (%s)",
-                agent_id,
-                pair_ref(identity.user_id, identity.character_id),
-                identity.source,
-            )
-            if identity.source in FALLBACK_SOURCES:
-                # Here, where the session is created: once per session, not once per callback.
-                self.warn_unidentified(event, identity)
-            return session
-        changes: SessionChanges = {}
-        if event.channel and not session.channel:
-            changes["channel"] = event.channel
-        if event.name and not session.name:
-            changes["name"] = event.name
-        if uid and not session.rtc_uid:
-            changes["rtc_uid"] = uid
-        if event.start_ms and event.start_ms != session.start_ms:
-            changes["start_ms"] = event.start_ms
-        if event.labels and not session.labels:
-            changes["labels"] = event.labels
-        tx.sessions.update(agent_id, changes)
+            return self.create_session(tx, event, stamp, identity, uid)
+        changes = session_changes(session, event, uid)
+        tx.sessions.update(session.agent_id, changes)
         moved = (identity.user_id, identity.character_id) != (session.user_id, session.character_id)
         if moved and IDENTITY_RANK[identity.source] >= IDENTITY_RANK[session.identity_source]:
             self.move_session(tx, session, identity)
         elif not changes:
             return session
-        return tx.sessions.get(agent_id) or session
+        return tx.sessions.get(session.agent_id) or session
+
+    def create_session(
+        self,
+        tx: Transaction,
+        event: SessionEvent | HistoryWindow,
+        stamp: int,
+        identity: Identity,
+        uid: str | None,
+    ) -> Session:
+        """A new session for the event's run, under `identity` (warned about when only a guess)."""
+        created = now_ms()
+        session = Session(
+            agent_id=event.agent_id,
+            user_id=identity.user_id,
+            character_id=identity.character_id,
+            identity_source=identity.source,
+            status="running",
+            channel=event.channel,
+            name=event.name,
+            start_ms=event.start_ms or first_time(event.messages) or stamp,
+            stop_ms=event.stop_ms if isinstance(event, SessionEvent) else None,
+            labels=dict(event.labels),
+            rtc_uid=uid,
+            first_seen_ms=created,
+            updated_ms=created,
+        )
+        tx.sessions.insert(session)
+        log.info(
+            "session %s for %s (%s)",
+            event.agent_id,
+            pair_ref(identity.user_id, identity.character_id),
+            identity.source,
+        )
+        if identity.source in FALLBACK_SOURCES:
+            # Here, where the session is created: once per session, not once per callback.
+            self.warn_unidentified(event, identity)
+        return session
 
     def move_session(self, tx: Transaction, session: Session, identity: Identity) -> None:
         """Give a session, and its messages, to another (user, character)."""
