@@ -152,6 +152,16 @@ async def test_tool_calls_are_kept_as_their_own_kind(retell: Service) -> None:
     ]
 
 
+async def test_the_call_under_data_is_read_as_under_call(retell: Service) -> None:
+    # Retell's own demo servers read the call object under `data` (fixtures/retell/SOURCES.md).
+    payload = fixture("call_ended.json")
+    payload["data"] = payload.pop("call")
+    status, body = await post(retell, payload)
+    assert (status, body["status"], body["new_messages"]) == (200, "done", 7)
+    status, body = await post_file(retell, "call_analyzed.json")
+    assert (status, body["status"], body["new_messages"]) == (200, "done", 0)
+
+
 async def test_explicit_ids_win_over_the_number(retell: Service) -> None:
     by_metadata = fixture("call_ended.json")
     by_metadata["call"]["metadata"] = {"user_id": "u-ret", "character_id": "luna"}

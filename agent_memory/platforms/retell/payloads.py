@@ -105,9 +105,14 @@ def read_envelope(body: bytes) -> Envelope:
     if not isinstance(event, str) or not event.strip():
         raise InvalidField('event is missing: Retell sends {"event": "call_ended", "call": {...}}')
     if event in TRANSCRIPT_EVENTS or event == STARTED:
-        if not isinstance(data.get("call"), dict):
+        call = data.get("call")
+        if call is None and isinstance(data.get("data"), dict):
+            # Retell's docs put the call object under `call`; its custom-LLM demo servers
+            # (RetellAI/retell-custom-llm-python-demo) read it under `data`: both are read.
+            call = data["data"]
+        if not isinstance(call, dict):
             raise InvalidField(f'{event}: "call" must be the call object (with call_id)')
-        read = {"event": event, "call": data["call"]}
+        read = {"event": event, "call": call}
     elif event == INBOUND:
         if not isinstance(data.get(INBOUND), dict):
             raise InvalidField('call_inbound: "call_inbound" must be an object (from_number, to_number)')
