@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -354,3 +355,32 @@ async def test_forgetting_the_caller_removes_the_call_and_its_raw_webhooks(retel
     row = await inbox_of(retell, f"retell:{TOOL_CALL}:call_analyzed")
     assert row is not None and row.body == ""
     assert b"Biscuit" not in on_disk(retell.settings.db_path)
+
+
+# metrics
+
+
+async def test_deliveries_are_counted_by_event_and_outcome(retell: Service) -> None:
+    assert (await post_file(retell, "call_ended.json"))[0] == 200
+    assert (await post_file(retell, "call_ended.json"))[0] == 200
+    assert (await post_file(retell, "call_inbound.json"))[0] == 200
+    assert (await post(retell, {"event": "call_teleported"}))[0] == 200
+    assert (await post(retell, fixture("call_ended.json"), key="key_not_the_one"))[0] == 401
+    headers = {"Authorization": f"Bearer {retell.settings.api_token}"}
+    async with retell.session.get(f"{retell.url}/metrics", headers=headers) as resp:
+        text = await resp.text()
+    counted = {
+        (event, outcome): float(value)
+        for event, outcome, value in re.findall(
+            r'^agent_memory_callbacks_total\{event_type="(retell:[^"]+)",outcome="([^"]+)"\} (\S+)$',
+            text,
+            re.M,
+        )
+    }
+    assert counted == {
+        ("retell:call_ended", "done"): 1.0,
+        ("retell:call_ended", "duplicate"): 1.0,
+        ("retell:call_inbound", "answered"): 1.0,
+        ("retell:other", "ignored"): 1.0,
+        ("retell:unknown", "rejected_signature"): 1.0,
+    }

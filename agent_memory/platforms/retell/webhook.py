@@ -166,9 +166,12 @@ class RetellReceiver:
         if call is not None and event == STARTED:
             log.info("Retell call %s started", call.call_id)
             return RetellAnswer(event=event, call_id=call.call_id, status="noted", new_messages=0), "noted"
-        if event not in ACKNOWLEDGED and event not in self.unknown_logged:
-            if len(self.unknown_logged) < MAX_UNKNOWN:
-                self.unknown_logged.add(event)
+        if (
+            event not in ACKNOWLEDGED
+            and event not in self.unknown_logged
+            and len(self.unknown_logged) < MAX_UNKNOWN
+        ):
+            self.unknown_logged.add(event)
             log.warning("Retell event %.40r is not one memory reads: acknowledged, not used", event)
         return RetellAnswer(event=event, status="ignored", new_messages=0), "ignored"
 
