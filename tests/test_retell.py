@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, Service, assert_error, inbox_of, on_disk, session_of, stored
 
+from agent_memory.platforms.retell.events import recorded
 from agent_memory.platforms.retell.signatures import HEADER, sign, verify_retell
+from agent_memory.web.keys import MEMORY
 
 pytestmark = pytest.mark.postgres
 
@@ -340,6 +342,23 @@ async def test_unreadable_transcript_items_are_set_aside_the_rest_kept(retell: S
     assert (status, body["status"], body["new_messages"]) == (200, "partial", 6)
     contents = [m.content for m in await stored(retell, f"retell:{TOOL_CALL}") if m.kind == "turn"]
     assert "meanwhile" not in contents and len(contents) == 4
+
+
+async def test_a_recorded_webhook_is_rebuilt_from_its_raw_body(retell: Service) -> None:
+    # What `agent-memory reprocess` needs: the raw body alone gives the same event again.
+    payload = fixture("call_analyzed_tool_calls.json")
+    payload["call"]["transcript_with_tool_calls"].append({"role": "narrator", "content": "meanwhile"})
+    status, body = await post(retell, payload)
+    assert (status, body["status"]) == (200, "partial")
+    entry = await inbox_of(retell, f"retell:{TOOL_CALL}:call_analyzed")
+    assert entry is not None and entry.status == "partial"
+    rebuilt = recorded(retell.settings, entry.body, entry.received_ms)
+    assert rebuilt is not None
+    raw, event = rebuilt
+    assert (raw.event_id, event.agent_id, len(event.messages)) == (entry.event_id, f"retell:{TOOL_CALL}", 7)
+    outcome = await retell.server.app[MEMORY].reapply_event(raw, event)
+    assert (outcome.status, outcome.new_messages) == ("partial", 0)
+    assert recorded(retell.settings, (RETELL / "call_inbound.json").read_text(), 0) is None
 
 
 # forget

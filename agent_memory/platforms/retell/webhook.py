@@ -13,17 +13,12 @@ from typing import Final
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
-from agent_memory.core.clock import now_ms, possible_ms
+from agent_memory.core.clock import now_ms
 from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
 from agent_memory.logs import RateLimitedLog, pair_ref
 from agent_memory.memory.service import Memory
-from agent_memory.platforms.calls import (
-    CallIdentity,
-    CallTranscript,
-    call_identity,
-    start_memory,
-    store_transcript,
-)
+from agent_memory.platforms.calls import call_identity, start_memory, store_transcript
+from agent_memory.platforms.retell.events import PLATFORM, call_transcript
 from agent_memory.platforms.retell.payloads import (
     ACKNOWLEDGED,
     KNOWN_EVENTS,
@@ -32,9 +27,6 @@ from agent_memory.platforms.retell.payloads import (
     CallInbound,
     Envelope,
     RetellCall,
-    call_messages,
-    caller_number,
-    explicit_ids,
     read_envelope,
 )
 from agent_memory.platforms.retell.signatures import verify_retell
@@ -45,9 +37,6 @@ from agent_memory.web.http import read_body
 
 log = logging.getLogger(__name__)
 
-PLATFORM: Final = "retell"
-# Where a Retell call takes explicit ids, named when a call is unidentified.
-IDS_FIELD: Final = "the call's metadata or retell_llm_dynamic_variables (user_id, character_id)"
 # At most this many unknown event names are remembered as already logged.
 MAX_UNKNOWN: Final = 64
 
@@ -175,31 +164,9 @@ class RetellReceiver:
             log.warning("Retell event %.40r is not one memory reads: acknowledged, not used", event)
         return RetellAnswer(event=event, status="ignored", new_messages=0), "ignored"
 
-    def identity(self, call: RetellCall) -> CallIdentity:
-        """Whose call it is (docs/identity.md): explicit ids, else the other party's number."""
-        user, character = explicit_ids(call, self.settings.label_user_key, self.settings.label_character_key)
-        return call_identity(
-            self.settings,
-            user_id=user,
-            character_id=character,
-            phone=caller_number(call),
-            agent_id=call.agent_id,
-        )
-
     async def transcript(self, event: str, call: RetellCall, body: bytes) -> tuple[RetellAnswer, str]:
         """Store the call's transcript under its session (`retell:<call_id>`): a redelivery is a duplicate."""
-        messages, skipped = call_messages(call)
-        transcript = CallTranscript(
-            platform=PLATFORM,
-            call_id=call.call_id,
-            event=event,
-            identity=self.identity(call),
-            messages=messages,
-            start_ms=possible_ms(call.start_timestamp),
-            stop_ms=possible_ms(call.end_timestamp),
-            ids_field=IDS_FIELD,
-            skipped=skipped,
-        )
+        transcript = call_transcript(self.settings, event, call)
         outcome = await store_transcript(
             self.memory, transcript, body=body.decode("utf-8", "replace"), received_ms=now_ms()
         )
