@@ -188,10 +188,15 @@ async def test_an_outbound_call_belongs_to_the_callee(retell: Service) -> None:
     assert session is not None and session.user_id == "tel:+12137771235"
 
 
-async def test_without_phone_identity_a_call_is_unidentified(start_service: Any) -> None:
+async def test_without_phone_identity_a_call_is_unidentified(
+    start_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     service: Service = await start_service(retell_api_key=API_KEY)
-    status, body = await post_file(service, "call_ended.json")
+    with caplog.at_level(logging.WARNING):
+        status, body = await post_file(service, "call_ended.json")
     assert (status, body["status"]) == (200, "done")
+    # The warning says where Retell takes the ids.
+    assert any("call.metadata.user_id" in record.getMessage() for record in caplog.records)
     session = await session_of(service, f"retell:{DOC_CALL}")
     assert session is not None and session.user_id == f"agent:retell:{DOC_CALL}"
     status, body = await post_file(service, "call_inbound.json")
@@ -278,6 +283,12 @@ async def test_a_signature_more_than_five_minutes_off_is_refused(retell: Service
     assert "5 minutes" in assert_error(status, body, 401, "bad_signature")
     status, body = await post(retell, fixture("call_ended.json"), at_ms=now_ms() - 4 * 60_000)
     assert (status, body["status"]) == (200, "done")
+
+
+async def test_insecure_dev_webhooks_take_unsigned_requests_when_no_key_is_set(start_service: Any) -> None:
+    service: Service = await start_service(insecure_webhooks=True, phone_identity=True)
+    status, body = await post(service, fixture("call_ended.json"), key=None)
+    assert (status, body["status"], body["new_messages"]) == (200, "done", 7)
 
 
 async def test_without_the_api_key_webhooks_are_refused_naming_the_setting(start_service: Any) -> None:

@@ -18,8 +18,9 @@ from agent_memory.platforms.retell.payloads import (
 from agent_memory.settings import Settings
 
 PLATFORM: Final = "retell"
-# Where a Retell call takes explicit ids, named when a call is unidentified.
-IDS_FIELD: Final = "the call's metadata or retell_llm_dynamic_variables (user_id, character_id)"
+# Where a Retell call takes explicit ids, named (`<this>.user_id`) when a call is unidentified;
+# retell_llm_dynamic_variables is read too.
+IDS_FIELD: Final = "call.metadata"
 
 
 def call_identity_of(settings: Settings, call: RetellCall) -> CallIdentity:
