@@ -11,12 +11,15 @@ import json
 import logging
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from conftest import FIXTURES, Service, assert_error, inbox_of, on_disk, session_of, stored
 
-from agent_memory.platforms.retell.events import recorded
+from agent_memory.core.events import SessionEvent
+from agent_memory.errors import BadRequest
+from agent_memory.platforms.recorded import reread
 from agent_memory.platforms.retell.signatures import HEADER, sign, verify_retell
 from agent_memory.web.keys import MEMORY
 
@@ -363,13 +366,17 @@ async def test_a_recorded_webhook_is_rebuilt_from_its_raw_body(retell: Service) 
     assert (status, body["status"]) == (200, "partial")
     entry = await inbox_of(retell, f"retell:{TOOL_CALL}:call_analyzed")
     assert entry is not None and entry.status == "partial"
-    rebuilt = recorded(retell.settings, entry.body, entry.received_ms)
-    assert rebuilt is not None
-    raw, event = rebuilt
+    raw, event = reread(entry, retell.settings)
+    assert isinstance(event, SessionEvent)
     assert (raw.event_id, event.agent_id, len(event.messages)) == (entry.event_id, f"retell:{TOOL_CALL}", 7)
     outcome = await retell.server.app[MEMORY].reapply_event(raw, event)
     assert (outcome.status, outcome.new_messages) == ("partial", 0)
-    assert recorded(retell.settings, (RETELL / "call_inbound.json").read_text(), 0) is None
+    # A recorded event that carries no transcript is said to be unreadable, not applied.
+    inbound = replace(
+        entry, event_id="retell:x:call_inbound", body=(RETELL / "call_inbound.json").read_text()
+    )
+    with pytest.raises(BadRequest):
+        reread(inbound, retell.settings)
 
 
 # forget

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from agent_memory.core.clock import possible_ms
-from agent_memory.core.events import RawEvent, SessionEvent
-from agent_memory.platforms.calls import CallIdentity, CallTranscript, call_identity, recorded_event
+from agent_memory.platforms.calls import CallIdentity, CallTranscript, call_identity
 from agent_memory.platforms.retell.payloads import (
     TRANSCRIPT_EVENTS,
     RetellCall,
@@ -47,11 +46,10 @@ def call_transcript(settings: Settings, event: str, call: RetellCall) -> CallTra
     )
 
 
-def recorded(settings: Settings, body: str, received_ms: int) -> tuple[RawEvent, SessionEvent] | None:
-    """A recorded Retell webhook (its raw body) as the inbox record and session event it was
-    applied as; None for one that carries no transcript. For `agent-memory reprocess`."""
+def recorded_transcript(body: str, settings: Settings) -> CallTranscript | None:
+    """A recorded Retell webhook (its raw body) read again as the transcript it carries; None for
+    one that carries none. Registered in platforms/recorded.py for `agent-memory reprocess`."""
     envelope = read_envelope(body.encode("utf-8", "surrogatepass"))
     if envelope.call is None or envelope.event not in TRANSCRIPT_EVENTS:
         return None
-    transcript = call_transcript(settings, envelope.event, envelope.call)
-    return recorded_event(settings, transcript, body=body, received_ms=received_ms)
+    return call_transcript(settings, envelope.event, envelope.call)
