@@ -32,6 +32,7 @@ ENVIRONMENT: dict[str, str] = {
     "label_character_key": "AGENT_MEMORY_LABEL_CHARACTER",
     "default_character": "AGENT_MEMORY_DEFAULT_CHARACTER",
     "phone_identity": "AGENT_MEMORY_PHONE_IDENTITY",
+    "retell_api_key": "AGENT_MEMORY_RETELL_API_KEY",
     "context_max_tokens": "AGENT_MEMORY_MAX_TOKENS",
     "context_recent_messages": "AGENT_MEMORY_RECENT_MESSAGES",
     "agora_app_id": "AGORA_APP_ID",
@@ -177,6 +178,10 @@ class Settings(BaseModel):
     """Phone calls (Vapi, Retell, ElevenLabs) with no explicit user id belong to the caller's number,
     as user `tel:<E.164>`. Off by default: caller ID can be spoofed, and whoever calls from a number reads
     that number's memory (docs/identity.md).
+    """
+    retell_api_key: str | None = None
+    """The Retell API key with the webhook badge (Retell's dashboard, API Keys): Retell signs its webhooks
+    with it (`x-retell-signature`); without it `POST /webhooks/retell` refuses them.
     """
 
     context_max_tokens: int = Field(1500, ge=50)
