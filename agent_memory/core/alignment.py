@@ -31,13 +31,17 @@ from agent_memory.core.events import RELAYED
 MAX_POSITIONS_PER_FINGERPRINT = 64
 
 
-def fingerprint(role: str, content: str, tool: str = "") -> str:
+def fingerprint(role: str, content: str, tool: str = "", item_id: str | None = None) -> str:
     """What identifies a message across windows from any source.
 
     A spoken turn is its role and content; a tool call or result adds its tool data
-    (`tool`, canonical JSON), which every copy of it carries.
+    (`tool`, canonical JSON), which every copy of it carries. An item its source names by an
+    id (`item_id`) is that id and its role: its copies are the same item whatever their words.
     """
-    text = f"{role}\x00{content.strip()}" + (f"\x00{tool}" if tool else "")
+    if item_id is not None:
+        text = f"{role}\x00\x01id\x00{item_id}"
+    else:
+        text = f"{role}\x00{content.strip()}" + (f"\x00{tool}" if tool else "")
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
@@ -59,6 +63,13 @@ class Comparable(Protocol):
     def ts_ms(self) -> int | None: ...
     @property
     def turn_id(self) -> int | None: ...
+
+
+class Identified(Comparable, Protocol):
+    """A message that names itself: by its source's id (`keyed`), else by its role, words and time."""
+
+    @property
+    def keyed(self) -> bool: ...
 
 
 class Enrichable(Comparable, Protocol):
@@ -293,6 +304,42 @@ def place_window(stored: Sequence[MessageFingerprint], incoming: Sequence[Compar
     remaining = sum(1 for row in stored if row.gap_before and row.id not in closed)
     gap_count = remaining + int(positions[0][2] and positions[0][1] is None) + int(gap_after_id is not None)
     return Placement(positions, gap_after_id, gap_count, gap_count > gaps_before)
+
+
+def place_items(stored: Sequence[MessageFingerprint], incoming: Sequence[Identified]) -> Placement:
+    """Place messages that each name themselves (HistoryWindow.discrete), one by one.
+
+    Each is the stored message of its id (`keyed`), else of its role and words said at the same
+    time (where both copies are dated): the same words at another time are another message.
+    Each stored message is matched once, so a message said twice in one post is two. What
+    matches nothing is new and follows everything stored, in the order given, with no gap
+    before it: such a source sends what it has, not overlapping windows of a transcript, so a
+    post that overlaps nothing is not evidence of anything missed.
+    """
+    rows: dict[str, list[MessageFingerprint]] = defaultdict(list)
+    for row in stored:
+        rows[row.fp].append(row)
+    matched: set[int] = set()
+    next_seq = max((row.seq for row in stored), default=-1) + 1
+    positions: list[Position] = []
+    for item in incoming:
+        match = next(
+            (
+                row
+                for row in rows.get(item.fp, ())
+                if row.id not in matched
+                and (item.keyed or item.ts_ms is None or row.ts_ms is None or row.ts_ms == item.ts_ms)
+            ),
+            None,
+        )
+        if match is None:
+            positions.append((next_seq, None, False))
+            next_seq += 1
+        else:
+            matched.add(match.id)
+            positions.append((match.seq, match, False))
+    gaps = sum(1 for row in stored if row.gap_before)
+    return Placement(positions, None, gaps, False)
 
 
 def _place_apart(

@@ -76,6 +76,9 @@ class IncomingMessage:
     # What is kept of the images among its content parts (core/images.py): stored with the
     # item, never part of its text.
     images: list[dict[str, Any]] | None = None
+    # The source's own id of the item, when it names its items (the generic API's `id`): it
+    # alone says which item this is, whatever its words (core/alignment.py fingerprint).
+    item_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -126,6 +129,10 @@ class HistoryWindow:
     labels: Mapping[str, str] = field(default_factory=dict)
     # As SessionEvent.labels_field: where the platform's start request takes labels.
     labels_field: str | None = None
+    # Each item names itself (by its id, else by its role, words and time: the generic API), so
+    # it is matched one by one against what is stored, not as a run of a transcript; what
+    # matches nothing is new and continues the session, after no gap (alignment.place_items).
+    discrete: bool = False
 
 
 @dataclass(slots=True)

@@ -22,3 +22,11 @@ MESSAGES_LIMIT: Final = (100, 1000)
 JOBS_LIMIT: Final = (100, 1000)
 MENTIONS_LIMIT: Final = (100, 1000)
 SEARCH_LIMIT: Final = (20, 100)
+# The generic write API (POST …/messages): messages in one post, the words of one, and the
+# length of a session_id or a message's id.
+MAX_POSTED_MESSAGES: Final = 1000
+MAX_MESSAGE_CHARS: Final = 32_000
+MAX_SOURCE_ID_CHARS: Final = 256
+# How far ahead of this service's clock a message may be dated (clocks drift): a message dated
+# later could be posted again after a forget and kept, as said after it.
+MAX_FUTURE_SKEW_MS: Final = 10 * 60 * 1000

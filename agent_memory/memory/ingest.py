@@ -22,6 +22,7 @@ from agent_memory.core.alignment import (
     enrichment,
     fingerprint,
     keys_of,
+    place_items,
     place_window,
 )
 from agent_memory.core.clock import now_ms
@@ -79,6 +80,8 @@ class Arrival:
     extra_json: str | None
     # What is kept of the images shown with it, as JSON text (core/images.py).
     images_json: str | None = None
+    # Named by its source's id (IncomingMessage.item_id), which its fingerprint is.
+    keyed: bool = False
 
 
 def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
@@ -97,6 +100,8 @@ def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
         extra.update(tool_data)
         extra["content"] = message.content if message.content_is_text else message.raw_content
         content = ""
+    if message.item_id is not None:
+        extra["id"] = message.item_id
     timestamp = message.ts_ms
     if timestamp is None and message.elapsed_ms is not None:
         timestamp = at_ms + message.elapsed_ms
@@ -112,9 +117,10 @@ def arrival(message: IncomingMessage, at_ms: int) -> Arrival:
         message.interrupted,
         message.interrupt_ms,
         message.original,
-        fingerprint(message.role, message.content, tool),
+        fingerprint(message.role, message.content, tool, message.item_id),
         dumps(extra) if extra else None,
         dumps(message.images) if message.images else None,
+        message.item_id is not None,
     )
 
 
@@ -355,7 +361,7 @@ class Ingestor:
     def merge_window(self, tx: Transaction, window: HistoryWindow, stamp: int) -> Outcome:
         """Merge a history window read from the platform while the agent runs."""
         session, cutoff = self.session_to_write(tx, window, stamp)
-        outcome = self.merge(tx, session, window.messages, stamp, cutoff=cutoff)
+        outcome = self.merge(tx, session, window.messages, stamp, cutoff=cutoff, discrete=window.discrete)
         if window.skipped:
             return set_aside(outcome, window.skipped, "history window")
         return outcome
@@ -577,14 +583,16 @@ class Ingestor:
         *,
         ended: bool = False,
         cutoff: ForgetCutoff | None = None,
+        discrete: bool = False,
     ) -> Outcome:
         """Merge one window of a session's transcript into what is stored of it; `ended`: the
         call is over (its whole transcript), so no more turns are coming to wait for; `cutoff`:
-        when the pair was last forgotten (what was said before it is left out)."""
+        when the pair was last forgotten (what was said before it is left out); `discrete`: each
+        message names itself (HistoryWindow.discrete)."""
         agent_id = session.agent_id
         base_ms = session.start_ms or stamp
         incoming = in_order(messages, base_ms)
-        placed = self._place(tx, session, incoming)
+        placed = self._place(tx, session, incoming, discrete)
         forgotten = 0
         if cutoff is not None:
             kept = said_after(messages, incoming, placed, cutoff)
@@ -593,7 +601,7 @@ class Ingestor:
                 # Placed again without them, as if they had never been sent.
                 incoming = [incoming[index] for index in kept]
                 placed = (
-                    self._place(tx, session, incoming)
+                    self._place(tx, session, incoming, discrete)
                     if incoming
                     else Placement([], None, session.gap_count, False)
                 )
@@ -638,9 +646,14 @@ class Ingestor:
         )
 
     @staticmethod
-    def _place(tx: Transaction, session: Session, incoming: list[Arrival]) -> Placement:
-        """Place a window against the stored tail when that explains it, else the whole session."""
+    def _place(
+        tx: Transaction, session: Session, incoming: list[Arrival], discrete: bool = False
+    ) -> Placement:
+        """Place a window against the stored tail when that explains it, else the whole session;
+        messages that each name themselves, one by one against the whole session."""
         agent_id, count = session.agent_id, session.message_count
+        if discrete:
+            return place_items(tx.messages.fingerprints(agent_id) if count else [], incoming)
         if not count:
             return place_window([], incoming)
         # A poll's window overlaps the newest messages: reading a long call whole each time

@@ -64,7 +64,7 @@ from agent_memory.core.secrets import hash_key, new_api_key
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.core.textcache import forget_texts
 from agent_memory.embed import Embedder
-from agent_memory.errors import DatabaseDown, InvalidField, JobHeld, NotFound, StoreUnavailable
+from agent_memory.errors import Conflict, DatabaseDown, InvalidField, JobHeld, NotFound, StoreUnavailable
 from agent_memory.logs import pair_ref
 from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
@@ -731,6 +731,29 @@ class Memory:
             if then is not None:
                 then(tx)
             return outcome
+
+        return await self.store.write(merge)
+
+    async def add_messages(
+        self, window: HistoryWindow, user_id: str, character_id: str, stamp: int
+    ) -> Outcome:
+        """Merge the messages an app sent of one of its sessions (the generic write API), kept
+        under the pair in the window's labels. A session belongs to the pair it was first stored
+        under: sent for another pair (or bound to one since), it is a Conflict, which does not
+        name the pair that holds it."""
+
+        def merge(tx: Transaction) -> Outcome:
+            # On a shared database this read holds the session's lock until commit: two first
+            # posts of one session for two pairs cannot both create it.
+            session = tx.sessions.get(window.agent_id)
+            if session is not None and (session.user_id, session.character_id) != (user_id, character_id):
+                raise Conflict(
+                    "this session_id is kept under another user or character: a session belongs "
+                    "to the pair it was first stored for; send this pair's messages under a "
+                    "session_id of their own",
+                    code="session_conflict",
+                )
+            return self.ingestor.merge_window(tx, window, stamp)
 
         return await self.store.write(merge)
 

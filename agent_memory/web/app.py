@@ -25,6 +25,7 @@ from agent_memory.memory.retention import Retention
 from agent_memory.memory.service import Memory
 from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.install import install
+from agent_memory.platforms.api.install import install as install_messages
 from agent_memory.platforms.retell.install import install as install_retell
 from agent_memory.settings import Settings
 from agent_memory.store import make_store
@@ -175,6 +176,8 @@ def create_app(settings: Settings) -> web.Application:
     add_routes(app, insights.routes)
     docs.add_docs(app)  # /openapi.json and /docs
     add_routes(app, api_keys.routes)
+    # The generic write API: an app's own sessions (platforms/api).
+    install_messages(app, memory)
     if metrics is not None:
         app[METRICS] = metrics
         add_metrics_route(app, settings, metrics, store)

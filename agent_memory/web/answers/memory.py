@@ -98,6 +98,17 @@ class MessagesAnswer(Answer):
     messages: list[MessageOut] = Field(description="oldest first")
 
 
+class MessagesAdded(Answer):
+    """`POST …/messages`: what became of the posted messages (held already: a repost, unchanged)."""
+
+    user_id: str
+    character_id: str
+    session_id: str
+    stored: int = Field(description="messages new to memory, stored now")
+    already_held: int = Field(description="messages memory held already (posted before): nothing changed")
+    left_out: int = Field(description="said before the pair was last forgotten: never stored again")
+
+
 class FactOut(Answer):
     id: int
     text: str
