@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Service, assert_error
+from conftest import TOKEN, Service, assert_error
 from test_api import condensed, found
 from test_retention import database_files
 
+from agent_memory.cli import main
 from agent_memory.core.clock import now_ms
 from agent_memory.platforms.api.messages import epoch_ms
 
@@ -237,3 +241,51 @@ async def test_the_write_api_needs_a_write_key(service: Service) -> None:
 )
 def test_timestamps_in_ms_seconds_and_iso_8601(value: Any, expected: int) -> None:
     assert epoch_ms(value, now=10**15) == expected
+
+
+async def cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """Run `agent-memory argv` in a thread (the service answers on this loop meanwhile)."""
+    code = await asyncio.to_thread(main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.sqlite_only
+async def test_cli_add_here_and_through_the_service_is_one_path(
+    service: Service, capsys: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(service.settings.db_path)
+    there = ("--url", service.url, "--api-key", TOKEN)
+    lines = tmp_path / "chat.jsonl"
+    lines.write_text("".join(json.dumps(message) + "\n" for message in chat()), encoding="utf-8")
+    code, out, err = await cli(
+        capsys, "add", "u-alice", "luna", "--session", "cli-1", "--file", str(lines), *there
+    )
+    assert code == 0, err
+    assert json.loads(out) | {"session_id": ""} == {
+        "user_id": "u-alice", "character_id": "luna", "session_id": "", "stored": 3, "already_held": 0,
+        "left_out": 0,
+    }  # fmt: skip
+    # The same file here (a JSON list this time, on standard input): held already, the same answer.
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(chat())))
+    code, here, err = await cli(capsys, "add", "u-alice", "luna", "--session", "cli-1", "--db", db)
+    assert code == 0 and json.loads(here)["already_held"] == 3, err
+    code, out, err = await cli(
+        capsys, "add", "u-alice", "luna", "--session", "cli-1", "--user", "I passed my driving test",
+        "--assistant", "Congratulations!", *there,
+    )  # fmt: skip
+    assert code == 0 and json.loads(out)["stored"] == 2, err
+    contents = [m["content"] for m in await stored(service)]
+    assert contents[-2:] == ["I passed my driving test", "Congratulations!"]
+    # Bad input says what to fix, here and there alike.
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps([{"role": "user", "content": "hi", "timestamp": "yesterday"}]), encoding="utf-8"
+    )
+    for where in (("--db", db), there):
+        code, _, err = await cli(
+            capsys, "add", "u-alice", "luna", "--session", "cli-1", "--file", str(bad), *where
+        )
+        assert code == 2 and "messages.0.timestamp" in err, err
+    code, _, err = await cli(capsys, "add", "u-bob", "luna", "--session", "cli-1", "--user", "hi", *there)
+    assert code == 2 and "another user or character" in err, err

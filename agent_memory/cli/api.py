@@ -9,8 +9,10 @@ routes answer (web/answers/), built from the domain objects without a trip throu
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from pydantic import ValidationError
 
 from agent_memory.cli.common import with_client, with_memory
 from agent_memory.client import AsyncMemoryClient
@@ -18,7 +20,9 @@ from agent_memory.core.domain import JobStatus
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RecallScope
 from agent_memory.core.styles import DEFAULT_STYLE
+from agent_memory.errors import InvalidField
 from agent_memory.memory.service import Memory
+from agent_memory.platforms.api.messages import MessagesBody, add_messages
 from agent_memory.store.types import SEARCH_KINDS, SearchKind
 from agent_memory.web.answers import (
     CharacterStats,
@@ -30,6 +34,7 @@ from agent_memory.web.answers import (
     ForgetAnswer,
     JobOut,
     JobsAnswer,
+    MessagesAdded,
     OverallStats,
     RecallAnswer,
     Style,
@@ -37,6 +42,7 @@ from agent_memory.web.answers import (
     UserSearchAnswer,
     UserStats,
 )
+from agent_memory.web.http import validation_message
 
 T = TypeVar("T")
 JOBS_LISTED = 100
@@ -69,6 +75,10 @@ class MemoryApi(Protocol):
     ) -> RecallAnswer: ...
 
     async def facts(self, user_id: str, character_id: str) -> FactsAnswer: ...
+
+    async def add_messages(
+        self, user_id: str, character_id: str, session_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> MessagesAdded: ...
 
     async def edit_fact(
         self, fact_id: int, *, text: str | None = None, pinned: bool | None = None
@@ -152,6 +162,18 @@ class LocalApi:
         return FactsAnswer(
             user_id=user_id, character_id=character_id, facts=[FactOut.of(fact) for fact in held]
         )
+
+    async def add_messages(
+        self, user_id: str, character_id: str, session_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> MessagesAdded:
+        """Store messages of the app's own session, read as the route reads them."""
+        try:
+            body = MessagesBody.model_validate(
+                {"session_id": session_id, "messages": [dict(message) for message in messages]}
+            )
+        except ValidationError as exc:
+            raise InvalidField(validation_message(exc)) from None
+        return await add_messages(self.memory, user_id, character_id, body)
 
     async def edit_fact(
         self, fact_id: int, *, text: str | None = None, pinned: bool | None = None

@@ -50,6 +50,21 @@ class Command:
     exclusive: tuple[Arg, ...] = field(default=())
 
 
+class Said(argparse.Action):
+    """--user and --assistant into one list of (role, text), in the order given."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option: str | None = None,
+    ) -> None:
+        said = list(getattr(namespace, self.dest, None) or [])
+        said.append((str(option).lstrip("-"), str(values)))
+        setattr(namespace, self.dest, said)
+
+
 JSON = Arg("--json", action="store_true", help="print the JSON answer")
 PAIR = (Arg("user_id"), Arg("character_id"))
 
@@ -121,6 +136,24 @@ COMMANDS: tuple[Command, ...] = (
         reads.cmd_facts,
         "remote",
         args=(*PAIR, JSON),
+    ),
+    Command(
+        "add",
+        "store messages of a session of yours (a text chat): posting them again stores nothing new",
+        reads.cmd_add,
+        "remote",
+        args=(
+            *PAIR,
+            Arg("--session", required=True, help="your id of the conversation (it belongs to this pair)"),
+            Arg(
+                "--file",
+                metavar="FILE",
+                help='a JSON list of {"role", "content", "timestamp", "id"?}, the route\'s body, or JSON '
+                "Lines; - or none: standard input",
+            ),
+            Arg("--user", dest="said", action=Said, help="what the user said now (repeatable, in order)"),
+            Arg("--assistant", dest="said", action=Said, help="what the character said now (repeatable)"),
+        ),
     ),
     Command(
         "fact-edit",

@@ -14,8 +14,10 @@ from pydantic import BaseModel
 
 from agent_memory.cli.api import MemoryApi, run_api
 from agent_memory.cli.common import print_answer, when
+from agent_memory.core.clock import now_ms
 from agent_memory.errors import (
     AgentMemoryError,
+    BadRequest,
 )
 
 LATENCY_TABLES = {"latency_ms": "latency (ms)", "latency_stages_ms": "latency by stage (ms)"}
@@ -47,6 +49,49 @@ def cmd_facts(args: argparse.Namespace) -> int:
     for fact in [] if args.json else result.facts:
         print(f"{fact.id:>6} {fact.scope:<9} {'pinned' if fact.pinned else fact.origin:<8} {fact.text}")
     return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    if args.said and args.file is not None:
+        raise BadRequest("give messages in a FILE (or on standard input) or as --user/--assistant, not both")
+    messages = said_messages(args.said) if args.said else read_messages(args.file)
+    result = run_api(
+        args, lambda api: api.add_messages(args.user_id, args.character_id, args.session, messages)
+    )
+    print_answer(result, indent=None)
+    return 0
+
+
+def said_messages(said: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """--user and --assistant in the order given, said now (a millisecond apart, in that order)."""
+    start = now_ms()
+    return [
+        {"role": role, "content": text, "timestamp": start + index} for index, (role, text) in enumerate(said)
+    ]
+
+
+def read_messages(file: str | None) -> list[Any]:
+    """Messages from FILE (or standard input, `-` or none): a JSON list, a JSON object with
+    `messages` (the route's body), or JSON Lines, one message a line."""
+    text = sys.stdin.read() if file in (None, "-") else Path(file).read_text(encoding="utf-8")
+    where = "standard input" if file in (None, "-") else file
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise BadRequest(
+                f"{where} is neither JSON nor JSON Lines (line {exc.lineno}: {exc.msg}): give a list of "
+                '{"role", "content", "timestamp", "id"?} messages, or one such object a line'
+            ) from None
+    if isinstance(data, dict) and "messages" in data:
+        data = data["messages"]
+    elif isinstance(data, dict):
+        data = [data]  # one message, as one line of JSON Lines is
+    if not isinstance(data, list) or not data:
+        raise BadRequest(f'{where} holds no messages: give a list of {{"role", "content", "timestamp"}}')
+    return data
 
 
 def cmd_fact_edit(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ OpenAPI document), so a caller reads `answer.facts[0].text`, not a dict.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -35,6 +35,7 @@ from agent_memory.web.answers import (
     JobAnswer,
     JobsAnswer,
     MentionsAnswer,
+    MessagesAdded,
     MessagesAnswer,
     OverallStats,
     RecallAnswer,
@@ -166,6 +167,15 @@ class AsyncMemoryClient:
         """The pair's latest messages, oldest first."""
         route = pair(user_id, character_id, "messages")
         return await self.call(MessagesAnswer, "GET", route, params={"limit": limit})
+
+    async def add_messages(
+        self, user_id: str, character_id: str, session_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> MessagesAdded:
+        """Store messages of the app's own session: each `{"role": "user"|"assistant", "content",
+        "timestamp" (epoch ms or s, or ISO 8601 with offset), "id"?}`; posting them again stores
+        nothing new (`already_held`)."""
+        body = {"session_id": session_id, "messages": [dict(message) for message in messages]}
+        return await self.call(MessagesAdded, "POST", pair(user_id, character_id, "messages"), body=body)
 
     async def summary(self, user_id: str, character_id: str) -> SummaryAnswer:
         """The pair's rolling summary and how many messages it does not cover yet."""

@@ -89,6 +89,7 @@ class MemoryClient:
     system_messages = blocking(AsyncMemoryClient.system_messages)
     recall = blocking(AsyncMemoryClient.recall)
     messages = blocking(AsyncMemoryClient.messages)
+    add_messages = blocking(AsyncMemoryClient.add_messages)
     summary = blocking(AsyncMemoryClient.summary)
     facts = blocking(AsyncMemoryClient.facts)
     add_fact = blocking(AsyncMemoryClient.add_fact)
