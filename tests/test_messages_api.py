@@ -289,3 +289,16 @@ async def test_cli_add_here_and_through_the_service_is_one_path(
         assert code == 2 and "messages.0.timestamp" in err, err
     code, _, err = await cli(capsys, "add", "u-bob", "luna", "--session", "cli-1", "--user", "hi", *there)
     assert code == 2 and "another user or character" in err, err
+
+
+async def test_recall_can_leave_out_a_running_conversations_own_turns(service: Service) -> None:
+    # A framework integration recalls for the turn just said, which it may have stored already.
+    assert (await post(service, "earlier", chat()))[1]["stored"] == 3
+    now = [message_with(content="Tell me again about the kayaking trip", timestamp=now_ms())]
+    assert (await post(service, "live", now))[1]["stored"] == 1
+    params = {"q": "the kayaking trip", "exclude_agent_id": "api:live"}
+    status, body = await service.api("GET", f"{PAIR}/recall", params=params)
+    assert status == 200, body
+    recalled = [memory["text"] for memory in body["memories"]]
+    assert any("going kayaking on the lake" in text for text in recalled), recalled
+    assert not any("Tell me again" in text for text in recalled), recalled

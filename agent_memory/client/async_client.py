@@ -158,9 +158,11 @@ class AsyncMemoryClient:
         *,
         max_tokens: int | None = None,
         scope: RecallScope = "pair",
+        exclude_agent_id: str | None = None,
     ) -> RecallAnswer:
-        """The memories that answer `q`, best first, and the system message carrying them."""
-        params = {"q": q, "max_tokens": max_tokens, "scope": scope}
+        """The memories that answer `q`, best first, and the system message carrying them;
+        `exclude_agent_id` leaves out a running conversation's own turns (`api:<session_id>`)."""
+        params = {"q": q, "max_tokens": max_tokens, "scope": scope, "exclude_agent_id": exclude_agent_id}
         return await self.call(RecallAnswer, "GET", pair(user_id, character_id, "recall"), params=params)
 
     async def messages(self, user_id: str, character_id: str, *, limit: int | None = None) -> MessagesAnswer:

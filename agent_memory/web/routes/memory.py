@@ -137,6 +137,12 @@ async def system_messages(request: web.Request) -> web.Response:
             {"type": "string", "enum": list(RECALL_SCOPES), "default": "pair"},
             "user: the user's memories with every character",
         ),
+        Param(
+            "exclude_agent_id",
+            {"type": "string"},
+            "leave out this running conversation's own turns (its session: an agent id, api:<session_id>), "
+            "which its LLM holds already",
+        ),
     ),
 )
 async def recall(request: web.Request) -> web.Response:
@@ -148,7 +154,10 @@ async def recall(request: web.Request) -> web.Response:
         request.query.get("scope", "pair"),
         f"scope must be one of {', '.join(RECALL_SCOPES)} (user: all the user's characters)",
     )
-    answer = await request.app[MEMORY].recall(user_id, character_id, q, max_tokens=max_tokens, scope=scope)
+    exclude = request.query.get("exclude_agent_id") or None
+    answer = await request.app[MEMORY].recall(
+        user_id, character_id, q, max_tokens=max_tokens, scope=scope, exclude_session=exclude
+    )
     return json_response(a.RecallAnswer.shape(user_id, character_id, scope, answer))
 
 
