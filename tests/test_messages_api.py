@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,12 @@ from test_api import condensed, found
 from test_retention import database_files
 
 from agent_memory.cli import main
+from agent_memory.client import ApiError, AsyncMemoryClient, MemoryClient
+from agent_memory.core.alignment import place_items
 from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import MessageFingerprint
 from agent_memory.platforms.api.messages import epoch_ms
+from agent_memory.web.answers import MessagesAdded
 
 pytestmark = pytest.mark.postgres
 
@@ -302,3 +307,54 @@ async def test_recall_can_leave_out_a_running_conversations_own_turns(service: S
     recalled = [memory["text"] for memory in body["memories"]]
     assert any("going kayaking on the lake" in text for text in recalled), recalled
     assert not any("Tell me again" in text for text in recalled), recalled
+
+
+def test_place_items_matches_each_message_once_and_appends_the_rest_without_gaps() -> None:
+    def row(row_id: int, seq: int, fp: str, ts_ms: int | None) -> MessageFingerprint:
+        return MessageFingerprint(row_id, seq, "user", fp, False, None, ts_ms, None, None, False, None, None)
+
+    @dataclass
+    class Item:
+        fp: str
+        ts_ms: int | None
+        keyed: bool = False
+        role: str = "user"
+        source: str | None = None
+        turn_id: int | None = None
+
+    stored = [row(1, 0, "ok", 100), row(2, 1, "ok", 100), row(3, 2, "m-1", 50)]
+    placed = place_items(
+        stored,
+        [
+            Item("ok", 100),  # the first stored "ok"
+            Item("ok", 100),  # the second: each stored message is matched once
+            Item("ok", 100),  # a third, new
+            Item("ok", 200),  # the same words at another time: new
+            Item("m-1", 999, keyed=True),  # an id is itself, whatever its time
+        ],
+    )
+    assert [(seq, row.id if row else None, gap) for seq, row, gap in placed.positions] == [
+        (0, 1, False),
+        (1, 2, False),
+        (3, None, False),
+        (4, None, False),
+        (2, 3, False),
+    ]
+    assert (placed.gap_count, placed.new_gap, placed.gap_after_id) == (0, False, None)
+
+
+async def test_the_python_clients_post_messages(service: Service) -> None:
+    async with AsyncMemoryClient(service.url, TOKEN) as client:
+        answer = await client.add_messages("u-alice", "luna", "py-1", chat())
+        assert (answer.stored, answer.already_held, answer.session_id) == (3, 0, "py-1")
+
+    def blocking() -> MessagesAdded:
+        with MemoryClient(service.url, TOKEN) as memory:
+            return memory.add_messages("u-alice", "luna", "py-1", chat())
+
+    again = await asyncio.to_thread(blocking)
+    assert (again.stored, again.already_held) == (0, 3)
+    async with AsyncMemoryClient(service.url, TOKEN) as client:
+        with pytest.raises(ApiError) as refused:
+            await client.add_messages("u-bob", "luna", "py-1", chat())
+    assert (refused.value.status, refused.value.code) == (409, "session_conflict")
