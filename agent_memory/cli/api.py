@@ -72,6 +72,7 @@ class MemoryApi(Protocol):
         *,
         max_tokens: int | None = None,
         scope: RecallScope = "pair",
+        exclude_agent_id: str | None = None,
     ) -> RecallAnswer: ...
 
     async def facts(self, user_id: str, character_id: str) -> FactsAnswer: ...
@@ -150,10 +151,13 @@ class LocalApi:
         *,
         max_tokens: int | None = None,
         scope: RecallScope = "pair",
+        exclude_agent_id: str | None = None,
     ) -> RecallAnswer:
-        """The memories that answer `q`."""
+        """The memories that answer `q` (none of a running conversation's own, `exclude_agent_id`)."""
         budget = DEFAULT_RECALL_TOKENS if max_tokens is None else max_tokens
-        recalled = await self.memory.recall(user_id, character_id, q, max_tokens=budget, scope=scope)
+        recalled = await self.memory.recall(
+            user_id, character_id, q, max_tokens=budget, scope=scope, exclude_session=exclude_agent_id
+        )
         return RecallAnswer.of(user_id, character_id, scope, recalled)
 
     async def facts(self, user_id: str, character_id: str) -> FactsAnswer:
