@@ -435,3 +435,39 @@ async def test_forget_removes_the_transcript_and_its_raw_delivery(start_service:
     status, answer = await post(service, payload)
     assert (status, answer["new_messages"]) == (200, 0)
     assert await stored(service, "elevenlabs:abc") == []
+
+
+# Counted, and text the databases cannot hold.
+
+
+async def test_deliveries_are_counted_by_type_and_outcome(start_service: Any) -> None:
+    service = await start(start_service)
+    payload = published("post_call_transcription.json")
+    for _ in range(2):
+        await post(service, payload)
+    await post(service, published("post_call_audio.json"))
+    await post(service, {"type": "something_new", "data": {}})
+    await post(service, payload, secret="wrong")
+    async with service.session.get(
+        f"{service.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as resp:
+        text = await resp.text()
+    for event_type, outcome, count in (
+        ("elevenlabs:post_call_transcription", "done", 1),
+        ("elevenlabs:post_call_transcription", "duplicate", 1),
+        ("elevenlabs:post_call_audio", "ignored", 1),
+        ("elevenlabs:other", "ignored", 1),
+        # Refused before its type is read.
+        ("elevenlabs:other", "rejected_signature", 1),
+    ):
+        line = f'agent_memory_callbacks_total{{event_type="{event_type}",outcome="{outcome}"}} {count:.1f}'
+        assert line in text, (line, [row for row in text.splitlines() if "elevenlabs" in row])
+
+
+@pytest.mark.postgres
+async def test_a_nul_in_a_message_is_no_500(start_service: Any) -> None:
+    service = await start(start_service)
+    payload = published("post_call_transcription.json")
+    payload["data"]["transcript"][1]["message"] = "before\u0000after"
+    status, answer = await post(service, payload)
+    assert status < 500, answer

@@ -124,7 +124,7 @@ class ElevenLabsReceiver:
         self.memory = memory
         self.settings = memory.settings
         self.bad_signatures = RateLimitedLog(log)
-        # An event type this service does not read is logged once per type (not per delivery).
+        # Each type this service does not keep is logged once (any unknown type counts as one).
         self.unknown_types: set[str] = set()
         self.notes = RateLimitedLog(log, every_s=300.0)
 
@@ -251,7 +251,7 @@ class ElevenLabsReceiver:
     def acknowledged(self, event_type: str) -> None:
         """Log an event type this service does not keep, once per type for the process's life."""
         key = event_type if event_type in KNOWN_TYPES else "other"
-        if key in self.unknown_types or len(self.unknown_types) > len(KNOWN_TYPES):
+        if key in self.unknown_types:
             return
         self.unknown_types.add(key)
         if event_type == AUDIO:
