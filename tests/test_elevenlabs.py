@@ -396,6 +396,10 @@ async def test_the_prompt_override_only_when_asked(start_service: Any) -> None:
     prompt = answer["conversation_config_override"]["agent"]["prompt"]["prompt"]
     assert prompt.startswith("You are Luna.\n\n") and answer["dynamic_variables"]["memory"] in prompt
     assert "fun fact" in prompt
+    # The answer is the published one's shape: the same keys, the prompt where ElevenLabs reads it.
+    example = published("initiation_response_example.json")
+    assert set(answer) <= set(example) and answer["type"] == example["type"]
+    assert isinstance(example["conversation_config_override"]["agent"]["prompt"]["prompt"], str)
 
 
 async def test_the_initiation_webhook_needs_a_key(start_service: Any) -> None:
