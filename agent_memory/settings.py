@@ -33,6 +33,8 @@ ENVIRONMENT: dict[str, str] = {
     "default_character": "AGENT_MEMORY_DEFAULT_CHARACTER",
     "phone_identity": "AGENT_MEMORY_PHONE_IDENTITY",
     "retell_api_key": "AGENT_MEMORY_RETELL_API_KEY",
+    "elevenlabs_secret": "AGENT_MEMORY_ELEVENLABS_SECRET",
+    "elevenlabs_prompt": "AGENT_MEMORY_ELEVENLABS_PROMPT",
     "context_max_tokens": "AGENT_MEMORY_MAX_TOKENS",
     "context_recent_messages": "AGENT_MEMORY_RECENT_MESSAGES",
     "agora_app_id": "AGORA_APP_ID",
@@ -182,6 +184,15 @@ class Settings(BaseModel):
     retell_api_key: str | None = None
     """The Retell API key with the webhook badge (Retell's dashboard, API Keys): Retell signs its webhooks
     with it (`x-retell-signature`); without it `POST /webhooks/retell` refuses them.
+    """
+    elevenlabs_secret: str | None = None
+    """The HMAC secret of ElevenLabs' post-call webhook (shown when the webhook is created); without it
+    `POST /webhooks/elevenlabs` refuses every delivery (webhooks/elevenlabs.md).
+    """
+    elevenlabs_prompt: str | None = None
+    """The ElevenLabs agent's whole system prompt, sent at call start as a prompt override with `{memory}`
+    replaced by the caller's memory. Unset (the default): no override, the agent's own prompt names
+    `{{memory}}`. Set, the agent must allow prompt overrides (Security tab) or ElevenLabs fails the call.
     """
 
     context_max_tokens: int = Field(1500, ge=50)

@@ -28,7 +28,7 @@ from agent_memory.core.secrets import API_KEY_PREFIX, hash_key
 from agent_memory.errors import InvalidField, NotConfigured
 from agent_memory.settings import Settings
 from agent_memory.web.auth import FAILURES_ALLOWED, FailureLimiter, open_api_warning
-from agent_memory.web.declare import OWN_BEARER, SCOPES
+from agent_memory.web.declare import OWN_BEARER, SCOPES, declared_routes
 from agent_memory.web.keys import AUTH_STATS
 
 pytestmark = pytest.mark.postgres
@@ -42,13 +42,18 @@ PATH_VALUES = {
 
 
 def v1_routes(service: Service) -> set[tuple[str, str]]:
-    """Every (method, path) of the app's router under /v1 (HEAD goes with its GET)."""
+    """Every (method, path) of the app's router under /v1 (HEAD goes with its GET), and each route
+    elsewhere that a key admits (a platform's call-start webhook checks it as /v1 does)."""
     return {
         (route.method, route.resource.canonical)
         for route in service.server.app.router.routes()
         if route.resource is not None
         and route.resource.canonical.startswith("/v1/")
         and route.method != "HEAD"
+    } | {
+        (route.method, route.canonical)
+        for route in declared_routes(service.server.app)
+        if route.auth == "token" and route.scope is not None and not route.path.startswith("/v1/")
     }
 
 

@@ -10,12 +10,15 @@ import re
 import shutil
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
-from conftest import SECRET, Service
+from conftest import SECRET, TOKEN, Service
 
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.platforms.agora.signatures import agora_headers
+from agent_memory.platforms.elevenlabs.signatures import HEADER as EL_HEADER
+from agent_memory.platforms.elevenlabs.signatures import sign as el_sign
 
 ROOT = Path(__file__).resolve().parent.parent
 AGORA = ROOT / "webhooks" / "agora"
@@ -85,6 +88,52 @@ async def test_the_guides_curl_lines_are_accepted(service: Service) -> None:
     script = next(block for block in re.findall(r"```bash\n(.*?)```", guide, re.S) if "openssl" in block)
     script = re.sub(r"^URL=.*$", f"URL={service.url}", script, flags=re.M)
     env = {"PATH": os.environ["PATH"], "AGORA_WEBHOOK_SECRET": SECRET}
+    shell = await asyncio.create_subprocess_exec(
+        "bash", "-euc", script, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await shell.communicate()
+    assert shell.returncode == 0
+    assert json.loads(out)["status"] == "done"
+
+
+ELEVENLABS = ROOT / "webhooks" / "elevenlabs"
+ELEVENLABS_SECRET = "elevenlabs-guide-secret"
+
+
+async def test_the_elevenlabs_samples_are_remembered_and_start_the_next_call(start_service: Any) -> None:
+    service = await start_service(elevenlabs_secret=ELEVENLABS_SECRET, phone_identity=True)
+    for name, conversation in (
+        ("post_call_transcription.json", "conv_demo_1"),
+        ("phone_call.json", "conv_demo_2"),
+    ):
+        body = (ELEVENLABS / name).read_bytes()
+        for expected in ("done", "duplicate"):
+            headers = {"Content-Type": "application/json", EL_HEADER: el_sign(ELEVENLABS_SECRET, body)}
+            async with service.session.post(
+                f"{service.url}/webhooks/elevenlabs", data=body, headers=headers
+            ) as resp:
+                answer = await resp.json()
+            assert (resp.status, answer["conversation_id"], answer["status"]) == (200, conversation, expected)
+    code, recalled = await service.api(
+        "GET", "/v1/users/u-demo/characters/luna/recall?q=What is my sister's dog called?"
+    )
+    assert code == 200 and "Biscuit" in recalled["memories"][0]["text"]
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+    body = (ELEVENLABS / "initiation.json").read_bytes()
+    url = f"{service.url}/webhooks/elevenlabs/initiation"
+    async with service.session.post(url, data=body, headers=headers) as resp:
+        answer = await resp.json()
+    assert resp.status == 200 and "cello" in answer["dynamic_variables"]["memory"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="needs curl and openssl")
+async def test_the_elevenlabs_guides_curl_lines_are_accepted(start_service: Any) -> None:
+    service = await start_service(elevenlabs_secret=ELEVENLABS_SECRET)
+    guide = (ROOT / "webhooks" / "elevenlabs.md").read_text(encoding="utf-8")
+    script = next(block for block in re.findall(r"```bash\n(.*?)```", guide, re.S) if "openssl" in block)
+    script = re.sub(r"^URL=.*$", f"URL={service.url}", script, flags=re.M)
+    env = {"PATH": os.environ["PATH"], "AGENT_MEMORY_ELEVENLABS_SECRET": ELEVENLABS_SECRET}
     shell = await asyncio.create_subprocess_exec(
         "bash", "-euc", script, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE
     )

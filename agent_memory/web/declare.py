@@ -25,7 +25,7 @@ from agent_memory.core.limits import MAX_CHANNEL_BYTES, MAX_MS, MAX_QUERY_CHARS,
 # A route that checks a bearer of its own (the custom-LLM endpoint: Agora's llm.api_key).
 OWN_BEARER: Final = "own bearer"
 Needs = KeyScope | Literal["own bearer"]
-Auth = Literal["token", "llm", "signature", "none"]
+Auth = Literal["token", "llm", "signature", "elevenlabs_signature", "none"]
 Handler = Callable[..., Any]
 # A path parameter as the document describes it: its JSON schema, what it means, an example.
 PathParam = tuple[dict[str, Any], str, Any]

@@ -59,6 +59,12 @@ SECURITY_SCHEMES: Final = {
         "name": "Agora-Signature-V2",
         "description": "hex HMAC-SHA256 of the body with AGORA_WEBHOOK_SECRET",
     },
+    "elevenlabs_signature": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "ElevenLabs-Signature",
+        "description": 't=<unix s>,v0=<hex HMAC-SHA256 of "t.body"> with AGENT_MEMORY_ELEVENLABS_SECRET',
+    },
 }
 
 # Each server-sent event of a streamed completion (the upstream's chunks, passed on).

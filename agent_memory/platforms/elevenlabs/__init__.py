@@ -1,0 +1,1 @@
+"""ElevenLabs Agents: post-call webhooks and the conversation-initiation webhook."""
