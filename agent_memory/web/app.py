@@ -27,6 +27,7 @@ from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.install import install
 from agent_memory.platforms.api.install import install as install_messages
 from agent_memory.platforms.retell.install import install as install_retell
+from agent_memory.platforms.vapi.install import install as install_vapi
 from agent_memory.settings import Settings
 from agent_memory.store import make_store
 from agent_memory.web import docs
@@ -190,5 +191,6 @@ def create_app(settings: Settings) -> web.Application:
     # The voice platform: its webhook, routes, REST client and poller (after store and jobs).
     install(app, memory)
     install_retell(app, memory)
+    install_vapi(app, memory)
     app.cleanup_ctx.append(retention_context)
     return app
