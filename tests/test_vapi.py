@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, Service, assert_error, load_fixture, on_disk
+from conftest import FIXTURES, TOKEN, Service, assert_error, load_fixture, on_disk
 
 from agent_memory.errors import BadSignature, InvalidField
-from agent_memory.platforms.vapi.events import read_items, read_text, time_ms
+from agent_memory.platforms.calls import CallIdentity
+from agent_memory.platforms.vapi.events import identity_from, read_items, read_text, time_ms
 from agent_memory.platforms.vapi.signatures import hmac_headers, sign, verify_vapi
 from agent_memory.platforms.vapi.webhook import with_memory
 from agent_memory.settings import Settings
@@ -213,8 +214,11 @@ async def test_redelivery_and_any_order_of_a_calls_messages_change_nothing(start
     assert (await post(service, status_update("ended")))[1]["status"] == "duplicate"
     messages = await stored(service, CALLER_USER)
     assert spoken(messages) == SPOKEN and len(messages) == 7
-    status, session = await service.api("GET", f"/v1/sessions/vapi:{CALL_ID}")
-    assert status == 200, session
+    status, answer = await service.api("GET", f"/v1/sessions/vapi:{CALL_ID}")
+    assert status == 200, answer
+    session = answer["session"]
+    assert (session["user_id"], session["character_id"]) == (CALLER_USER, "default")
+    assert (session["status"], session["stop_reason"]) == ("stopped", "customer-ended-call")
 
 
 async def test_the_transcript_text_is_read_when_a_report_has_no_messages(start_service: Any) -> None:
@@ -224,6 +228,48 @@ async def test_the_transcript_text_is_read_when_a_report_has_no_messages(start_s
     status, answer = await post(service, body)
     assert (status, answer["status"], answer["new_messages"]) == (200, "done", 5)
     assert spoken(await stored(service, CALLER_USER)) == SPOKEN
+
+
+def test_a_calls_identity_is_read_from_any_of_the_places_vapi_puts_ids() -> None:
+    on = Settings(phone_identity=True)
+    inbound = {"id": "c", "type": "inboundPhoneCall", "customer": {"number": CALLER}}
+    assert identity_from(on, inbound) == CallIdentity(CALLER_USER, "default", "phone")
+    assert identity_from(Settings(), inbound) == CallIdentity(None, "default", "none")
+    # The assistant-request sample: no type, the number only beside the call.
+    assert identity_from(on, {"id": "c"}, {"number": CALLER}).user_id == CALLER_USER
+    overrides = {
+        "metadata": {"user_id": "u-meta"},
+        "variableValues": {"user_id": "u-var", "character_id": "kai"},
+    }
+    assert identity_from(on, {**inbound, "assistantOverrides": overrides}) == CallIdentity(
+        "u-var", "kai", "ids"
+    )
+    called = {**inbound, "assistantOverrides": overrides, "metadata": {"user_id": "u-call"}}
+    assert identity_from(on, called) == CallIdentity("u-call", "kai", "ids")
+    assert identity_from(on, {**inbound, "assistantOverrides": {"metadata": {"user_id": 7}}}).user_id == "7"
+    # What is not Vapi's shape names no one, and is no error.
+    assert identity_from(on, "call", ["x"]) == CallIdentity(None, "default", "none")
+    assert identity_from(on, {"customer": "+14155550123"}) == CallIdentity(None, "default", "none")
+
+
+async def test_deliveries_are_counted_per_type_and_outcome(start_service: Any) -> None:
+    service = await start(start_service, phone_identity=True)
+    await post(service, load_fixture(REPORT))
+    await post(service, load_fixture(REPORT))
+    await post(service, load_fixture(REPORT), secret="wrong")
+    await post(service, load_fixture("vapi/events_doc_transcript.json"))
+    async with service.session.get(
+        f"{service.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    for series in (
+        'event_type="vapi:end-of-call-report",outcome="done"} 1.0',
+        'event_type="vapi:end-of-call-report",outcome="duplicate"} 1.0',
+        'event_type="vapi:unknown",outcome="rejected_signature"} 1.0',
+        'event_type="vapi:other",outcome="ignored"} 1.0',
+    ):
+        assert series in text, series
 
 
 def test_transcript_items_and_text_are_read_as_vapi_documents_them() -> None:

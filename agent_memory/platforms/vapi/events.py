@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -23,11 +23,15 @@ from agent_memory.platforms.calls import CallIdentity, CallTranscript, call_iden
 from agent_memory.platforms.vapi.payloads import (
     END_OF_CALL_REPORT,
     PHONE_CALLS,
+    Call,
+    Customer,
     Envelope,
     ServerMessage,
     TranscriptItem,
 )
 from agent_memory.settings import Settings
+
+ModelT = TypeVar("ModelT", Call, Customer)
 
 PLATFORM = "vapi"
 # Where a Vapi call takes explicit ids: named in the warning about an unidentified call.
@@ -76,26 +80,39 @@ def required_call_id(message: ServerMessage) -> str:
 
 
 def identity_of(settings: Settings, message: ServerMessage) -> CallIdentity:
-    """Whose call this is (docs/identity.md): explicit ids, else the customer's number.
+    """Whose call a server message is about (docs/identity.md): `call_identity_of` its call,
+    with the message's own `customer` where the call carries none."""
+    return call_identity_of(settings, message.call, message.customer)
+
+
+def identity_from(settings: Settings, call: Any, customer: Any = None) -> CallIdentity:
+    """The identity of a call given as JSON (`call` and `customer` objects as Vapi sends them,
+    e.g. in a custom-LLM request); what is not an object of Vapi's shape names no one."""
+    return call_identity_of(settings, _model(Call, call), _model(Customer, customer))
+
+
+def call_identity_of(settings: Settings, call: Call | None, customer: Customer | None = None) -> CallIdentity:
+    """Explicit ids, else the customer's number (docs/identity.md).
 
     The ids are looked up under AGENT_MEMORY_LABEL_USER / _CHARACTER (`user_id`, `character_id`)
-    in `call.metadata`, then in `call.assistantOverrides.variableValues`. The customer is the
+    in `call.metadata`, then `call.assistantOverrides.variableValues`, then
+    `call.assistantOverrides.metadata`. The customer (`call.customer`, else the message's) is the
     caller of an inbound call and the callee of an outbound one: either way the person the
     assistant talks to. A web call's customer number is not used. The character is never the
     assistant: Vapi names none at call start (an assistant-request comes before one is chosen),
     so the end of the call keeps the default character too, and its memory is found again.
     """
-    call = message.call
     ids: dict[str, Any] = {}
     if call is not None:
-        if call.assistantOverrides is not None and call.assistantOverrides.variableValues:
-            ids.update(call.assistantOverrides.variableValues)
-        if call.metadata:
-            ids.update(call.metadata)
+        overrides = call.assistantOverrides
+        if overrides is not None:
+            ids.update(overrides.metadata or {})
+            ids.update(overrides.variableValues or {})
+        ids.update(call.metadata or {})
     phone = None
     if call is None or call.type is None or call.type in PHONE_CALLS:
-        customer = (call.customer if call is not None else None) or message.customer
-        phone = customer.number if customer is not None else None
+        party = (call.customer if call is not None else None) or customer
+        phone = party.number if party is not None else None
     return call_identity(
         settings,
         user_id=ids.get(settings.label_user_key),
@@ -260,6 +277,16 @@ def time_ms(value: Any) -> int | None:
             moment = moment.replace(tzinfo=UTC)
         return possible_ms(round(moment.timestamp() * 1000))
     return to_ms(value)
+
+
+def _model(model: type[ModelT], value: Any) -> ModelT | None:
+    """`value` read as `model`, or None when it is not one."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return None
 
 
 def _text(value: Any) -> tuple[str, bool]:

@@ -59,6 +59,8 @@ class AssistantOverrides(Loose):
     """`call.assistantOverrides`: where a call's template variables are set."""
 
     variableValues: LooseObject = None
+    # Vapi's AssistantOverrides also carries the assistant's `metadata`.
+    metadata: LooseObject = None
 
 
 class Call(Loose):
