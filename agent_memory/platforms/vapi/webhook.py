@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 MEMORY_VARIABLE = "memory"
 # The statuses of a status-update that change the call's session.
 OPENED, ENDED = "in-progress", "ended"
+# How many unused message types are remembered as logged: Vapi has a few dozen; a sender that
+# makes up more is not logged for them.
+MAX_UNUSED_TYPES = 256
 
 
 class AssistantVariables(Answer):
@@ -253,7 +256,7 @@ class VapiReceiver:
                 labels=event.labels,
             )
             return self.acked(message, call_id, await self.memory.accept_event(raw, event))
-        if message.type not in self.unused_types:
+        if message.type not in self.unused_types and len(self.unused_types) < MAX_UNUSED_TYPES:
             self.unused_types.add(message.type)
             log.info(
                 "Vapi message type %r is acknowledged and not used (this is logged once per type): "
