@@ -7,12 +7,16 @@ The fixtures and their sources: fixtures/vapi/SOURCES.md.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import hashlib
 import hmac
 import json
 import logging
+import os
+import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -540,6 +544,25 @@ async def test_the_guides_samples_are_accepted(start_service: Any) -> None:
         "GET", "/v1/users/u-demo/characters/luna/recall?q=What is my dog called?"
     )
     assert status == 200 and "Biscuit" in recalled["memories"][0]["text"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="needs curl and openssl")
+async def test_the_guides_curl_lines_are_accepted(start_service: Any) -> None:
+    service = await start(start_service)
+    guide = (ROOT / "webhooks" / "vapi.md").read_text(encoding="utf-8")
+    blocks = [block for block in re.findall(r"```bash\n(.*?)```", guide, re.S) if "/webhooks/vapi" in block]
+    assert len(blocks) == 2  # the shared secret, then the HMAC
+    script = re.sub(r"^URL=.*$", f"URL={service.url}", "\n".join(blocks), flags=re.M)
+    env = {"PATH": os.environ["PATH"], "AGENT_MEMORY_VAPI_SECRET": VAPI_SECRET}
+    shell = await asyncio.create_subprocess_exec(
+        "bash", "-euc", script, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await shell.communicate()
+    assert shell.returncode == 0
+    answers = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+    assert [answer["status"] for answer in answers] == ["done", "done", "done", "duplicate"]
+    assert answers[1]["new_messages"] == 7
 
 
 def test_every_fixture_names_its_source() -> None:
