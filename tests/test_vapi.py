@@ -308,6 +308,17 @@ def test_transcript_items_and_text_are_read_as_vapi_documents_them() -> None:
     assert time_ms("not a time") is None
 
 
+async def test_items_without_a_time_are_dated_by_seconds_from_the_calls_start(start_service: Any) -> None:
+    service = await start(start_service, phone_identity=True)
+    body = load_fixture(REPORT)
+    for item in body["message"]["artifact"]["messages"]:
+        del item["time"]
+    assert (await post(service, body))[1]["new_messages"] == 7
+    messages = await stored(service, CALLER_USER)
+    # startedAt 2025-11-21T02:00:00Z, and 1.44 s, 5.1 s … into the call.
+    assert [m["ts_ms"] - 1763690400000 for m in messages] == [1440, 5100, 11000, 17000, 22300, 23100, 24000]
+
+
 async def test_a_report_with_odd_items_keeps_the_rest_and_says_what_it_left_out(start_service: Any) -> None:
     service = await start(start_service, phone_identity=True)
     body = load_fixture(REPORT)
