@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, TOKEN, Service, assert_error, load_fixture, on_disk
 
-from agent_memory.errors import BadSignature, InvalidField
+from agent_memory.core.events import Outcome, SessionEvent
+from agent_memory.errors import BadSignature, InvalidField, InvalidJSON
 from agent_memory.platforms.calls import CallIdentity
-from agent_memory.platforms.vapi.events import identity_from, read_items, read_text, time_ms
+from agent_memory.platforms.vapi.events import identity_from, read_items, read_text, reparse, time_ms
 from agent_memory.platforms.vapi.signatures import hmac_headers, sign, verify_vapi
 from agent_memory.platforms.vapi.webhook import with_memory
 from agent_memory.settings import Settings
@@ -232,6 +233,31 @@ async def test_the_transcript_text_is_read_when_a_report_has_no_messages(start_s
     status, answer = await post(service, body)
     assert (status, answer["status"], answer["new_messages"]) == (200, "done", 5)
     assert spoken(await stored(service, CALLER_USER)) == SPOKEN
+
+
+def test_a_recorded_message_is_rebuilt_from_its_raw_body_for_reprocess() -> None:
+    settings = Settings(phone_identity=True)
+    raw, event = reparse(settings, json.dumps(load_fixture(REPORT)), 1)
+    assert isinstance(event, SessionEvent)
+    assert (raw.event_id, raw.agent_id, event.kind, len(event.messages)) == (
+        f"vapi:{CALL_ID}:end-of-call-report",
+        f"vapi:{CALL_ID}",
+        "history",
+        7,
+    )
+    assert raw.labels == {"user_id": CALLER_USER, "character_id": "default"}
+    raw, event = reparse(settings, json.dumps(status_update("ended", endedReason="silence-timed-out")), 1)
+    assert isinstance(event, SessionEvent)
+    assert (raw.event_id, event.kind, event.stop_reason) == (
+        f"vapi:{CALL_ID}:status-update:ended",
+        "left",
+        "silence-timed-out",
+    )
+    empty = load_fixture(REPORT)
+    empty["message"]["artifact"] = {}
+    assert isinstance(reparse(settings, json.dumps(empty), 1)[1], Outcome)
+    with pytest.raises(InvalidJSON, match="never recorded"):
+        reparse(settings, json.dumps(load_fixture("vapi/events_doc_transcript.json")), 1)
 
 
 def test_a_calls_identity_is_read_from_any_of_the_places_vapi_puts_ids() -> None:

@@ -16,13 +16,21 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from agent_memory.core.clock import as_number, possible_ms, to_ms
-from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, IncomingMessage
+from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, IncomingMessage, Outcome, RawEvent, SessionEvent
 from agent_memory.core.jsonutil import read_json
 from agent_memory.errors import InvalidField, InvalidJSON
-from agent_memory.platforms.calls import CallIdentity, CallTranscript, call_identity
+from agent_memory.platforms.calls import (
+    CallIdentity,
+    CallTranscript,
+    call_identity,
+    identity_labels,
+    recorded_event,
+    session_key,
+)
 from agent_memory.platforms.vapi.payloads import (
     END_OF_CALL_REPORT,
     PHONE_CALLS,
+    STATUS_UPDATE,
     Call,
     Customer,
     Envelope,
@@ -45,6 +53,10 @@ TOOL_RESULT_ROLES = ("tool_call_result", "tool")
 # Fields of a transcript item read into columns; the rest is kept as sent, but for `metadata`
 # (the transcriber's word-level confidences: the words again, several times their size).
 READ_FIELDS = {"role", "message", "time", "toolCalls", "toolCallId", "name", "result", "metadata"}
+# The messages kept in the inbox and applied to the call's session.
+RECORDED_TYPES = (END_OF_CALL_REPORT, STATUS_UPDATE)
+# The statuses of a status-update that change the call's session: it started, it ended.
+OPENED, ENDED = "in-progress", "ended"
 # `AI: …` and `User: …`: the lines of Vapi's transcript text.
 SPEAKER = re.compile(r"^\s*(AI|Assistant|Bot|User)\s*:\s?(.*)$", re.IGNORECASE)
 
@@ -119,6 +131,63 @@ def call_identity_of(settings: Settings, call: Call | None, customer: Customer |
         character_id=ids.get(settings.label_character_key),
         phone=phone,
     )
+
+
+def reparse(settings: Settings, body: str, received_ms: int) -> tuple[RawEvent, SessionEvent | Outcome]:
+    """A recorded Vapi message (its inbox body) as its inbox record and event again, for
+    `agent-memory reprocess`; InvalidJSON (or InvalidField) when it is not one."""
+    message, text = read_message(body.encode("utf-8"))
+    if message.type not in RECORDED_TYPES:
+        raise InvalidJSON(f"a Vapi {message.type!r} message is never recorded")
+    recorded = recorded_message(settings, message, text, received_ms)
+    if recorded is not None:
+        return recorded
+    key = session_key(PLATFORM, required_call_id(message))
+    raw = RawEvent(
+        event_id=f"{key}:{message.type}", event_type=0, body=text, received_ms=received_ms, agent_id=key
+    )
+    return raw, Outcome("ignored", agent_id=key, detail=f"the {message.type} holds nothing to keep")
+
+
+def recorded_message(
+    settings: Settings, message: ServerMessage, text: str, received_ms: int
+) -> tuple[RawEvent, SessionEvent] | None:
+    """The inbox record and session event of an end-of-call-report or a status-update (None when
+    it says nothing to keep: a report without a transcript, a status other than in-progress or
+    ended). Its inbox id is `vapi:<call id>:<type>` (`:<status>` for a status): a redelivery is
+    a duplicate."""
+    if message.type == END_OF_CALL_REPORT:
+        transcript = transcript_of(settings, message)
+        if transcript is None:
+            return None
+        return recorded_event(settings, transcript, body=text, received_ms=received_ms)
+    if message.type != STATUS_UPDATE or message.status not in (OPENED, ENDED):
+        return None
+    key = session_key(PLATFORM, required_call_id(message))
+    call = message.call
+    labels = identity_labels(settings, identity_of(settings, message))
+    event = SessionEvent(
+        kind="joined" if message.status == OPENED else "left",
+        agent_id=key,
+        name=PLATFORM,
+        start_ms=time_ms(call.startedAt) if call is not None else None,
+        labels=labels,
+        labels_field=IDS_FIELD,
+    )
+    if message.status == ENDED:
+        event.stop_ms = (time_ms(call.endedAt) if call is not None else None) or time_ms(message.timestamp)
+        event.stop_status = message.status
+        event.stop_reason = message.endedReason
+    raw = RawEvent(
+        event_id=f"{key}:{STATUS_UPDATE}:{message.status}",
+        event_type=0,
+        body=text,
+        received_ms=received_ms,
+        notify_ms=time_ms(message.timestamp),
+        agent_id=key,
+        labels=labels,
+    )
+    return raw, event
 
 
 def transcript_of(settings: Settings, message: ServerMessage) -> CallTranscript | None:

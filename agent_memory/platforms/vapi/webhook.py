@@ -22,34 +22,20 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import ConfigDict
 
-from agent_memory.core.events import Outcome, OutcomeStatus, RawEvent, SessionEvent
+from agent_memory.core.events import Outcome, OutcomeStatus
 from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
 from agent_memory.logs import RateLimitedLog
 from agent_memory.memory.service import Memory
-from agent_memory.platforms.calls import (
-    JOIN,
-    CallIdentity,
-    identity_labels,
-    session_key,
-    start_memory,
-    store_transcript,
-)
+from agent_memory.platforms.calls import JOIN, CallIdentity, start_memory
 from agent_memory.platforms.vapi.events import (
-    IDS_FIELD,
     PLATFORM,
+    RECORDED_TYPES,
     identity_of,
     read_message,
+    recorded_message,
     required_call_id,
-    time_ms,
-    transcript_of,
 )
-from agent_memory.platforms.vapi.payloads import (
-    ASSISTANT_REQUEST,
-    END_OF_CALL_REPORT,
-    STATUS_UPDATE,
-    USED_TYPES,
-    ServerMessage,
-)
+from agent_memory.platforms.vapi.payloads import ASSISTANT_REQUEST, USED_TYPES, ServerMessage
 from agent_memory.platforms.vapi.signatures import verify_vapi
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer, Object, Omitted
@@ -60,8 +46,6 @@ log = logging.getLogger(__name__)
 
 # The variable an assistant's prompts name to receive the caller's memory: `{{memory}}`.
 MEMORY_VARIABLE = "memory"
-# The statuses of a status-update that change the call's session.
-OPENED, ENDED = "in-progress", "ended"
 # How many unused message types are remembered as logged: Vapi has a few dozen; a sender that
 # makes up more is not logged for them.
 MAX_UNUSED_TYPES = 256
@@ -232,30 +216,13 @@ class VapiReceiver:
 
     async def acknowledge(self, message: ServerMessage, text: str) -> VapiAck:
         """Store what a report or a status says, and acknowledge any other message."""
-        received_ms = time.time_ns() // 1_000_000
-        if message.type == END_OF_CALL_REPORT:
-            transcript = transcript_of(self.settings, message)
-            if transcript is None:
-                call_id = required_call_id(message)
-                log.info("end-of-call-report of call %s holds no transcript: nothing to keep", call_id)
-                return VapiAck(type=message.type, call_id=call_id, status="ignored", new_messages=0)
-            outcome = await store_transcript(self.memory, transcript, body=text, received_ms=received_ms)
-            return self.acked(message, transcript.call_id, outcome)
-        if message.type == STATUS_UPDATE:
+        if message.type in RECORDED_TYPES:
             call_id = required_call_id(message)
-            event = self.status_event(message, call_id)
-            if event is None:
+            recorded = recorded_message(self.settings, message, text, time.time_ns() // 1_000_000)
+            if recorded is None:
+                log.info("Vapi %s of call %s: nothing to keep", message.type, call_id)
                 return VapiAck(type=message.type, call_id=call_id, status="ignored", new_messages=0)
-            raw = RawEvent(
-                event_id=f"{event.agent_id}:{STATUS_UPDATE}:{message.status}",
-                event_type=0,
-                body=text,
-                received_ms=received_ms,
-                notify_ms=time_ms(message.timestamp),
-                agent_id=event.agent_id,
-                labels=event.labels,
-            )
-            return self.acked(message, call_id, await self.memory.accept_event(raw, event))
+            return self.acked(message, call_id, await self.memory.accept_event(*recorded))
         if message.type not in self.unused_types and len(self.unused_types) < MAX_UNUSED_TYPES:
             self.unused_types.add(message.type)
             log.info(
@@ -265,27 +232,6 @@ class VapiReceiver:
             )
         call = message.call
         return VapiAck(type=message.type, call_id=call.id if call else None, status="ignored", new_messages=0)
-
-    def status_event(self, message: ServerMessage, call_id: str) -> SessionEvent | None:
-        """The session event of a status-update: the call started or ended; None for the others."""
-        if message.status not in (OPENED, ENDED):
-            return None
-        identity = identity_of(self.settings, message)
-        call = message.call
-        at_ms = time_ms(message.timestamp)
-        event = SessionEvent(
-            kind="joined" if message.status == OPENED else "left",
-            agent_id=session_key(PLATFORM, call_id),
-            name=PLATFORM,
-            start_ms=time_ms(call.startedAt) if call is not None else None,
-            labels=identity_labels(self.settings, identity),
-            labels_field=IDS_FIELD,
-        )
-        if message.status == ENDED:
-            event.stop_ms = (time_ms(call.endedAt) if call is not None else None) or at_ms
-            event.stop_status = message.status
-            event.stop_reason = message.endedReason
-        return event
 
     @staticmethod
     def acked(message: ServerMessage, call_id: str, outcome: Outcome) -> VapiAck:
