@@ -25,12 +25,13 @@ import pytest
 from conftest import FIXTURES, TOKEN, Service, assert_error, load_fixture, on_disk
 
 from agent_memory.core.events import Outcome, SessionEvent
-from agent_memory.errors import BadSignature, InvalidField, InvalidJSON
+from agent_memory.errors import BadSignature, InvalidField, InvalidJSON, StoreUnavailable
 from agent_memory.platforms.calls import CallIdentity
 from agent_memory.platforms.vapi.events import identity_from, read_items, read_text, reparse, time_ms
 from agent_memory.platforms.vapi.signatures import hmac_headers, sign, verify_vapi
 from agent_memory.platforms.vapi.webhook import with_memory
 from agent_memory.settings import Settings
+from agent_memory.web.keys import MEMORY
 
 VAPI_SECRET = "test-vapi-secret"
 ASSISTANT_ID = "5b0a4a08-133c-4146-9315-0984f8c6be80"
@@ -403,6 +404,23 @@ def test_the_assistant_settings_are_one_or_the_other() -> None:
     assert Settings.from_env(env).vapi_assistant == {"name": "Luna", "model": {"provider": "openai"}}
     with pytest.raises(InvalidField, match=r"AGENT_MEMORY_VAPI_ASSISTANT: .*JSON object"):
         Settings.from_env({"AGENT_MEMORY_VAPI_ASSISTANT": "[1, 2]"})
+
+
+async def test_a_call_starts_without_memory_when_it_cannot_be_read(
+    start_service: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    service = await start(start_service, phone_identity=True)
+    await post(service, load_fixture(REPORT))
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the database could not commit")
+
+    monkeypatch.setattr(service.server.app[MEMORY], "system_messages", down)
+    status, answer = await post(service, assistant_request(customer={"number": CALLER}))
+    assert status == 200, answer
+    assert answer["assistantId"] == ASSISTANT_ID
+    assert answer["assistantOverrides"]["variableValues"]["memory"] == ""
+    assert any("starts without it" in r.getMessage() for r in caplog.records)
 
 
 async def test_an_assistant_request_without_an_assistant_to_answer_names_the_settings(

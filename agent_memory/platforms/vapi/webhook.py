@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import time
@@ -46,6 +47,9 @@ log = logging.getLogger(__name__)
 
 # The variable an assistant's prompts name to receive the caller's memory: `{{memory}}`.
 MEMORY_VARIABLE = "memory"
+# How long the memory of an assistant-request may take: Vapi drops a call whose answer takes
+# 7.5 s end to end (docs.vapi.ai/server-url/events), network included.
+MEMORY_TIMEOUT_S = 4.0
 # How many unused message types are remembered as logged: Vapi has a few dozen; a sender that
 # makes up more is not logged for them.
 MAX_UNUSED_TYPES = 256
@@ -194,7 +198,7 @@ class VapiReceiver:
                 "prompt), or AGENT_MEMORY_VAPI_ASSISTANT to a transient assistant's JSON"
             )
         identity = identity_of(settings, message)
-        memory = await start_memory(self.memory, identity)
+        memory = await self.start_memory(identity, message)
         variables = {MEMORY_VARIABLE: memory}
         if identity.user_id is not None:
             # Named in the call's later messages (call.assistantOverrides): its end-of-call-report
@@ -213,6 +217,21 @@ class VapiReceiver:
         assert settings.vapi_assistant is not None
         assistant = with_memory(settings.vapi_assistant, memory)
         return AssistantAnswer(assistant=assistant, assistantOverrides=overrides)
+
+    async def start_memory(self, identity: CallIdentity, message: ServerMessage) -> str:
+        """The caller's memory, or none when it cannot be read in time: Vapi waits 7.5 s for the
+        whole answer and then drops the call, so the call starts without memory instead."""
+        try:
+            async with asyncio.timeout(MEMORY_TIMEOUT_S):
+                return await start_memory(self.memory, identity)
+        except Exception as exc:
+            log.warning(
+                "assistant-request for call %s: the caller's memory could not be read (%s); the "
+                "call starts without it",
+                message.call.id if message.call is not None else "-",
+                f"took over {MEMORY_TIMEOUT_S:g} s" if isinstance(exc, TimeoutError) else type(exc).__name__,
+            )
+            return ""
 
     async def acknowledge(self, message: ServerMessage, text: str) -> VapiAck:
         """Store what a report or a status says, and acknowledge any other message."""
