@@ -227,6 +227,12 @@ async def test_redelivery_and_any_order_of_a_calls_messages_change_nothing(start
     assert (session["status"], session["stop_reason"]) == ("stopped", "customer-ended-call")
 
 
+async def test_a_bare_message_without_its_envelope_is_read_too(start_service: Any) -> None:
+    service = await start(start_service, phone_identity=True)
+    status, answer = await post(service, load_fixture(REPORT)["message"])
+    assert (status, answer["status"], answer["new_messages"]) == (200, "done", 7)
+
+
 async def test_the_transcript_text_is_read_when_a_report_has_no_messages(start_service: Any) -> None:
     service = await start(start_service, phone_identity=True)
     body = load_fixture(REPORT)

@@ -66,6 +66,9 @@ def read_message(body: bytes) -> tuple[ServerMessage, str]:
     data = read_json(body)  # the raw bytes were valid UTF-8 if this returns
     if not isinstance(data, dict):
         raise InvalidJSON('the body must be a JSON object: {"message": {"type": …, …}}')
+    if "message" not in data and isinstance(data.get("type"), str):
+        # The message alone, as some of Vapi's pages and relays show it: read as if wrapped.
+        data = {"message": data}
     try:
         envelope = Envelope.model_validate(data)
     except ValidationError as exc:
