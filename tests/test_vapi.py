@@ -457,6 +457,9 @@ def test_the_shared_secret_and_every_hmac_encoding_vapi_offers_are_accepted() ->
     assert verify_vapi(VAPI_SECRET, body, sha512, now) == "x-signature"
     body_only = {"X-Vapi-Signature": sign(VAPI_SECRET, body, None)}
     assert verify_vapi(VAPI_SECRET, body, body_only, now) == "X-Vapi-Signature"
+    # The body alone signed (payload format `{body}`) while a timestamp is sent all the same.
+    unsigned_stamp = {"x-signature": sign(VAPI_SECRET, body, None), "x-timestamp": stamp}
+    assert verify_vapi(VAPI_SECRET, body, unsigned_stamp, now) == "x-signature"
 
 
 @pytest.mark.parametrize(

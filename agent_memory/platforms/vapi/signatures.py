@@ -12,9 +12,11 @@ Vapi authenticates server messages with a credential attached to the server URL
   default `payloadFormat`), the timestamp in `x-timestamp` (the default `timestampHeader`), hex
   (the default `signatureEncoding`) or base64, optionally after a prefix such as `sha256=`
   (`signaturePrefix`), SHA-256 by default (SHA-1 and SHA-512 are offered: told apart by the
-  digest's length). Without a timestamp header (`includeTimestamp` off) the body alone is signed.
-  Vapi does not say whether the timestamp is in seconds or milliseconds: both are read, by
-  magnitude, and it must be within MAX_SKEW_MS of this service's clock.
+  digest's length). A signature over the body alone (payload format `{body}`, or
+  `includeTimestamp` off) is accepted too, with or without a timestamp header: it dates nothing,
+  so a replay of it is bounded only by the duplicate check. Vapi does not say whether the
+  timestamp is in seconds or milliseconds: both are read, by magnitude, and a signed one must
+  be within MAX_SKEW_MS of this service's clock.
 
 Every comparison is constant-time.
 """
@@ -84,15 +86,16 @@ def verify_vapi(secret: str, body: bytes, headers: Mapping[str, str], now_ms: in
         if header == VAPI_SIGNATURE_HEADER and _same(given, secret):
             return header  # the plain secret, as Vapi's older docs sent it
         stamp = headers.get(TIMESTAMP_HEADER)
-        payload = body if stamp is None else stamp.strip().encode() + b"." + body
-        if not _signed(secret, payload, given):
+        if stamp is not None and _signed(secret, stamp.strip().encode() + b"." + body, given):
+            _fresh(stamp, now_ms)
+            return header
+        # A payload format of the body alone signs no timestamp, whether or not one is sent.
+        if not _signed(secret, body, given):
             raise BadSignature(
                 f"{header} does not match the body: check that {SETTING} is the secret key of the HMAC "
                 f"credential in Vapi, that its payload format is '{{timestamp}}.{{body}}' (with "
                 f"{TIMESTAMP_HEADER}) or the body alone, and that its secret is not marked base64"
             )
-        if stamp is not None:
-            _fresh(stamp, now_ms)
         return header
     raise BadSignature(
         f"missing credential: Vapi must send {SECRET_HEADER} (or Authorization: Bearer) with "
