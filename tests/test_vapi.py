@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, TOKEN, Service, assert_error, load_fixture, on_disk
+from conftest import FIXTURES, TOKEN, Service, assert_error, inbox_of, load_fixture, on_disk
 
-from agent_memory.core.events import Outcome, SessionEvent
-from agent_memory.errors import BadSignature, InvalidField, InvalidJSON, StoreUnavailable
+from agent_memory.core.events import SessionEvent
+from agent_memory.errors import BadRequest, BadSignature, InvalidField, StoreUnavailable
 from agent_memory.platforms.calls import CallIdentity
-from agent_memory.platforms.vapi.events import identity_from, read_items, read_text, reparse, time_ms
+from agent_memory.platforms.recorded import reread
+from agent_memory.platforms.vapi.events import identity_from, read_items, read_text, time_ms
 from agent_memory.platforms.vapi.signatures import hmac_headers, sign, verify_vapi
 from agent_memory.platforms.vapi.webhook import with_memory
 from agent_memory.settings import Settings
@@ -242,29 +243,27 @@ async def test_the_transcript_text_is_read_when_a_report_has_no_messages(start_s
     assert spoken(await stored(service, CALLER_USER)) == SPOKEN
 
 
-def test_a_recorded_message_is_rebuilt_from_its_raw_body_for_reprocess() -> None:
-    settings = Settings(phone_identity=True)
-    raw, event = reparse(settings, json.dumps(load_fixture(REPORT)), 1)
+async def test_a_recorded_report_is_rebuilt_from_its_raw_body_for_reprocess(start_service: Any) -> None:
+    # What `agent-memory reprocess` needs: the raw body alone gives the same event again.
+    service = await start(start_service, phone_identity=True)
+    body = load_fixture(REPORT)
+    body["message"]["artifact"]["messages"].insert(2, {"role": "narrator", "message": "meanwhile"})
+    status, answer = await post(service, body)
+    assert (status, answer["status"]) == (200, "partial")
+    entry = await inbox_of(service, f"vapi:{CALL_ID}:end-of-call-report")
+    assert entry is not None and entry.status == "partial"
+    assert (entry.label_user, entry.label_character) == (CALLER_USER, "default")
+    raw, event = reread(entry, service.settings)
     assert isinstance(event, SessionEvent)
-    assert (raw.event_id, raw.agent_id, event.kind, len(event.messages)) == (
-        f"vapi:{CALL_ID}:end-of-call-report",
-        f"vapi:{CALL_ID}",
-        "history",
-        7,
-    )
-    assert raw.labels == {"user_id": CALLER_USER, "character_id": "default"}
-    raw, event = reparse(settings, json.dumps(status_update("ended", endedReason="silence-timed-out")), 1)
-    assert isinstance(event, SessionEvent)
-    assert (raw.event_id, event.kind, event.stop_reason) == (
-        f"vapi:{CALL_ID}:status-update:ended",
-        "left",
-        "silence-timed-out",
-    )
-    empty = load_fixture(REPORT)
-    empty["message"]["artifact"] = {}
-    assert isinstance(reparse(settings, json.dumps(empty), 1)[1], Outcome)
-    with pytest.raises(InvalidJSON, match="never recorded"):
-        reparse(settings, json.dumps(load_fixture("vapi/events_doc_transcript.json")), 1)
+    assert (raw.event_id, event.agent_id, len(event.messages)) == (entry.event_id, f"vapi:{CALL_ID}", 7)
+    outcome = await service.server.app[MEMORY].reapply_event(raw, event)
+    assert (outcome.status, outcome.new_messages) == ("partial", 0)
+    # A status-update carries no transcript: unreadable for reprocess, not applied.
+    await post(service, status_update("ended"))
+    ended = await inbox_of(service, f"vapi:{CALL_ID}:status-update:ended")
+    assert ended is not None and ended.status == "done"
+    with pytest.raises(BadRequest, match="no transcript"):
+        reread(ended, service.settings)
 
 
 def test_a_calls_identity_is_read_from_any_of_the_places_vapi_puts_ids() -> None:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from agent_memory.core.clock import as_number, possible_ms, to_ms
-from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, IncomingMessage, Outcome, RawEvent, SessionEvent
+from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, IncomingMessage, RawEvent, SessionEvent
 from agent_memory.core.jsonutil import read_json
 from agent_memory.errors import InvalidField, InvalidJSON
 from agent_memory.platforms.calls import (
@@ -136,20 +136,12 @@ def call_identity_of(settings: Settings, call: Call | None, customer: Customer |
     )
 
 
-def reparse(settings: Settings, body: str, received_ms: int) -> tuple[RawEvent, SessionEvent | Outcome]:
-    """A recorded Vapi message (its inbox body) as its inbox record and event again, for
-    `agent-memory reprocess`; InvalidJSON (or InvalidField) when it is not one."""
-    message, text = read_message(body.encode("utf-8"))
-    if message.type not in RECORDED_TYPES:
-        raise InvalidJSON(f"a Vapi {message.type!r} message is never recorded")
-    recorded = recorded_message(settings, message, text, received_ms)
-    if recorded is not None:
-        return recorded
-    key = session_key(PLATFORM, required_call_id(message))
-    raw = RawEvent(
-        event_id=f"{key}:{message.type}", event_type=0, body=text, received_ms=received_ms, agent_id=key
-    )
-    return raw, Outcome("ignored", agent_id=key, detail=f"the {message.type} holds nothing to keep")
+def recorded_transcript(body: str, settings: Settings) -> CallTranscript | None:
+    """A recorded Vapi message's transcript again, for `agent-memory reprocess`
+    (platforms/recorded.py): an end-of-call-report's, None for a status-update (nothing of it
+    can be set aside to apply again)."""
+    message, _text = read_message(body.encode("utf-8"))
+    return transcript_of(settings, message) if message.type == END_OF_CALL_REPORT else None
 
 
 def recorded_message(
