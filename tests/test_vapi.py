@@ -172,10 +172,14 @@ async def test_explicit_ids_win_over_the_number_at_both_ends_of_a_call(start_ser
     assert (variables["user_id"], variables["character_id"]) == ("u-ada", "luna")
 
 
-async def test_without_phone_identity_a_call_with_no_ids_is_unidentified(start_service: Any) -> None:
+async def test_without_phone_identity_a_call_with_no_ids_is_unidentified(
+    start_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     service = await start(start_service)
     status, answer = await post(service, load_fixture(REPORT))
     assert (status, answer["status"]) == (200, "done")
+    warned = [r.getMessage() for r in caplog.records if "names no user" in r.getMessage()]
+    assert len(warned) == 1 and "call.metadata.user_id (and .character_id)" in warned[0]
     assert await stored(service, CALLER_USER) == []
     assert spoken(await stored(service, f"agent:vapi:{CALL_ID}")) == SPOKEN
     status, answer = await post(service, assistant_request(customer={"number": CALLER}))

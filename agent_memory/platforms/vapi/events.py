@@ -42,8 +42,9 @@ from agent_memory.settings import Settings
 ModelT = TypeVar("ModelT", Call, Customer)
 
 PLATFORM = "vapi"
-# Where a Vapi call takes explicit ids: named in the warning about an unidentified call.
-IDS_FIELD = "call.metadata (or assistantOverrides.variableValues)"
+# Where a Vapi call takes explicit ids (ingest appends the key: `call.metadata.user_id`), named
+# in the warning about an unidentified call; assistantOverrides.variableValues works too.
+IDS_FIELD = "call.metadata"
 USER_ROLES = ("user",)
 ASSISTANT_ROLES = ("bot", "assistant")
 # The assistant's prompt, as Vapi lists it first: never said, and it holds the call-start memory.
