@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -46,6 +47,9 @@ ENVIRONMENT: dict[str, str] = {
     "agora_max_retries": "AGENT_MEMORY_AGORA_MAX_RETRIES",
     "poll_interval_s": "AGENT_MEMORY_POLL_INTERVAL_S",
     "poll_concurrency": "AGENT_MEMORY_POLL_CONCURRENCY",
+    "vapi_secret": "AGENT_MEMORY_VAPI_SECRET",
+    "vapi_assistant_id": "AGENT_MEMORY_VAPI_ASSISTANT_ID",
+    "vapi_assistant": "AGENT_MEMORY_VAPI_ASSISTANT",
     "openai_api_key": "OPENAI_API_KEY",
     "openai_base_url": "OPENAI_BASE_URL",
     "llm_model": "AGENT_MEMORY_LLM_MODEL",
@@ -226,6 +230,23 @@ class Settings(BaseModel):
     poll_concurrency: int = Field(32, ge=1)
     """How many running agents' histories are read at once."""
 
+    vapi_secret: str | None = None
+    """The secret of Vapi's server messages (`POST /webhooks/vapi`): what Vapi sends in `X-Vapi-Secret`
+    (or `Authorization: Bearer`), or the secret key of its HMAC credential (`x-signature`); without it
+    Vapi's messages are refused.
+    """
+    vapi_assistant_id: str | None = None
+    """The saved Vapi assistant that answers an `assistant-request`, with the caller's memory in its
+    `{{memory}}` variable (`assistantOverrides.variableValues.memory`).
+    """
+    # A transient assistant as JSON text (what Vapi's POST /assistant takes): memory goes into its
+    # model's system message as well as the variable, for prompts without {{memory}}.
+    vapi_assistant: dict[str, Any] | None = None
+    """Instead of an assistant id: a transient assistant, as JSON (`{"model": {...}, "voice": {...}}`), that
+    answers an `assistant-request` with the caller's memory in its model's system message and in
+    `{{memory}}`.
+    """
+
     openai_api_key: str | None = None
     """Key of the OpenAI-compatible endpoint (OpenAI, Azure, vLLM, Ollama); with neither it nor the base URL
     set, the offline condenser runs.
@@ -389,6 +410,19 @@ class Settings(BaseModel):
             return parse_networks(given)
         return given
 
+    @field_validator("vapi_assistant", mode="before")
+    @classmethod
+    def _assistant_json(cls, given: Any) -> Any:
+        """A transient assistant given as JSON text (the environment's form) must be an object."""
+        if isinstance(given, str):
+            try:
+                given = json.loads(given)
+            except ValueError as exc:
+                raise ValueError(f"must be a JSON object (a Vapi assistant), not valid JSON: {exc}") from None
+            if not isinstance(given, dict):
+                raise ValueError("must be a JSON object (a Vapi assistant)")
+        return given
+
     @model_validator(mode="before")
     @classmethod
     def _database_url(cls, values: Any) -> Any:
@@ -406,6 +440,16 @@ class Settings(BaseModel):
                 f"AGENT_MEMORY_DB must be a file path, sqlite:///path or postgresql://…, not {given!r}"
             )
         return values
+
+    @model_validator(mode="after")
+    def _one_vapi_assistant(self) -> Settings:
+        """An assistant-request is answered with one assistant: both settings would hide one."""
+        if self.vapi_assistant_id and self.vapi_assistant:
+            raise ValueError(
+                "set AGENT_MEMORY_VAPI_ASSISTANT_ID or AGENT_MEMORY_VAPI_ASSISTANT, not both: an "
+                "assistant-request is answered with one assistant"
+            )
+        return self
 
     @model_validator(mode="after")
     def _rerank_needs_an_llm(self) -> Settings:

@@ -59,6 +59,7 @@ def settings_for(folder: Path, token: str, agora: FakeAgora, upstream: FakeUpstr
         webhook_secret=secrets.token_hex(16),
         retell_api_key=secrets.token_hex(16),
         elevenlabs_secret=secrets.token_hex(16),
+        vapi_secret=secrets.token_hex(16),
         upstream_base_url=upstream.base_url,
         public_url="https://memory.example",
         agora_app_id="app",

@@ -10,6 +10,7 @@ import hmac
 import json
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -475,3 +476,26 @@ async def test_a_nul_in_a_message_is_no_500(start_service: Any) -> None:
     payload["data"]["transcript"][1]["message"] = "before\u0000after"
     status, answer = await post(service, payload)
     assert status < 500, answer
+
+
+async def test_a_recorded_transcription_is_rebuilt_from_its_raw_body_for_reprocess(
+    start_service: Any,
+) -> None:
+    # What `agent-memory reprocess` needs: the raw body alone gives the same event again.
+    from agent_memory.core.events import SessionEvent
+    from agent_memory.errors import BadRequest
+    from agent_memory.platforms.recorded import reread
+
+    service = await start(start_service)
+    status, _ = await post(service, published("post_call_transcription.json"))
+    assert status == 200
+    entry = await inbox_of(service, "elevenlabs:abc:post_call_transcription")
+    assert entry is not None and entry.status == "done"
+    raw_event, event = reread(entry, service.settings)
+    assert isinstance(event, SessionEvent)
+    assert (raw_event.event_id, event.agent_id, len(event.messages)) == (entry.event_id, "elevenlabs:abc", 3)
+    outcome = await service.server.app[MEMORY].reapply_event(raw_event, event)
+    assert (outcome.status, outcome.new_messages) == ("done", 0)
+    # A body that is no transcription cannot be read as one.
+    with pytest.raises(BadRequest, match="no transcript"):
+        reread(replace(entry, body=json.dumps({"type": "post_call_audio", "data": {}})), service.settings)

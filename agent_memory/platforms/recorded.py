@@ -9,7 +9,9 @@ from agent_memory.core.events import Outcome, RawEvent, SessionEvent
 from agent_memory.errors import InvalidJSON
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.platforms.calls import CallTranscript, recorded_event
+from agent_memory.platforms.elevenlabs.transcripts import recorded_transcript as elevenlabs_transcript
 from agent_memory.platforms.retell.events import recorded_transcript as retell_transcript
+from agent_memory.platforms.vapi.events import recorded_transcript as vapi_transcript
 from agent_memory.settings import Settings
 
 # A platform's reading of one of its payloads as recorded: the transcript it carries, None when
@@ -17,7 +19,11 @@ from agent_memory.settings import Settings
 TranscriptReader = Callable[[str, Settings], CallTranscript | None]
 # By the prefix of the event ids the platform records under (`platforms/calls.session_key`);
 # an id with no registered prefix is Agora's noticeId.
-READERS: dict[str, TranscriptReader] = {"retell": retell_transcript}
+READERS: dict[str, TranscriptReader] = {
+    "elevenlabs": elevenlabs_transcript,
+    "retell": retell_transcript,
+    "vapi": vapi_transcript,
+}
 
 
 def reread(entry: InboxEntry, settings: Settings) -> tuple[RawEvent, SessionEvent | Outcome]:

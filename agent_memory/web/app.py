@@ -28,6 +28,7 @@ from agent_memory.platforms.agora.install import install
 from agent_memory.platforms.api.install import install as install_messages
 from agent_memory.platforms.elevenlabs.install import install as install_elevenlabs
 from agent_memory.platforms.retell.install import install as install_retell
+from agent_memory.platforms.vapi.install import install as install_vapi
 from agent_memory.settings import Settings
 from agent_memory.store import make_store
 from agent_memory.web import docs
@@ -192,5 +193,6 @@ def create_app(settings: Settings) -> web.Application:
     install(app, memory)
     install_retell(app, memory)
     install_elevenlabs(app, memory)
+    install_vapi(app, memory)
     app.cleanup_ctx.append(retention_context)
     return app

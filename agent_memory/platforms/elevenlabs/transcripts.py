@@ -8,6 +8,8 @@ from pydantic import ValidationError
 
 from agent_memory.core.clock import to_ms
 from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, TURN, IncomingMessage
+from agent_memory.core.jsonutil import read_json
+from agent_memory.errors import InvalidField
 from agent_memory.platforms.calls import CallIdentity, CallTranscript, call_identity, e164
 from agent_memory.platforms.elevenlabs.payloads import TRANSCRIPTION, Conversation, TranscriptItem
 from agent_memory.settings import Settings
@@ -151,3 +153,16 @@ def item_messages(item: TranscriptItem, start_ms: int | None) -> list[IncomingMe
             )
         )
     return found
+
+
+def recorded_transcript(body: str, settings: Settings) -> CallTranscript | None:
+    """A recorded post-call webhook (its raw body) read again as the transcript it carries; None
+    for one that carries none. Registered in platforms/recorded.py for `agent-memory reprocess`."""
+    envelope = read_json(body.encode("utf-8", "surrogatepass"))
+    if not isinstance(envelope, dict) or envelope.get("type") != TRANSCRIPTION:
+        return None
+    try:
+        conversation = Conversation.model_validate(envelope.get("data"))
+    except ValidationError as exc:
+        raise InvalidField(f"data: {exc.errors(include_input=False)[0]['msg']}") from None
+    return conversation_transcript(settings, conversation)

@@ -1,0 +1,21 @@
+"""The Vapi platform's one entry point into the web app: its webhook."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from agent_memory.memory.service import Memory
+from agent_memory.platforms.vapi.webhook import VapiReceiver
+from agent_memory.web.declare import add_routes
+
+log = logging.getLogger(__name__)
+
+
+def install(app: web.Application, memory: Memory) -> None:
+    """Add `POST /webhooks/vapi`; say at start what is not set for it."""
+    add_routes(app, [VapiReceiver(memory).route()])
+    settings = memory.settings
+    if not settings.vapi_secret and not settings.insecure_webhooks:
+        log.info("AGENT_MEMORY_VAPI_SECRET is not set: Vapi's messages will be refused until it is")
