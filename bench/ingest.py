@@ -50,6 +50,8 @@ from _common import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from null_servers import NullServer
+
 from agent_memory.platforms.agora.signatures import agora_headers
 
 SECRET = "bench-notification-secret"
@@ -59,14 +61,23 @@ BASE_MS = 1_763_000_000_000  # Nov 2025
 
 
 def make_callbacks(
-    count: int, messages: int, *, prefix: str, seed: int
+    count: int, messages: int, *, prefix: str, seed: int, pairs: int = 0
 ) -> list[tuple[str, bytes, dict[str, str]]]:
-    """(noticeId, body, headers) of `count` signed 103 callbacks, each a different agent run."""
+    """(noticeId, body, headers) of `count` signed 103 callbacks, each a different agent run.
+
+    `pairs` > 0: callback i belongs to pair i % pairs (each pair gets count / pairs calls);
+    0: a pair drawn at random from USERS x CHARACTERS.
+    """
     rng = random.Random(seed)
     callbacks = []
     for index in range(count):
         user = f"u-{rng.randrange(USERS):04d}"
         character = rng.choice(CHARACTERS)
+        if pairs:
+            user, character = (
+                f"u-{index % pairs // len(CHARACTERS):04d}",
+                CHARACTERS[index % pairs % len(CHARACTERS)],
+            )
         uid = str(1000 + rng.randrange(9000))
         agent_id = f"{prefix}-{index:07d}-{rng.getrandbits(48):012x}"
         start_ms = BASE_MS + index * 60_000 + rng.randrange(60_000)
@@ -165,6 +176,55 @@ async def wait_for_index(db: Path, server: Server, timeout: float) -> dict[str, 
     }
 
 
+def open_jobs(db: Path, horizon_ms: int) -> int:
+    """Jobs pending or running that are due within `horizon_ms` from now."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        due = int(time.time() * 1000) + horizon_ms
+        row = conn.execute(
+            "SELECT count(*) FROM jobs WHERE status = 'running' OR (status = 'pending' AND due_ms <= ?)",
+            (due,),
+        ).fetchone()
+        return int(row[0])
+    finally:
+        conn.close()
+
+
+def jobs_done(db: Path) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return int(conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
+async def wait_until_idle(db: Path, server: Server, cpu_0: float, timeout: float) -> dict[str, Any]:
+    """After the burst: wait until the service is idle (no job due within a minute, the search index
+    caught up, and under 2% of a core used over the last 2 s); its CPU from `cpu_0` until then."""
+    started = time.perf_counter()
+    window: list[tuple[float, float]] = []
+    idle = False
+    while time.perf_counter() - started < timeout:
+        await asyncio.sleep(0.25)
+        now, cpu = time.perf_counter(), server.cpu_seconds()
+        window.append((now, cpu))
+        window = [(t, c) for t, c in window if now - t <= 2.0]
+        quiet = now - window[0][0] >= 1.9 and (cpu - window[0][1]) / (now - window[0][0]) < 0.02
+        if quiet and not index_lag(db) and not open_jobs(db, 60_000):
+            idle = True
+            # The quiet seconds are not part of the work: count up to the start of the window.
+            cpu = window[0][1]
+            break
+    return {
+        "idle": idle,
+        "seconds": time.perf_counter() - started,
+        "cpu_s": cpu - cpu_0,
+        "jobs_done": jobs_done(db),
+    }
+
+
 def verify(db: Path, accepted: list[str], expected_messages: int, prefix: str) -> dict[str, Any]:
     """Check, with sqlite3 on the closed database, that what was answered 200 is stored."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -244,6 +304,9 @@ async def post_spread(
     return latencies, accepted, errors, wall
 
 
+NULL = "null"
+# --whole-cost: the service as deployed (default debounce and condensing), only the secret set.
+WHOLE_COST_ENV = {"AGORA_WEBHOOK_SECRET": SECRET, "AGENT_MEMORY_LOG_LEVEL": "WARNING"}
 SERVER_ENV = {
     "AGORA_WEBHOOK_SECRET": SECRET,
     "AGENT_MEMORY_SUMMARY_DELAY_S": "3600",
@@ -285,11 +348,19 @@ async def measure(
     database_pids: list[int],
 ) -> dict[str, Any]:
     """Ingest the callbacks through `instances` servers on `database`; the figures of that run."""
-    env = {**SERVER_ENV, "AGENT_MEMORY_METRICS": "1" if args.metrics == "on" else "0"}
-    servers = [
-        Server(database, env=env, log_path=workdir / f"{label}-server-{index}.log")
-        for index in range(instances)
-    ]
+    env = {
+        **(WHOLE_COST_ENV if args.whole_cost else SERVER_ENV),
+        "AGENT_MEMORY_METRICS": "1" if args.metrics == "on" else "0",
+    }
+    null = database == NULL
+    servers: list[Any] = (
+        [NullServer("webhook", secret=SECRET, log_path=workdir / f"{label}-server.log")]
+        if null
+        else [
+            Server(database, env=env, log_path=workdir / f"{label}-server-{index}.log")
+            for index in range(instances)
+        ]
+    )
     try:
         for server in servers:
             await server.wait_healthy()
@@ -304,7 +375,7 @@ async def measure(
         stop_scraping = asyncio.Event()
         scraping = asyncio.ensure_future(
             scrape_while([f"{server.url}/metrics" for server in servers], args.scrape_s, stop_scraping)
-            if args.metrics == "on"
+            if args.metrics == "on" and not null
             else asyncio.sleep(0, result=[])
         )
         latencies, accepted, errors, wall = await post_spread(urls, callbacks, args.concurrency)
@@ -317,6 +388,11 @@ async def measure(
         indexing = (
             await wait_for_index(database, servers[0], args.index_timeout)
             if isinstance(database, Path)
+            else None
+        )
+        whole = (
+            await wait_until_idle(database, servers[0], cpu_server_0, args.idle_timeout)
+            if args.whole_cost and isinstance(database, Path)
             else None
         )
     finally:
@@ -353,16 +429,28 @@ async def measure(
     for server, code in zip(servers, exit_codes, strict=True):
         if code not in (0, -15):
             print("  server log tail:\n" + server.log_tail(10))
+    if whole is not None:
+        in_requests = cpu_server / per_callback * 1e3
+        indexed = in_requests + (indexing["cpu_s"] if indexing else 0.0) / per_callback * 1e3
+        total = whole["cpu_s"] / per_callback * 1e3
+        print(f"  whole cost      CPU per callback from the burst's start: {in_requests:.2f} ms in the requests, "
+              f"{indexed:.2f} ms with the search index caught up, {total:.2f} ms until idle "
+              f"({whole['seconds']:.1f} s after the burst{'' if whole['idle'] else ', NOT idle at the timeout'}; "
+              f"{whole['jobs_done']} condense jobs done)")  # fmt: skip
     expected = len(accepted) * args.messages
-    if isinstance(database, Path):
+    if null:
+        check = {"ok": True, "accepted": len(accepted)}
+        print(f"null server: {len(accepted)} answered 200 (nothing stored)")
+    elif isinstance(database, Path):
         check = verify(database, accepted, expected, "bench")
         print(f"database: {db_size_bytes(database) / 2**20:.1f} MiB on disk")
     else:
         check = verify_postgres(database, accepted, expected, "bench")
-    print(f"verify (after shutdown): {check['accepted']} answered 200, "
-          f"{check['missing_from_inbox']} missing from inbox, {check['inbox_not_done']} not done, "
-          f"{check['messages']}/{check['expected_messages']} messages, {check['sessions']} sessions, "
-          f"check {check['quick_check']} -> {'OK' if check['ok'] else 'FAILED'}")  # fmt: skip
+    if not null:
+        print(f"verify (after shutdown): {check['accepted']} answered 200, "
+              f"{check['missing_from_inbox']} missing from inbox, {check['inbox_not_done']} not done, "
+              f"{check['messages']}/{check['expected_messages']} messages, {check['sessions']} sessions, "
+              f"check {check['quick_check']} -> {'OK' if check['ok'] else 'FAILED'}")  # fmt: skip
     return {
         "config": label,
         "instances": instances,
@@ -383,6 +471,13 @@ async def measure(
         "index_behind": indexing["behind"] if indexing else None,
         "index_catch_up_s": round(indexing["seconds"], 2) if indexing else None,
         "index_catch_up_cpu_s": round(indexing["cpu_s"], 2) if indexing else None,
+        "whole_cost_ms_per_callback": round(whole["cpu_s"] / per_callback * 1e3, 3) if whole else None,
+        "whole_cost_indexed_ms_per_callback": (
+            round((cpu_server + (indexing["cpu_s"] if indexing else 0.0)) / per_callback * 1e3, 3)
+            if whole
+            else None
+        ),
+        "whole_cost_idle_after_s": round(whole["seconds"], 1) if whole else None,
         "server_exit": exit_codes[0],
         "metrics": args.metrics,
         "scrapes": len(scrapes),
@@ -420,7 +515,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print(f"building {args.callbacks} signed 103 callbacks of {args.messages} messages "
           f"({USERS} users x {len(CHARACTERS)} characters) ...", flush=True)  # fmt: skip
     built = time.perf_counter()
-    callbacks = make_callbacks(args.callbacks, args.messages, prefix="bench", seed=args.seed)
+    callbacks = make_callbacks(
+        args.callbacks, args.messages, prefix="bench", seed=args.seed, pairs=args.pairs
+    )
     warm = make_callbacks(args.warmup, args.messages, prefix="warm", seed=args.seed + 1)
     body_bytes = sum(len(body) for _, body, _ in callbacks) / max(len(callbacks), 1)
     print(f"  built in {time.perf_counter() - built:.1f} s, mean body {body_bytes / 1024:.1f} KiB")
@@ -429,6 +526,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cluster = None
     try:
         for backend in args.backends.split(","):
+            if backend == NULL:
+                results.append(await measure(NULL, NULL, 1, args, callbacks, warm, workdir, []))
+                continue
             if backend == "sqlite":
                 results.append(
                     await measure("sqlite", workdir / "bench.db", 1, args, callbacks, warm, workdir, [])
@@ -456,8 +556,22 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         print(f"  {result['config']:<12} {result['callbacks_per_s']:>7,.0f} callbacks/s  p99 {result['p99_ms']:>7.2f} ms  "
               f"service CPU {result['server_cpu_ms_per_callback']:.2f} ms/callback"
               + (f", PostgreSQL CPU {db_cpu:.2f} ms/callback" if db_cpu is not None else ""))  # fmt: skip
-    first = results[0]
+    served = [result for result in results if result["config"] != NULL]
+    first = served[0] if served else results[0]
+    floor = next((result for result in results if result["config"] == NULL), None)
+    if floor is not None:
+        for result in served:
+            ratio = result["callbacks_per_s"] / floor["callbacks_per_s"]
+            cpu_ratio = result["server_cpu_ms_per_callback"] / max(floor["server_cpu_ms_per_callback"], 1e-9)
+            print(
+                f"  {result['config']} / null: {ratio:.3f}x the callbacks/s, {cpu_ratio:.1f}x the CPU per callback"
+            )
     return {
+        "null_callbacks_per_s": floor["callbacks_per_s"] if floor else None,
+        "null_cpu_ms_per_callback": floor["server_cpu_ms_per_callback"] if floor else None,
+        "ratio_to_null": round(first["callbacks_per_s"] / floor["callbacks_per_s"], 3)
+        if floor and served
+        else None,
         "bench": "ingest",
         "callbacks": len(callbacks),
         "messages_per_callback": args.messages,
@@ -481,6 +595,17 @@ def main() -> int:
         default=120.0,
         help="seconds to wait for deferred search indexing after the burst",
     )
+    parser.add_argument(
+        "--pairs", type=int, default=0, help="callback i goes to pair i %% N (0: pairs drawn at random)"
+    )
+    parser.add_argument(
+        "--whole-cost",
+        action="store_true",
+        help="default debounce and condensing; count the service's CPU from the burst's start until it is idle",
+    )
+    parser.add_argument(
+        "--idle-timeout", type=float, default=300.0, help="--whole-cost: seconds to wait for idle"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
     parser.add_argument(
         "--metrics", choices=("on", "off"), default="on", help="off: AGENT_MEMORY_METRICS=0 on the servers"
@@ -489,7 +614,8 @@ def main() -> int:
     parser.add_argument(
         "--backends",
         default="sqlite",
-        help="comma-separated, measured one after another: sqlite, postgres (a local cluster it starts)",
+        help="comma-separated, measured one after another: null (the null aiohttp webhook server: "
+        "verify the signature, parse the JSON), sqlite, postgres (a local cluster it starts)",
     )
     parser.add_argument(
         "--instances", default="1", help="PostgreSQL: comma-separated instance counts, e.g. 1,2"
