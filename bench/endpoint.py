@@ -168,7 +168,7 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
                         raise RuntimeError(f"history callback answered {resp.status}: {await resp.text()}")
         idle = await wait_until_idle(workdir / "memory.db", service, cpu_0, args.idle_timeout)
         print(f"stored {args.users} users x {args.stored} messages through the webhook ({len(history)} 103s); "
-              f"idle {idle['seconds']:.1f} s later, {idle['jobs_done']} condense jobs done")  # fmt: skip
+              f"idle {idle['seconds']:.1f} s later, {idle['jobs_done']} pairs condensed")  # fmt: skip
         urls = {
             "service": f"{service.url}/v1/llm/chat/completions",
             "null": f"{null.url}/v1/llm/chat/completions",

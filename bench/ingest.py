@@ -191,9 +191,10 @@ def open_jobs(db: Path, horizon_ms: int) -> int:
 
 
 def jobs_done(db: Path) -> int:
+    """Pairs condensed so far (a condense job's row is deleted when it is done: its summary stays)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
-        return int(conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0])
+        return int(conn.execute("SELECT count(*) FROM summaries").fetchone()[0])
     except sqlite3.OperationalError:
         return 0
     finally:
@@ -436,7 +437,7 @@ async def measure(
         print(f"  whole cost      CPU per callback from the burst's start: {in_requests:.2f} ms in the requests, "
               f"{indexed:.2f} ms with the search index caught up, {total:.2f} ms until idle "
               f"({whole['seconds']:.1f} s after the burst{'' if whole['idle'] else ', NOT idle at the timeout'}; "
-              f"{whole['jobs_done']} condense jobs done)")  # fmt: skip
+              f"{whole['jobs_done']} pairs condensed)")  # fmt: skip
     expected = len(accepted) * args.messages
     if null:
         check = {"ok": True, "accepted": len(accepted)}

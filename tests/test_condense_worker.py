@@ -7,10 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
+from conftest import condense, said, seed
 
-from agent_memory.condense.worker import WorkerPool
+from agent_memory.condense.worker import WORKERS, WorkerPool
+from agent_memory.core.textcache import held_texts
 from agent_memory.errors import LLMError
 
 
@@ -64,3 +67,16 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.slow
+async def test_a_forget_empties_the_condensing_workers_text_caches(start_service: Any) -> None:
+    # The offline condenser caches what it reads (token counts, salience, statements) in the
+    # worker process: a forget must reach there too, not only the service's own caches.
+    service = await start_service(summary_after_call_s=0)
+    await seed(service, "u1", "luna", "a1", said("My tortoise Zanzibarino turned 50 yesterday.", "Wow."))
+    await condense(service)
+    assert await WORKERS.run(held_texts) > 0
+    status, _ = await service.api("DELETE", "/v1/users/u1")
+    assert status == 200
+    assert await WORKERS.run(held_texts) == 0

@@ -21,6 +21,7 @@ from datetime import date
 from agent_memory.condense.statements import EN_EVENT, EN_JOBS, EN_SPECIES, QUESTION, ZH_EVENTS
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
+from agent_memory.core.textcache import text_cache
 
 PROFILE_HEADING = "About the user's life, kept from all earlier calls (the day it was said):"
 THREADS_HEADING = "Open threads (plans the user told of and has not followed up yet):"
@@ -67,6 +68,7 @@ PROMISE = re.compile(
 )
 
 
+@text_cache(16384)  # asked of a statement, then of its bullet at every later job of the pair
 def is_profile(text: str) -> bool:
     """Whether a user's statement says something stable about their life (see the module doc)."""
     return bool(EN_PROFILE.search(text) or ZH_PROFILE.search(text))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import annotate, resolve
+from agent_memory.core.textcache import text_cache
 
 Language = Literal["en", "zh", "ja", "ko"]
 
@@ -162,6 +163,7 @@ EN_ASKING = re.compile(
     r"^(?:do|does|did|are|is|am|can|could|would|will|should|have|has|what|where|who|when|why|how|which)\b",
     re.IGNORECASE,
 )
+EN_SELF = re.compile(r"\b(?:i|we|my)\b", re.IGNORECASE)
 EN_NEGATION = re.compile(r"\b(?:not|never|no longer|no)\b|n't\b", re.IGNORECASE)
 EN_CLAUSE_END = (
     r"(?=\s*(?:[,.;:!]|$|\b(?:and|but|so|because|since|now|too|though|these days|originally|actually)\b))"
@@ -256,8 +258,38 @@ EN_EVENTS = (
     r"|performance|presentation|conference|funeral|ceremony|festival|deadline|check-?up|audition"
     r"|premiere|due date|support group|class|workshop|course|match|game|show|exhibition|parade"
 )
-EN_EVENT = re.compile(rf"\b(?:{EN_EVENTS})\b", re.IGNORECASE)
-EN_JOB = re.compile(rf"\b(?:{EN_JOBS})\b", re.IGNORECASE)
+
+
+def literal_trie(words: Iterable[str]) -> str:
+    """A regular expression matching exactly `words` (literals), as a trie: `re` tries an
+    alternation's branches one by one at every position, a trie only those sharing a prefix."""
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + build(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        if "" in node:
+            return "(?:" + "|".join(branches) + ")?"
+        return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+    return build(root)
+
+
+# Every event and job begins with a word character, so `(?<!\w)` is the `\b` before it; unlike
+# `\b`, it lets `re` skip ahead to a possible first letter (~2x faster on a long text).
+EN_EVENT = re.compile(rf"(?<!\w)(?:{EN_EVENTS})\b", re.IGNORECASE)
+# The job words as a trie (`counsell?or` spelled out): salience asks this of every statement.
+_JOB_WORDS = [
+    w for job in EN_JOBS.split("|") for w in ({"counsell?or": ("counselor", "counsellor")}.get(job) or (job,))
+]
+assert all(re.fullmatch(r"[a-z ]+", word) for word in _JOB_WORDS), "EN_JOBS holds literals (but counsell?or)"
+EN_JOB = re.compile(rf"(?<!\w){literal_trie(_JOB_WORDS)}\b", re.IGNORECASE)
 EN_HAS_DATE = re.compile(
     r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?\b"
     r"|\b\d{1,2}(?:st|nd|rd|th)\b(?:\s+of\s+[a-z]+)?",
@@ -311,6 +343,21 @@ EN_STATEMENTS: list[tuple[str, re.Pattern[str]]] = [
         r"|started (?:learning|taking|playing|practising|practicing)) [^,.;!?]{2,60}?)"
         rf"{EN_CLAUSE_END}")),
 ]  # fmt: skip
+# What each of EN_STATEMENTS needs the sentence to hold, in its order (None: nothing beyond
+# EN_SELF): its subject, a whole word as EN_START leaves it ("I" and "We" before a space or an
+# apostrophe, "My" before a space). A sentence is tried only against the patterns it can match.
+EN_MY = re.compile(r"\b[Mm]y\b")
+EN_I = re.compile(r"\bI\b")
+EN_I_OR_WE = re.compile(r"\b(?:I|[Ww]e)\b")
+EN_NEEDS: dict[str, re.Pattern[str] | None] = {
+    "job": EN_I, "works_as": EN_I, "works_at": EN_I, "lives": EN_I_OR_WE, "from": EN_I, "moved": EN_I_OR_WE,
+    "pet": None, "kin": EN_MY, "has": None, "favourite": EN_MY, "allergic": None, "allergy": None, "hobby": EN_I,
+}  # fmt: skip
+# The three pet patterns differ: two need "my", the third "I" or "we".
+EN_STATEMENT_NEEDS = [
+    EN_NEEDS[kind] if kind != "pet" else (EN_I_OR_WE if "adopted" in pattern.pattern else EN_MY)
+    for kind, pattern in EN_STATEMENTS
+]
 # A clause about the user's own dated event: "my sister's wedding is this Saturday",
 # "I have a job interview tomorrow", "I ran my first half marathon yesterday".
 EN_EVENT_CLAUSE = re.compile(
@@ -618,12 +665,21 @@ def _restated(
     restate: Callable[[str, re.Match[str], str], str | None],
     qualifier: re.Pattern[str] | None = None,
     negation: re.Pattern[str] | None = None,
+    needs: Sequence[re.Pattern[str] | None] = (),
 ) -> list[tuple[int, str]]:
     """Each match of `patterns` restated as a fact, with where it starts; a match `negation`
-    finds in, or whose clause `qualifier` finds in (a hypothetical), is none."""
+    finds in, or whose clause `qualifier` finds in (a hypothetical), is none. `needs[i]`: what
+    the sentence must hold for `patterns[i]` to be tried (a cheap search that fails fast)."""
     day = format_day(at_ms)
     found: list[tuple[int, str]] = []
-    for kind, pattern in patterns:
+    passed: dict[re.Pattern[str], bool] = {}
+    for index, (kind, pattern) in enumerate(patterns):
+        need = needs[index] if needs else None
+        if need is not None:
+            if need not in passed:
+                passed[need] = need.search(sentence) is not None
+            if not passed[need]:
+                continue
         for match in pattern.finditer(sentence):
             if negation and negation.search(match.group(0)):
                 continue
@@ -638,13 +694,25 @@ def _restated(
 
 def sentence_facts(sentence: str, at_ms: int) -> list[str]:
     """Facts from what the user says about themselves in one sentence, said at `at_ms`."""
+    return list(_sentence_facts(sentence, at_ms))
+
+
+# A job asks this of each user sentence twice (its facts, then its salience): ~50 us of
+# regular expressions each. Emptied with the other text caches by a forget.
+@text_cache(16384)
+def _sentence_facts(sentence: str, at_ms: int) -> tuple[str, ...]:
     stripped = sentence.strip()
     if QUESTION.search(stripped):
         return []
     found: list[tuple[int, str]] = []
-    if LATIN.search(stripped) and not EN_ASKING.match(stripped):
-        found += _restated(stripped, at_ms, EN_STATEMENTS, _en_statement, EN_HYPOTHETICAL, EN_NEGATION)
-        event = _en_event(stripped, at_ms)
+    # Each English pattern (and event clause) has the user speak of themselves: "I", "we" or "my",
+    # a whole word; a sentence with none of them (most of the other speaker's) is passed by.
+    if LATIN.search(stripped) and not EN_ASKING.match(stripped) and EN_SELF.search(stripped):
+        found += _restated(
+            stripped, at_ms, EN_STATEMENTS, _en_statement, EN_HYPOTHETICAL, EN_NEGATION, EN_STATEMENT_NEEDS
+        )
+        # The clause must hold an event word, so the sentence must.
+        event = _en_event(stripped, at_ms) if EN_EVENT.search(stripped) else None
         if event:
             found.append(event)
     if HAN.search(stripped):
@@ -654,7 +722,7 @@ def sentence_facts(sentence: str, at_ms: int) -> list[str]:
             found.append(event)
     if HANGUL.search(stripped) and not KO_HYPOTHETICAL.search(stripped):
         found += _restated(stripped, at_ms, KO_STATEMENTS, _ko_statement)
-    return [fact for _, fact in sorted(found, key=lambda item: item[0])]
+    return tuple(fact for _, fact in sorted(found, key=lambda item: item[0]))
 
 
 def statement_facts(text: str, at_ms: int) -> list[str]:

@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
+from agent_memory.core.textcache import forget_texts
 from agent_memory.errors import LLMError
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,17 @@ class WorkerPool:
             pool.shutdown(wait=False, cancel_futures=True)
             log.warning("the condensing worker process died; a new one takes the next job")
             raise LLMError(f"the condensing worker process died: {exc}") from exc
+
+    async def forget_texts(self) -> None:
+        """Empty the worker's text caches (what condensing kept of words said), if it was started:
+        a forget leaves none of its words in any process of the service."""
+        with self._lock:
+            started = self._executor is not None
+        if started:
+            try:
+                await self.run(forget_texts)
+            except LLMError:  # the worker died meanwhile: its caches went with it
+                pass
 
     def shutdown(self) -> None:
         with self._lock:

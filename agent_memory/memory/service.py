@@ -405,6 +405,7 @@ class Memory:
         self.store.forget_held()
         self.contexts.clear()
         forget_texts()
+        await WORKERS.forget_texts()  # the offline condenser's process caches what it read too
         forget_questions()
         for listener in self.forget_listeners:
             # What a platform holds to record later (a live call's held reply): what it would
