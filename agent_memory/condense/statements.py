@@ -703,7 +703,7 @@ def sentence_facts(sentence: str, at_ms: int) -> list[str]:
 def _sentence_facts(sentence: str, at_ms: int) -> tuple[str, ...]:
     stripped = sentence.strip()
     if QUESTION.search(stripped):
-        return []
+        return ()
     found: list[tuple[int, str]] = []
     # Each English pattern (and event clause) has the user speak of themselves: "I", "we" or "my",
     # a whole word; a sentence with none of them (most of the other speaker's) is passed by.
