@@ -68,22 +68,31 @@ def _bigrams(run: str) -> list[str]:
 def terms(text: str) -> list[str]:
     """The index terms of `text`, in order, repeats kept (a term's count is its frequency)."""
     found: list[str] = []
-    for match in _TOKEN.finditer(text.casefold()):
-        kind, token = match.lastgroup, match.group()
-        if kind == "word":
-            word = token.replace("’", "'")
-            if word.endswith("'s"):
-                word = word[:-2]
-            if word in STOP_WORDS or len(word) > MAX_WORD_CHARS or len(word) == 1:
-                continue
-            if "'" in word:
-                continue  # contractions not in the stop list ("y'all") carry no content
-            found.append(stem(word))
-        elif kind == "number":
-            found.append(token.replace(",", ""))
+    # findall's tuples (one group set each) cost less than a match object per token; a word's
+    # term is looked up: every turn indexed goes through here, ~a dozen words each.
+    for han, hangul, number, word in _TOKEN.findall(text.casefold()):
+        if word:
+            term = _word_term(word)
+            if term:
+                found.append(term)
+        elif number:
+            found.append(number.replace(",", ""))
         else:
-            found.extend(gram for gram in _bigrams(token) if gram not in CJK_STOP)
+            found.extend(gram for gram in _bigrams(han or hangul) if gram not in CJK_STOP)
     return found
+
+
+@text_cache(65536)
+def _word_term(token: str) -> str:
+    """The term of a case-folded word token; "" for none (a stop word, a contraction, too short or long)."""
+    word = token.replace("’", "'")
+    if word.endswith("'s"):
+        word = word[:-2]
+    if word in STOP_WORDS or len(word) > MAX_WORD_CHARS or len(word) == 1:
+        return ""
+    if "'" in word:
+        return ""  # contractions not in the stop list ("y'all") carry no content
+    return stem(word)
 
 
 @text_cache(8192)

@@ -91,7 +91,9 @@ class SQLiteRecall(Repository):
                 found = index_terms(content or "")
                 if not found:
                     continue
-                docs.append((message_id, pair, len(found), " ".join(_pair_term(pair, t) for t in found)))
+                # Each term prefixed with the pair (`_pair_term`), in one join.
+                prefix = f"{pair}_"
+                docs.append((message_id, pair, len(found), prefix + f" {prefix}".join(found)))
                 total = totals.setdefault(pair, [0, 0])
                 total[0] += 1
                 total[1] += len(found)
