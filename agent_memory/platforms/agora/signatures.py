@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Mapping
 
@@ -14,7 +13,8 @@ V1_HEADER = "Agora-Signature"  # hex HMAC-SHA1
 
 def sign(secret: str, body: bytes, algorithm: str = "sha256") -> str:
     """Lower-case hex HMAC of the raw body."""
-    return hmac.new(secret.encode(), body, getattr(hashlib, algorithm)).hexdigest()
+    # One-shot (OpenSSL's HMAC in one call): no HMAC object and its two hash copies per callback.
+    return hmac.digest(secret.encode(), body, algorithm).hex()
 
 
 def agora_headers(secret: str, body: bytes) -> dict[str, str]:
