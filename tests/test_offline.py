@@ -653,3 +653,50 @@ async def test_example_conversations() -> None:
     assert "轮对话）：" in chinese.summary
     for result in (english, chinese):
         assert result.summary.startswith(LABEL) and within_budget(result.summary)
+
+
+def _said_in_fixtures() -> list[str]:
+    """Every text said in fixtures/conversations, and its sentences."""
+    from agent_memory.condense.statements import sentences
+
+    texts: list[str] = []
+    for path in sorted(
+        (Path(__file__).resolve().parent.parent / "fixtures" / "conversations").glob("*.json")
+    ):
+        for envelope in json.loads(path.read_text(encoding="utf-8")):
+            payload = envelope.get("payload") if isinstance(envelope, dict) else None
+            for message in (payload or {}).get("contents") or []:
+                if isinstance(message, dict) and isinstance(message.get("content"), str):
+                    texts.append(message["content"])
+                    texts.extend(sentences(message["content"]))
+    return texts
+
+
+def test_the_job_word_trie_matches_exactly_what_the_alternation_does() -> None:
+    import re
+
+    from agent_memory.condense.statements import EN_JOB, EN_JOBS
+
+    plain = re.compile(rf"\b(?:{EN_JOBS})\b", re.IGNORECASE)
+    words = [w for job in EN_JOBS.split("|") for w in (("counselor", "counsellor") if "?" in job else (job,))]
+    cases = [*_said_in_fixtures(), *words, *(w.upper() for w in words), *(f"x{w}" for w in words)]
+    cases += (
+        [f"I am a {w}s." for w in words] + [f"the {w}-in-chief" for w in words] + ["counsellorship", "NURSE!"]
+    )
+    assert [bool(EN_JOB.search(text)) for text in cases] == [bool(plain.search(text)) for text in cases]
+
+
+def test_statement_patterns_skipped_by_their_subject_word_would_not_have_matched() -> None:
+    from agent_memory.condense.statements import EN_STATEMENT_NEEDS, EN_STATEMENTS
+
+    cases = [
+        *_said_in_fixtures(),
+        "My dog Rex",
+        "We adopted a puppy named Rex",
+        "i have two kids",
+        "WE HAVE A CAT",
+    ]
+    for text in cases:
+        for (kind, pattern), need in zip(EN_STATEMENTS, EN_STATEMENT_NEEDS, strict=True):
+            if need is not None and need.search(text) is None:
+                assert pattern.search(text) is None, (kind, text)
