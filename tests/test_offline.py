@@ -656,10 +656,20 @@ async def test_example_conversations() -> None:
 
 
 def _said_in_fixtures() -> list[str]:
-    """Every text said in fixtures/conversations, and its sentences."""
+    """Every text said in fixtures/conversations and bench/recall_hard_data.py's set, and their sentences."""
+    import sys
+
     from agent_memory.condense.statements import sentences
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import recall_hard_data
+
     texts: list[str] = []
+    for user in recall_hard_data.generate():
+        for session in user.sessions:
+            for message in session["contents"]:
+                texts.append(message["content"])
+                texts.extend(sentences(message["content"]))
     for path in sorted(
         (Path(__file__).resolve().parent.parent / "fixtures" / "conversations").glob("*.json")
     ):
@@ -689,13 +699,26 @@ def test_the_job_word_trie_matches_exactly_what_the_alternation_does() -> None:
 def test_statement_patterns_skipped_by_their_subject_word_would_not_have_matched() -> None:
     from agent_memory.condense.statements import EN_STATEMENT_NEEDS, EN_STATEMENTS
 
-    cases = [
-        *_said_in_fixtures(),
-        "My dog Rex",
-        "We adopted a puppy named Rex",
+    said = [
+        "I'm a nurse at St Mary's.",
+        "I work as a barista at Blue Bottle",
+        "We moved to Berlin last month.",
+        "My sister Anna is visiting",
+        "I'm allergic to peanuts and shellfish",
+        "I've taken up pottery",
         "i have two kids",
         "WE HAVE A CAT",
+        "My favourite food is ramen.",
+        "My dog Rex",
+        "oh, we live in Lyon",
+        "We adopted a puppy named Rex",
+        "I am originally from Porto",
+        "I have a peanut allergy",
     ]
+    matched = [text for text in said if any(pattern.search(text) for _, pattern in EN_STATEMENTS)]
+    assert matched == said  # each case is a statement some pattern finds
+    # The same without the subject word may be skipped only where nothing would match.
+    cases = [*_said_in_fixtures(), *said, *(text.replace("I", "You").replace("My", "Your") for text in said)]
     for text in cases:
         for (kind, pattern), need in zip(EN_STATEMENTS, EN_STATEMENT_NEEDS, strict=True):
             if need is not None and need.search(text) is None:
