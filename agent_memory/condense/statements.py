@@ -350,9 +350,20 @@ EN_MY = re.compile(r"\b[Mm]y\b")
 EN_I = re.compile(r"\bI\b")
 EN_I_OR_WE = re.compile(r"\b(?:I|[Ww]e)\b")
 EN_NEEDS: dict[str, re.Pattern[str] | None] = {
-    "job": EN_I, "works_as": EN_I, "works_at": EN_I, "lives": EN_I_OR_WE, "from": EN_I, "moved": EN_I_OR_WE,
-    "pet": None, "kin": EN_MY, "has": None, "favourite": EN_MY, "allergic": None, "allergy": None, "hobby": EN_I,
-}  # fmt: skip
+    "job": EN_I,
+    "works_as": EN_I,
+    "works_at": EN_I,
+    "lives": EN_I_OR_WE,
+    "from": EN_I,
+    "moved": EN_I_OR_WE,
+    "pet": None,
+    "kin": EN_MY,
+    "has": None,
+    "favourite": EN_MY,
+    "allergic": None,
+    "allergy": None,
+    "hobby": EN_I,
+}
 # The three pet patterns differ: two need "my", the third "I" or "we".
 EN_STATEMENT_NEEDS = [
     EN_NEEDS[kind] if kind != "pet" else (EN_I_OR_WE if "adopted" in pattern.pattern else EN_MY)
