@@ -181,3 +181,11 @@ def test_migration_rekeys_facts_and_merges_those_the_key_finds_equal(tmp_path: P
     assert conn.execute(
         "SELECT count(*) FROM _sqlite_migrations WHERE name = 'm010_fact_keys'"
     ).fetchone() == (1,)
+
+
+def test_an_ascii_fact_key_keeps_letters_digits_and_symbols_and_spaces_the_rest() -> None:
+    from agent_memory.core.facts import fact_key
+
+    every = "".join(chr(code) for code in range(32, 127))
+    assert fact_key(every) == "$ + 0123456789 <=> abcdefghijklmnopqrstuvwxyz ^ `abcdefghijklmnopqrstuvwxyz | ~"
+    assert fact_key("E-mail\tme!\n") == "e mail me"

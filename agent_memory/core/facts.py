@@ -26,8 +26,8 @@ def fact_key(text: str) -> str:
     """
     folded = unicodedata.normalize("NFKC", text).casefold()
     if folded.isascii():
-        # Most facts are ASCII: decide per character without the Unicode database.
-        spaced = "".join(ch if ch.isalnum() or _ascii_symbol(ch) else " " for ch in folded)
+        # Most facts are ASCII: one translation, without the Unicode database.
+        spaced = folded.translate(_ASCII_SEPARATORS)
     else:
         spaced = "".join(ch if unicodedata.category(ch)[0] in _CONTENT_CATEGORIES else " " for ch in folded)
     return " ".join(spaced.split())
@@ -36,6 +36,12 @@ def fact_key(text: str) -> str:
 def _ascii_symbol(ch: str) -> bool:
     """True for the ASCII characters Unicode files as symbols (Sm, Sc, Sk): `$+<=>^`|~`."""
     return ch in "$+<=>^`|~"
+
+
+# Every ASCII character that only separates words (not a letter, digit or symbol) as a space.
+_ASCII_SEPARATORS = {
+    code: " " for code in range(128) if not (chr(code).isalnum() or _ascii_symbol(chr(code)))
+}
 
 
 # The name the store and the service used before facts had one key (kept for this phase).
