@@ -187,5 +187,7 @@ def test_an_ascii_fact_key_keeps_letters_digits_and_symbols_and_spaces_the_rest(
     from agent_memory.core.facts import fact_key
 
     every = "".join(chr(code) for code in range(32, 127))
-    assert fact_key(every) == "$ + 0123456789 <=> abcdefghijklmnopqrstuvwxyz ^ `abcdefghijklmnopqrstuvwxyz | ~"
+    assert (
+        fact_key(every) == "$ + 0123456789 <=> abcdefghijklmnopqrstuvwxyz ^ `abcdefghijklmnopqrstuvwxyz | ~"
+    )
     assert fact_key("E-mail\tme!\n") == "e mail me"
