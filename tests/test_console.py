@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
 
 import aiohttp
 from conftest import TOKEN, Service
-from console_data import PAIR_PAGE, PHOTO, seed_console
+from console_data import CHARACTER, PAIR_PAGE, PHOTO, USER, seed_console
+
+from agent_memory.cli import main
+from agent_memory.client import AsyncMemoryClient
 
 HTML = {"Accept": "text/html"}
 
@@ -50,3 +55,296 @@ async def test_the_pair_page_shows_calls_facts_summary_context_and_recall(servic
     assert "The user&#39;s dog is called Rex" in html
     assert "Start-of-call memory" in html and "tokens</strong>" in html
     assert re.search(r'class="score">[0-9.]+<', html)
+
+
+async def test_without_a_key_a_browser_is_sent_to_sign_in_and_a_tool_gets_401(service: Service) -> None:
+    async with service.session.get(f"{service.url}{PAIR_PAGE}", headers=HTML, allow_redirects=False) as resp:
+        assert resp.status == 303
+        assert resp.headers["Location"] == f"/console/sign-in?next={PAIR_PAGE}"
+    async with service.session.get(f"{service.url}{PAIR_PAGE}") as resp:
+        assert resp.status == 401
+        assert "sign in to the console" in (await resp.json())["error"]["message"]
+    # A wrong key is refused at sign-in like the API refuses it, and no session is made.
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with aiohttp.ClientSession(cookie_jar=jar) as browser:
+        async with browser.post(f"{service.url}/console/sign-in", data={"key": "wrong"}) as resp:
+            assert resp.status == 401
+            assert "wrong or revoked" in await resp.text()
+        assert not list(jar)
+
+
+async def test_the_session_cookie_is_httponly_strict_and_secure_behind_https(start_service: Any) -> None:
+    for public_url, secure in ((None, False), ("https://memory.example.test", True)):
+        service = await start_service(public_url=public_url)
+        async with service.session.post(
+            f"{service.url}/console/sign-in", data={"key": TOKEN}, allow_redirects=False
+        ) as resp:
+            assert resp.status == 303
+            cookie = resp.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
+        assert ("Secure" in cookie) is secure, cookie
+        assert "Max-Age=43200" in cookie  # 12 hours at most
+        assert TOKEN not in cookie
+
+
+async def fact_texts(service: Service) -> list[str]:
+    status, body = await service.api("GET", f"/v1/users/{USER}/characters/{CHARACTER}/facts")
+    assert status == 200, body
+    return [fact["text"] for fact in body["facts"]]
+
+
+async def test_a_cross_site_form_post_is_refused(service: Service) -> None:
+    await seed_console(service)
+    browser = await sign_in(service)
+    add = f"{service.url}{PAIR_PAGE}/facts"
+    try:
+        _, html = await page(browser, f"{service.url}{PAIR_PAGE}")
+        csrf = csrf_of(html)
+        # What another site's form can send: the cookie (were it not SameSite), never the token.
+        for data, headers in (
+            ({"text": "forged one"}, {}),
+            ({"text": "forged two", "csrf": "0" * 64}, {}),
+            ({"text": "forged three", "csrf": csrf}, {"Origin": "https://evil.example.test"}),
+            ({"text": "forged four", "csrf": csrf}, {"Sec-Fetch-Site": "cross-site"}),
+        ):
+            async with browser.post(add, data=data, headers=headers, allow_redirects=False) as resp:
+                assert resp.status == 403, data
+                assert "refused" in await resp.text() or "CSRF" in await resp.text()
+        assert not [text for text in await fact_texts(service) if "forged" in text]
+        own = {"Origin": service.url}
+        async with browser.post(
+            add, data={"text": "likes long walks", "csrf": csrf}, headers=own, allow_redirects=False
+        ) as resp:
+            assert resp.status == 303, await resp.text()
+            assert resp.headers["Location"].endswith("?done=added#facts")
+    finally:
+        await browser.close()
+    assert "likes long walks" in await fact_texts(service)
+
+
+async def test_a_read_key_reads_a_pair_but_cannot_edit_nor_reach_across_users(service: Service) -> None:
+    await seed_console(service)
+    status, made = await service.api("POST", "/v1/keys", json={"scope": "read", "name": "support"})
+    assert status == 201, made
+    browser = await sign_in(service, made["key"])
+    try:
+        status, html = await page(browser, f"{service.url}{PAIR_PAGE}")
+        assert status == 200 and "my dog is called Rex" in html
+        assert "Add a fact" not in html and "Delete" not in html  # no controls it may not use
+        (fact_id,) = re.findall(r"/facts/(\d+)\"", html)[:1]
+        status, _ = await page(browser, f"{service.url}{PAIR_PAGE}/facts/{fact_id}")
+        assert status == 200
+        for path, data in (
+            (f"{PAIR_PAGE}/facts", {"text": "sneaky"}),
+            (f"{PAIR_PAGE}/facts/{fact_id}", {"action": "edit", "text": "sneaky"}),
+            (f"{PAIR_PAGE}/facts/{fact_id}", {"action": "delete"}),
+        ):
+            async with browser.post(
+                f"{service.url}{path}", data={**data, "csrf": csrf_of(html)}, allow_redirects=False
+            ) as resp:
+                assert resp.status == 403, path
+                assert "needs a key of scope write" in await resp.text()
+        for path in ("/console/users", "/console/stats", "/console/running", f"/console/users/{USER}/export"):
+            status, html_denied = await page(browser, f"{service.url}{path}")
+            assert status == 403 and "needs a key of scope admin" in html_denied, path
+        async with browser.post(
+            f"{service.url}{PAIR_PAGE}/forget", data={"confirm": USER, "csrf": csrf_of(html)}
+        ) as resp:
+            assert resp.status == 403
+    finally:
+        await browser.close()
+    assert await fact_texts(service) == ["The user's dog is called Rex"]
+
+
+async def test_a_bearer_key_is_accepted_and_needs_no_csrf(service: Service) -> None:
+    await seed_console(service)
+    status, made = await service.api("POST", "/v1/keys", json={"scope": "write"})
+    assert status == 201
+    bearer = {"Authorization": f"Bearer {made['key']}"}
+    async with service.session.get(f"{service.url}{PAIR_PAGE}", headers=bearer) as resp:
+        assert resp.status == 200 and "my dog is called Rex" in await resp.text()
+    async with service.session.post(
+        f"{service.url}{PAIR_PAGE}/facts",
+        data={"text": "plays the cello"},
+        headers=bearer,
+        allow_redirects=False,
+    ) as resp:
+        assert resp.status == 303
+    assert "plays the cello" in await fact_texts(service)
+    async with service.session.get(
+        f"{service.url}{PAIR_PAGE}", headers={"Authorization": "Bearer nope"}
+    ) as resp:
+        assert resp.status == 401
+
+
+async def signed_in_status(browser: aiohttp.ClientSession, service: Service) -> int:
+    async with browser.get(f"{service.url}{PAIR_PAGE}", allow_redirects=False) as resp:
+        return resp.status
+
+
+async def test_sessions_end_on_sign_out_expiry_and_key_revocation(service: Service) -> None:
+    await seed_console(service)
+    # Sign-out ends the session in the database: the old cookie, replayed, is refused.
+    browser = await sign_in(service)
+    try:
+        _, html = await page(browser, f"{service.url}{PAIR_PAGE}")
+        cookie = {c.key: c.value for c in browser.cookie_jar}
+        async with browser.post(
+            f"{service.url}/console/sign-out", data={"csrf": csrf_of(html)}, allow_redirects=False
+        ) as resp:
+            assert resp.status == 303 and resp.headers["Location"] == "/console/sign-in"
+    finally:
+        await browser.close()
+    async with aiohttp.ClientSession(cookies=cookie, headers=HTML) as replay:
+        assert await signed_in_status(replay, service) == 303
+    # Expiry: a session past its end is not honoured.
+    browser = await sign_in(service)
+    try:
+        assert await signed_in_status(browser, service) == 200
+        await service.store.write(
+            lambda tx: tx.console_sessions.sql.run("UPDATE console_sessions SET expires_ms = 1")
+        )
+        assert await signed_in_status(browser, service) == 303
+    finally:
+        await browser.close()
+    # Revocation: revoking the key ends its sessions.
+    status, made = await service.api("POST", "/v1/keys", json={"scope": "write"})
+    browser = await sign_in(service, made["key"])
+    try:
+        assert await signed_in_status(browser, service) == 200
+        status, _ = await service.api("DELETE", f"/v1/keys/{made['api_key']['id']}")
+        assert status == 200
+        assert await signed_in_status(browser, service) == 303
+    finally:
+        await browser.close()
+    left = await service.store.read(
+        lambda view: view.console_sessions.sql.count(
+            "SELECT count(*) FROM console_sessions WHERE expires_ms > 1"
+        )
+    )
+    assert left == 0
+
+
+async def test_facts_are_added_edited_pinned_and_deleted_with_their_history(service: Service) -> None:
+    await seed_console(service)
+    browser = await sign_in(service)
+    try:
+        _, html = await page(browser, f"{service.url}{PAIR_PAGE}")
+        csrf = csrf_of(html)
+        (fact_id,) = re.findall(r'href="[^"]*/facts/(\d+)"', html)
+
+        async def post(action: str, **more: str) -> str:
+            async with browser.post(
+                f"{service.url}{PAIR_PAGE}/facts/{fact_id}", data={"action": action, "csrf": csrf, **more}
+            ) as resp:
+                assert resp.status == 200
+                return await resp.text()
+
+        landed = await post("edit", text="The user's dog is called Rex, a beagle")
+        assert "Fact saved" in landed and "a beagle" in landed
+        assert "Fact unpinned." in await post("unpin")
+        status, history = await page(browser, f"{service.url}{PAIR_PAGE}/facts/{fact_id}")
+        assert status == 200
+        assert history.index("a beagle") < history.index("The user&#39;s dog is called Rex<")
+        assert "edited" in history
+        assert "Fact deleted" in await post("delete")
+    finally:
+        await browser.close()
+    assert await fact_texts(service) == []
+    status, _ = await service.api("GET", f"/v1/facts/{fact_id}/history")
+    assert status == 404
+
+
+async def test_forget_names_what_goes_and_shows_the_receipt(service: Service) -> None:
+    await seed_console(service)
+    browser = await sign_in(service)
+    try:
+        status, html = await page(browser, f"{service.url}/console/users/{USER}/forget")
+        assert status == 200
+        assert "<strong>2</strong> calls" in html and "<strong>1</strong> facts" in html
+        csrf = csrf_of(html)
+        forget = f"{service.url}/console/users/{USER}/forget"
+        async with browser.post(forget, data={"csrf": csrf, "confirm": "someone else"}) as resp:
+            assert resp.status == 422 and "nothing was forgotten" in await resp.text()
+        assert await fact_texts(service)
+        async with browser.post(forget, data={"csrf": csrf, "confirm": USER}) as resp:
+            assert resp.status == 200
+            receipt = await resp.text()
+        assert "was forgotten at" in receipt and re.search(
+            r"<th scope=\"row\">messages</th><td class=\"num\">\d+", receipt
+        )
+        status, users = await page(browser, f"{service.url}/console/users")
+        assert status == 200 and USER not in users  # the operator's own session survives
+    finally:
+        await browser.close()
+    assert await fact_texts(service) == []
+
+
+async def test_users_stats_running_and_export_pages(service: Service) -> None:
+    await seed_console(service)
+    browser = await sign_in(service)
+    try:
+        status, html = await page(browser, f"{service.url}/console/users?q=ALICE")
+        assert status == 200 and f">{USER}</a>" in html and "u-tools" not in html
+        status, html = await page(browser, f"{service.url}/console/users/{USER}")
+        assert status == 200 and f"/characters/{CHARACTER}" in html
+        status, html = await page(browser, f"{service.url}/console/stats")
+        assert status == 200 and "<svg" in html and "callbacks per day" in html
+        status, html = await page(browser, f"{service.url}/console/running")
+        assert status == 200 and "No agent is followed now" in html
+        async with browser.get(f"{service.url}/console/users/{USER}/export") as resp:
+            assert resp.status == 200
+            assert (
+                resp.headers["Content-Disposition"]
+                == 'attachment; filename="agent-memory-export-u-alice.json"'
+            )
+            document = await resp.json()
+        assert document["user_id"] == USER and document["counts"]["sessions"] == 2
+        async with browser.get(f"{service.url}/console/static/console.css") as resp:
+            assert resp.status == 200 and resp.content_type == "text/css"
+    finally:
+        await browser.close()
+
+
+# GET /v1/users, the client and the CLI
+
+
+async def test_users_are_listed_searched_and_paged_for_admins_only(service: Service) -> None:
+    await seed_console(service)
+    for index in range(3):
+        status, _ = await service.api(
+            "POST",
+            f"/v1/users/u-page-{index}/characters/kai/facts",
+            json={"text": f"likes the number {index}"},
+        )
+        assert status == 201
+    status, body = await service.api("GET", "/v1/users")
+    assert status == 200, body
+    ids = [user["user_id"] for user in body["users"]]
+    assert ids == ["u-alice", "u-page-0", "u-page-1", "u-page-2", "u-tools"]
+    alice = body["users"][0]
+    assert alice["characters"] == [CHARACTER] and alice["calls"] == 2 and alice["last_seen_ms"]
+    # Paging with the cursor, the search kept.
+    status, first = await service.api("GET", "/v1/users?q=PAGE&limit=2")
+    assert [u["user_id"] for u in first["users"]] == ["u-page-0", "u-page-1"]
+    status, second = await service.api("GET", f"/v1/users?q=PAGE&limit=2&cursor={first['next_cursor']}")
+    assert [u["user_id"] for u in second["users"]] == ["u-page-2"] and second["next_cursor"] is None
+    # LIKE's wildcards are taken literally.
+    status, none = await service.api("GET", "/v1/users?q=%25")
+    assert none["users"] == []
+    status, _ = await service.api("GET", "/v1/users?limit=0")
+    assert status == 422
+    status, made = await service.api("POST", "/v1/keys", json={"scope": "write"})
+    status, refused = await service.api("GET", "/v1/users", token=made["key"])
+    assert status == 403 and "scope admin" in refused["error"]["message"]
+
+
+async def test_users_through_the_client_and_the_cli(service: Service, capsys: Any) -> None:
+    await seed_console(service)
+    async with AsyncMemoryClient(service.url, TOKEN) as client:
+        page_one = await client.users(q="u-", limit=1)
+    assert [u.user_id for u in page_one.users] == ["u-alice"] and page_one.next_cursor == "u-alice"
+    command = ["users", "--url", service.url, "--api-key", TOKEN, "--q", "tools"]
+    assert await asyncio.to_thread(main, command) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("u-tools  1 calls") and "luna" in printed

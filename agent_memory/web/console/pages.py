@@ -109,8 +109,15 @@ async def read_form(request: web.Request, viewer: Viewer) -> dict[str, str]:
 
 
 async def sign_in_page(request: web.Request) -> web.StreamResponse:
+    return sign_in_form(request, safe_next(request.query.get("next")))
+
+
+def sign_in_form(
+    request: web.Request, target: str, *, status: int = 200, error: str | None = None
+) -> web.Response:
+    """The sign-in page (again, with what was wrong)."""
     return render(
-        request, "sign_in.html", None, next=safe_next(request.query.get("next")), open=request.app[GATE].open
+        request, "sign_in.html", None, status=status, next=target, open=request.app[GATE].open, error=error
     )
 
 
@@ -122,16 +129,16 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     key = str(posted.get("key", "")).strip()
     target = safe_next(str(posted.get("next", "")))
     if origin is not None and not same_origin(request, origin):
-        return render(request, "sign_in.html", None, status=403, next=target, error="refused: another site")
+        return sign_in_form(request, target, status=403, error=f"a sign-in posted from {origin} is refused")
     if not gate.open:
         if not key:
-            return render(request, "sign_in.html", None, status=401, next=target, error="Enter an API key.")
+            return sign_in_form(request, target, status=401, error="Enter an API key.")
         try:
             scope = await gate.scope_of(key)
             if scope is None:
                 gate.refuse_wrong(client_of(request, gate))
         except AgentMemoryError as exc:
-            return render(request, "sign_in.html", None, status=exc.status, next=target, error=exc.message)
+            return sign_in_form(request, target, status=exc.status, error=exc.message)
     token = await request.app[MEMORY].open_console_session(key_hash_of(gate, key), SESSION_TTL_MS)
     response = web.HTTPSeeOther(target)
     set_session_cookie(request, response, token)

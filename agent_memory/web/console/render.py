@@ -58,5 +58,7 @@ def render(
     request: web.Request, template: str, viewer: Viewer | None, *, status: int = 200, **values: Any
 ) -> web.Response:
     """A page: the template with the viewer (None before sign-in) and `values`."""
-    html = environment().get_template(template).render(viewer=viewer, path=request.path, **values)
+    html = (
+        environment().get_template(template).render(viewer=viewer, path=request.path, status=status, **values)
+    )
     return web.Response(text=html, status=status, content_type="text/html", headers=HEADERS)
