@@ -15,13 +15,14 @@ from agent_memory.core.clock import format_datetime
 from agent_memory.web.console.sessions import CSRF_FIELD, Viewer
 
 # Nothing but the service itself: no other origin's scripts, styles, images (a transcript's
-# images are links, never loaded), frames or form targets; no referrer sent when a link is followed.
+# images are links, never loaded), frames or form targets; no referrer sent to another site when a link is followed (to the
+# service itself it is, so its forms carry their Origin).
 HEADERS: Final = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; "
         "frame-ancestors 'none'; base-uri 'none'"
     ),
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
