@@ -149,7 +149,7 @@ class ConsoleReads(Repository):
         for row in rows:
             by_user.setdefault(row["user_id"], (set(), 0, None))
             characters, calls, seen = by_user[row["user_id"]]
-            if row["character_id"] is not None:
+            if row["character_id"]:  # a user-wide fact names none ('' or NULL)
                 characters.add(row["character_id"])
             newest = seen if row["seen"] is None else max(seen or 0, row["seen"])
             by_user[row["user_id"]] = (characters, calls + int(row["calls"] or 0), newest)

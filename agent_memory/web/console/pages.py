@@ -225,6 +225,7 @@ async def pair(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         summary=summary,
         context=context,
         context_json=json.dumps(context.system_messages, indent=2, ensure_ascii=False),
+        context_parts=[(m.get("role", ""), message_text(m)) for m in context.system_messages],
         style=style,
         styles=STYLES,
         calls=[(call, list(transcript(call.messages))) for call in calls[:shown]],
@@ -389,6 +390,15 @@ def transcript(messages: list[Message]) -> Any:
                 item["meant"] = original
         item["images"] = message.images
         yield item
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """A system message's text, whichever style shaped it (`content`, or Gemini's `parts`)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts = message.get("parts") or []
+    return "\n".join(str(part.get("text", "")) for part in parts if isinstance(part, dict))
 
 
 def _bounded(request: web.Request, name: str, default: int, high: int) -> int:
