@@ -7,7 +7,8 @@ import re
 from typing import Any
 
 import aiohttp
-from conftest import TOKEN, Service
+import pytest
+from conftest import TOKEN, Service, on_disk
 from console_data import CHARACTER, PAIR_PAGE, PHOTO, USER, seed_console
 
 from agent_memory.cli import main
@@ -348,3 +349,32 @@ async def test_users_through_the_client_and_the_cli(service: Service, capsys: An
     assert await asyncio.to_thread(main, command) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("u-tools  1 calls") and "luna" in printed
+
+
+@pytest.mark.sqlite_only  # scans SQLite's files
+async def test_a_forget_from_the_console_leaves_no_text_on_disk_and_sessions_hold_none(
+    service: Service,
+) -> None:
+    await seed_console(service)
+    browser = await sign_in(service)
+    said = ("my dog is called Rex and he loves the beach", "who would chase every wave", "The user's dog")
+    try:
+        # Browsing with the recall form keeps nothing of what was asked or shown.
+        status, html = await page(browser, f"{service.url}{PAIR_PAGE}?q=beach+waves")
+        assert status == 200
+        assert all(text.encode() in on_disk(service.settings.db_path) for text in said)
+        async with browser.post(
+            f"{service.url}/console/users/{USER}/forget", data={"csrf": csrf_of(html), "confirm": USER}
+        ) as resp:
+            assert resp.status == 200
+        # The operator is still signed in: the session row survives, holding no user text.
+        assert await signed_in_status(browser, service) == 200
+    finally:
+        await browser.close()
+    data = on_disk(service.settings.db_path)
+    for text in (*said, "beach waves"):
+        assert text.encode() not in data and text.casefold().encode() not in data, f"{text!r} is on disk"
+    rows = await service.store.read(
+        lambda view: view.console_sessions.sql.all("SELECT * FROM console_sessions")
+    )
+    assert rows and all(USER not in str(dict(row)) for row in rows)
