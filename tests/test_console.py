@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psycopg
 import pytest
 from conftest import TOKEN, Service, on_disk
 from console_data import CHARACTER, PAIR_PAGE, PHOTO, USER, seed_console
+from sqlite_utils import Database
 
 from agent_memory.cli import main
 from agent_memory.client import AsyncMemoryClient
+from agent_memory.store.postgres import migrations as pg_migrations
+from agent_memory.store.sqlite.migrations import migrations as sqlite_migrations
+
+pytestmark = pytest.mark.postgres
 
 HTML = {"Accept": "text/html"}
 
@@ -378,3 +386,62 @@ async def test_a_forget_from_the_console_leaves_no_text_on_disk_and_sessions_hol
         lambda view: view.console_sessions.sql.all("SELECT * FROM console_sessions")
     )
     assert rows and all(USER not in str(dict(row)) for row in rows)
+
+
+# the migration (SQLite m021, PostgreSQL m011) upgrades a populated database
+
+OLD_ROWS = (
+    "INSERT INTO facts (user_id, character_id, text, norm, pinned, origin, created_ms, updated_ms, valid_from) "
+    "VALUES ('u-old', 'luna', 'lives in Paris', 'lives in paris', 1, 'manual', 1000, 2000, 2000)",
+    "INSERT INTO api_keys (name, scope, key_hash, created_ms) VALUES ('old', 'write', 'ab12', 1000)",
+)
+
+
+async def upgraded(db: Any) -> None:
+    """The old rows are listed and a console session opens with the old key."""
+    from agent_memory.memory.service import Memory
+    from agent_memory.settings import Settings
+    from agent_memory.store.factory import open_store
+
+    settings = Settings(db_path=db)
+    store = open_store(settings)
+    try:
+        memory = Memory(settings, store)
+        found = await memory.users()
+        assert [(u.user_id, u.characters, u.calls, u.last_seen_ms) for u in found.users] == [
+            ("u-old", ["luna"], 0, 2000)
+        ]
+        token = await memory.open_console_session("ab12", 60_000)
+        signed = await memory.console_session(token)
+        assert signed is not None and signed.key is not None and signed.key.name == "old"
+    finally:
+        store.close()
+
+
+@pytest.mark.sqlite_only
+async def test_sqlite_upgrade_to_console_sessions_keeps_what_was_held(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    sqlite_migrations.apply(Database(conn), stop_before="m021_console_sessions")
+    for statement in OLD_ROWS:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    await upgraded(path)
+
+
+@pytest.mark.sqlite_only
+async def test_postgres_upgrade_to_console_sessions_keeps_what_was_held(
+    pg_cluster: Any, monkeypatch: Any
+) -> None:
+    url = pg_cluster.create("console_sessions_upgrade")
+    names = [name for name, _ in pg_migrations.MIGRATIONS]
+    monkeypatch.setattr(
+        pg_migrations, "MIGRATIONS", pg_migrations.MIGRATIONS[: names.index("m011_console_sessions")]
+    )
+    with psycopg.connect(url) as conn:
+        pg_migrations.apply(conn)
+        for statement in OLD_ROWS:
+            conn.execute(statement)
+    monkeypatch.undo()
+    await upgraded(url)
