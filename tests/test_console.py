@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import psycopg
 import pytest
-from conftest import TOKEN, Service, on_disk
+from conftest import TOKEN, Service, agent_event, deliver, on_disk
 from console_data import CHARACTER, PAIR_PAGE, PHOTO, USER, seed_console
 from sqlite_utils import Database
 
@@ -19,6 +19,7 @@ from agent_memory.cli import main
 from agent_memory.client import AsyncMemoryClient
 from agent_memory.store.postgres import migrations as pg_migrations
 from agent_memory.store.sqlite.migrations import migrations as sqlite_migrations
+from agent_memory.web.keys import MEMORY
 
 pytestmark = pytest.mark.postgres
 
@@ -301,6 +302,16 @@ async def test_users_stats_running_and_export_pages(service: Service) -> None:
         assert status == 200 and "<svg" in html and "callbacks per day" in html
         status, html = await page(browser, f"{service.url}/console/running")
         assert status == 200 and "No agent is followed now" in html
+        memory = service.server.app[MEMORY]
+        labels = {"user_id": USER, "character_id": CHARACTER}
+        await deliver(service, agent_event(101, "LIVE-1", labels=labels))
+        following = await memory.follow(
+            "LIVE-1", origin="manual", base_system_messages=[{"role": "system", "content": "x"}]
+        )
+        assert following.watch is not None
+        status, html = await page(browser, f"{service.url}/console/running")
+        assert status == 200 and "<code>LIVE-1</code>" in html and f"{USER} · {CHARACTER}</a>" in html
+        assert "refresh" in html.lower() and "(manual)" in html
         async with browser.get(f"{service.url}/console/users/{USER}/export") as resp:
             assert resp.status == 200
             assert (
@@ -308,11 +319,55 @@ async def test_users_stats_running_and_export_pages(service: Service) -> None:
                 == 'attachment; filename="agent-memory-export-u-alice.json"'
             )
             document = await resp.json()
-        assert document["user_id"] == USER and document["counts"]["sessions"] == 2
+        assert document["user_id"] == USER and document["counts"]["sessions"] == 3  # the live one too
         async with browser.get(f"{service.url}/console/static/console.css") as resp:
             assert resp.status == 200 and resp.content_type == "text/css"
     finally:
         await browser.close()
+
+
+async def test_bad_input_is_a_clear_4xx_never_a_5xx(service: Service) -> None:
+    await seed_console(service)
+    browser = await sign_in(service)
+    try:
+        _, html = await page(browser, f"{service.url}{PAIR_PAGE}")
+        csrf = csrf_of(html)
+        for path, status in (
+            (f"{PAIR_PAGE}?calls=abc", 422),
+            (f"{PAIR_PAGE}?calls=0", 422),
+            (f"{PAIR_PAGE}?style=cobol", 422),
+            (f"{PAIR_PAGE}?q=" + "x" * 5000, 422),
+            (f"{PAIR_PAGE}/facts/99999999999999999999", 422),
+            (f"{PAIR_PAGE}/facts/424242", 404),
+            ("/console/users/nobody", 404),
+            ("/console/users/nobody/export", 404),
+            ("/console/static/../../settings.py", 404),
+            ("/console/static/nothing.css", 404),
+        ):
+            got, text = await page(browser, f"{service.url}{path}")
+            assert got == status, (path, got, text[:300])
+        for data, status in (
+            ({"text": "", "csrf": csrf}, 400),
+            ({"text": "x" * 5000, "csrf": csrf}, 400),
+            ({"text": "nul \x00 inside", "csrf": csrf}, 400),
+            ({"text": "fine", "scope": "galaxy", "csrf": csrf}, 400),
+        ):
+            async with browser.post(f"{service.url}{PAIR_PAGE}/facts", data=data) as resp:
+                assert resp.status in (status, 422), (data, resp.status, (await resp.text())[:300])
+        async with browser.post(
+            f"{service.url}{PAIR_PAGE}/facts/1", data={"action": "explode", "csrf": csrf}
+        ) as resp:
+            assert resp.status == 422
+        async with browser.post(
+            f"{service.url}{PAIR_PAGE}/facts",
+            data=b"\xff\xfe=\xff",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        ) as resp:
+            assert 400 <= resp.status < 500
+    finally:
+        await browser.close()
+    async with service.session.post(f"{service.url}/console/sign-in", data=b"key=\xff%00") as resp:
+        assert 400 <= resp.status < 500
 
 
 # GET /v1/users, the client and the CLI

@@ -19,7 +19,7 @@ from agent_memory.core.limits import MAX_QUERY_CHARS, USERS_LIMIT
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.styles import DEFAULT_STYLE, STYLES
 from agent_memory.core.tokens import count_tokens
-from agent_memory.errors import AgentMemoryError, Forbidden, InvalidField, Unauthorized
+from agent_memory.errors import AgentMemoryError, BadRequest, Forbidden, InvalidField, Unauthorized
 from agent_memory.web.auth import GATE
 from agent_memory.web.console import charts
 from agent_memory.web.console.render import render
@@ -34,6 +34,7 @@ from agent_memory.web.console.sessions import (
     set_session_cookie,
     viewer_of,
 )
+from agent_memory.web.http import NO_NUL, NUL
 from agent_memory.web.keys import MEMORY
 
 Page = Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]
@@ -99,9 +100,20 @@ def page(needed: KeyScope) -> Callable[[Page], Callable[[web.Request], Awaitable
 
 async def read_form(request: web.Request, viewer: Viewer) -> dict[str, str]:
     """A form POST's fields, once it is known to come from the console itself."""
-    posted = await request.post()
-    form = {name: value for name, value in posted.items() if isinstance(value, str)}
+    form = await form_of(request)
     check_post(request, viewer, form)
+    return form
+
+
+async def form_of(request: web.Request) -> dict[str, str]:
+    """The posted form's text fields, or a 400 that says what is wrong with them."""
+    try:
+        posted = await request.post()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the form could not be read: {exc}") from None
+    form = {name: value for name, value in posted.items() if isinstance(value, str)}
+    if any(NUL in name or NUL in value for name, value in form.items()):
+        raise BadRequest(f"{NO_NUL} in the form")
     return form
 
 
@@ -125,9 +137,12 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
     """Check the key like the API does (wrong keys limited per address), then open a session."""
     gate = request.app[GATE]
     origin = request.headers.get("Origin")
-    posted = await request.post()
-    key = str(posted.get("key", "")).strip()
-    target = safe_next(str(posted.get("next", "")))
+    try:
+        posted = await form_of(request)
+    except BadRequest as exc:
+        return sign_in_form(request, ROOT, status=400, error=exc.message)
+    key = posted.get("key", "").strip()
+    target = safe_next(posted.get("next", ""))
     if origin is not None and not same_origin(request, origin):
         return sign_in_form(request, target, status=403, error=f"a sign-in posted from {origin} is refused")
     if not gate.open:
