@@ -83,6 +83,21 @@ async def test_without_a_key_a_browser_is_sent_to_sign_in_and_a_tool_gets_401(se
         assert not list(jar)
 
 
+async def test_sign_in_only_returns_to_a_console_page(service: Service) -> None:
+    for asked, landed in (
+        ("/console/users?q=a", "/console/users?q=a"),
+        ("https://evil.example.test/console", "/console"),
+        ("//evil.example.test/console", "/console"),
+        ("/consolex", "/console"),
+        ("/console/users\r\nX-Evil: 1", "/console"),
+    ):
+        async with service.session.post(
+            f"{service.url}/console/sign-in", data={"key": TOKEN, "next": asked}, allow_redirects=False
+        ) as resp:
+            assert resp.status == 303 and resp.headers["Location"] == landed, asked
+            assert "X-Evil" not in resp.headers
+
+
 async def test_the_session_cookie_is_httponly_strict_and_secure_behind_https(start_service: Any) -> None:
     for public_url, secure in ((None, False), ("https://memory.example.test", True)):
         service = await start_service(public_url=public_url)

@@ -58,10 +58,6 @@ def pair_url(user_id: str, character_id: str) -> str:
     return f"{ROOT}/users/{quote(user_id, safe='')}/characters/{quote(character_id, safe='')}"
 
 
-def user_url(user_id: str) -> str:
-    return f"{ROOT}/users/{quote(user_id, safe='')}"
-
-
 def wants_html(request: web.Request) -> bool:
     """A browser (it asks for HTML) is sent to sign in; any other client gets a 401."""
     return "text/html" in request.headers.get("Accept", "")
@@ -69,7 +65,12 @@ def wants_html(request: web.Request) -> bool:
 
 def safe_next(target: str | None) -> str:
     """Where to go after signing in: a console path only (never another site)."""
-    if target and target.startswith(ROOT) and not target.startswith("//") and "\\" not in target:
+    if (
+        target
+        and (target == ROOT or target.startswith((ROOT + "/", ROOT + "?")))
+        and "\\" not in target
+        and target.isprintable()  # no CR or LF to break the Location header
+    ):
         return target
     return ROOT
 
