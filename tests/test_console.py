@@ -169,7 +169,13 @@ async def test_a_read_key_reads_a_pair_but_cannot_edit_nor_reach_across_users(se
             ) as resp:
                 assert resp.status == 403, path
                 assert "needs a key of scope write" in await resp.text()
-        for path in ("/console/users", "/console/stats", "/console/running", f"/console/users/{USER}/export"):
+        for path in (
+            "/console/users",
+            "/console/stats",
+            "/console/running",
+            "/console/keys",
+            f"/console/users/{USER}/export",
+        ):
             status, html_denied = await page(browser, f"{service.url}{path}")
             assert status == 403 and "needs a key of scope admin" in html_denied, path
         async with browser.post(
@@ -339,6 +345,44 @@ async def test_users_stats_running_and_export_pages(service: Service) -> None:
             assert resp.status == 200 and resp.content_type == "text/css"
     finally:
         await browser.close()
+
+
+async def test_keys_are_made_listed_and_revoked_and_revoking_ends_their_sessions(service: Service) -> None:
+    admin = await sign_in(service)
+    try:
+        _, html = await page(admin, f"{service.url}/console/keys")
+        async with admin.post(
+            f"{service.url}/console/keys",
+            data={"scope": "read", "name": "support desk", "csrf": csrf_of(html)},
+        ) as resp:
+            assert resp.status == 201
+            made = await resp.text()
+        key = re.search(r'id="made-key" value="([^"]+)"', made)
+        assert key and "shown this once" in made and "support desk" in made
+        (key_id,) = re.findall(r'action="/console/keys/(\d+)/revoke"', made)
+        reader = await sign_in(service, key.group(1))
+        try:
+            assert await signed_in_status(reader, service) == 200
+            async with admin.post(
+                f"{service.url}/console/keys/{key_id}/revoke",
+                data={"csrf": csrf_of(made)},
+                allow_redirects=False,
+            ) as resp:
+                assert resp.status == 303
+            assert await signed_in_status(reader, service) == 303
+        finally:
+            await reader.close()
+        async with admin.post(
+            f"{service.url}/console/keys", data={"scope": "root", "csrf": csrf_of(made)}
+        ) as resp:
+            assert resp.status == 422 and "scope" in await resp.text()
+    finally:
+        await admin.close()
+    status, body = await service.api("GET", "/v1/keys")
+    assert status == 200
+    assert [(k["name"], k["scope"], k["revoked_ms"] is not None) for k in body["api_keys"]] == [
+        ("support desk", "read", True)
+    ]
 
 
 async def test_bad_input_is_a_clear_4xx_never_a_5xx(service: Service) -> None:

@@ -10,10 +10,11 @@ from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from agent_memory.condense.offline import parse_summary
 from agent_memory.core.clock import format_datetime, now_ms
-from agent_memory.core.domain import KeyScope, Message
+from agent_memory.core.domain import KEY_SCOPES, KeyScope, Message
 from agent_memory.core.facts import MAX_FACT_CHARS
 from agent_memory.core.limits import MAX_QUERY_CHARS, USERS_LIMIT
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
@@ -34,8 +35,9 @@ from agent_memory.web.console.sessions import (
     set_session_cookie,
     viewer_of,
 )
-from agent_memory.web.http import NO_NUL, NUL
+from agent_memory.web.http import NO_NUL, NUL, validation_message
 from agent_memory.web.keys import MEMORY
+from agent_memory.web.schemas import KeyBody
 
 Page = Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]
 ROOT: Final = "/console"
@@ -381,6 +383,37 @@ async def stats(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     )
 
 
+@page("admin")
+async def keys(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    listed = await request.app[MEMORY].api_keys()
+    return render(request, "keys.html", viewer, keys=listed, made=None, scopes=KEY_SCOPES)
+
+
+@page("admin")
+async def make_key(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """A new key, shown on this page once (as `POST /v1/keys` answers it)."""
+    form = await read_form(request, viewer)
+    try:  # the API's own body model: the same bounds and messages
+        body = KeyBody.model_validate(
+            {"scope": form.get("scope", ""), "name": form.get("name", "").strip() or None}
+        )
+    except ValidationError as exc:
+        raise InvalidField(validation_message(exc)) from None
+    memory = request.app[MEMORY]
+    made = await memory.create_api_key(body.scope, body.name)
+    listed = await memory.api_keys()
+    return render(request, "keys.html", viewer, keys=listed, made=made, scopes=KEY_SCOPES, status=201)
+
+
+@page("admin")
+async def revoke_key(request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    """Revoke a key for good: its console sessions end with it."""
+    await read_form(request, viewer)
+    key_id = _number(request, "key_id")
+    await request.app[MEMORY].revoke_api_key(key_id)
+    raise web.HTTPSeeOther(f"{ROOT}/keys")
+
+
 # transcripts
 
 
@@ -427,7 +460,12 @@ def _bounded(request: web.Request, name: str, default: int, high: int) -> int:
 
 
 def _fact_id(request: web.Request) -> int:
-    raw = request.match_info["fact_id"]
+    return _number(request, "fact_id")
+
+
+def _number(request: web.Request, name: str) -> int:
+    """A numeric id of the path, or a 422 that says what was wrong."""
+    raw = request.match_info[name]
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
-        raise InvalidField(f"fact id must be a positive whole number, got {raw!r}")
+        raise InvalidField(f"{name.replace('_', ' ')} must be a positive whole number, got {raw!r}")
     return int(raw)
