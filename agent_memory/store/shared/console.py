@@ -119,11 +119,15 @@ class ConsoleReads(Repository):
             where.append(f"user_id{c} > ?")
             params.append(after)
         condition = f"WHERE {' AND '.join(where)}" if where else ""
+        # Each table's first ids on its own (an index on user_id leads both, so without `q` each
+        # read stops after a page), then the page of the two together.
+        first = f"SELECT DISTINCT user_id{c} AS uid FROM {{}} {condition} ORDER BY uid LIMIT ?"
         ids = [
             row["uid"]
             for row in self.sql.all(
-                f"SELECT DISTINCT user_id{c} AS uid FROM ({_PAIRS}) p {condition} ORDER BY uid LIMIT ?",
-                (*params, limit + 1),
+                f"SELECT uid FROM (SELECT uid FROM ({first.format('sessions')}) s "
+                f"UNION SELECT uid FROM ({first.format('facts')}) f) u ORDER BY uid LIMIT ?",
+                (*params, limit + 1, *params, limit + 1, limit + 1),
             )
         ]
         more = len(ids) > limit
