@@ -53,8 +53,13 @@ async def test_the_pair_page_shows_calls_facts_summary_context_and_recall(servic
     browser = await sign_in(service)
     try:
         status, html = await page(browser, f"{service.url}{PAIR_PAGE}?q=what+is+my+dog+called")
+        tools_status, tools = await page(browser, f"{service.url}/console/users/u-tools/characters/luna")
     finally:
         await browser.close()
+    # Tool calls and results, with their data, between the turns.
+    assert tools_status == 200
+    assert "tool call</span>" in tools and "get_weather" in tools and "call_abc123" in tools
+    assert "tool result</span>" in tools and "cloudy" in tools
     assert status == 200, html
     assert "my dog is called Rex" in html
     # The interruption: what was heard, and what was cut.
