@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import CONVERSATIONS, agent_event, condense, deliver, load_conversations, seed
+from conftest import CONVERSATIONS, TOKEN, agent_event, condense, deliver, load_conversations, seed
 
 from agent_memory.cli import main
 from agent_memory.core.domain import LlmRoute
@@ -91,6 +91,10 @@ async def fill(service: Any) -> None:
     await service.store.write(lambda tx: tx.llm_routes.add(route))
     status, _ = await service.api("POST", "/v1/keys", json={"scope": "read", "name": "dashboard"})
     assert status == 201
+    async with service.session.post(
+        f"{service.url}/console/sign-in", data={"key": TOKEN}, allow_redirects=False
+    ) as resp:
+        assert resp.status == 303  # a console sign-in (its session moves across too)
     turns = await service.store.read(lambda view: view.messages.latest("u-alice", "luna", 3))
     await service.store.write(
         lambda tx: tx.vectors.add("fake-embed", [(m.id, [0.25, -0.5, 1.0]) for m in turns])

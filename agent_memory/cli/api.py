@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from agent_memory.cli.common import with_client, with_memory
 from agent_memory.client import AsyncMemoryClient
 from agent_memory.core.domain import JobStatus
+from agent_memory.core.limits import USERS_LIMIT
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RecallScope
 from agent_memory.core.styles import DEFAULT_STYLE
@@ -39,6 +40,7 @@ from agent_memory.web.answers import (
     RecallAnswer,
     Style,
     SystemMessagesAnswer,
+    UsersAnswer,
     UserSearchAnswer,
     UserStats,
 )
@@ -102,6 +104,10 @@ class MemoryApi(Protocol):
     ) -> UserSearchAnswer: ...
 
     async def user_stats(self, user_id: str) -> UserStats: ...
+
+    async def users(
+        self, *, q: str | None = None, cursor: str | None = None, limit: int | None = None
+    ) -> UsersAnswer: ...
 
     async def character_stats(
         self, character_id: str, *, since_ms: int | None = None, until_ms: int | None = None
@@ -217,6 +223,13 @@ class LocalApi:
             limit=SEARCH_LISTED if limit is None else limit,
         )
         return UserSearchAnswer.model_validate(found)
+
+    async def users(
+        self, *, q: str | None = None, cursor: str | None = None, limit: int | None = None
+    ) -> UsersAnswer:
+        """A page of users whose id contains `q`, in id order after `cursor`."""
+        page = await self.memory.users(q, cursor, USERS_LIMIT[0] if limit is None else limit)
+        return UsersAnswer.of(q or None, page)
 
     async def user_stats(self, user_id: str) -> UserStats:
         """One user's statistics."""

@@ -20,6 +20,7 @@ from agent_memory.core.limits import (
     MAX_PERSONA_CHARS,
     MAX_QUERY_CHARS,
     SEARCH_LIMIT,
+    USERS_LIMIT,
 )
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
@@ -241,6 +242,25 @@ COMMANDS: tuple[Command, ...] = (
         exclusive=(
             Arg("--user", help="one user's sessions, messages, favourite characters"),
             Arg("--character", help="one character's users, sessions, rates, latencies"),
+        ),
+    ),
+    Command(
+        "users",
+        "list users in id order: their characters, calls and when last seen",
+        reads.cmd_users,
+        "remote",
+        args=(
+            Arg(
+                "--q", type=at_most("q", MAX_QUERY_CHARS), help="only users whose id contains this (any case)"
+            ),
+            Arg("--cursor", help="the page after this one (what the previous page said: more: --cursor …)"),
+            Arg(
+                "--limit",
+                type=bounded("limit", 1, USERS_LIMIT[1]),
+                default=USERS_LIMIT[0],
+                metavar=f"1..{USERS_LIMIT[1]}",
+            ),
+            JSON,
         ),
     ),
     Command(

@@ -209,6 +209,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_users(args: argparse.Namespace) -> int:
+    page = run_api(args, lambda api: api.users(q=args.q, cursor=args.cursor, limit=args.limit))
+    if args.json:
+        print_answer(page)
+        return 0
+    if not page.users:
+        print("no users" + (f" whose id contains {args.q!r}" if args.q else ""))
+    for user in page.users:
+        characters = ", ".join(user.characters) or "-"
+        print(f"{user.user_id}  {user.calls} calls  last seen {when(user.last_seen_ms)}  {characters}")
+    if page.next_cursor is not None:
+        print(f"more: --cursor {page.next_cursor}", file=sys.stderr)
+    return 0
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     if not args.query.strip():
         print("agent-memory: the query is empty", file=sys.stderr)

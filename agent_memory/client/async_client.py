@@ -43,6 +43,7 @@ from agent_memory.web.answers import (
     Style,
     SummaryAnswer,
     SystemMessagesAnswer,
+    UsersAnswer,
     UserSearchAnswer,
     UserStats,
 )
@@ -287,6 +288,14 @@ class AsyncMemoryClient:
         """Operators: which users said `q`, how often, first and last."""
         params = {"q": q, "role": role, "character_id": character_id, "limit": limit}
         return await self.call(MentionsAnswer, "GET", path("v1", "search", "mentions"), params=params)
+
+    async def users(
+        self, *, q: str | None = None, cursor: str | None = None, limit: int | None = None
+    ) -> UsersAnswer:
+        """Operators: a page of users whose id contains `q`, in id order after `cursor` (the
+        previous page's next_cursor)."""
+        params = {"q": q, "cursor": cursor, "limit": limit}
+        return await self.call(UsersAnswer, "GET", path("v1", "users"), params=params)
 
     async def user_stats(self, user_id: str) -> UserStats:
         """One user's sessions, messages, talk time, favourite characters and rates."""

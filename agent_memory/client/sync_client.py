@@ -107,6 +107,7 @@ class MemoryClient:
     retry_job = blocking(AsyncMemoryClient.retry_job)
     search = blocking(AsyncMemoryClient.search)
     mentions = blocking(AsyncMemoryClient.mentions)
+    users = blocking(AsyncMemoryClient.users)
     user_stats = blocking(AsyncMemoryClient.user_stats)
     character_stats = blocking(AsyncMemoryClient.character_stats)
     stats = blocking(AsyncMemoryClient.stats)

@@ -30,3 +30,5 @@ MAX_SOURCE_ID_CHARS: Final = 256
 # How far ahead of this service's clock a message may be dated (clocks drift): a message dated
 # later could be posted again after a forget and kept, as said after it.
 MAX_FUTURE_SKEW_MS: Final = 10 * 60 * 1000
+# GET /v1/users: a page of users (default, most).
+USERS_LIMIT: Final = (50, 500)

@@ -76,6 +76,7 @@ from agent_memory.memory.warming import Warming
 from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import NotBrief, ReadsHere, ReadView, Store, Transaction
+from agent_memory.store.shared.console import DAY_MS, ConsoleSession, RunningCall, UserEntry, UserPage
 from agent_memory.store.types import (
     SEARCH_KINDS,
     ForgetReceipt,
@@ -144,6 +145,22 @@ class IssuedKey:
 
     record: ApiKey
     key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A call (an agent run's session) and its transcript, oldest first."""
+
+    session: Session
+    messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """A live console session and the stored key it was opened with (None: not a stored key)."""
+
+    session: ConsoleSession
+    key: ApiKey | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -714,13 +731,81 @@ class Memory:
 
     async def revoke_api_key(self, key_id: int) -> ApiKey:
         """Revoke a key for good (again: no change); NotFound if there is no such key."""
-        revoked = await self.store.write(lambda tx: tx.api_keys.revoke(key_id, now_ms()))
+
+        def revoke(tx: Transaction) -> ApiKey | None:
+            key = tx.api_keys.revoke(key_id, now_ms())
+            if key is not None:
+                tx.console_sessions.end_for_key(key.key_hash)  # its console sign-ins end with it
+            return key
+
+        revoked = await self.store.write(revoke)
         if revoked is None:
             raise NotFound(f"no API key {key_id}; GET /v1/keys (agent-memory keys list) lists them")
         return revoked
 
     async def api_key_used(self, key_id: int, at_ms: int) -> None:
         await self.store.write(lambda tx: tx.api_keys.used(key_id, at_ms))
+
+    # the operator console
+
+    async def users(self, q: str | None = None, cursor: str | None = None, limit: int = 50) -> UserPage:
+        """Users whose id contains `q` (any case), in id order after `cursor`, and the next cursor."""
+        return await self.store.read(lambda view: view.console.users(q or None, cursor or None, limit))
+
+    async def user(self, user_id: str) -> UserEntry:
+        """One user as the list shows it (its characters, calls, last seen), or NotFound."""
+        entry = await self.store.read(lambda view: view.console.user(user_id))
+        if entry is None:
+            raise NotFound(f"nothing is held about user {user_id}")
+        return entry
+
+    async def calls(self, user_id: str, character_id: str, limit: int) -> list[Call]:
+        """The pair's latest calls, newest first, each with its transcript (tool items included)."""
+
+        def read(view: ReadView) -> list[Call]:
+            sessions = view.console.calls(user_id, character_id, limit)
+            return [Call(session, view.messages.of_session(session.agent_id)) for session in sessions]
+
+        return await self.store.read(read)
+
+    async def holdings(self, user_id: str, character_id: str | None = None) -> dict[str, int]:
+        """How many calls, messages, facts and summaries a forget of the user (or pair) would take."""
+        return await self.store.read(lambda view: view.console.holdings(user_id, character_id))
+
+    async def running_calls(self, limit: int = 200) -> list[RunningCall]:
+        """Agents followed now (their poll and refresh state), with their sessions."""
+        return await self.store.read(lambda view: view.console.running(limit))
+
+    async def callbacks_per_day(self, days: int) -> dict[int, int]:
+        """Platform callbacks received per UTC day over the last `days` days (as retention kept them)."""
+        since = (now_ms() // DAY_MS - days + 1) * DAY_MS
+        return await self.store.read(lambda view: view.console.callbacks_per_day(since))
+
+    async def open_console_session(self, key_hash: str, ttl_ms: int) -> str:
+        """Sign in to the console with the key of this hash: a new session token (kept by hash only)."""
+        token = new_api_key()
+        stamp = now_ms()
+        session = ConsoleSession(hash_key(token), key_hash, stamp, stamp + ttl_ms)
+        await self.store.write(lambda tx: tx.console_sessions.open(session))
+        return token
+
+    async def console_session(self, token: str) -> SignedIn | None:
+        """The live console session of `token` and the stored key it was opened with (None: the
+        admin token, or a key since deleted); None when there is no such session or it expired."""
+        token_hash = hash_key(token)
+
+        def read(view: ReadView) -> SignedIn | None:
+            session = view.console_sessions.get(token_hash, now_ms())
+            if session is None:
+                return None
+            return SignedIn(session, view.api_keys.by_hash(session.key_hash))
+
+        return await self.store.read(read)
+
+    async def end_console_session(self, token: str) -> bool:
+        """Sign out of the console: the session ends at once, on every instance."""
+        token_hash = hash_key(token)
+        return await self.store.write(lambda tx: tx.console_sessions.end(token_hash))
 
     async def merge_window(
         self, window: HistoryWindow, stamp: int, *, then: Callable[[Transaction], object] | None = None

@@ -29,6 +29,7 @@ from agent_memory.core.domain import (
 from agent_memory.core.recall import TermStats, TurnHit
 from agent_memory.store.shared.analytics import Analytics, AnalyticsReads
 from agent_memory.store.shared.bindings import BindingReads, Bindings
+from agent_memory.store.shared.console import ConsoleReads, ConsoleSessionReads, ConsoleSessions
 from agent_memory.store.shared.export import Export
 from agent_memory.store.shared.inbox import Inbox, InboxReads
 from agent_memory.store.shared.jobs import JobReads, Jobs
@@ -346,6 +347,10 @@ class ReadView(Protocol):
     def export(self) -> Export: ...
     @property
     def maintenance(self) -> MaintenanceReads: ...
+    @property
+    def console_sessions(self) -> ConsoleSessionReads: ...
+    @property
+    def console(self) -> ConsoleReads: ...
 
 
 class Transaction(ReadView, Protocol):
@@ -379,6 +384,8 @@ class Transaction(ReadView, Protocol):
     def analytics(self) -> Analytics: ...
     @property
     def maintenance(self) -> Maintenance: ...
+    @property
+    def console_sessions(self) -> ConsoleSessions: ...
     @property
     def leases(self) -> Leases: ...
 

@@ -31,7 +31,7 @@ from agent_memory.platforms.retell.install import install as install_retell
 from agent_memory.platforms.vapi.install import install as install_vapi
 from agent_memory.settings import Settings
 from agent_memory.store import make_store
-from agent_memory.web import docs
+from agent_memory.web import console, docs
 from agent_memory.web.auth import auth_middleware, install_gate
 from agent_memory.web.declare import add_routes
 from agent_memory.web.http import BODY_TIMEOUT_S, Handler, errors_middleware, nul_middleware
@@ -180,6 +180,7 @@ def create_app(settings: Settings) -> web.Application:
     add_routes(app, api_keys.routes)
     # The generic write API: an app's own sessions (platforms/api).
     install_messages(app, memory)
+    console.install(app)  # /console: the operator's pages, signed in with an API key
     if metrics is not None:
         app[METRICS] = metrics
         add_metrics_route(app, settings, metrics, store)

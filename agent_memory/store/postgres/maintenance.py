@@ -57,6 +57,7 @@ NOT_HELD = (
     "leases",
     "scrub_owed",
     "api_keys",  # the service's own keys
+    "console_sessions",  # operator sign-ins: token and key by hash, no user's data
     FORGETS,  # when users were forgotten, by hash: what makes a forget final
 )
 # A table up to this size (with its TOAST and indexes) is rewritten by the scrub right after

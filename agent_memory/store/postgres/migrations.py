@@ -354,6 +354,22 @@ def m010_fact_history(conn: psycopg.Connection) -> None:
     )
 
 
+@migration
+def m011_console_sessions(conn: psycopg.Connection) -> None:
+    """Operator console sign-ins: a session token by hash, the hash of the key it was opened with."""
+    # No user's data: the key's hash says which key (and so which scope and revocation) it stands
+    # for; the session token itself is only ever in the operator's cookie.
+    _run(
+        conn,
+        """CREATE TABLE console_sessions (
+            token_hash text PRIMARY KEY, key_hash text NOT NULL, created_ms bigint NOT NULL,
+            expires_ms bigint NOT NULL)""",
+        # Revoking a key ends its sessions; sign-ins drop the expired ones.
+        "CREATE INDEX console_sessions_key ON console_sessions (key_hash)",
+        "CREATE INDEX console_sessions_expiry ON console_sessions (expires_ms)",
+    )
+
+
 def applied(conn: psycopg.Connection) -> list[str]:
     """The migrations the database has, in order."""
     exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()

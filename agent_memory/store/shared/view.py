@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agent_memory.store.shared.analytics import Analytics
 from agent_memory.store.shared.bindings import Bindings
+from agent_memory.store.shared.console import ConsoleReads, ConsoleSessions
 from agent_memory.store.shared.export import Export
 from agent_memory.store.shared.inbox import Inbox
 from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
@@ -25,3 +26,5 @@ class SharedView:
         self.versions = Versions(sql)
         self.analytics = analytics(sql)
         self.export = Export(sql)
+        self.console_sessions = ConsoleSessions(sql)
+        self.console = ConsoleReads(sql)

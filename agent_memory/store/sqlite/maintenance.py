@@ -46,6 +46,7 @@ NOT_HELD = (
     "recall_terms",
     "memory_clock",
     "api_keys",  # the service's own keys
+    "console_sessions",  # operator sign-ins: token and key by hash, no user's data
     FORGETS,  # when users were forgotten, by hash: what makes a forget final
 )
 # A forget optimizes the search index on the spot while the index is this small (rows of

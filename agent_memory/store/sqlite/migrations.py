@@ -563,3 +563,17 @@ def m020_fact_history(db: Database) -> None:
     db.execute("CREATE INDEX fact_history_fact ON fact_history (fact_id, valid_from)")
     # Forget deletes a user's (or a pair's) history by pair.
     db.execute("CREATE INDEX fact_history_pair ON fact_history (user_id, character_id)")
+
+
+@migrations()
+def m021_console_sessions(db: Database) -> None:
+    """Operator console sign-ins: a session token by hash, the hash of the key it was opened with."""
+    # No user's data: the key's hash says which key (and so which scope and revocation) it stands
+    # for; the session token itself is only ever in the operator's cookie.
+    db.execute(
+        "CREATE TABLE console_sessions (token_hash TEXT PRIMARY KEY, key_hash TEXT NOT NULL, "
+        "created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    # Revoking a key ends its sessions; sign-ins drop the expired ones.
+    db.execute("CREATE INDEX console_sessions_key ON console_sessions (key_hash)")
+    db.execute("CREATE INDEX console_sessions_expiry ON console_sessions (expires_ms)")

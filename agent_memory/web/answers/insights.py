@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_memory.core.domain import (
     FactScope,
 )
+from agent_memory.store.shared.console import UserPage
 from agent_memory.store.types import MentionRole, SearchMethod
 from agent_memory.web.answers.base import Answer, Object, Omitted
 
@@ -146,3 +147,28 @@ class LlmStats(Answer):
     warming: dict[str, int] = Field(
         description="pairs' recall indexes read into memory as their calls started (this process)"
     )
+
+
+class UserOut(Answer):
+    """A user as the list shows it."""
+
+    user_id: str
+    characters: list[str] = Field(description="the characters it has calls or facts with")
+    calls: int
+    last_seen_ms: int | None = Field(description="its newest call's or fact's last change")
+
+
+class UsersAnswer(Answer):
+    """A page of users in id order; `next_cursor` (None on the last page) asks for the next."""
+
+    q: str | None
+    users: list[UserOut]
+    next_cursor: str | None
+
+    @classmethod
+    def of(cls, q: str | None, page: UserPage) -> UsersAnswer:
+        users = [
+            UserOut(user_id=u.user_id, characters=u.characters, calls=u.calls, last_seen_ms=u.last_seen_ms)
+            for u in page.users
+        ]
+        return cls(q=q, users=users, next_cursor=page.next_cursor)

@@ -3,6 +3,7 @@
 | method and path | what |
 |---|---|
 | `GET /v1/users/{user_id}/search?q=&character_id=&kinds=&limit=` | a user's messages, facts and summaries matching `q`, best first: one word (or CJK run) as a substring, several ranked like recall |
+| `GET /v1/users?q=&cursor=&limit=` | operators: users in id order (an id containing `q`), with their characters, calls and last seen |
 | `GET /v1/search/mentions?q=&role=&character_id=&limit=` | operators: which users said `q`, how often, first and last |
 | `GET /v1/users/{user_id}/stats` | sessions, messages, minutes talked, favourite characters, rates, last active |
 | `GET /v1/characters/{character_id}/stats?since_ms=&until_ms=` | active users, sessions, rates, latencies per metric and per stage |
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agent_memory.core.limits import MENTIONS_LIMIT, SEARCH_LIMIT
+from agent_memory.core.limits import MAX_QUERY_CHARS, MENTIONS_LIMIT, SEARCH_LIMIT, USERS_LIMIT
+from agent_memory.errors import InvalidField
 from agent_memory.memory.retention import PurgeReport
 from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS
 from agent_memory.web import answers as a
@@ -71,6 +73,37 @@ async def search(request: web.Request) -> web.Response:
     limit = int_query(request, "limit", SEARCH_LIMIT[0], low=1, high=SEARCH_LIMIT[1])
     answer = await request.app[MEMORY].search(user_id, q, character_id=character_id, kinds=kinds, limit=limit)
     return json_response(answer)
+
+
+@routes.get(
+    "/v1/users",
+    "Users, in id order: their characters, calls and when last seen",
+    "insights",
+    a.UsersAnswer,
+    scope="admin",
+    errors=READ_ERRORS,
+    query=(
+        Param(
+            "q",
+            {"type": "string", "maxLength": MAX_QUERY_CHARS},
+            "only users whose id contains this (any case)",
+            example="alice",
+        ),
+        Param("cursor", {"type": "string"}, "the next_cursor of the page before"),
+        limit_param(*USERS_LIMIT),
+    ),
+    description="A user is listed from its first call or fact until it is forgotten. Page by passing "
+    "each answer's next_cursor back as cursor, with the same q; next_cursor is null on the last page.",
+)
+async def users(request: web.Request) -> web.Response:
+    """Users whose id contains `q`, a page at a time."""
+    q = optional_text(request, "q")
+    if q is not None and len(q) > MAX_QUERY_CHARS:
+        raise InvalidField(f"q is at most {MAX_QUERY_CHARS} characters, got {len(q)}")
+    cursor = optional_text(request, "cursor")
+    limit = int_query(request, "limit", USERS_LIMIT[0], low=1, high=USERS_LIMIT[1])
+    page = await request.app[MEMORY].users(q, cursor, limit)
+    return json_response(a.UsersAnswer.of(q, page))
 
 
 @routes.get(
