@@ -281,6 +281,7 @@ async def test_every_route_answers_its_examples_as_documented(start_service: Any
         "agora_webhook": 401,  # not signed
         "elevenlabs_webhook": 503,  # AGENT_MEMORY_ELEVENLABS_SECRET is not set
         "retell_webhook": 503,  # AGENT_MEMORY_RETELL_API_KEY is not set
+        "vapi_webhook": 503,  # AGENT_MEMORY_VAPI_SECRET is not set
         "refresh_agent": 409,  # the example agent was not started through this service
         "leave_agent": 404,  # nor running at the fake Agora
         "get_channel_binding": 404,  # only bound later, by POST
