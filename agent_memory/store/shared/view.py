@@ -8,6 +8,7 @@ from agent_memory.store.shared.export import Export
 from agent_memory.store.shared.inbox import Inbox
 from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
 from agent_memory.store.shared.messages import Messages, Versions
+from agent_memory.store.shared.restore import Restore
 from agent_memory.store.shared.sql import Sql
 
 
@@ -25,3 +26,4 @@ class SharedView:
         self.versions = Versions(sql)
         self.analytics = analytics(sql)
         self.export = Export(sql)
+        self.restore = Restore(sql)

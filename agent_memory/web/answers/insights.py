@@ -141,6 +141,21 @@ class Export(BaseModel):
     summaries: list[Object]
 
 
+class ImportAnswer(Answer):
+    """What an import restored, what the database held already, and what it left out."""
+
+    user_id: str
+    characters: list[str]
+    restored: dict[str, int] = Field(description="records written, by kind (sessions, messages, facts…)")
+    already_held: dict[str, int] = Field(description="records the database held already: left as they were")
+    not_restored: dict[str, int] = Field(
+        description="records left out: jobs (scheduled anew), followed agents (calls no longer "
+        "running), and those of agent runs another user holds"
+    )
+    forgotten_ms: int | None = Field(description="when the user (or a pair or call) was last forgotten here")
+    forced: bool = Field(description="imported over a forget made after the export was taken")
+
+
 class LlmStats(Answer):
     llm_proxy: dict[str, int] = Field(description="the custom-LLM endpoint's counters since start")
     warming: dict[str, int] = Field(
