@@ -3,12 +3,24 @@ refused unless forced; a bad file refused by its line before anything is written
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CONVERSATIONS, Service, agent_event, condense, counts, deliver, load_conversations
+from conftest import (
+    CONVERSATIONS,
+    Service,
+    agent_event,
+    assert_error,
+    condense,
+    counts,
+    deliver,
+    load_conversations,
+)
+
+from agent_memory.memory import restore
 
 pytestmark = pytest.mark.postgres
 
@@ -37,7 +49,8 @@ async def remembered(service: Service) -> dict[str, Any]:
             status, recalled = await service.api("GET", f"{pair}/recall", params={"q": question})
             assert status == 200, recalled
             answers[f"{pair} recall {question}"] = [
-                {key: value for key, value in memory.items() if key not in NEW_IDS} for memory in recalled["memories"]
+                {key: value for key, value in memory.items() if key not in NEW_IDS}
+                for memory in recalled["memories"]
             ]
         status, facts = await service.api("GET", f"{pair}/facts")
         answers[f"{pair} facts"] = [(f["text"], f["scope"], f["pinned"]) for f in facts["facts"]]
@@ -60,7 +73,9 @@ async def populated(start_service: Any) -> Service:
         json={"text": "Has a kitten named Miso", "scope": "user"},
     )
     assert status == 201, added
-    status, _ = await service.api("PATCH", f"/v1/facts/{added['fact']['id']}", json={"text": "Has a cat named Miso"})
+    status, _ = await service.api(
+        "PATCH", f"/v1/facts/{added['fact']['id']}", json={"text": "Has a cat named Miso"}
+    )
     assert status == 200
     # Said after the summary was made: a turn the restored summary must not cover.
     labels = {"user_id": "u-alice", "character_id": "luna"}
@@ -100,3 +115,113 @@ async def test_round_trip_gives_the_same_answers(
     assert await counts(target) == held
     assert await remembered(target) == before
     assert [await exported(target, user) for user, _ in PAIRS] != []
+
+
+async def small_world(service: Service, user: str = "u-ida") -> bytes:
+    """A user with one call and a fact; returns the user's export."""
+    labels = {"user_id": user, "character_id": "luna"}
+    contents = [
+        {"turn_id": 1, "role": "user", "content": "My parrot Kestrel4471 learned to whistle"},
+        {"turn_id": 1, "role": "assistant", "content": "Kestrel4471 sounds like a talented bird!"},
+    ]
+    await deliver(service, agent_event(103, f"CALL-{user}", labels=labels, contents=contents))
+    status, _ = await service.api(
+        "POST", f"/v1/users/{user}/characters/luna/facts", json={"text": "Owns a parrot named Kestrel4471"}
+    )
+    assert status == 201
+    return await exported(service, user)
+
+
+async def test_a_user_forgotten_after_the_export_is_refused_unless_forced(service: Service) -> None:
+    document = await small_world(service)
+    status, _ = await service.api("DELETE", "/v1/users/u-ida")
+    assert status == 200
+    status, body = await service.api("POST", "/v1/import", data=document)
+    message = assert_error(status, body, 409, "conflict")
+    assert "was forgotten at 20" in message and "force" in message, message
+    status, body = await service.api("GET", "/v1/users/u-ida/export")
+    assert status == 404  # nothing was written
+    status, report = await service.api("POST", "/v1/import", params={"force": "true"}, data=document)
+    assert status == 200, report
+    assert report["forced"] is True and report["forgotten_ms"] > json.loads(document)["exported_ms"]
+    status, recalled = await service.api(
+        "GET", "/v1/users/u-ida/characters/luna/recall", params={"q": "parrot"}
+    )
+    assert "Kestrel4471" in json.dumps(recalled["memories"])
+    # An export taken after the forget restores without forcing.
+    later = await exported(service, "u-ida")
+    status, _ = await service.api("DELETE", "/v1/users/u-ida")
+    status, report = await service.api("POST", "/v1/import", params={"force": "no"}, data=later)
+    assert_error(status, report, 400, "bad_request")
+
+
+SECOND = '"seq": "second"'
+
+
+def line_of(text: str, needle: str) -> int:
+    return text[: text.index(needle)].count("\n") + 1
+
+
+def record_line(text: str, needle: str) -> int:
+    """The line of the record holding `needle` (its opening brace)."""
+    return text[: text.rindex("{", 0, text.index(needle))].count("\n") + 1
+
+
+async def test_a_bad_file_is_named_by_its_line_and_nothing_is_written(service: Service) -> None:
+    document = (await small_world(service, "u-jo")).decode()
+    status, _ = await service.api("DELETE", "/v1/users/u-jo")
+    doc = json.loads(document)
+    doc["exported_ms"] = 2**62  # newer than the forget: not refused for it
+    good = json.dumps(doc, ensure_ascii=False, indent=2)
+    held = await counts(service)
+    wrong_seq = good.replace('"seq": 1,', '"seq": "second",', 1)
+    cut = good[: good.index("learned to whistle")]
+    one_less = json.loads(good)
+    one_less["messages"].pop()
+    cases = {
+        "truncated": (cut, f"line {line_of(good, 'learned to whistle')}", "cut short"),
+        "a wrong field": (wrong_seq, f"line {record_line(wrong_seq, SECOND)}", "].seq: "),
+        "counts that disagree": (json.dumps(one_less, indent=2), "line", "cut short or edited"),
+        "not JSON": ("hello", "line 1", "expected '{'"),
+        "trailing garbage": (good + "\n{}", f"line {good.count(chr(10)) + 2}", "more follows"),
+        "not an export": (json.dumps({"user_id": "u-jo"}), "line 1", "not an agent-memory export"),
+        "a NUL": (good.replace("whistle", "whis\\u0000tle"), "line", "NUL"),
+        "a huge number": (good.replace('"seq": 1,', '"seq": 1' + "0" * 30 + ",", 1), "line", "64-bit"),
+    }
+    for name, (text, line, what) in cases.items():
+        status, body = await service.api("POST", "/v1/import", data=text.encode())
+        message = assert_error(status, body, 400, "bad_request")
+        assert message.startswith(line) and what in message, (name, message)
+    status, body = await service.api("POST", "/v1/import", data=b"")
+    assert_error(status, body, 400, "bad_request")
+    assert await counts(service) == held
+    status, _ = await service.api("GET", "/v1/users/u-jo/export")
+    assert status == 404
+    status, report = await service.api("POST", "/v1/import", data=good.encode())
+    assert status == 200 and report["restored"]["messages"] == 2, report
+
+
+def test_the_reader_streams_across_any_chunk_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    document = {
+        "format": "agent-memory-export/1",
+        "exported_ms": 1_793_736_960_000,
+        "user_id": "u-ünï",
+        "messages": [{"id": n, "content": f'line {n} 猫 \\" é', "x": [1.5, None, True]} for n in range(40)],
+        "counts": {"messages": 40},
+        "unknown": {"kept": [1, 2]},
+    }
+    text = json.dumps(document, ensure_ascii=False, indent=1)
+    for chunk in (1, 2, 3, 7, 64):
+        monkeypatch.setattr(restore, "CHUNK_CHARS", chunk)
+        pieces = list(restore.ExportReader(io.StringIO(text)).pieces())
+        rebuilt: dict[str, Any] = {}
+        for piece in pieces:
+            if piece.record:
+                rebuilt.setdefault(piece.key, []).append(piece.value)
+            else:
+                rebuilt[piece.key] = piece.value
+        assert rebuilt == document
+        assert [p.line for p in pieces if p.record][:2] == [
+            line_of(text, '"id": 0') - 1,
+            line_of(text, '"id": 1') - 1,
+        ]
