@@ -3,6 +3,7 @@ refused unless forced; a bad file refused by its line before anything is written
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
@@ -18,8 +19,10 @@ from conftest import (
     counts,
     deliver,
     load_conversations,
+    on_disk,
 )
 
+from agent_memory.cli import main
 from agent_memory.memory import restore
 
 pytestmark = pytest.mark.postgres
@@ -225,3 +228,61 @@ def test_the_reader_streams_across_any_chunk_boundary(monkeypatch: pytest.Monkey
             line_of(text, '"id": 0') - 1,
             line_of(text, '"id": 1') - 1,
         ]
+
+
+@pytest.mark.sqlite_only  # reads SQLite's files
+async def test_forget_after_an_import_removes_everything_it_wrote(
+    start_service: Any, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    source = await start_service()
+    document = await small_world(source, "u-kim")
+    # Metrics and a raw callback of the call are exported (and imported) too.
+    labels = {"user_id": "u-kim", "character_id": "luna"}
+    await deliver(
+        source, agent_event(111, "CALL-u-kim", labels=labels, metrics=[{"turn_id": 1, "llm_ttfb": 420}])
+    )
+    document = await exported(source, "u-kim")
+    target: Service = await start_service(db_path=other_database(tmp_path, backend, request))
+    status, report = await target.api("POST", "/v1/import", data=document)
+    assert status == 200, report
+    assert report["restored"]["metrics"] == 1 and report["restored"]["raw_callbacks"] == 2, report
+    assert found(on_disk(target.settings.db_path), "Kestrel4471")
+    status, body = await target.api("DELETE", "/v1/users/u-kim")
+    assert status == 200, body
+    deleted = body["deleted"]
+    assert (deleted["messages"], deleted["facts"], deleted["sessions"], deleted["metrics"]) == (2, 1, 1, 1)
+    assert deleted["raw_callbacks"] == 2 and deleted["fact_history"] == 0
+    status, _ = await target.api("GET", "/v1/users/u-kim/export")
+    assert status == 404
+    assert not found(on_disk(target.settings.db_path), "Kestrel4471")
+
+
+def found(data: bytes, marker: str) -> bool:
+    return marker.encode() in data or marker.casefold().encode() in data
+
+
+@pytest.mark.sqlite_only  # the CLI on a database file here
+async def test_the_cli_imports_a_file_and_says_which_line_is_wrong(
+    service: Service, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = await small_world(service, "u-lee")
+    path = tmp_path / "u-lee.json"
+    path.write_bytes(document)
+    restored = tmp_path / "restored.db"
+    assert await asyncio.to_thread(main, ["import", str(path), "--db", str(restored)]) == 0
+    assert json.loads(capsys.readouterr().out)["restored"]["messages"] == 2
+    assert await asyncio.to_thread(main, ["import", str(path), "--db", str(restored)]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert not any(again["restored"].values()) and again["already_held"]["messages"] == 2, again
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(document[: document.index(b"learned")])
+    assert await asyncio.to_thread(main, ["import", str(cut), "--db", str(restored)]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"agent-memory: {cut}: line ") and "cut short" in error, error
+    backup = tmp_path / "copy.db"
+    assert await asyncio.to_thread(main, ["backup", str(backup), "--db", str(restored)]) == 0
+    assert "integrity check: ok" in capsys.readouterr().err
+    assert (
+        await asyncio.to_thread(main, ["backup", str(backup), "--db", str(restored)]) == 2
+    )  # never overwrites
+    assert "exists already" in capsys.readouterr().err
