@@ -36,14 +36,15 @@ ACCEPTED = ["2xx", "401", "403", "404", "409"]
 # What JSON Schema cannot state is answered 422 for requests the schema allows: since_ms must
 # come before until_ms; a persona must fit in max_tokens; a channel name is at most 64 bytes of
 # UTF-8 (the schema can only count characters); a fact holds a letter, number or symbol (Unicode
-# categories, which hypothesis cannot generate from). The custom-LLM routes take a key minted by
+# categories, which hypothesis cannot generate from); an import's records must be what an export
+# holds, and its `counts` must match them. The custom-LLM routes take a key minted by
 # POST /v1/agents (its route names the pair), filled in by `mint_llm_key`.
 CONFIG = f"""
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "409", "413", "415", "422", "429"]
 
 [[operations]]
-include-path-regex = "/stats$|/system-messages$|^/v1/channels/|^/v1/agents$|/facts$"
+include-path-regex = "/stats$|/system-messages$|^/v1/channels/|^/v1/agents$|/facts$|^/v1/import$"
 checks.positive_data_acceptance.expected-statuses = {[*ACCEPTED, "422"]}
 
 [[operations]]

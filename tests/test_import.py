@@ -182,18 +182,25 @@ async def test_a_bad_file_is_named_by_its_line_and_nothing_is_written(service: S
     one_less = json.loads(good)
     one_less["messages"].pop()
     cases = {
-        "truncated": (cut, f"line {line_of(good, 'learned to whistle')}", "cut short"),
-        "a wrong field": (wrong_seq, f"line {record_line(wrong_seq, SECOND)}", "].seq: "),
-        "counts that disagree": (json.dumps(one_less, indent=2), "line", "cut short or edited"),
-        "not JSON": ("hello", "line 1", "expected '{'"),
-        "trailing garbage": (good + "\n{}", f"line {good.count(chr(10)) + 2}", "more follows"),
-        "not an export": (json.dumps({"user_id": "u-jo"}), "line 1", "not an agent-memory export"),
-        "a NUL": (good.replace("whistle", "whis\\u0000tle"), "line", "NUL"),
-        "a huge number": (good.replace('"seq": 1,', '"seq": 1' + "0" * 30 + ",", 1), "line", "64-bit"),
+        "truncated": (cut, 400, f"line {line_of(good, 'learned to whistle')}", "cut short"),
+        "a wrong field": (wrong_seq, 422, f"line {record_line(wrong_seq, SECOND)}", "].seq: "),
+        "counts that disagree": (json.dumps(one_less, indent=2), 422, "line", "cut short or edited"),
+        "not JSON": ("hello", 400, "line 1", "expected '{'"),
+        "trailing garbage": (good + "\n{}", 400, f"line {good.count(chr(10)) + 2}", "more follows"),
+        "not an export": (json.dumps({"user_id": "u-jo"}), 422, "line 1", "not an agent-memory export"),
+        "a NUL": (good.replace("whistle", "whis\\u0000tle"), 422, "line", "NUL"),
+        "a huge number": (good.replace('"seq": 1,', '"seq": 1' + "0" * 30 + ",", 1), 400, "line", "64-bit"),
+        "a list that is not": (
+            good.replace('"facts": [', '"facts": 3, "x": [', 1),
+            422,
+            "line",
+            "must be a list",
+        ),
     }
-    for name, (text, line, what) in cases.items():
+    for name, (text, expected, line, what) in cases.items():
         status, body = await service.api("POST", "/v1/import", data=text.encode())
-        message = assert_error(status, body, 400, "bad_request")
+        code = "invalid_json" if expected == 400 else "invalid_field"
+        message = assert_error(status, body, expected, code)
         assert message.startswith(line) and what in message, (name, message)
     status, body = await service.api("POST", "/v1/import", data=b"")
     assert_error(status, body, 400, "bad_request")

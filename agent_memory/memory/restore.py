@@ -29,8 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_memory.core.alignment import canonical, fingerprint
 from agent_memory.core.clock import format_datetime
-from agent_memory.core.events import TURN
-from agent_memory.errors import BadRequest, Conflict
+from agent_memory.core.domain import FactChange, FactOrigin, SessionStatus, SummaryMethod
+from agent_memory.core.events import TURN, IdentitySource
+from agent_memory.errors import Conflict, InvalidField, InvalidJSON
 from agent_memory.memory.embedding import schedule_embedding
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.settings import Settings
@@ -58,8 +59,14 @@ INT_MAX = (1 << 63) - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def bad(line: int, message: str) -> BadRequest:
-    return BadRequest(f"line {line}: {message}")
+def bad(line: int, message: str) -> InvalidJSON:
+    """The file is not the JSON of an export (cut short, malformed): 400, naming the line."""
+    return InvalidJSON(f"line {line}: {message}")
+
+
+def invalid(line: int, message: str) -> InvalidField:
+    """A record or field the export may not hold: 422, naming the line."""
+    return InvalidField(f"line {line}: {message}")
 
 
 class _Refused(ValueError):
@@ -119,6 +126,7 @@ class ExportReader:
         self.pos = 0
         self.line = 1
         self.eof = False
+        self.lists: set[str] = set()  # the lists the document holds, empty ones too
         self.decoder = json.JSONDecoder(
             parse_constant=_refuse_constant, parse_int=_checked_int, parse_float=_checked_float
         )
@@ -200,9 +208,12 @@ class ExportReader:
                     raise bad(line, "expected a field name (a string)")
                 self._take(":", f"after the field name {key!r}")
                 if key in self.LISTS and self._peek() == "[":
+                    self.lists.add(key)
                     yield from self._records(key)
                 else:
                     line, value = self._value(f"the field {key!r}")
+                    if key in self.LISTS:
+                        raise invalid(line, f"`{key}` must be a list")
                     yield Piece(key, line, value, record=False)
                 if self._take(",}", f"after the field {key!r}") == "}":
                     break
@@ -233,8 +244,8 @@ class _Record(BaseModel):
 class SessionRecord(_Record):
     agent_id: str = Field(min_length=1)
     character_id: str = Field(min_length=1)
-    identity_source: str
-    status: str
+    identity_source: IdentitySource
+    status: SessionStatus
 
 
 class MessageRecord(_Record):
@@ -265,6 +276,12 @@ class SummaryRecord(_Record):
     character_id: str = Field(min_length=1)
     text: str
     watermark_id: int
+    covered_until_ms: int | None = None
+    message_count: int = 0
+    method: SummaryMethod = "offline"
+    model: str | None = None
+    created_ms: int = 0
+    updated_ms: int = 0
 
 
 class FactRecord(_Record):
@@ -272,15 +289,20 @@ class FactRecord(_Record):
     character_id: str
     text: str = Field(min_length=1)
     pinned: bool = False
+    origin: FactOrigin = "manual"
+    created_ms: int = 0
+    updated_ms: int | None = None
+    valid_from: int | None = None
 
 
 class FactVersionRecord(_Record):
     fact_id: int
     character_id: str
     text: str
+    origin: FactOrigin | None = None
     valid_from: int
     valid_to: int
-    change: str
+    change: FactChange
 
 
 class BindingRecord(_Record):
@@ -321,6 +343,18 @@ RECORDS: dict[str, type[_Record]] = {
     "raw_callbacks": RawRecord,
 }
 NOT_RESTORED = ("jobs", "followed_agents")
+# What every export holds (the Export model's required fields).
+REQUIRED = (
+    "format",
+    "exported_ms",
+    "user_id",
+    "characters",
+    "counts",
+    "sessions",
+    "messages",
+    "facts",
+    "summaries",
+)
 
 
 def _holds_nul(value: Any) -> bool:
@@ -337,9 +371,9 @@ def _holds_nul(value: Any) -> bool:
 def checked(piece: Piece, index: int) -> dict[str, Any]:
     """A record as its model reads it (a dict), or a 400 naming its line and what is wrong."""
     if not isinstance(piece.value, dict):
-        raise bad(piece.line, f"{piece.key}[{index}] must be an object")
+        raise invalid(piece.line, f"{piece.key}[{index}] must be an object")
     if _holds_nul(piece.value):
-        raise bad(
+        raise invalid(
             piece.line,
             f"{piece.key}[{index}] holds a NUL character or a lone surrogate, which cannot be stored",
         )
@@ -348,7 +382,7 @@ def checked(piece: Piece, index: int) -> dict[str, Any]:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise bad(piece.line, f"{piece.key}[{index}].{where}: {first['msg']}") from None
+        raise invalid(piece.line, f"{piece.key}[{index}].{where}: {first['msg']}") from None
 
 
 @dataclass
@@ -376,7 +410,8 @@ def scan(stream: IO[str]) -> Plan:
     characters: set[str] = set()
     summaries: dict[str, dict[str, Any]] = {}
     fact_ids: set[int] = set()
-    for piece in ExportReader(stream).pieces():
+    reader = ExportReader(stream)
+    for piece in reader.pieces():
         if not piece.record:
             header[piece.key] = (piece.line, piece.value)
             continue
@@ -395,21 +430,31 @@ def scan(stream: IO[str]) -> Plan:
             fact_ids.add(record["id"])
     line, version = header.get("format", (1, None))
     if not isinstance(version, str) or not version.startswith(FORMAT_PREFIX):
-        raise bad(line, f"not an agent-memory export: its `format` must be {FORMAT_PREFIX}1")
+        raise invalid(line, f"not an agent-memory export: its `format` must be {FORMAT_PREFIX}1")
     if version.removeprefix(FORMAT_PREFIX) not in READABLE_VERSIONS:
-        raise bad(line, f"{version} is a format this version cannot read (it reads {FORMAT_PREFIX}1)")
+        raise invalid(line, f"{version} is a format this version cannot read (it reads {FORMAT_PREFIX}1)")
+    for name in REQUIRED:
+        if name not in header and name not in reader.lists:
+            raise invalid(1, f"the export has no `{name}`: every export names {', '.join(REQUIRED)}")
     line, user_id = header.get("user_id", (1, None))
     if not isinstance(user_id, str) or not user_id or NUL in user_id:
-        raise bad(line, "the export names no user: `user_id` must be a non-empty string")
+        raise invalid(line, "the export names no user: `user_id` must be a non-empty string")
     line, exported_ms = header.get("exported_ms", (1, None))
     if exported_ms is not None and (not isinstance(exported_ms, int) or isinstance(exported_ms, bool)):
-        raise bad(line, "`exported_ms` must be an integer (milliseconds since 1970)")
+        raise invalid(line, "`exported_ms` must be an integer (milliseconds since 1970)")
+    line, characters_listed = header.get("characters", (1, None))
+    if not isinstance(characters_listed, list) or not all(isinstance(c, str) for c in characters_listed):
+        raise invalid(line, "`characters` must be a list of character ids")
     line, counts = header.get("counts", (1, None))
+    if not isinstance(counts, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in counts.values()
+    ):
+        raise invalid(line, "`counts` must be an object of whole numbers (records of each kind)")
     if isinstance(counts, dict):
         for key, said in counts.items():
             listed = "followed_agents" if key == "followed_agents" else key
             if isinstance(said, int) and said != seen.get(listed, 0) and listed in ExportReader.LISTS:
-                raise bad(
+                raise invalid(
                     line,
                     f"`counts` says {said} {key} but the file holds {seen.get(listed, 0)}: "
                     "it was cut short or edited",

@@ -130,9 +130,9 @@ class Restore(Repository):
                 key,
                 int(bool(record.get("pinned"))),
                 record.get("origin"),
-                record.get("created_ms"),
-                record.get("updated_ms"),
-                record.get("valid_from"),
+                record["created_ms"],
+                record.get("updated_ms") or record["created_ms"],
+                record.get("valid_from") or record.get("updated_ms") or record["created_ms"],
             ),
         )
         if row is not None:

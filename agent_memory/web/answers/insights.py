@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from agent_memory.core.domain import (
     FactScope,
@@ -127,7 +128,7 @@ class OverallStats(Counts):
 
 
 # A small export, as GET …/export answers and POST /v1/import reads it.
-EXPORT_EXAMPLE: Final = {
+EXPORT_EXAMPLE: Final[JsonDict] = {
     "format": "agent-memory-export/1",
     "exported_ms": 1_793_736_960_000,
     "user_id": "u-alice",

@@ -170,7 +170,7 @@ async def export(request: web.Request) -> web.Response:
     scope="admin",
     body=a.Export,
     reads_body=True,
-    errors=(409,),
+    errors=(409, 422),
     query=(
         Param(
             "force",
