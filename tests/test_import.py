@@ -58,7 +58,7 @@ async def remembered(service: Service) -> dict[str, Any]:
         status, facts = await service.api("GET", f"{pair}/facts")
         answers[f"{pair} facts"] = [(f["text"], f["scope"], f["pinned"]) for f in facts["facts"]]
         status, summary = await service.api("GET", f"{pair}/summary")
-        answers[f"{pair} summary"] = (status, summary.get("summary", {}).get("text"))
+        answers[f"{pair} summary"] = (status, (summary.get("summary") or {}).get("text"))
     return answers
 
 
@@ -293,3 +293,66 @@ async def test_the_cli_imports_a_file_and_says_which_line_is_wrong(
         await asyncio.to_thread(main, ["backup", str(backup), "--db", str(restored)]) == 2
     )  # never overwrites
     assert "exists already" in capsys.readouterr().err
+
+
+async def test_a_partly_restored_user_is_completed_not_doubled(
+    start_service: Any, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    source = await populated(start_service)
+    before = await remembered(source)
+    full = json.loads(await exported(source, "u-alice"))
+    # What an import that stopped part way left: the first calls' messages, no summary or facts yet.
+    part = {**full, "messages": full["messages"][:20], "summaries": [], "facts": [], "fact_history": []}
+    part["counts"] = {**full["counts"], "messages": 20, "summaries": 0, "facts": 0, "fact_history": 0}
+    target: Service = await start_service(db_path=other_database(tmp_path, backend, request))
+    status, report = await target.api("POST", "/v1/import", data=json.dumps(part).encode())
+    assert status == 200 and report["restored"]["messages"] == 20, report
+    status, report = await target.api("POST", "/v1/import", data=json.dumps(full).encode())
+    assert status == 200, report
+    assert report["already_held"]["messages"] == 20
+    assert report["restored"]["messages"] == len(full["messages"]) - 20
+    assert report["restored"]["summaries"] == 1 and report["restored"]["facts"] == len(full["facts"])
+    status, messages = await target.api(
+        "GET", "/v1/users/u-alice/characters/luna/messages", params={"limit": "1000"}
+    )
+    assert [m["content"] for m in messages["messages"]] == [
+        m["content"] for m in full["messages"] if m["character_id"] == "luna" and m["kind"] == "turn"
+    ]
+    after = await remembered(target)
+    assert {k: v for k, v in after.items() if "u-alice" in k} == {
+        k: v for k, v in before.items() if "u-alice" in k
+    }
+
+
+async def test_an_older_export_still_imports(service: Service, start_service: Any, tmp_path: Path) -> None:
+    document = json.loads(await small_world(service, "u-old"))
+    # As exports were before fingerprints, fact history, bindings, metrics and raw callbacks.
+    for message in document["messages"]:
+        del message["fp"]
+    for kind in (
+        "fact_history",
+        "bindings",
+        "channel_bindings",
+        "jobs",
+        "followed_agents",
+        "metrics",
+        "raw_callbacks",
+    ):
+        document.pop(kind, None)
+        document["counts"].pop(kind, None)
+    status, _ = await service.api("DELETE", "/v1/users/u-old")
+    document["exported_ms"] = 2**53  # taken after that forget
+    status, report = await service.api("POST", "/v1/import", data=json.dumps(document).encode())
+    assert status == 200 and report["restored"]["messages"] == 2, report
+    status, recalled = await service.api(
+        "GET", "/v1/users/u-old/characters/luna/recall", params={"q": "parrot"}
+    )
+    assert "Kestrel4471" in json.dumps(recalled["memories"])
+    # The fingerprint recomputed is ingest's: the same call delivered again adds nothing.
+    labels = {"user_id": "u-old", "character_id": "luna"}
+    contents = [
+        {"turn_id": 1, "role": "user", "content": "My parrot Kestrel4471 learned to whistle"},
+        {"turn_id": 1, "role": "assistant", "content": "Kestrel4471 sounds like a talented bird!"},
+    ]
+    answer = await deliver(service, agent_event(103, "CALL-u-old", labels=labels, contents=contents))
+    assert answer["new_messages"] == 0, answer
