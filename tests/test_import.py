@@ -190,6 +190,14 @@ async def test_a_bad_file_is_named_by_its_line_and_nothing_is_written(service: S
         "not an export": (json.dumps({"user_id": "u-jo"}), 422, "line 1", "not an agent-memory export"),
         "a NUL": (good.replace("whistle", "whis\\u0000tle"), 422, "line", "NUL"),
         "a huge number": (good.replace('"seq": 1,', '"seq": 1' + "0" * 30 + ",", 1), 400, "line", "64-bit"),
+        "a message of no session": (
+            good.replace('"agent_id": "CALL-u-jo"', '"agent_id": "ELSEWHERE"', 2).replace(
+                '"agent_id": "ELSEWHERE"', '"agent_id": "CALL-u-jo"', 1
+            ),
+            422,
+            "line",
+            "which no session of the export holds",
+        ),
         "a list that is not": (
             good.replace('"facts": [', '"facts": 3, "x": [', 1),
             422,

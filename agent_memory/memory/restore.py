@@ -410,6 +410,7 @@ def scan(stream: IO[str]) -> Plan:
     characters: set[str] = set()
     summaries: dict[str, dict[str, Any]] = {}
     fact_ids: set[int] = set()
+    talked: dict[str, int] = {}  # each message's agent run, and the line it was first seen on
     reader = ExportReader(stream)
     for piece in reader.pieces():
         if not piece.record:
@@ -428,6 +429,12 @@ def scan(stream: IO[str]) -> Plan:
             summaries[record["character_id"]] = record
         elif piece.key == "facts":
             fact_ids.add(record["id"])
+        elif piece.key == "messages" and record["agent_id"] not in talked:
+            talked[record["agent_id"]] = piece.line
+    # A message belongs to a call of the export (whose owner here decides whether it is restored).
+    for agent, line in talked.items():
+        if agent not in agents:
+            raise invalid(line, f"a message of agent run {agent!r}, which no session of the export holds")
     line, version = header.get("format", (1, None))
     if not isinstance(version, str) or not version.startswith(FORMAT_PREFIX):
         raise invalid(line, f"not an agent-memory export: its `format` must be {FORMAT_PREFIX}1")
