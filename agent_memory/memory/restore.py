@@ -50,7 +50,9 @@ MAX_RECORD_CHARS = 64 << 20
 BATCH = 500
 # A tool call's or result's fields, kept in `extra` by ingest: what its fingerprint adds.
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")
-WHITESPACE = " \t\r\n"
+_SPACE = re.compile(r"[ \t\r\n]+")
+# What a NUL or a lone surrogate looks like in JSON text (strict UTF-8 decoding lets in neither).
+_ESCAPED = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 NUL = "\x00"
 
 
@@ -99,6 +101,8 @@ class Piece:
     line: int
     value: Any
     record: bool
+    # Its text escapes a NUL or a surrogate: worth looking into (JSON text holds neither raw).
+    suspect: bool = False
 
 
 class ExportReader:
@@ -126,6 +130,7 @@ class ExportReader:
         self.pos = 0
         self.line = 1
         self.eof = False
+        self.suspect = False  # the last value's text escapes a NUL or a surrogate
         self.lists: set[str] = set()  # the lists the document holds, empty ones too
         self.decoder = json.JSONDecoder(
             parse_constant=_refuse_constant, parse_int=_checked_int, parse_float=_checked_float
@@ -153,10 +158,9 @@ class ExportReader:
     def _peek(self) -> str:
         """The next character that is not white space ('' at the end)."""
         while True:
-            while self.pos < len(self.buf) and self.buf[self.pos] in WHITESPACE:
-                if self.buf[self.pos] == "\n":
-                    self.line += 1
-                self.pos += 1
+            skipped = _SPACE.match(self.buf, self.pos)
+            if skipped is not None and skipped.end() > self.pos:
+                self._advance(skipped.end())
             if self.pos < len(self.buf) or not self._fill():
                 return self.buf[self.pos] if self.pos < len(self.buf) else ""
 
@@ -193,6 +197,7 @@ class ExportReader:
                 raise bad(at, f"{what} is not valid JSON: {exc.msg}{cut}") from None
             if end >= len(self.buf) and self._fill():
                 continue  # a number may go on in the next chunk
+            self.suspect = _ESCAPED.search(self.buf, self.pos, end) is not None
             self._advance(end)
             return line, value
 
@@ -228,7 +233,7 @@ class ExportReader:
         index = 0
         while True:
             line, value = self._value(f"{key}[{index}]")
-            yield Piece(key, line, value, record=True)
+            yield Piece(key, line, value, record=True, suspect=self.suspect)
             index += 1
             if self._take(",]", f"after {key}[{index - 1}]") == "]":
                 return
@@ -372,7 +377,7 @@ def checked(piece: Piece, index: int) -> dict[str, Any]:
     """A record as its model reads it (a dict), or a 400 naming its line and what is wrong."""
     if not isinstance(piece.value, dict):
         raise invalid(piece.line, f"{piece.key}[{index}] must be an object")
-    if _holds_nul(piece.value):
+    if piece.suspect and _holds_nul(piece.value):
         raise invalid(
             piece.line,
             f"{piece.key}[{index}] holds a NUL character or a lone surrogate, which cannot be stored",
