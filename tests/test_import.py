@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import (
     CONVERSATIONS,
+    TOKEN,
     Service,
     agent_event,
     assert_error,
@@ -364,3 +365,53 @@ async def test_an_older_export_still_imports(service: Service, start_service: An
     ]
     answer = await deliver(service, agent_event(103, "CALL-u-old", labels=labels, contents=contents))
     assert answer["new_messages"] == 0, answer
+
+
+async def test_a_forget_during_an_import_stops_it(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    document = await small_world(service, "u-mid")
+    assert (await service.api("DELETE", "/v1/users/u-mid"))[0] == 200
+    doc = json.loads(document)
+    doc["exported_ms"] = 2**53  # taken after that forget: imported without forcing
+    flush = restore.Importer._flush
+    batches: list[str] = []
+
+    async def forget_after_the_sessions(self: Any, kind: str, *args: Any) -> None:
+        await flush(self, kind, *args)
+        batches.append(kind)
+        if kind == "sessions":  # the operator forgets the user again while the import runs
+            await self.store.write(lambda tx: tx.maintenance.forget("u-mid", None))
+
+    monkeypatch.setattr(restore.Importer, "_flush", forget_after_the_sessions)
+    status, body = await service.api("POST", "/v1/import", data=json.dumps(doc).encode())
+    message = assert_error(status, body, 409, "conflict")
+    assert "while it was being imported" in message, message
+    assert batches == ["sessions"]
+    status, _ = await service.api("GET", "/v1/users/u-mid/export")
+    assert status == 404  # the session written before the forget went with it, the rest never came
+
+
+async def test_import_through_the_cli_and_the_client_at_url(
+    start_service: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service: Service = await start_service(max_body_bytes=64 * 1024)
+    document = await small_world(service, "u-url")
+    assert (await service.api("DELETE", "/v1/users/u-url"))[0] == 200
+    doc = json.loads(document)
+    doc["exported_ms"] = 2**53
+    path = tmp_path / "u-url.json"
+    path.write_text(json.dumps(doc))
+    remote = ["--url", service.url, "--api-key", TOKEN]
+    assert await asyncio.to_thread(main, ["import", str(path), *remote]) == 0
+    assert json.loads(capsys.readouterr().out)["restored"]["messages"] == 2
+    # Over the body limit: refused by the service, said by the command with the file's name.
+    doc["messages"] += [{**doc["messages"][0], "seq": 100 + n, "content": "x" * 1000} for n in range(80)]
+    doc["counts"]["messages"] = len(doc["messages"])
+    path.write_text(json.dumps(doc))
+    assert await asyncio.to_thread(main, ["import", str(path), *remote]) == 1
+    error = capsys.readouterr().err
+    assert (
+        error.startswith(f"agent-memory: {path}: the body is") and "AGENT_MEMORY_MAX_BODY_BYTES" in error
+    ), error
+    # The same file on the database here: streamed, any size.
+    assert await asyncio.to_thread(main, ["import", str(path), "--db", str(service.settings.db_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["restored"]["messages"] == 80

@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -39,6 +39,7 @@ from agent_memory.store import Store
 from agent_memory.store.protocols import ReadView, Transaction
 from agent_memory.store.types import NewMessage
 
+T = TypeVar("T")
 # Opens the document anew for each pass (a file, or a request's body).
 Source = Callable[[], IO[str]]
 FORMAT_PREFIX = "agent-memory-export/"
@@ -578,6 +579,7 @@ class Importer:
         self.source = source
         self.force = force
         self.ingestor = Ingestor(settings)
+        self.allowed_forget_ms: int | None = None
 
     async def run(self) -> ImportReport:
         """Check the whole export, refuse a forgotten user unless forced, then restore it."""
@@ -600,6 +602,8 @@ class Importer:
                     "POST /v1/import?force=true) if that is meant"
                 )
             report.forced = True
+        # The forget decided about above; a later one (during the import) stops it.
+        self.allowed_forget_ms = report.forgotten_ms
         owners = await self.store.read(lambda view: view.restore.session_owners(list(plan.agents)))
         # Runs another user holds stay theirs: their messages, metrics and raw callbacks are not ours.
         refused = {agent for agent, owner in owners.items() if owner != plan.user_id}
@@ -649,7 +653,7 @@ class Importer:
             await self._flush(kind, batch, plan, report, state)
         if later:
             await self._flush("fact_history", later, plan, report, state)
-        stored = await self.store.write(lambda tx: self._finish(tx, plan, state))
+        stored = await self._write_under_locks(plan, [], lambda tx: self._finish(tx, plan, state))
         report.count("summaries", stored, len(plan.summaries))
 
     async def _flush(
@@ -659,7 +663,9 @@ class Importer:
         transaction must not count twice)."""
         user_id = plan.user_id
         if kind == "messages":
-            landed, new = await self.store.write(lambda tx: self._messages(tx, user_id, records))
+            landed, new = await self._write_under_locks(
+                plan, records, lambda tx: self._messages(tx, user_id, records)
+            )
             watermarks = plan.watermarks
             for record in records:
                 character = record["character_id"]
@@ -671,21 +677,47 @@ class Importer:
                 state.pairs[record["character_id"]].new_turns += record["kind"] == TURN
             report.count(kind, len(new), len(records))
         elif kind == "facts":
-            placed = await self.store.write(
-                lambda tx: [tx.restore.fact(user_id, record) for record in records]
+            placed = await self._write_under_locks(
+                plan, [], lambda tx: [tx.restore.fact(user_id, record) for record in records]
             )
             for record, (new_id, _) in zip(records, placed, strict=True):
                 state.fact_ids[record["id"]] = new_id
             report.count(kind, sum(created for _, created in placed), len(records))
         elif kind == "fact_history":
             known = dict(state.fact_ids)
-            done, known = await self.store.write(lambda tx: self._history(tx, user_id, records, dict(known)))
+            done, known = await self._write_under_locks(
+                plan, [], lambda tx: self._history(tx, user_id, records, dict(known))
+            )
             state.fact_ids.update(known)
             report.count(kind, done, len(records))
         else:
             write = WRITES[kind]
-            done = await self.store.write(lambda tx: sum(write(tx, user_id, record) for record in records))
+            done = await self._write_under_locks(
+                plan, records, lambda tx: sum(write(tx, user_id, record) for record in records)
+            )
             report.count(kind, done, len(records))
+
+    async def _write_under_locks(
+        self, plan: Plan, records: list[dict[str, Any]], write: Callable[[Transaction], T]
+    ) -> T:
+        """`write` in a transaction holding the locks ingest's merge holds (on PostgreSQL: the
+        sessions' it writes in, then the user's, shared), so a forget waits for it or it for the
+        forget; a forget that committed since the import began stops it (forget is final)."""
+        agents = sorted({record["agent_id"] for record in records if record.get("agent_id")})
+
+        def run(tx: Transaction) -> T:
+            for agent in agents:
+                tx.restore.hold_session(agent)
+            cutoffs = [tx.maintenance.forget_cutoff(plan.user_id, c) for c in sorted(plan.characters | {""})]
+            newest = max((cutoff.at_ms for cutoff in cutoffs if cutoff is not None), default=None)
+            if newest is not None and newest > (self.allowed_forget_ms or 0):
+                raise Conflict(
+                    f"user {plan.user_id!r} was forgotten at {format_datetime(newest)}, while it was being "
+                    "imported: the rest was not written (what was written before is forgotten)"
+                )
+            return write(tx)
+
+        return await self.store.write(run)
 
     @staticmethod
     def _messages(

@@ -69,6 +69,10 @@ class Restore(Repository):
                 owners[row["agent_id"]] = row["user_id"]
         return owners
 
+    def hold_session(self, agent_id: str) -> None:
+        """Hold the agent run's lock until commit, as ingest's merge does (one writer needs none)."""
+        self.sql.locked(agent_id, 0, "SELECT 1 AS held")
+
     def session(self, user_id: str, record: Record) -> int:
         """Insert a session unless its agent run is held (the caller left out another user's)."""
         values = {name: record.get(name) for name in _SESSION_NAMES}
