@@ -48,7 +48,7 @@ CHUNK_CHARS = 1 << 16
 # One record larger than this is refused (a message is at most a few hundred kB).
 MAX_RECORD_CHARS = 64 << 20
 # Records written per transaction: short enough not to hold the writer long.
-BATCH = 500
+BATCH = 1000
 # A tool call's or result's fields, kept in `extra` by ingest: what its fingerprint adds.
 TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")
 _SPACE = re.compile(r"[ \t\r\n]+")
