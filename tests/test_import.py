@@ -24,6 +24,7 @@ from conftest import (
 )
 
 from agent_memory.cli import main
+from agent_memory.errors import InvalidJSON
 from agent_memory.memory import restore
 
 pytestmark = pytest.mark.postgres
@@ -190,7 +191,18 @@ async def test_a_bad_file_is_named_by_its_line_and_nothing_is_written(service: S
         "trailing garbage": (good + "\n{}", 400, f"line {good.count(chr(10)) + 2}", "more follows"),
         "not an export": (json.dumps({"user_id": "u-jo"}), 422, "line 1", "not an agent-memory export"),
         "a NUL": (good.replace("whistle", "whis\\u0000tle"), 422, "line", "NUL"),
-        "a huge number": (good.replace('"seq": 1,', '"seq": 1' + "0" * 30 + ",", 1), 400, "line", "64-bit"),
+        "a huge number": (
+            good.replace('"seq": 1,', '"seq": 1' + "0" * 30 + ",", 1),
+            400,
+            "line",
+            "too large",
+        ),
+        "too deep": (
+            good.replace('"images": []', '"images": ' + "[" * 200 + "]" * 200, 1),
+            400,
+            "the body nests",
+            "deeper than 128",
+        ),
         "a message of no session": (
             good.replace('"agent_id": "CALL-u-jo"', '"agent_id": "ELSEWHERE"', 2).replace(
                 '"agent_id": "ELSEWHERE"', '"agent_id": "CALL-u-jo"', 1
@@ -415,3 +427,14 @@ async def test_import_through_the_cli_and_the_client_at_url(
     # The same file on the database here: streamed, any size.
     assert await asyncio.to_thread(main, ["import", str(path), "--db", str(service.settings.db_path)]) == 0
     assert json.loads(capsys.readouterr().out)["restored"]["messages"] == 80
+
+
+def test_the_reader_refuses_a_record_nested_too_deep() -> None:
+    text = (
+        '{"format": "agent-memory-export/1",\n "messages": [\n  {"id": 1},\n  {"extra": '
+        + "[" * 200
+        + "]" * 200
+        + "}]}"
+    )
+    with pytest.raises(InvalidJSON, match=r"^line 4: messages\[1\] nests arrays and objects deeper than 128"):
+        list(restore.ExportReader(io.StringIO(text)).pieces())

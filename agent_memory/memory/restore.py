@@ -31,6 +31,7 @@ from agent_memory.core.alignment import canonical, fingerprint
 from agent_memory.core.clock import format_datetime
 from agent_memory.core.domain import FactChange, FactOrigin, SessionStatus, SummaryMethod
 from agent_memory.core.events import TURN, IdentitySource
+from agent_memory.core.jsonutil import MAX_JSON_DEPTH, refuse_deep
 from agent_memory.errors import Conflict, InvalidField, InvalidJSON
 from agent_memory.memory.embedding import schedule_embedding
 from agent_memory.memory.ingest import Ingestor
@@ -83,7 +84,7 @@ def _refuse_constant(name: str) -> Any:
 def _checked_int(digits: str) -> int:
     value = int(digits) if len(digits) <= 20 else INT_MAX + 1
     if abs(value) > INT_MAX:
-        raise _Refused(f"the number {digits[:24]} is larger than a 64-bit integer")
+        raise _Refused(f"the number {digits[:24]} is too large: it must fit a 64-bit integer")
     return value
 
 
@@ -199,6 +200,11 @@ class ExportReader:
             if end >= len(self.buf) and self._fill():
                 continue  # a number may go on in the next chunk
             self.suspect = _ESCAPED.search(self.buf, self.pos, end) is not None
+            if self.buf.count("[", self.pos, end) + self.buf.count("{", self.pos, end) > MAX_JSON_DEPTH:
+                try:  # as deep as the API allows any body (counted cheaply first)
+                    refuse_deep(self.buf[self.pos : end].encode("utf-8", "surrogatepass"), what)
+                except InvalidJSON as exc:
+                    raise bad(line, exc.message) from None
             self._advance(end)
             return line, value
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agent_memory.core.jsonutil import refuse_deep
 from agent_memory.core.limits import MENTIONS_LIMIT, SEARCH_LIMIT
 from agent_memory.errors import BadRequest
 from agent_memory.memory.restore import text_source
@@ -190,6 +191,7 @@ async def import_export(request: web.Request) -> web.Response:
     body = await read_body(request)
     if not body.strip():
         raise BadRequest("the body is empty: send an export (GET /v1/users/{user_id}/export)")
+    refuse_deep(body)  # as every JSON body (the import reads records one by one, past any depth)
     report = await request.app[MEMORY].import_export(text_source(body), force=force)
     return json_response(report.to_json())
 
