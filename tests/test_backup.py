@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from served import Server, servers
 
 from agent_memory.cli import main
 from agent_memory.platforms.agora.signatures import agora_headers
+from agent_memory.settings import Settings
+from agent_memory.store.backup import backup_sqlite
 
 TURNS_PER_CALL = 6
 
@@ -33,9 +36,7 @@ def call(index: int) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-async def test_backup_while_a_server_writes_is_consistent(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def test_backup_while_a_server_writes_is_consistent(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"
     copy = tmp_path / "copy.db"
     with servers() as started:
@@ -62,15 +63,27 @@ async def test_backup_while_a_server_writes_is_consistent(
             while len(acked) < 20:
                 await asyncio.sleep(0.05)
             before = len(acked)
+            steps: list[int] = []
+
+            def progress(done: int, total: int) -> None:
+                # Between the first steps, wait until the server has answered more callbacks:
+                # the copy is surely taken while it writes.
+                steps.append(done)
+                if len(steps) == 2:
+                    waited = len(acked)
+                    deadline = time.monotonic() + 60
+                    while len(acked) < waited + 5 and time.monotonic() < deadline:
+                        time.sleep(0.01)
+
             # A page a step: the copy takes many steps while the server goes on writing.
-            status = await asyncio.to_thread(main, ["backup", str(copy), "--db", str(db), "--pages", "1"])
+            report = await asyncio.to_thread(
+                backup_sqlite, Settings(db_path=db), str(copy), pages=1, progress=progress
+            )
             after = len(acked)
             stop.set()
             await writer
-    assert status == 0
-    err = capsys.readouterr().err
-    assert "pages (100%)" in err and "integrity check: ok" in err, err
-    assert after > before, "the server wrote nothing while the backup ran: the test proves nothing"
+    assert report.integrity == "ok" and steps[-1] == report.pages > 2
+    assert after >= before + 5, "the server wrote nothing while the backup ran: the test proves nothing"
     with closing(sqlite3.connect(copy)) as conn:  # the copy is ours: its FTS checks write
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         sessions = dict(conn.execute("SELECT agent_id, message_count FROM sessions"))

@@ -402,6 +402,7 @@ async def test_a_forget_during_an_import_stops_it(service: Service, monkeypatch:
     assert status == 404  # the session written before the forget went with it, the rest never came
 
 
+@pytest.mark.sqlite_only  # also imports into the database file here
 async def test_import_through_the_cli_and_the_client_at_url(
     start_service: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -459,7 +459,7 @@ def scan(stream: IO[str]) -> Plan:
     if not isinstance(user_id, str) or not user_id or NUL in user_id:
         raise invalid(line, "the export names no user: `user_id` must be a non-empty string")
     line, exported_ms = header.get("exported_ms", (1, None))
-    if exported_ms is not None and (not isinstance(exported_ms, int) or isinstance(exported_ms, bool)):
+    if not isinstance(exported_ms, int) or isinstance(exported_ms, bool):
         raise invalid(line, "`exported_ms` must be an integer (milliseconds since 1970)")
     line, characters_listed = header.get("characters", (1, None))
     if not isinstance(characters_listed, list) or not all(isinstance(c, str) for c in characters_listed):
