@@ -37,14 +37,15 @@ ACCEPTED = ["2xx", "401", "403", "404", "409"]
 # come before until_ms; a persona must fit in max_tokens; a channel name is at most 64 bytes of
 # UTF-8 (the schema can only count characters); a fact holds a letter, number or symbol (Unicode
 # categories, which hypothesis cannot generate from); a message's timestamp is a date (ISO 8601
-# with its offset, or epoch seconds or ms) at most 10 minutes ahead. The custom-LLM routes take a key minted by
+# with its offset, or epoch seconds or ms) at most 10 minutes ahead; an import's records must be
+# what an export holds, and its `counts` must match them. The custom-LLM routes take a key minted by
 # POST /v1/agents (its route names the pair), filled in by `mint_llm_key`.
 CONFIG = f"""
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "409", "413", "415", "422", "429"]
 
 [[operations]]
-include-path-regex = "/stats$|/system-messages$|^/v1/channels/|^/v1/agents$|/facts$|/messages$"
+include-path-regex = "/stats$|/system-messages$|^/v1/channels/|^/v1/agents$|/facts$|/messages$|^/v1/import$"
 checks.positive_data_acceptance.expected-statuses = {[*ACCEPTED, "422"]}
 
 [[operations]]

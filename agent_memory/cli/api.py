@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
@@ -22,6 +23,7 @@ from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RecallScope
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.errors import InvalidField
+from agent_memory.memory.restore import file_source, text_source
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.api.messages import MessagesBody, add_messages
 from agent_memory.store.types import SEARCH_KINDS, SearchKind
@@ -33,6 +35,7 @@ from agent_memory.web.answers import (
     FactOut,
     FactsAnswer,
     ForgetAnswer,
+    ImportAnswer,
     JobOut,
     JobsAnswer,
     MessagesAdded,
@@ -116,6 +119,8 @@ class MemoryApi(Protocol):
     async def stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> OverallStats: ...
 
     async def export(self, user_id: str) -> Export: ...
+
+    async def import_export(self, document: Path, *, force: bool = False) -> ImportAnswer: ...
 
 
 class LocalApi:
@@ -251,6 +256,12 @@ class LocalApi:
     async def export(self, user_id: str) -> Export:
         """Everything held about a user."""
         return Export.model_validate(await self.memory.export(user_id))
+
+    async def import_export(self, document: bytes | Path, *, force: bool = False) -> ImportAnswer:
+        """Restore an export: a file is read as a stream (any size), twice (checked, then written)."""
+        source = file_source(str(document)) if isinstance(document, Path) else text_source(document)
+        report = await self.memory.import_export(source, force=force)
+        return ImportAnswer.model_validate(report.to_json())
 
 
 def run_api(args: argparse.Namespace, use: Callable[[MemoryApi], Awaitable[T]]) -> T:

@@ -310,6 +310,31 @@ COMMANDS: tuple[Command, ...] = (
         ),
     ),
     Command(
+        "import",
+        "restore a user from an export (a file of any size here; within the body limit with --url)",
+        reads.cmd_import,
+        "remote",
+        args=(
+            Arg(
+                "file", help="an export: agent-memory export USER -o FILE, or GET /v1/users/{user_id}/export"
+            ),
+            Arg(
+                "--force",
+                action="store_true",
+                help="restore a user forgotten after the export was taken (refused otherwise)",
+            ),
+        ),
+    ),
+    Command(
+        "backup",
+        "a consistent copy of the SQLite database, taken while the service runs",
+        local.cmd_backup,
+        args=(
+            Arg("path", help="the copy to write (must not exist)"),
+            Arg("--pages", type=int, default=4096, help="pages copied per step (default %(default)s)"),
+        ),
+    ),
+    Command(
         "purge",
         "apply retention now: remove what may go, give space back",
         local.cmd_purge,

@@ -25,6 +25,7 @@ from agent_memory.platforms.agora.events import looks_like_callback, parse_callb
 from agent_memory.platforms.recorded import reread
 from agent_memory.settings import Settings
 from agent_memory.store import Store
+from agent_memory.store.backup import backup_sqlite
 from agent_memory.web.answers import (
     ChannelBindingOut,
     KeyOut,
@@ -245,6 +246,25 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "nothing to do"
     print(f"reprocessed {count} {' or '.join(wanted)} callbacks: {summary}; {new_messages} new messages")
     return 0 if not statuses["failed"] and not statuses["unreadable"] else 1
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    shown = [-1.0]
+
+    def progress(done: int, total: int) -> None:
+        # A line every 5% on a terminal or a log: a large database takes a while.
+        if total and (done == total or done / total - shown[0] >= 0.05):
+            shown[0] = done / total
+            print(f"backup: {done:,} / {total:,} pages ({100 * done // total}%)", file=sys.stderr)
+
+    report = backup_sqlite(settings, args.path, pages=args.pages, progress=progress)
+    print(
+        f"wrote {report.path}: {report.pages:,} pages, {report.bytes:,} bytes in {report.seconds:.1f}s; "
+        f"integrity check: {report.integrity}",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def cmd_purge(args: argparse.Namespace) -> int:

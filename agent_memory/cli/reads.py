@@ -259,6 +259,23 @@ def cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"agent-memory: {args.file}: no such file", file=sys.stderr)
+        return 1
+    try:
+        report = run_api(args, lambda api: api.import_export(path, force=args.force))
+    except AgentMemoryError as exc:
+        if exc.status not in (400, 409, 413, 422):
+            raise
+        # The file's fault (a bad line, a forgotten user, too large to send): say which file.
+        print(f"agent-memory: {args.file}: {exc.message}", file=sys.stderr)
+        return 1
+    print_answer(report)
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     try:
         document = run_api(args, lambda api: api.export(args.user_id))

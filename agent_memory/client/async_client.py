@@ -7,6 +7,7 @@ OpenAPI document), so a caller reads `answer.facts[0].text`, not a dict.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -32,6 +33,7 @@ from agent_memory.web.answers import (
     FactsAnswer,
     ForgetAnswer,
     Health,
+    ImportAnswer,
     JobAnswer,
     JobsAnswer,
     MentionsAnswer,
@@ -106,7 +108,7 @@ class AsyncMemoryClient:
         route: str,
         *,
         params: Params | None = None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, Any] | bytes | None = None,
     ) -> AnswerT:
         """Any route: its JSON answer read as `model` (what every method below does)."""
         data = await self.transport.request(method, route, params=params, body=body)
@@ -318,6 +320,13 @@ class AsyncMemoryClient:
     async def export(self, user_id: str) -> Export:
         """Everything held about a user, as one document."""
         return await self.call(Export, "GET", path("v1", "users", user_id, "export"))
+
+    async def import_export(self, document: bytes | Path, *, force: bool = False) -> ImportAnswer:
+        """Restore an export (its bytes, or a file holding them), within the service's body limit;
+        `force`: restore a user forgotten since the export was taken."""
+        body = document.read_bytes() if isinstance(document, Path) else document
+        params = {"force": "true"} if force else None
+        return await self.call(ImportAnswer, "POST", path("v1", "import"), params=params, body=body)
 
 
 def pair(user_id: str, character_id: str, *rest: str) -> str:

@@ -112,3 +112,4 @@ class MemoryClient:
     character_stats = blocking(AsyncMemoryClient.character_stats)
     stats = blocking(AsyncMemoryClient.stats)
     export = blocking(AsyncMemoryClient.export)
+    import_export = blocking(AsyncMemoryClient.import_export)

@@ -96,9 +96,13 @@ class Transport:
         import aiohttp
 
         try:
-            async with self.open().request(
-                method, url, params=query or None, json=body, headers=self.headers
-            ) as response:
+            # Bytes are a JSON document sent as they are (an export being imported).
+            sent: dict[str, Any] = (
+                {"data": body, "headers": {**self.headers, "Content-Type": "application/json"}}
+                if isinstance(body, bytes)
+                else {"json": body, "headers": self.headers}
+            )
+            async with self.open().request(method, url, params=query or None, **sent) as response:
                 raw = await response.read()
                 if response.status >= 400:
                     raise answered_error(response, raw)

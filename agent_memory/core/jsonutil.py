@@ -110,10 +110,7 @@ def read_json(body: bytes | str) -> Any:
             raise InvalidJSON(f"the body is not valid JSON: it is not UTF-8 ({exc})") from None
         surrogates = False
     surrogates = surrogates or (b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None)
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nesting(raw) > MAX_JSON_DEPTH:
-        raise InvalidJSON(
-            f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels, the most accepted"
-        )
+    refuse_deep(raw)
     numbers = raw.translate(_DIGITS)
     decoder = _CHECKED if _LONG_NUMBER in numbers or b"0e" in numbers else _PLAIN
     try:
@@ -125,6 +122,14 @@ def read_json(body: bytes | str) -> Any:
     except (ValueError, RecursionError) as exc:  # defence in depth: the checks above prevent both
         raise InvalidJSON(f"the body cannot be read as JSON: {type(exc).__name__}") from None
     return _without_surrogates(value) if surrogates else value
+
+
+def refuse_deep(raw: bytes, what: str = "the body") -> None:
+    """InvalidJSON when `raw` nests arrays and objects deeper than MAX_JSON_DEPTH (counted cheaply first)."""
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and nesting(raw) > MAX_JSON_DEPTH:
+        raise InvalidJSON(
+            f"{what} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels, the most accepted"
+        )
 
 
 def nesting(raw: bytes) -> int:

@@ -70,6 +70,7 @@ from agent_memory.memory.embedding import forget_questions, semantic_candidates
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.rerank import Rerank
+from agent_memory.memory.restore import Importer, ImportReport, Source
 from agent_memory.memory.retention import Progress, PurgeReport, Retention
 from agent_memory.memory.tokenizer import use_tokenizer
 from agent_memory.memory.warming import Warming
@@ -662,6 +663,11 @@ class Memory:
         if document is None:
             raise NotFound(f"nothing is held about user {user_id}")
         return {"format": EXPORT_FORMAT, "exported_ms": now_ms(), **document}
+
+    async def import_export(self, source: Source, *, force: bool = False) -> ImportReport:
+        """Restore an export (memory/restore.py): checked whole first, then written idempotently;
+        a user forgotten since it was taken is refused (Conflict) unless `force`."""
+        return await Importer(self.settings, self.store, source, force=force).run()
 
     async def purge(self, progress: Progress | None = None) -> PurgeReport:
         """Apply retention now; returns what it removed and gave back. Needs retention."""

@@ -36,6 +36,7 @@ from agent_memory.store.shared.jobs import JobReads, Jobs
 from agent_memory.store.shared.keys import ApiKeyReads, ApiKeys, LlmRouteReads, LlmRoutes
 from agent_memory.store.shared.messages import MessageReads, Messages
 from agent_memory.store.shared.messages import Versions as VersionReads
+from agent_memory.store.shared.restore import Restore
 from agent_memory.store.shared.sessions import SessionReads, Sessions
 from agent_memory.store.shared.vectors import VectorReads, Vectors
 from agent_memory.store.shared.watches import Watches, WatchReads
@@ -345,6 +346,8 @@ class ReadView(Protocol):
     def analytics(self) -> AnalyticsReads: ...
     @property
     def export(self) -> Export: ...
+    @property
+    def restore(self) -> Restore: ...
     @property
     def maintenance(self) -> MaintenanceReads: ...
     @property

@@ -15,7 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 from agent_memory.core.domain import JobStatus, KeyScope
 from agent_memory.core.facts import MAX_FACT_CHARS
 from agent_memory.core.limits import MAX_CHANNEL_BYTES, MAX_MS, MAX_PERSONA_CHARS, MAX_QUERY_CHARS
-from agent_memory.errors import InvalidField
+from agent_memory.errors import BadRequest, InvalidField
 from agent_memory.memory.service import JOB_STATUSES
 from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS, MentionRole, SearchKind
 from agent_memory.web.http import int_query
@@ -152,6 +152,17 @@ def optional_text(request: web.Request, name: str) -> str | None:
     """A query parameter, or None when absent or empty."""
     value = request.query.get(name, "")
     return value if value != "" else None
+
+
+def bool_query(request: web.Request, name: str) -> bool:
+    """A yes-or-no query parameter: `true` or `false` (also 1 or 0); absent, false."""
+    raw = request.query.get(name)
+    if raw is None:
+        return False
+    value = {"true": True, "1": True, "false": False, "0": False}.get(raw.strip().lower())
+    if value is None:
+        raise BadRequest(f"{name} must be true or false, not {raw[:40]!r}")
+    return value
 
 
 def optional_ms(request: web.Request, name: str) -> int | None:

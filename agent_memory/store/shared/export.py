@@ -126,7 +126,7 @@ class Export(Repository):
         )
         messages = self._rows(
             "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
-            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, images, created_ms "
+            "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, images, created_ms, fp "
             f"FROM messages WHERE user_id = ? ORDER BY character_id{c}, at_ms, seq, id",
             (user_id,),
         )

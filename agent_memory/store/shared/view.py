@@ -9,6 +9,7 @@ from agent_memory.store.shared.export import Export
 from agent_memory.store.shared.inbox import Inbox
 from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
 from agent_memory.store.shared.messages import Messages, Versions
+from agent_memory.store.shared.restore import Restore
 from agent_memory.store.shared.sql import Sql
 
 
@@ -28,3 +29,4 @@ class SharedView:
         self.export = Export(sql)
         self.console_sessions = ConsoleSessions(sql)
         self.console = ConsoleReads(sql)
+        self.restore = Restore(sql)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from agent_memory.core.domain import (
     FactScope,
@@ -127,10 +128,46 @@ class OverallStats(Counts):
     callbacks: dict[str, int] = Field(description="failed and partial callbacks")
 
 
+# A small export, as GET …/export answers and POST /v1/import reads it.
+EXPORT_EXAMPLE: Final[JsonDict] = {
+    "format": "agent-memory-export/1",
+    "exported_ms": 1_793_736_960_000,
+    "user_id": "u-alice",
+    "characters": ["luna"],
+    "counts": {"sessions": 1, "messages": 1, "facts": 1, "summaries": 0},
+    "sessions": [
+        {
+            "agent_id": "366YCNGT3TP2WA6A62BUEAWSB",
+            "user_id": "u-alice",
+            "character_id": "luna",
+            "identity_source": "labels",
+            "status": "stopped",
+            "start_ms": 1_793_736_900_000,
+            "labels": {"user_id": "u-alice", "character_id": "luna"},
+            "message_count": 1,
+        }
+    ],
+    "messages": [
+        {
+            "id": 1,
+            "agent_id": "366YCNGT3TP2WA6A62BUEAWSB",
+            "character_id": "luna",
+            "seq": 0,
+            "role": "user",
+            "kind": "turn",
+            "content": "My cat Miso knocked over the plant again.",
+            "at_ms": 1_793_736_960_000,
+        }
+    ],
+    "facts": [{"id": 1, "character_id": "luna", "scope": "character", "text": "Has a cat named Miso"}],
+    "summaries": [],
+}
+
+
 class Export(BaseModel):
     """Everything held about a user; `counts` says how many of each kind of record follow."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [EXPORT_EXAMPLE]})
     format: str
     exported_ms: int
     user_id: str
@@ -140,6 +177,21 @@ class Export(BaseModel):
     messages: list[Object]
     facts: list[Object]
     summaries: list[Object]
+
+
+class ImportAnswer(Answer):
+    """What an import restored, what the database held already, and what it left out."""
+
+    user_id: str
+    characters: list[str]
+    restored: dict[str, int] = Field(description="records written, by kind (sessions, messages, facts…)")
+    already_held: dict[str, int] = Field(description="records the database held already: left as they were")
+    not_restored: dict[str, int] = Field(
+        description="records left out: jobs (scheduled anew), followed agents (calls no longer "
+        "running), and those of agent runs another user holds"
+    )
+    forgotten_ms: int | None = Field(description="when the user (or a pair or call) was last forgotten here")
+    forced: bool = Field(description="imported over a forget made after the export was taken")
 
 
 class LlmStats(Answer):

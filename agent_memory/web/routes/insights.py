@@ -9,6 +9,7 @@
 | `GET /v1/characters/{character_id}/stats?since_ms=&until_ms=` | active users, sessions, rates, latencies per metric and per stage |
 | `GET /v1/stats?since_ms=&until_ms=` | the whole service: latency percentiles per metric and per stage (111/112 callbacks), failed and partial callbacks |
 | `GET /v1/users/{user_id}/export` | everything held about a user, one JSON document |
+| `POST /v1/import?force=` | restore a user from an export, idempotently; a user forgotten since it was taken: 409 unless `force=true` |
 | `POST /v1/admin/purge` | run retention now; answers what it removed |
 
 Unknown users and characters: search answers an empty list (nothing matched); stats and
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agent_memory.core.jsonutil import refuse_deep
 from agent_memory.core.limits import MAX_QUERY_CHARS, MENTIONS_LIMIT, SEARCH_LIMIT, USERS_LIMIT
-from agent_memory.errors import InvalidField
+from agent_memory.errors import BadRequest, InvalidField
+from agent_memory.memory.restore import text_source
 from agent_memory.memory.retention import PurgeReport
 from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS
 from agent_memory.web import answers as a
@@ -33,9 +36,9 @@ from agent_memory.web.declare import (
     Routes,
     limit_param,
 )
-from agent_memory.web.http import int_query, json_response
+from agent_memory.web.http import int_query, json_response, read_body
 from agent_memory.web.keys import MEMORY
-from agent_memory.web.schemas import kinds_query, optional_text, query_text, role_query, window
+from agent_memory.web.schemas import bool_query, kinds_query, optional_text, query_text, role_query, window
 
 routes = Routes()
 
@@ -190,6 +193,39 @@ async def overall_stats(request: web.Request) -> web.Response:
 async def export(request: web.Request) -> web.Response:
     """Everything held about a user, as one JSON document."""
     return json_response(await request.app[MEMORY].export(request.match_info["user_id"]))
+
+
+@routes.post(
+    "/v1/import",
+    "Restore a user from an export",
+    "insights",
+    a.ImportAnswer,
+    scope="admin",
+    body=a.Export,
+    reads_body=True,
+    errors=(409, 422),
+    query=(
+        Param(
+            "force",
+            {"type": "boolean"},
+            "restore a user forgotten after the export was taken (otherwise refused with 409)",
+            example=False,
+        ),
+    ),
+    description="The body is an export (GET /v1/users/{user_id}/export) as it was written. It is "
+    "checked whole before anything is written (a bad record is named by its line), then each record "
+    "is written unless it is held already: importing twice changes nothing. Larger exports: "
+    "`agent-memory import FILE` on the service's host reads a file of any size.",
+)
+async def import_export(request: web.Request) -> web.Response:
+    """Restore what an export holds about its user."""
+    force = bool_query(request, "force")
+    body = await read_body(request)
+    if not body.strip():
+        raise BadRequest("the body is empty: send an export (GET /v1/users/{user_id}/export)")
+    refuse_deep(body)  # as every JSON body (the import reads records one by one, past any depth)
+    report = await request.app[MEMORY].import_export(text_source(body), force=force)
+    return json_response(report.to_json())
 
 
 @routes.post("/v1/admin/purge", "Apply retention now", "insights", PurgeReport, scope="admin")

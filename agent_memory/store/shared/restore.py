@@ -1,0 +1,231 @@
+"""Restoring an export: its records written back, each only if it is not held yet (so a second
+import changes nothing, and a user partly restored is completed, not doubled).
+
+Rows take the ids of the database they land in (ids are never reused, and another user's rows
+may hold the exported ones); what refers to an id (a summary's watermark, a fact's history) is
+mapped by the caller (memory/restore.py) from the ids these writes answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent_memory.core.facts import fact_key
+from agent_memory.core.jsonutil import dumps
+from agent_memory.store.shared.sessions import SESSION_COLUMNS
+from agent_memory.store.shared.sql import Repository
+
+Record = Mapping[str, Any]
+_SESSION_NAMES = tuple(SESSION_COLUMNS.split(", "))
+SUMMARY_NAMES = (
+    "user_id",
+    "character_id",
+    "text",
+    "watermark_id",
+    "covered_until_ms",
+    "message_count",
+    "method",
+    "model",
+    "meta",
+    "created_ms",
+    "updated_ms",
+)
+RAW_NAMES = (
+    "notice_id",
+    "event_type",
+    "product_id",
+    "notify_ms",
+    "received_ms",
+    "agent_id",
+    "status",
+    "error",
+    "body",
+)
+
+
+def _json_text(value: Any) -> str | None:
+    """A parsed JSON value back as the text it was stored as (text that was not JSON, as it is)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else dumps(value)
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+class Restore(Repository):
+    """Writes an export's records back, leaving what is already held as it is."""
+
+    __slots__ = ()
+
+    def session_owners(self, agent_ids: Sequence[str]) -> dict[str, str]:
+        """Which user holds each of these agent runs' sessions (those held at all)."""
+        owners: dict[str, str] = {}
+        for start in range(0, len(agent_ids), self.sql.list_max):
+            among, params = self.sql.among("agent_id", agent_ids[start : start + self.sql.list_max])
+            for row in self.sql.all(f"SELECT agent_id, user_id FROM sessions WHERE {among}", params):
+                owners[row["agent_id"]] = row["user_id"]
+        return owners
+
+    def hold_session(self, agent_id: str) -> None:
+        """Hold the agent run's lock until commit, as ingest's merge does (one writer needs none)."""
+        self.sql.locked(agent_id, 0, "SELECT 1 AS held")
+
+    def session(self, user_id: str, record: Record) -> int:
+        """Insert a session unless its agent run is held (the caller left out another user's)."""
+        values = {name: record.get(name) for name in _SESSION_NAMES}
+        values["user_id"] = user_id
+        values["labels"] = _json_text(values["labels"]) if values["labels"] else None
+        for count in ("message_count", "gap_count", "error_count", "turns_truncated"):
+            values[count] = int(values[count] or 0)
+        return self.sql.run(
+            f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_marks(len(_SESSION_NAMES))}) "
+            "ON CONFLICT (agent_id) DO NOTHING",
+            [values[name] for name in _SESSION_NAMES],
+        )
+
+    def held_messages(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The ids of the messages held at these (agent id, seq) places."""
+        held: dict[tuple[str, int], int] = {}
+        wanted = set(keys)
+        by_agent: dict[str, list[int]] = {}
+        for agent_id, seq in keys:
+            by_agent.setdefault(agent_id, []).append(seq)
+        for agent_id, seqs in by_agent.items():
+            for row in self.sql.all(
+                "SELECT seq, id FROM messages WHERE agent_id = ? AND seq >= ? AND seq <= ?",
+                (agent_id, min(seqs), max(seqs)),
+            ):
+                if (agent_id, row["seq"]) in wanted:
+                    held[(agent_id, row["seq"])] = row["id"]
+        return held
+
+    def summary_held(self, user_id: str, character_id: str) -> bool:
+        return (
+            self.sql.one(
+                "SELECT 1 AS held FROM summaries WHERE user_id = ? AND character_id = ?",
+                (user_id, character_id),
+            )
+            is not None
+        )
+
+    def summary(self, values: Record) -> int:
+        """Insert a pair's summary unless the pair has one."""
+        return self.sql.run(
+            f"INSERT INTO summaries ({', '.join(SUMMARY_NAMES)}) VALUES ({_marks(len(SUMMARY_NAMES))}) "
+            "ON CONFLICT (user_id, character_id) DO NOTHING",
+            [_json_text(values.get(name)) if name == "meta" else values.get(name) for name in SUMMARY_NAMES],
+        )
+
+    def fact(self, user_id: str, record: Record) -> tuple[int, bool]:
+        """The id of the fact saying this for its pair: inserted, or the one held (and False)."""
+        character_id, text = record["character_id"], record["text"]
+        key = fact_key(text) or text
+        row = self.sql.one(
+            "INSERT INTO facts (user_id, character_id, text, norm, pinned, origin, created_ms, updated_ms, "
+            "valid_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (user_id, character_id, norm) DO NOTHING RETURNING id",
+            (
+                user_id,
+                character_id,
+                text,
+                key,
+                int(bool(record.get("pinned"))),
+                record.get("origin"),
+                record["created_ms"],
+                record.get("updated_ms") or record["created_ms"],
+                record.get("valid_from") or record.get("updated_ms") or record["created_ms"],
+            ),
+        )
+        if row is not None:
+            return int(row["id"]), True
+        held = self.sql.one(
+            "SELECT id FROM facts WHERE user_id = ? AND character_id = ? AND norm = ?",
+            (user_id, character_id, key),
+        )
+        if held is None:  # the unique key matched nothing: cannot be, but say so rather than guess
+            raise RuntimeError("a fact's key conflicted with no fact")
+        return int(held["id"]), False
+
+    def unused_fact_id(self) -> int:
+        """An id no fact and no fact's history holds (for the history of a fact that ended)."""
+        return 1 + self.sql.count(
+            "SELECT coalesce(max(top), 0) FROM (SELECT max(id) AS top FROM facts "
+            "UNION ALL SELECT max(fact_id) AS top FROM fact_history) AS tops"
+        )
+
+    def version_held(self, user_id: str, record: Record) -> int | None:
+        """The fact id of the same text held over the same time (imported before), if any."""
+        row = self.sql.one(
+            "SELECT fact_id FROM fact_history WHERE user_id = ? AND character_id = ? AND text = ? "
+            "AND valid_from = ? AND valid_to = ? AND change = ?",
+            (
+                user_id,
+                record["character_id"],
+                record["text"],
+                record["valid_from"],
+                record["valid_to"],
+                record["change"],
+            ),
+        )
+        return None if row is None else int(row["fact_id"])
+
+    def fact_version(self, user_id: str, fact_id: int, record: Record) -> int:
+        """Insert one text a fact had, with when it held."""
+        return self.sql.run(
+            "INSERT INTO fact_history (fact_id, user_id, character_id, text, origin, valid_from, valid_to, "
+            "change) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                fact_id,
+                user_id,
+                record["character_id"],
+                record["text"],
+                record.get("origin"),
+                record["valid_from"],
+                record["valid_to"],
+                record["change"],
+            ),
+        )
+
+    def binding(self, user_id: str, record: Record) -> int:
+        return self.sql.run(
+            "INSERT INTO bindings (agent_id, user_id, character_id, created_ms) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (agent_id) DO NOTHING",
+            (record["agent_id"], user_id, record["character_id"], record.get("created_ms")),
+        )
+
+    def channel_binding(self, user_id: str, record: Record) -> int:
+        return self.sql.run(
+            "INSERT INTO channel_bindings (channel, user_id, character_id, created_ms, updated_ms) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (channel) DO NOTHING",
+            (
+                record["channel"],
+                user_id,
+                record["character_id"],
+                record.get("created_ms") or 0,
+                record.get("updated_ms") or record.get("created_ms") or 0,
+            ),
+        )
+
+    def metric(self, record: Record) -> int:
+        return self.sql.run(
+            "INSERT INTO agent_metrics (agent_id, turn_id, metric, value_ms, at_ms) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (agent_id, turn_id, metric) DO NOTHING",
+            (
+                record["agent_id"],
+                record["turn_id"],
+                record["metric"],
+                record.get("value_ms"),
+                record.get("at_ms"),
+            ),
+        )
+
+    def raw_callback(self, record: Record) -> int:
+        values = [_json_text(record.get(name)) if name == "body" else record.get(name) for name in RAW_NAMES]
+        return self.sql.run(
+            f"INSERT INTO inbox ({', '.join(RAW_NAMES)}) VALUES ({_marks(len(RAW_NAMES))}) "
+            "ON CONFLICT (notice_id) DO NOTHING",
+            values,
+        )
