@@ -68,6 +68,8 @@ class Adapter(Protocol):
     key_advice: str
     # Top-level body fields that are the platform's (or ours), not the model's.
     platform_fields: frozenset[str]
+    # Why a request with no session was not recorded (the X-Agent-Memory-Recorded header).
+    unrecorded: str
 
     def caller(self, body: dict[str, Any], route: LlmRoute | None) -> Caller | Refused:
         """Whose memory this is, and the call's session."""
@@ -99,7 +101,9 @@ def plain_messages(messages: list[Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def chat_window(messages: Sequence[Any], session: str, labels: dict[str, str]) -> HistoryWindow:
+def chat_window(
+    messages: Sequence[Any], session: str, labels: dict[str, str], ids_field: str | None = None
+) -> HistoryWindow:
     """Plain OpenAI chat messages as a window: the user's and the assistant's words, in order.
 
     System messages are the agent's prompt, not conversation; tool calls and results carry no
@@ -112,7 +116,8 @@ def chat_window(messages: Sequence[Any], session: str, labels: dict[str, str]) -
         text = text_of(message.get("content"))
         if text.strip():
             items.append(IncomingMessage(role=message["role"], content=text))
-    return HistoryWindow(agent_id=session, messages=items, labels=labels)
+    # `ids_field`: where the platform takes the app's ids (named by the warning of an unidentified call).
+    return HistoryWindow(agent_id=session, messages=items, labels=labels, labels_field=ids_field)
 
 
 @dataclass(slots=True)
@@ -251,7 +256,7 @@ class LlmEndpoint:
     ) -> web.StreamResponse:
         headers = {"X-Agent-Memory-Memories": str(injected)}
         if turn.session is None:
-            headers["X-Agent-Memory-Recorded"] = "no: no agent run named (route key or agent_id param)"
+            headers["X-Agent-Memory-Recorded"] = f"no: {self.adapter.unrecorded}"
         reply = Reply()
         out = Outgoing(
             self._target(call.route),

@@ -26,8 +26,10 @@ from agent_memory.memory.service import Memory
 from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.install import install
 from agent_memory.platforms.api.install import install as install_messages
+from agent_memory.platforms.elevenlabs.custom_llm import custom_llm_routes as elevenlabs_llm_routes
 from agent_memory.platforms.elevenlabs.install import install as install_elevenlabs
 from agent_memory.platforms.retell.install import install as install_retell
+from agent_memory.platforms.vapi.custom_llm import custom_llm_routes as vapi_llm_routes
 from agent_memory.platforms.vapi.install import install as install_vapi
 from agent_memory.settings import Settings
 from agent_memory.store import make_store
@@ -195,5 +197,8 @@ def create_app(settings: Settings) -> web.Application:
     install_retell(app, memory)
     install_elevenlabs(app, memory)
     install_vapi(app, memory)
+    # The per-turn custom-LLM routes of Vapi and ElevenLabs (their install() takes them over).
+    add_routes(app, vapi_llm_routes(app, memory))
+    add_routes(app, elevenlabs_llm_routes(app, memory))
     app.cleanup_ctx.append(retention_context)
     return app

@@ -61,6 +61,7 @@ class AgoraAdapter:
 
     key_advice = "send llm.api_key = AGENT_MEMORY_LLM_TOKEN, or the key POST /v1/agents minted for the agent"
     platform_fields = frozenset((*AGORA_FIELDS, *OUR_PARAMS))
+    unrecorded = "no agent run named (route key or agent_id param)"
 
     def __init__(self, default_character: str) -> None:
         self.default_character = default_character

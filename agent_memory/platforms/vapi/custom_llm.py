@@ -1,0 +1,156 @@
+"""Vapi's custom LLM (`model.provider = "custom-llm"`): the shared per-turn endpoint at
+`POST /v1/vapi/chat/completions` (Vapi's `model.url` is `<service>/v1/vapi`; it appends
+`/chat/completions`).
+
+Vapi sends an OpenAI chat completion request and, with `metadataSendMode` `variable` (its
+default) or `destructured`, the `call`, `customer` and `phoneNumber` objects and the assistant's
+`metadata` beside it (fixtures/vapi/custom_llm/). The session is the call (`vapi:<call.id>`, as
+the webhook's), so the turns recorded here and the end-of-call report merge. Whose memory
+(docs/identity.md): `user_id`/`character_id` from `call.metadata`, the request's `metadata`, the
+call's `assistantOverrides.variableValues` or the top level (`destructured`), else the per-agent
+key's pair, else the caller's `customer.number` when AGENT_MEMORY_PHONE_IDENTITY is on; else the
+call is unidentified: answered without memory, its turns kept under the session's own pair.
+The bearer key is Vapi's custom-llm credential: AGENT_MEMORY_LLM_TOKEN, or a per-agent key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+from pydantic import ConfigDict
+
+from agent_memory.core.domain import LlmRoute
+from agent_memory.core.events import HistoryWindow
+from agent_memory.memory.service import Memory
+from agent_memory.platforms.calls import call_identity, session_key
+from agent_memory.platforms.llm_endpoint import (
+    OUR_PARAMS,
+    Caller,
+    ChatRequest,
+    LlmEndpoint,
+    Refused,
+    chat_window,
+    plain_messages,
+    shared_parts,
+)
+from agent_memory.web import answers as a
+from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route
+
+PLATFORM = "vapi"
+# What Vapi adds at the top level beside the OpenAI fields: none of it is the model's.
+VAPI_FIELDS = ("call", "customer", "phoneNumber", "metadata", "org", "credentials")
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def call_id(body: Mapping[str, Any]) -> str | None:
+    """The call's id: `call.id` (Vapi's Call object), or `call.callId` (seen in older requests)."""
+    call = _object(body.get("call"))
+    for key in ("id", "callId"):
+        value = call.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def explicit_ids(body: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The first `user_id` given (and the `character_id` beside it), where Vapi carries the app's ids."""
+    call = _object(body.get("call"))
+    overrides = _object(call.get("assistantOverrides"))
+    for place in (
+        _object(call.get("metadata")),
+        _object(body.get("metadata")),
+        _object(overrides.get("variableValues")),
+        _object(overrides.get("metadata")),
+        body,
+    ):
+        if place.get("user_id") not in (None, ""):
+            return place.get("user_id"), place.get("character_id")
+    return None, None
+
+
+def caller_number(body: Mapping[str, Any]) -> str | None:
+    """The other party's number (`customer.number`, the caller's or, outbound, the callee's)."""
+    for customer in (_object(body.get("customer")), _object(_object(body.get("call")).get("customer"))):
+        number = customer.get("number")
+        if isinstance(number, str) and number:
+            return number
+    return None
+
+
+class VapiChatRequest(ChatRequest):
+    """A chat completion request as Vapi sends it: OpenAI's fields, and its call beside them."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "gpt-4o",
+                    "messages": [{"role": "user", "content": "Please transfer my call."}],
+                    "temperature": 0.7,
+                    "stream": True,
+                    "call": {"id": "8f3c2b1e-5a4d-4c3b-9e2f-1a0b9c8d7e6f", "type": "webCall"},
+                    "metadata": {"user_id": "u-alice", "character_id": "luna"},
+                }
+            ]
+        },
+    )
+
+
+class VapiAdapter:
+    """What the shared endpoint needs to know of Vapi's requests."""
+
+    key_advice = (
+        "give the assistant's custom-llm credential the key AGENT_MEMORY_LLM_TOKEN (Vapi sends it "
+        "as the bearer), or a key POST /v1/agents minted"
+    )
+    platform_fields = frozenset((*VAPI_FIELDS, *OUR_PARAMS))
+    unrecorded = "no call.id in the request (the model's metadataSendMode must not be off)"
+
+    def __init__(self, memory: Memory) -> None:
+        self.settings = memory.settings
+
+    def caller(self, body: dict[str, Any], route: LlmRoute | None) -> Caller | Refused:
+        user_id, character_id = explicit_ids(body)
+        if user_id in (None, "") and route is not None:
+            user_id, character_id = route.user_id, route.character_id
+        identity = call_identity(
+            self.settings, user_id=user_id, character_id=character_id, phone=caller_number(body)
+        )
+        found = call_id(body)
+        session = session_key(PLATFORM, found) if found else None
+        run = session or (route.key_hash if route is not None else None)
+        return Caller(identity.user_id, identity.character_id, session, run)
+
+    def render(self, messages: list[Any]) -> list[dict[str, Any]]:
+        return plain_messages(messages)
+
+    def window(self, messages: Sequence[Any], caller: Caller, labels: dict[str, str]) -> HistoryWindow:
+        assert caller.session is not None  # the endpoint records only a call with a session
+        return chat_window(messages, caller.session, labels, "call.metadata")
+
+
+def custom_llm_routes(app: web.Application, memory: Memory) -> list[Route]:
+    """Vapi's custom-LLM route, declared (web/declare.py), over the app's shared endpoint parts."""
+    endpoint = LlmEndpoint(shared_parts(app, memory), VapiAdapter(memory))
+    return [
+        Route(
+            "POST",
+            "/v1/vapi/chat/completions",
+            "Vapi's custom LLM: recall for the turn, forward upstream, record into the call",
+            "custom LLM",
+            a.ChatCompletion,
+            scope=OWN_BEARER,
+            operation_id="vapi_chat_completions",
+            body=VapiChatRequest,
+            errors=(400, 401, 413, *UPSTREAM_ERRORS),
+            auth="llm",
+            streams=True,
+            handler=endpoint.complete,
+        )
+    ]
