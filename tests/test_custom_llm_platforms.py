@@ -5,6 +5,7 @@ end-of-call transcript of the same call merges into them."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import Service, load_fixture, wait_for
 from fakes.upstream_llm import FakeUpstreamLLM, Script
+from test_retention import database_files
 
 from agent_memory.core.events import IncomingMessage
 from agent_memory.memory.service import Memory
@@ -253,3 +255,23 @@ async def test_elevenlabs_without_a_conversation_id_is_answered_unrecorded(
     assert "conversation_id" in headers["X-Agent-Memory-Recorded"]
     _, counters = await service.api("GET", "/v1/llm/stats")
     assert counters["llm_proxy"]["unrecorded"] == 1
+
+
+async def test_vapi_a_forget_while_a_reply_is_held_is_final(
+    start_service: Any, upstream: FakeUpstreamLLM, db_path: Path
+) -> None:
+    service = await start(start_service, upstream, llm_reply_settle_s=0.5)
+    body = fixture("vapi/custom_llm/variable_mode_ids_request.json")
+    body["messages"][-1]["content"] = "My locker code is Qzvxwjkq4471."
+    upstream.script(Script(words=["Noted: Wfxbnrtz."]))
+    status, text, _ = await post(service, VAPI, body)
+    assert status == 200, text
+    await wait_for(lambda: stored(service, "u-alice", "luna", 1))  # the question; the reply is held
+    status, _ = await service.api("DELETE", "/v1/users/u-alice")
+    assert status == 200
+    await asyncio.sleep(0.6)  # past the settle time: a reply still held would be recorded now
+    assert await stored(service, "u-alice", "luna", 0) == []
+    await service.store.checkpoint()
+    data = database_files(db_path)
+    for secret in ("Qzvxwjkq4471", "Wfxbnrtz"):
+        assert secret.encode() not in data, secret
