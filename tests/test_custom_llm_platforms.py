@@ -275,3 +275,36 @@ async def test_vapi_a_forget_while_a_reply_is_held_is_final(
     data = database_files(db_path)
     for secret in ("Qzvxwjkq4471", "Wfxbnrtz"):
         assert secret.encode() not in data, secret
+
+
+# On SQLite one writer merges in order: the call's window is stored before its reply, which the
+# test waits for. PostgreSQL may merge them the other way round (what is stored is the same).
+@pytest.mark.sqlite_only
+async def test_a_calls_repeated_messages_are_read_once_and_a_repeated_request_is_not_merged_again(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    service = await start(start_service, upstream, llm_reply_settle_s=0)
+    body = fixture("vapi/custom_llm/variable_mode_ids_request.json")  # a system prompt and a question
+    upstream.script(Script(words=["Biscuit."]))
+    assert (await post(service, VAPI, body))[0] == 200
+    await wait_for(lambda: stored(service, "u-alice", "luna", 2))
+    # The call's next turn carries the first two messages again, the reply as heard, a new question.
+    body["messages"] += [
+        {"role": "assistant", "content": "Biscuit."},
+        {"role": "user", "content": "And the cat?"},
+    ]
+    upstream.script(Script(words=["Miso."]))
+    assert (await post(service, VAPI, body))[0] == 200
+    await wait_for(lambda: stored(service, "u-alice", "luna", 4))
+    # The same request again (a retry): nothing new to read or store.
+    upstream.script(Script(words=["Miso."]))
+    assert (await post(service, VAPI, body))[0] == 200
+    _, counters = await service.api("GET", "/v1/llm/stats")
+    assert counters["llm_proxy"]["messages_read"] == 2 + 2
+    assert counters["llm_proxy"]["unchanged_windows"] == 1
+    assert [m["content"] for m in await stored(service, "u-alice", "luna", 4)] == [
+        body["messages"][1]["content"],
+        "Biscuit.",
+        "And the cat?",
+        "Miso.",
+    ]

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -64,6 +64,8 @@ class ProxyStats:
     recorded: int = 0
     record_errors: int = 0
     unrecorded: int = 0  # no call (session) to record into
+    unchanged_windows: int = 0  # requests that added nothing to their call's stored window
+    messages_read: int = 0  # of requests, read to be recorded (those a call repeats are read once)
     store_unavailable: int = (
         0  # recalls and recordings skipped: the database was down (relayed without memory)
     )
@@ -146,13 +148,99 @@ class Turn:
         return self.user_id or "", self.character_id
 
 
+# A message of a request as its platform reads it: a transcript item, a note on why it could not
+# be read (it is set aside), or None (not conversation: the agent's system prompt).
+Item = IncomingMessage | str | None
+
+
+@dataclass(slots=True)
+class LastRequest:
+    """What is kept of a live call's last request."""
+
+    messages: Sequence[Any]  # as sent
+    items: list[Item]  # as read
+    labels: Mapping[str, str]
+    # The transcript items of the call's last window merged (None: none yet, or it failed).
+    stored: Sequence[IncomingMessage] | None = None
+
+
+class Windows:
+    """Each live call's last request as sent and as read.
+
+    Every request of a call carries the whole conversation so far; read anew, a 32-message
+    window cost about 1 ms of the event loop (Agora's, bench/llm_proxy.py). The messages a
+    request repeats unchanged from the call's last one are taken as read then; only the rest is
+    read, and a window that adds nothing to the one last stored is not merged again. Kept until
+    the call goes quiet (its reply settles), a forget of its pair, or `held` calls.
+    """
+
+    def __init__(self, stats: ProxyStats, held: int = BRIEF_PAIRS_HELD) -> None:
+        self.stats = stats
+        self.held = held
+        self._last: dict[str, LastRequest] = {}
+
+    def read(
+        self, session: str, messages: Sequence[Any], item: Callable[[Any], Item], labels: Mapping[str, str]
+    ) -> list[Item]:
+        """Each message read, the unchanged start of the call's last request not again."""
+        last = self._last.get(session)
+        if last is None or last.labels != labels:
+            last = None
+        same = 0
+        if last is not None:
+            for sent, before in zip(messages, last.messages, strict=False):
+                if sent != before:
+                    break
+                same += 1
+        kept = last.items[:same] if last is not None else []
+        items = [*kept, *map(item, messages[same:])]
+        self.stats.messages_read += len(messages) - same
+        if session not in self._last and len(self._last) >= self.held:
+            self._last.clear()
+        self._last[session] = LastRequest(messages, items, labels, last.stored if last is not None else None)
+        return items
+
+    def unchanged(self, session: str, said: Sequence[IncomingMessage]) -> bool:
+        """Whether `said` is the window last stored for the call, item for item."""
+        last = self._last.get(session)
+        stored = last.stored if last is not None else None
+        return (
+            stored is not None
+            and len(stored) == len(said)
+            and all(a is b for a, b in zip(stored, said, strict=True))
+        )
+
+    def stored(self, session: str, said: Sequence[IncomingMessage]) -> None:
+        """The call's window `said` was merged."""
+        last = self._last.get(session)
+        if last is not None:
+            last.stored = said
+
+    def drop(self, session: str) -> None:
+        self._last.pop(session, None)
+
+    def forget(self, labels: Mapping[str, str]) -> None:
+        """A forget: drop what is kept of the calls of the pair (or user) whose `labels` it names."""
+        for session, last in list(self._last.items()):
+            if all(last.labels.get(key) == value for key, value in labels.items()):
+                del self._last[session]
+
+
 class HeldReplies:
     """Replies waiting for the next request of their call (or the settle time) to be recorded."""
 
-    def __init__(self, memory: Memory, stats: ProxyStats, settle_s: float) -> None:
+    def __init__(
+        self,
+        memory: Memory,
+        stats: ProxyStats,
+        settle_s: float,
+        settled: Callable[[str], None] | None = None,
+    ) -> None:
         self.memory = memory
         self.stats = stats
         self.settle_s = settle_s
+        # Told when a call's reply settled (the call went quiet).
+        self.settled = settled or (lambda session: None)
         self._held: dict[str, tuple[HistoryWindow, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -178,17 +266,20 @@ class HeldReplies:
         held = self._held.pop(session, None)
         if held is not None:
             self.merge(held[0])
+        self.settled(session)
 
-    def merge(self, window: HistoryWindow) -> None:
-        """Merge a window in the background; never fails the answer, errors are logged."""
-        task = asyncio.get_running_loop().create_task(self._merge(window))
+    def merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
+        """Merge a window in the background (then `done()`); never fails the answer, errors are logged."""
+        task = asyncio.get_running_loop().create_task(self._merge(window, done))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _merge(self, window: HistoryWindow) -> None:
+    async def _merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
         try:
             outcome = await self.memory.merge_window(window, now_ms())
             self.stats.recorded += outcome.new_messages
+            if done is not None:
+                done()
         except StoreUnavailable as exc:
             # The call's next request (or its transcript) carries these turns again.
             self.stats.record_errors += 1
@@ -234,7 +325,8 @@ class PerTurn:
         self.memory = memory
         self.settings = settings = memory.settings
         self.stats = stats or ProxyStats()
-        self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s)
+        self.windows = Windows(self.stats)
+        self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s, self.windows.drop)
         self.brief = BriefPairs(settings.recall_brief_ms)
         self.labels = (settings.label_user_key, settings.label_character_key)
         self._miss_logged_at = float("-inf")
@@ -250,6 +342,7 @@ class PerTurn:
         if character_id is not None:
             labels[self.labels[1]] = character_id
         self.replies.forget(labels)
+        self.windows.forget(labels)
 
     async def close(self) -> None:
         await self.replies.close()
@@ -384,14 +477,34 @@ class PerTurn:
         self.stats.memories_injected += injected
         return with_memory(messages, memory), injected
 
+    def window(
+        self, turn: Turn, item: Callable[[Any], Item], labels_field: str | None = None
+    ) -> HistoryWindow | None:
+        """The request's conversation as a window of its call's session (None: no session);
+        `item` reads one message, `labels_field` is where the platform takes the app's ids."""
+        if turn.session is None:
+            return None
+        labels = self.pair_labels(turn)
+        items = self.windows.read(turn.session, turn.messages, item, labels)
+        said = [read for read in items if isinstance(read, IncomingMessage)]
+        skipped = [f"messages[{index}]: {read}" for index, read in enumerate(items) if isinstance(read, str)]
+        return HistoryWindow(
+            agent_id=turn.session, messages=said, skipped=skipped, labels=labels, labels_field=labels_field
+        )
+
     def record(self, turn: Turn, window: HistoryWindow | None) -> None:
         """Merge the request's turns into its call's session, in the background."""
         if turn.session is None or window is None:
             self.stats.unrecorded += 1
             return
         turn.window = window
-        self.replies.drop(turn.session)
-        self.replies.merge(window)
+        session = turn.session
+        self.replies.drop(session)
+        if self.windows.unchanged(session, window.messages) and not window.skipped:
+            self.stats.unchanged_windows += 1  # stored as it is: a repeated request
+            return
+        said = window.messages
+        self.replies.merge(window, lambda: self.windows.stored(session, said))
 
     def reply(self, turn: Turn, text: str, *, interrupted: bool, said_ms: int | None) -> None:
         """The reply the caller got, held until the call's next request (or recorded at once)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,11 +22,11 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_memory.core.domain import LlmRoute
-from agent_memory.core.events import HistoryWindow, IncomingMessage
+from agent_memory.core.events import IncomingMessage
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.secrets import hash_key
 from agent_memory.errors import InvalidField, InvalidJSON, StoreUnavailable
-from agent_memory.memory.per_turn import BRIEF_PAIRS_HELD, PerTurn, ProxyStats, Turn, text_of
+from agent_memory.memory.per_turn import BRIEF_PAIRS_HELD, Item, PerTurn, ProxyStats, Turn, text_of
 from agent_memory.memory.service import Memory
 from agent_memory.upstream import HttpUpstream, Target, Upstream
 from agent_memory.upstream.sse import Outgoing, Relay, Reply, openai_error
@@ -79,8 +79,12 @@ class Adapter(Protocol):
         """The messages as the model gets them (InvalidField: a message to fix)."""
         ...
 
-    def window(self, messages: Sequence[Any], caller: Caller, labels: dict[str, str]) -> HistoryWindow:
-        """The request's conversation as a transcript window of the call's session."""
+    # Where the platform takes the app's ids (named in the warning about an unidentified call).
+    ids_field: str | None
+
+    def item(self, message: Any) -> Item:
+        """One message of the request as a transcript item (None: not conversation; text: why
+        it could not be read)."""
         ...
 
 
@@ -101,23 +105,16 @@ def plain_messages(messages: list[Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def chat_window(
-    messages: Sequence[Any], session: str, labels: dict[str, str], ids_field: str | None = None
-) -> HistoryWindow:
-    """Plain OpenAI chat messages as a window: the user's and the assistant's words, in order.
+def chat_item(message: Any) -> Item:
+    """A plain OpenAI chat message as a transcript item: the user's and the assistant's words.
 
     System messages are the agent's prompt, not conversation; tool calls and results carry no
     words said and are left out.
     """
-    items: list[IncomingMessage] = []
-    for message in messages:
-        if not isinstance(message, Mapping) or message.get("role") not in TURN_ROLES:
-            continue
-        text = text_of(message.get("content"))
-        if text.strip():
-            items.append(IncomingMessage(role=message["role"], content=text))
-    # `ids_field`: where the platform takes the app's ids (named by the warning of an unidentified call).
-    return HistoryWindow(agent_id=session, messages=items, labels=labels, labels_field=ids_field)
+    if not isinstance(message, Mapping) or message.get("role") not in TURN_ROLES:
+        return None
+    text = text_of(message.get("content"))
+    return IncomingMessage(role=message["role"], content=text) if text.strip() else None
 
 
 @dataclass(slots=True)
@@ -265,20 +262,15 @@ class LlmEndpoint:
             stream=call.stream,
             keep=turn.session is not None,
             # Once the request is on its way (while the model thinks), not between caller and model.
-            sent=lambda: self._record(call, turn),
+            sent=lambda: self._record(turn),
         )
         try:
             return await self.parts.relay.answer(request, out, reply)
         finally:
             self._replied(turn, reply)
 
-    def _record(self, call: Call, turn: Turn) -> None:
-        window = None
-        if turn.session is not None:
-            caller = Caller(turn.user_id, turn.character_id, turn.session, turn.run)
-            labels = self.turns.pair_labels(turn)
-            window = self.adapter.window(call.body["messages"], caller, labels)
-        self.turns.record(turn, window)
+    def _record(self, turn: Turn) -> None:
+        self.turns.record(turn, self.turns.window(turn, self.adapter.item, self.adapter.ids_field))
 
     def _replied(self, turn: Turn, reply: Reply) -> None:
         text = reply.text if turn.window is not None else ""

@@ -11,16 +11,15 @@ is the route's agent, else a top-level `agent_id` param, and with neither nothin
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from agent_memory.core.domain import LlmRoute
-from agent_memory.core.events import HistoryWindow, IncomingMessage
 from agent_memory.core.jsonutil import dumps
-from agent_memory.memory.per_turn import ProxyStats
+from agent_memory.memory.per_turn import Item, ProxyStats
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.events import LABELS_FIELD, incoming
@@ -36,32 +35,13 @@ PARAMS_ADVICE = (
 )
 
 
-def window_of(messages: Sequence[Any], agent_id: str, labels: dict[str, str]) -> HistoryWindow:
-    """The request's conversation as a history window of the run, read as a 103's messages are."""
-    items: list[IncomingMessage] = []
-    skipped: list[str] = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") == "system":
-            continue  # the agent's system_messages are not conversation
-        try:
-            items.append(incoming(MemoryMessage.model_validate(message)))
-        except ValidationError as exc:
-            skipped.append(f"messages[{index}]: {exc.errors()[0]['msg']}")
-    return HistoryWindow(
-        agent_id=agent_id,
-        messages=items,
-        skipped=skipped,
-        labels_field=LABELS_FIELD,
-        labels=labels,
-    )
-
-
 class AgoraAdapter:
     """What the endpoint needs to know of Agora's requests."""
 
     key_advice = "send llm.api_key = AGENT_MEMORY_LLM_TOKEN, or the key POST /v1/agents minted for the agent"
     platform_fields = frozenset((*AGORA_FIELDS, *OUR_PARAMS))
     unrecorded = "no agent run named (route key or agent_id param)"
+    ids_field: str | None = LABELS_FIELD
 
     def __init__(self, default_character: str) -> None:
         self.default_character = default_character
@@ -84,9 +64,14 @@ class AgoraAdapter:
     def render(self, messages: list[Any]) -> list[dict[str, Any]]:
         return to_openai_messages(messages)
 
-    def window(self, messages: Sequence[Any], caller: Caller, labels: dict[str, str]) -> HistoryWindow:
-        assert caller.session is not None  # the endpoint records only a call with a session
-        return window_of(messages, caller.session, labels)
+    def item(self, message: Any) -> Item:
+        """A short-term-memory message read as a 103's messages are."""
+        if not isinstance(message, Mapping) or message.get("role") == "system":
+            return None  # the agent's system_messages are not conversation
+        try:
+            return incoming(MemoryMessage.model_validate(message))
+        except ValidationError as exc:
+            return str(exc.errors()[0]["msg"])
 
 
 class LlmProxy:

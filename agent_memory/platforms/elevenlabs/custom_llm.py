@@ -25,7 +25,7 @@ from aiohttp import web
 from pydantic import ConfigDict
 
 from agent_memory.core.domain import LlmRoute
-from agent_memory.core.events import HistoryWindow
+from agent_memory.memory.per_turn import Item
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.calls import call_identity, session_key
 from agent_memory.platforms.llm_endpoint import (
@@ -34,7 +34,7 @@ from agent_memory.platforms.llm_endpoint import (
     ChatRequest,
     LlmEndpoint,
     Refused,
-    chat_window,
+    chat_item,
     plain_messages,
     shared_parts,
 )
@@ -87,6 +87,7 @@ class ElevenLabsAdapter:
         "store AGENT_MEMORY_LLM_TOKEN (or a key POST /v1/agents minted) as the custom LLM's "
         "API key secret in the agent's settings: ElevenLabs sends it as the bearer"
     )
+    ids_field: str | None = EXTRA_BODY
     platform_fields = frozenset((EXTRA_BODY, *OUR_PARAMS))
     unrecorded = "no conversation_id in elevenlabs_extra_body (pass it in custom_llm_extra_body)"
 
@@ -117,9 +118,8 @@ class ElevenLabsAdapter:
     def render(self, messages: list[Any]) -> list[dict[str, Any]]:
         return plain_messages(messages)
 
-    def window(self, messages: Sequence[Any], caller: Caller, labels: dict[str, str]) -> HistoryWindow:
-        assert caller.session is not None  # the endpoint records only a call with a session
-        return chat_window(messages, caller.session, labels, EXTRA_BODY)
+    def item(self, message: Any) -> Item:
+        return chat_item(message)
 
 
 def _text(value: Any) -> str | None:

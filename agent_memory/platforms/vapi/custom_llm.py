@@ -15,14 +15,14 @@ The bearer key is Vapi's custom-llm credential: AGENT_MEMORY_LLM_TOKEN, or a per
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 from pydantic import ConfigDict
 
 from agent_memory.core.domain import LlmRoute
-from agent_memory.core.events import HistoryWindow
+from agent_memory.memory.per_turn import Item
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.calls import call_identity, session_key
 from agent_memory.platforms.llm_endpoint import (
@@ -31,7 +31,7 @@ from agent_memory.platforms.llm_endpoint import (
     ChatRequest,
     LlmEndpoint,
     Refused,
-    chat_window,
+    chat_item,
     plain_messages,
     shared_parts,
 )
@@ -109,6 +109,7 @@ class VapiAdapter:
         "give the assistant's custom-llm credential the key AGENT_MEMORY_LLM_TOKEN (Vapi sends it "
         "as the bearer), or a key POST /v1/agents minted"
     )
+    ids_field: str | None = "call.metadata"
     platform_fields = frozenset((*VAPI_FIELDS, *OUR_PARAMS))
     unrecorded = "no call.id in the request (the model's metadataSendMode must not be off)"
 
@@ -130,9 +131,8 @@ class VapiAdapter:
     def render(self, messages: list[Any]) -> list[dict[str, Any]]:
         return plain_messages(messages)
 
-    def window(self, messages: Sequence[Any], caller: Caller, labels: dict[str, str]) -> HistoryWindow:
-        assert caller.session is not None  # the endpoint records only a call with a session
-        return chat_window(messages, caller.session, labels, "call.metadata")
+    def item(self, message: Any) -> Item:
+        return chat_item(message)
 
 
 def custom_llm_routes(app: web.Application, memory: Memory) -> list[Route]:
