@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_vapi as vapi
 from conftest import Service, load_fixture, wait_for
 from fakes.upstream_llm import FakeUpstreamLLM, Script
 from test_retention import database_files
@@ -308,3 +309,29 @@ async def test_a_calls_repeated_messages_are_read_once_and_a_repeated_request_is
         "And the cat?",
         "Miso.",
     ]
+
+
+async def test_a_live_vapi_call_and_its_signed_end_of_call_report_are_one_transcript(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    service = await start(start_service, upstream, phone_identity=True, vapi_secret=vapi.VAPI_SECRET)
+    report = vapi.report()
+    # Its tool call and result left out: this endpoint records the words said, not tool calls
+    # (a call whose model calls tools does not merge with its report yet: see the report).
+    artifact = report["message"]["artifact"]
+    artifact["messages"] = [m for m in artifact["messages"] if m.get("role") in ("user", "bot", "system")]
+    call = {"id": vapi.CALL_ID, "type": "inboundPhoneCall", "customer": {"number": vapi.CALLER}}
+    said = [{"role": role, "content": text} for role, text in vapi.SPOKEN]
+    # The call as Vapi drives its custom LLM: one request per user turn, the model says the replies.
+    for asked in (2, 4):
+        upstream.script(Script(words=[said[asked]["content"]]))
+        body = {"model": "gpt-4o", "stream": True, "call": call, "customer": call["customer"], "metadata": {}}
+        body["messages"] = [{"role": "system", "content": "You are Luna."}, *said[:asked]]
+        status, text, _ = await post(service, VAPI, body)
+        assert status == 200, text
+    await wait_for(lambda: stored(service, vapi.CALLER_USER, "default", 5))
+    status, answer = await vapi.post(service, report)
+    assert status == 200, answer
+    found = await stored(service, vapi.CALLER_USER, "default", 5)
+    assert vapi.spoken(found) == vapi.SPOKEN
+    assert {m["agent_id"] for m in found} == {f"vapi:{vapi.CALL_ID}"}
