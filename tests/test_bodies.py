@@ -197,7 +197,8 @@ async def post_text(service: Service, path: str, body: bytes) -> tuple[int, str]
 
 
 async def post(service: Service, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
-    key = LLM_TOKEN if path.startswith("/v1/llm/") else TOKEN
+    # Every platform's custom-LLM route takes the LLM key.
+    key = LLM_TOKEN if path.endswith("/chat/completions") else TOKEN
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     async with service.session.request(method, f"{service.url}{path}", data=body, headers=headers) as resp:
         return resp.status, await resp.json()

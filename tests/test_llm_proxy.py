@@ -33,11 +33,12 @@ from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest import in_order
+from agent_memory.memory.per_turn import BriefPairs
 from agent_memory.memory.service import Memory, recall_in
 from agent_memory.platforms.agora.keys import POLLER
-from agent_memory.platforms.agora.llm_proxy import BriefPairs, first_error
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
+from agent_memory.upstream.sse import first_error
 
 pytestmark = pytest.mark.postgres
 
@@ -557,7 +558,7 @@ async def test_recall_misses_are_all_counted_and_logged_once_in_a_while(
 ) -> None:
     service = await start(start_service, upstream, recall_timeout_ms=0.001)
     await remember(service)
-    caplog.set_level(logging.WARNING, logger="agent_memory.platforms.agora.llm_proxy")
+    caplog.set_level(logging.WARNING, logger="agent_memory.memory.per_turn")
     for _ in range(3):
         await client(service).chat.completions.create(
             model="m",

@@ -278,6 +278,8 @@ async def test_every_route_answers_its_examples_as_documented(start_service: Any
         "retry_job": 404,  # job 1 ran and is gone
         "chat_completions": 401,  # AGENT_MEMORY_LLM_TOKEN is not set
         "chat_completions_routed": 401,
+        "vapi_chat_completions": 401,
+        "elevenlabs_chat_completions": 401,
         "agora_webhook": 401,  # not signed
         "elevenlabs_webhook": 503,  # AGENT_MEMORY_ELEVENLABS_SECRET is not set
         "retell_webhook": 503,  # AGENT_MEMORY_RETELL_API_KEY is not set

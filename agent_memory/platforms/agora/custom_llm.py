@@ -51,7 +51,7 @@ AgoraMessage = Annotated[dict[str, Any], WithJsonSchema(MESSAGE_SCHEMA)]
 
 class ChatCompletionRequest(BaseModel):
     """What the custom-LLM endpoint takes (for the document): OpenAI's request as Agora sends it,
-    `llm.params` at its top level. The endpoint reads it itself (platforms/agora/llm_proxy.py)."""
+    `llm.params` at its top level. The endpoint reads it itself (platforms/llm_endpoint.py)."""
 
     model_config = ConfigDict(
         extra="allow",

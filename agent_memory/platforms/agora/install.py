@@ -21,6 +21,7 @@ from agent_memory.platforms.agora.llm_proxy import LlmProxy
 from agent_memory.platforms.agora.poller import Poller
 from agent_memory.platforms.agora.routes import AgentRoutes
 from agent_memory.platforms.agora.webhook import AgoraReceiver
+from agent_memory.platforms.llm_endpoint import shared_parts
 from agent_memory.web import answers as a
 from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route, add_routes
 
@@ -90,11 +91,9 @@ def install(app: web.Application, memory: Memory) -> None:
     metrics = memory.metrics
     receiver = AgoraReceiver(settings, memory.accept_event, metrics)
     add_routes(app, AgentRoutes(memory).table())
-    proxy = app[LLM_PROXY] = LlmProxy(memory)
+    proxy = app[LLM_PROXY] = LlmProxy(memory, shared_parts(app, memory))
     add_routes(app, proxy_routes(proxy))
     add_routes(app, [receiver.route()])
-    if metrics is not None:
-        metrics.add_reported("llm_proxy", "What the custom-LLM endpoint did", lambda: proxy.stats.report())
 
     async def agora_context(app: web.Application) -> AsyncIterator[None]:
         """One HTTP session for Agora's REST API; follow running agents when Agora is configured."""
@@ -121,7 +120,6 @@ def install(app: web.Application, memory: Memory) -> None:
                 log.info("Agora REST credentials not set: running agents are not followed")
             yield
             await poller.stop()
-            await proxy.close()
 
     app.cleanup_ctx.append(agora_context)
     if settings.webhook_secret:

@@ -7,6 +7,7 @@ import logging
 from aiohttp import web
 
 from agent_memory.memory.service import Memory
+from agent_memory.platforms.elevenlabs.custom_llm import custom_llm_routes
 from agent_memory.platforms.elevenlabs.webhook import ElevenLabsReceiver
 from agent_memory.web.declare import add_routes
 
@@ -14,8 +15,10 @@ log = logging.getLogger(__name__)
 
 
 def install(app: web.Application, memory: Memory) -> None:
-    """Add `POST /webhooks/elevenlabs` and `POST /webhooks/elevenlabs/initiation`."""
+    """Add `POST /webhooks/elevenlabs`, `POST /webhooks/elevenlabs/initiation` and the per-turn
+    custom-LLM route."""
     add_routes(app, ElevenLabsReceiver(memory).routes())
+    add_routes(app, custom_llm_routes(app, memory))
     settings = memory.settings
     if settings.elevenlabs_prompt and "{memory}" not in settings.elevenlabs_prompt:
         log.warning(

@@ -1,0 +1,533 @@
+"""Memory for each turn of a live call, whatever platform asks: recall within a deadline,
+recording the turns as they come, and the reply held until the platform's own copy of it.
+
+A platform's custom-LLM endpoint names the pair and the session (its call) and hands over the
+request's conversation; this recalls for the latest user turn (past the deadline the turn goes
+on without memory), merges the conversation into the call's session exactly as a transcript
+window is merged (so webhooks, polls and this never double a turn), and holds the reply until
+the call's next request (which carries it as the platform heard it: cut short by an
+interruption, or whole) or, failing one, `AGENT_MEMORY_LLM_REPLY_SETTLE_S`: stored at once, a
+reply the user then interrupted would disagree with the platform's copy and double the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from agent_memory.core.clock import now_ms
+from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage
+from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
+from agent_memory.errors import StoreUnavailable
+from agent_memory.logs import pair_ref
+from agent_memory.memory.service import Memory
+from agent_memory.store import NotBrief
+
+log = logging.getLogger(__name__)
+
+# A user turn this short ("yes", "what was it?") is asked about with the turn before it.
+SHORT_TURN_WORDS = 5
+# A pair whose last recall read in less than AGENT_MEMORY_RECALL_BRIEF_MS is recalled on the
+# event loop (the embedded store): handing the read to a reader thread and back cost about
+# 0.5 ms of a 2 ms recall (bench/llm_proxy.py, side by side). One read slower (its index not
+# held in memory yet, so searched in SQLite, which a reader thread does without the GIL) goes
+# back to a reader thread, where the deadline can cut it short.
+BRIEF_PAIRS_HELD = 10_000
+# Recall misses are logged at most this often (each is counted): an overloaded service would
+# otherwise spend its time writing one line per call.
+MISS_LOG_EVERY_S = 10.0
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(slots=True)
+class ProxyStats:
+    """What the custom-LLM endpoints did since the service started."""
+
+    requests: int = 0
+    streamed: int = 0
+    unauthorized: int = 0
+    bad_requests: int = 0
+    recalls: int = 0
+    recall_misses: int = 0  # past the deadline
+    first_turn_recalls: int = 0  # the first recall of a call at an endpoint (this instance)
+    first_turn_misses: int = 0  # of those, past the deadline
+    recalls_brief: int = 0  # of a pair whose last recall was brief (read on the event loop by SQLite)
+    recall_errors: int = 0
+    memories_injected: int = 0
+    upstream_errors: int = 0
+    cancelled: int = 0  # the client went away mid-answer
+    recorded: int = 0
+    record_errors: int = 0
+    unrecorded: int = 0  # no call (session) to record into
+    unchanged_windows: int = 0  # requests that added nothing to their call's stored window
+    messages_read: int = 0  # of requests, read to be recorded (those a call repeats are read once)
+    store_unavailable: int = (
+        0  # recalls and recordings skipped: the database was down (relayed without memory)
+    )
+
+    def report(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def normal(text: str) -> str:
+    """Text as compared for "already said": spaces folded, case folded."""
+    return _SPACES.sub(" ", text).strip().casefold()
+
+
+def text_of(content: Any) -> str:
+    """A chat message's content as text (its text parts joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text") or "") for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def recall_query(messages: Sequence[Any]) -> str:
+    """The latest user turn, with the user turn before it when the latest is short."""
+    said = [
+        text_of(m.get("content")).strip()
+        for m in messages
+        if isinstance(m, Mapping) and m.get("role") == "user"
+    ]
+    said = [text for text in said if text]
+    if not said:
+        return ""
+    if len(said) > 1 and len(said[-1].split()) < SHORT_TURN_WORDS:
+        return f"{said[-2]}\n{said[-1]}"
+    return said[-1]
+
+
+def memory_message(memories: Sequence[RecalledMemory], already: str) -> tuple[str, int]:
+    """The recalled memories as one system message, without those the request already holds
+    (recall leaves out the call's own turns)."""
+    kept = [memory for memory in memories if normal(memory.text) not in already]
+    if not kept:
+        return "", 0
+    lines = [HEADING]
+    for memory in kept:
+        lines.append(memory_line(memory))
+        lines.extend(context_line(turn) for turn in memory.context)
+    return "\n".join(lines), len(kept)
+
+
+def with_memory(messages: list[dict[str, Any]], memory: str) -> list[dict[str, Any]]:
+    """The messages with `memory` as a system message before the conversation (after the agent's own)."""
+    if not memory:
+        return messages
+    at = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+    return [*messages[:at], {"role": "system", "content": memory}, *messages[at:]]
+
+
+@dataclass(slots=True)
+class Turn:
+    """One request of a live call, as its platform's endpoint read it."""
+
+    # None: an unidentified call (nothing recalled; its turns recorded unlabelled).
+    user_id: str | None
+    character_id: str
+    # The session its turns are recorded into (the platform's call); None: not recorded.
+    session: str | None
+    # What tells the call's requests apart from other calls' (the session, or the key it came
+    # with); None: this request cannot be told from the call's others.
+    run: str | None
+    # The request's conversation as sent (what is asked is read from it).
+    messages: Sequence[Any]
+    # The request's turns as recorded into the session (None: not recorded, or not yet).
+    window: HistoryWindow | None = None
+    # Whether this asks the first recall of its call that this instance sees.
+    first: bool = False
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return self.user_id or "", self.character_id
+
+
+# A message of a request as its platform reads it: a transcript item, a note on why it could not
+# be read (it is set aside), or None (not conversation: the agent's system prompt).
+Item = IncomingMessage | str | None
+
+
+@dataclass(slots=True)
+class LastRequest:
+    """What is kept of a live call's last request."""
+
+    messages: Sequence[Any]  # as sent
+    items: list[Item]  # as read
+    labels: Mapping[str, str]
+    # The transcript items of the call's last window merged (None: none yet, or it failed).
+    stored: Sequence[IncomingMessage] | None = None
+
+
+class Windows:
+    """Each live call's last request as sent and as read.
+
+    Every request of a call carries the whole conversation so far; read anew, a 32-message
+    window cost about 1 ms of the event loop (Agora's, bench/llm_proxy.py). The messages a
+    request repeats unchanged from the call's last one are taken as read then; only the rest is
+    read, and a window that adds nothing to the one last stored is not merged again. Kept until
+    the call goes quiet (its reply settles), a forget of its pair, or `held` calls.
+    """
+
+    def __init__(self, stats: ProxyStats, held: int = BRIEF_PAIRS_HELD) -> None:
+        self.stats = stats
+        self.held = held
+        self._last: dict[str, LastRequest] = {}
+
+    def read(
+        self, session: str, messages: Sequence[Any], item: Callable[[Any], Item], labels: Mapping[str, str]
+    ) -> list[Item]:
+        """Each message read, the unchanged start of the call's last request not again."""
+        last = self._last.get(session)
+        if last is None or last.labels != labels:
+            last = None
+        same = 0
+        if last is not None:
+            for sent, before in zip(messages, last.messages, strict=False):
+                if sent != before:
+                    break
+                same += 1
+        kept = last.items[:same] if last is not None else []
+        items = [*kept, *map(item, messages[same:])]
+        self.stats.messages_read += len(messages) - same
+        if session not in self._last and len(self._last) >= self.held:
+            self._last.clear()
+        self._last[session] = LastRequest(messages, items, labels, last.stored if last is not None else None)
+        return items
+
+    def unchanged(self, session: str, said: Sequence[IncomingMessage]) -> bool:
+        """Whether `said` is the window last stored for the call, item for item."""
+        last = self._last.get(session)
+        stored = last.stored if last is not None else None
+        return (
+            stored is not None
+            and len(stored) == len(said)
+            and all(a is b for a, b in zip(stored, said, strict=True))
+        )
+
+    def stored(self, session: str, said: Sequence[IncomingMessage]) -> None:
+        """The call's window `said` was merged."""
+        last = self._last.get(session)
+        if last is not None:
+            last.stored = said
+
+    def drop(self, session: str) -> None:
+        self._last.pop(session, None)
+
+    def forget(self, labels: Mapping[str, str]) -> None:
+        """A forget: drop what is kept of the calls of the pair (or user) whose `labels` it names."""
+        for session, last in list(self._last.items()):
+            if all(last.labels.get(key) == value for key, value in labels.items()):
+                del self._last[session]
+
+
+class HeldReplies:
+    """Replies waiting for the next request of their call (or the settle time) to be recorded."""
+
+    def __init__(
+        self,
+        memory: Memory,
+        stats: ProxyStats,
+        settle_s: float,
+        settled: Callable[[str], None] | None = None,
+    ) -> None:
+        self.memory = memory
+        self.stats = stats
+        self.settle_s = settle_s
+        # Told when a call's reply settled (the call went quiet).
+        self.settled = settled or (lambda session: None)
+        self._held: dict[str, tuple[HistoryWindow, asyncio.TimerHandle]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def drop(self, session: str) -> None:
+        """The call's next request came: it carries the reply as the platform heard it."""
+        held = self._held.pop(session, None)
+        if held is not None:
+            held[1].cancel()
+
+    def hold(self, session: str, window: HistoryWindow) -> None:
+        self.drop(session)
+        loop = asyncio.get_running_loop()
+        handle = loop.call_later(self.settle_s, self._settle, session)
+        self._held[session] = (window, handle)
+
+    def forget(self, labels: Mapping[str, str]) -> None:
+        """A forget: drop the held replies of the pair (or user) whose `labels` it names."""
+        for session, (window, _) in list(self._held.items()):
+            if all(window.labels.get(key) == value for key, value in labels.items()):
+                self.drop(session)
+
+    def _settle(self, session: str) -> None:
+        held = self._held.pop(session, None)
+        if held is not None:
+            self.merge(held[0])
+        self.settled(session)
+
+    def merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
+        """Merge a window in the background (then `done()`); never fails the answer, errors are logged."""
+        task = asyncio.get_running_loop().create_task(self._merge(window, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
+        try:
+            outcome = await self.memory.merge_window(window, now_ms())
+            self.stats.recorded += outcome.new_messages
+            if done is not None:
+                done()
+        except StoreUnavailable as exc:
+            # The call's next request (or its transcript) carries these turns again.
+            self.stats.record_errors += 1
+            self.stats.store_unavailable += 1
+            log.warning("custom LLM: recording agent %s failed: %s", window.agent_id, exc.message)
+        except Exception:
+            self.stats.record_errors += 1
+            log.exception("custom LLM: recording agent %s failed", window.agent_id)
+
+    async def close(self) -> None:
+        """Record what is still held, and wait for the merges under way."""
+        for session in list(self._held):
+            self._settle(session)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=10)
+
+
+class BriefPairs:
+    """The pairs whose last recall read in under `brief_ms`: recalled on the event loop."""
+
+    def __init__(self, brief_ms: float, held: int = BRIEF_PAIRS_HELD) -> None:
+        self.brief_ms = brief_ms
+        self.held = held
+        self._pairs: set[tuple[str, str]] = set()
+
+    def __contains__(self, pair: tuple[str, str]) -> bool:
+        return pair in self._pairs
+
+    def took(self, pair: tuple[str, str], ms: float | None) -> None:
+        """How long the pair's recall read took (None: it did not finish)."""
+        if ms is None or ms >= self.brief_ms:
+            self._pairs.discard(pair)
+            return
+        if len(self._pairs) >= self.held:
+            self._pairs.clear()  # the pairs still in a call are brief again after one recall
+        self._pairs.add(pair)
+
+
+class PerTurn:
+    """Per-turn memory for every custom-LLM endpoint of one service."""
+
+    def __init__(self, memory: Memory, stats: ProxyStats | None = None) -> None:
+        self.memory = memory
+        self.settings = settings = memory.settings
+        self.stats = stats or ProxyStats()
+        self.windows = Windows(self.stats)
+        self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s, self.windows.drop)
+        self.brief = BriefPairs(settings.recall_brief_ms)
+        self.labels = (settings.label_user_key, settings.label_character_key)
+        self._miss_logged_at = float("-inf")
+        self._unlogged_misses = 0
+        # Calls (or per-agent keys) seen: a call's first request starts warming its pair.
+        self._runs: set[str] = set()
+        memory.forget_listeners.append(self._forgotten)
+
+    def _forgotten(self, user_id: str, character_id: str | None) -> None:
+        """Held replies of a forgotten user (or pair) are dropped (any recorded later would
+        be left out by the forget's cut-off all the same, on every instance)."""
+        labels = {self.labels[0]: user_id}
+        if character_id is not None:
+            labels[self.labels[1]] = character_id
+        self.replies.forget(labels)
+        self.windows.forget(labels)
+
+    async def close(self) -> None:
+        await self.replies.close()
+
+    def pair_labels(self, turn: Turn) -> dict[str, str]:
+        """The labels a recorded window carries: whose words these are (none: unidentified,
+        kept under the session's own pair, as ingest does with any unlabelled call)."""
+        if turn.user_id is None:
+            return {}
+        return {self.labels[0]: turn.user_id, self.labels[1]: turn.character_id}
+
+    def started(self, turn: Turn) -> None:
+        """A call's first request here warms its pair at once (should its recall miss the
+        deadline, the next finds the index in memory); its first recall is marked first."""
+        if turn.user_id is None or turn.run is None or turn.run in self._runs:
+            return  # a request naming no call cannot be told from the call's others
+        self.memory.warming.warm(turn.user_id, turn.character_id)
+        if not recall_query(turn.messages):
+            return  # nothing asked yet: the call's first recall is still to come
+        if len(self._runs) >= BRIEF_PAIRS_HELD:
+            self._runs.clear()
+        self._runs.add(turn.run)
+        turn.first = True
+
+    def is_brief(self, turn: Turn) -> bool:
+        """Whether the turn's pair is recalled right here, on the event loop."""
+        return turn.user_id is not None and turn.pair in self.brief
+
+    async def recall(self, turn: Turn, *, brief: bool) -> Recall | None:
+        """The memories recalled for the turn's latest user turn; None when nothing was asked,
+        or recall was too late or failed (counted and logged). A `brief` pair is read right
+        here on the event loop, without suspending (unless the store declines), and so at once."""
+        query = recall_query(turn.messages) if turn.user_id is not None else ""
+        if not query or turn.user_id is None:
+            return None
+        self.stats.recalls += 1
+        self.stats.first_turn_recalls += turn.first
+        started = time.perf_counter()
+        if brief:
+            self.stats.recalls_brief += 1
+            try:
+                found = self.memory.recall_here(
+                    turn.user_id,
+                    turn.character_id,
+                    query,
+                    max_tokens=self.settings.recall_max_tokens,
+                    exclude_session=turn.session,
+                )
+            except NotBrief:
+                pass  # on a reader thread, within what is left of the deadline
+            except Exception as exc:
+                self._failed(turn, started, exc)
+                return None
+            else:
+                return self._read_here(turn, found, started)
+        return await self._recall_away(turn, query, started)
+
+    def _read_here(self, turn: Turn, found: Recall, started: float) -> Recall | None:
+        if (time.perf_counter() - started) * 1000 > self.settings.recall_timeout_ms:
+            # Read on the event loop, the recall could not be cut short: still, past its
+            # deadline the request goes on without memory, as from a reader thread.
+            self._missed(turn)
+            return None
+        self.brief.took(turn.pair, found.read_ms)
+        return found
+
+    async def _recall_away(self, turn: Turn, query: str, started: float) -> Recall | None:
+        """Recall on a reader thread, within what is left of the deadline."""
+        deadline_s = self.settings.recall_timeout_ms / 1000
+        try:
+            found = await asyncio.wait_for(
+                # The request carries this call's turns: recall needs only what is already
+                # indexed, and must not wait for the index to catch up with them.
+                self.memory.recall(
+                    turn.pair[0],
+                    turn.character_id,
+                    query,
+                    max_tokens=self.settings.recall_max_tokens,
+                    indexed_only=True,
+                    exclude_session=turn.session,
+                ),
+                max(deadline_s - (time.perf_counter() - started), 0.0),
+            )
+        except TimeoutError:
+            self._missed(turn)
+            return None
+        except Exception as exc:
+            self._failed(turn, started, exc)
+            return None
+        self.brief.took(turn.pair, found.read_ms)
+        return found
+
+    def _failed(self, turn: Turn, started: float, exc: Exception) -> None:
+        """A recall that failed: counted and logged; its pair is not brief."""
+        self.brief.took(turn.pair, None)
+        self.stats.recall_errors += 1
+        if isinstance(exc, StoreUnavailable):
+            self.stats.store_unavailable += 1
+        log.warning(
+            "custom LLM: recall for %s failed after %.1f ms (%s); answered without memory",
+            pair_ref(*turn.pair),
+            (time.perf_counter() - started) * 1000,
+            exc,
+        )
+
+    def _missed(self, turn: Turn) -> None:
+        """A recall past its deadline: counted, logged now and then; its pair is not brief."""
+        self.brief.took(turn.pair, None)
+        self.stats.recall_misses += 1
+        self.stats.first_turn_misses += turn.first
+        self._unlogged_misses += 1
+        now = time.monotonic()
+        if now - self._miss_logged_at < MISS_LOG_EVERY_S:
+            return
+        log.warning(
+            "custom LLM: recall for %s missed its %g ms deadline; answered without memory "
+            "(%d such misses since this was last logged)",
+            pair_ref(*turn.pair),
+            self.settings.recall_timeout_ms,
+            self._unlogged_misses,
+        )
+        self._miss_logged_at, self._unlogged_misses = now, 0
+
+    def inject(
+        self, found: Recall | None, messages: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The messages with the recalled memories the request does not already hold, and how many."""
+        if found is None or not found.memories:
+            return messages, 0
+        already = normal(" ".join(text_of(m.get("content")) for m in messages))
+        memory, injected = memory_message(found.memories, already)
+        self.stats.memories_injected += injected
+        return with_memory(messages, memory), injected
+
+    def window(
+        self, turn: Turn, item: Callable[[Any], Item], labels_field: str | None = None
+    ) -> HistoryWindow | None:
+        """The request's conversation as a window of its call's session (None: no session);
+        `item` reads one message, `labels_field` is where the platform takes the app's ids."""
+        if turn.session is None:
+            return None
+        labels = self.pair_labels(turn)
+        items = self.windows.read(turn.session, turn.messages, item, labels)
+        said = [read for read in items if isinstance(read, IncomingMessage)]
+        skipped = [f"messages[{index}]: {read}" for index, read in enumerate(items) if isinstance(read, str)]
+        return HistoryWindow(
+            agent_id=turn.session, messages=said, skipped=skipped, labels=labels, labels_field=labels_field
+        )
+
+    def record(self, turn: Turn, window: HistoryWindow | None) -> None:
+        """Merge the request's turns into its call's session, in the background."""
+        if turn.session is None or window is None:
+            self.stats.unrecorded += 1
+            return
+        turn.window = window
+        session = turn.session
+        self.replies.drop(session)
+        if self.windows.unchanged(session, window.messages) and not window.skipped:
+            self.stats.unchanged_windows += 1  # stored as it is: a repeated request
+            return
+        said = window.messages
+        self.replies.merge(window, lambda: self.windows.stored(session, said))
+
+    def reply(self, turn: Turn, text: str, *, interrupted: bool, said_ms: int | None) -> None:
+        """The reply the caller got, held until the call's next request (or recorded at once)."""
+        window = turn.window
+        if window is None or turn.session is None or not text.strip():
+            return
+        # Placed in time when the caller got it: undated, it would sort at the call's start,
+        # before the question it answers. Not dated as the platform's own copy will be (that
+        # copy, in the next request or the transcript, merges into this one).
+        said = IncomingMessage(
+            role="assistant",
+            content=text,
+            source=RELAYED,
+            interrupted=interrupted,
+            seen_ms=said_ms or now_ms(),
+        )
+        held = HistoryWindow(
+            agent_id=window.agent_id,
+            messages=[*window.messages, said],
+            labels=window.labels,
+            labels_field=window.labels_field,
+        )
+        if self.settings.llm_reply_settle_s <= 0:
+            self.replies.merge(held)
+        else:
+            self.replies.hold(turn.session, held)
