@@ -162,6 +162,20 @@ async def test_vapi_phone_identity_only_when_the_setting_is_on(
     assert {m["agent_id"] for m in found} == {"vapi:3f1b2c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"}
 
 
+async def test_vapi_a_web_calls_number_names_no_one_as_in_its_webhook(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    # The webhook never takes a web call's customer number as the user (events.call_identity_of):
+    # the per-turn route must not either, or the live turns and the report would part.
+    body = fixture("vapi/custom_llm/variable_mode_phone_request.json")
+    body["call"] = {**body["call"], "type": "webCall"}
+    service = await start(start_service, upstream, phone_identity=True)
+    await remember(service, "tel:+14155550123", "default", "The caller's dog is called Biscuit")
+    status, text, headers = await post(service, VAPI, body)
+    assert status == 200, text
+    assert headers["X-Agent-Memory-Memories"] == "0"
+
+
 async def test_vapi_captured_request_with_its_older_call_id_is_recorded_and_its_fields_kept_back(
     start_service: Any, upstream: FakeUpstreamLLM
 ) -> None:
