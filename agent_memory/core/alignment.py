@@ -271,14 +271,22 @@ def place_window(stored: Sequence[MessageFingerprint], incoming: Sequence[Compar
     first = next((j for j, row in enumerate(mapping) if row is not None), None)
     if first is None:
         return _place_apart(stored, incoming, gaps_before)
+    positions = _positions(mapping, first)
     taken = {row.seq for row in stored}
+    if any(seq in taken for seq, row, _ in positions if row is None):
+        # No room where the window belongs: keep it, after everything, as a separate part.
+        return _place_apart(stored, incoming, gaps_before, force_after=True)
+    return _with_edges(stored, mapping, positions, gaps_before)
+
+
+def _positions(mapping: Sequence[MessageFingerprint | None], first: int) -> list[Position]:
+    """Each message's place: a stored one's where it is stored, a new one numbered on from the
+    message before it (those before the first stored one, back from it)."""
     anchor = mapping[first]
     assert anchor is not None
-    positions: list[Position] = []
-    for j in range(first):
-        positions.append((anchor.seq - (first - j), None, False))
+    positions: list[Position] = [(anchor.seq - (first - j), None, False) for j in range(first)]
     previous_seq = anchor.seq - 1
-    for j in range(first, len(incoming)):
+    for j in range(first, len(mapping)):
         row = mapping[j]
         if row is not None:
             positions.append((row.seq, row, row.gap_before and j == 0))
@@ -286,16 +294,20 @@ def place_window(stored: Sequence[MessageFingerprint], incoming: Sequence[Compar
         else:
             previous_seq += 1
             positions.append((previous_seq, None, False))
-    new_seqs = [seq for seq, row, _ in positions if row is None]
-    if any(seq in taken for seq in new_seqs):
-        # No room where the window belongs: keep it, after everything, as a separate part.
-        return _place_apart(stored, incoming, gaps_before, force_after=True)
+    return positions
+
+
+def _with_edges(
+    stored: Sequence[MessageFingerprint],
+    mapping: Sequence[MessageFingerprint | None],
+    positions: list[Position],
+    gaps_before: int,
+) -> Placement:
+    """The window placed, with the gaps at its edges marked and the session's gaps recounted."""
     lowest_seq, highest_seq = positions[0][0], positions[-1][0]
-    earlier = any(row.seq < lowest_seq for row in stored)
+    if positions[0][1] is None and any(row.seq < lowest_seq for row in stored):
+        positions[0] = (lowest_seq, None, True)
     later = [row for row in stored if row.seq > highest_seq]
-    if positions[0][1] is None and earlier:
-        seq, _, _ = positions[0]
-        positions[0] = (seq, None, True)
     gap_after_id = None
     if positions[-1][1] is None and later and not later[0].gap_before:
         gap_after_id = later[0].id
