@@ -26,6 +26,7 @@ OWNER_WORDS = "my cello Wexfordian needs new strings"
 GUEST_WORDS = "I collect Quorvaline teapots from Kyoto"
 GUEST_MORE = "my Quorvaline teapot cracked last week"
 START_MS = 1_763_690_000_000
+STOP_S = 1_763_690_100
 
 
 def line(role: str, content: str, turn: int, uid: str | None = None) -> dict[str, Any]:
@@ -55,7 +56,7 @@ LABELS = {"user_id": OWNER, "character_id": CHARACTER, f"user_id.{GUEST_UID}": G
 
 
 def history(contents: list[dict[str, Any]], labels: dict[str, str], notice: str = "n-103") -> dict[str, Any]:
-    return agent_event(103, AGENT, notice_id=notice, labels=labels, contents=contents)
+    return agent_event(103, AGENT, notice_id=notice, labels=labels, contents=contents, stop_ts=STOP_S)
 
 
 async def held(service: Any, user: str) -> list[str]:
@@ -86,6 +87,7 @@ async def test_a_guest_labelled_by_uid_recalls_their_own_words_not_the_owners(se
         CHARACTER,
         "labels",
     )
+    assert (companion.status, companion.stop_ms) == ("stopped", STOP_S * 1000)
     found = await recalled(service, GUEST, "Quorvaline teapots")
     assert "Quorvaline" in found and "Wexfordian" not in found
     assert "Wexfordian" in await recalled(service, OWNER, "cello Wexfordian strings")

@@ -456,6 +456,9 @@ class Ingestor:
             ):
                 by_uid.setdefault(message.speaker, []).append(message)
         forgotten = 0
+        # The run's end, when this event tells it (a 103 comes with its stop time, maybe before the 102).
+        stop_ms = session.stop_ms or (event.stop_ms if isinstance(event, SessionEvent) else None)
+        session = replace(session, stop_ms=stop_ms)
         for uid, messages in by_uid.items():
             identity = self.speaker_identity(tx, session, event, uid)
             if identity is None:
