@@ -481,7 +481,8 @@ class Ingestor:
         """Whose words a speaker's are: the label `<AGENT_MEMORY_LABEL_USER>.<uid>` (with the run's
         character), else a binding of `<agent_id>~<uid>`, else `rtc:<uid>`; None when the label
         names the run's own user (their words are in the run's session already)."""
-        labels = event.labels or session.labels
+        # A polled window carries no labels, and the custom-LLM route knows only the pair's.
+        labels = {**session.labels, **event.labels}
         user = labels.get(f"{self.settings.label_user_key}.{uid}")
         if user:
             if str(user) == session.user_id:
