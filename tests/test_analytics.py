@@ -46,7 +46,22 @@ def fixture_sessions() -> dict[str, dict[str, Any]]:
         else:  # DESIGN's fallback: the speaker's RTC uid, the default character
             uid = next(m["metadata"]["user"] for m in run["messages"] if m["role"] == "user")
             run["user"], run["character"] = f"rtc:{uid}", "default"
+    # In a shared channel each speaker after the first also keeps their own turns in a session of
+    # their own (docs/memory.md, shared channels); the fixtures name none of them, so `rtc:<uid>`.
+    for agent_id, run in list(runs.items()):
+        uids = [speaker(m) for m in run["messages"] if m["role"] == "user" and speaker(m)]
+        for uid in dict.fromkeys(uids[1:]):
+            if uid != uids[0]:
+                own = [m for m in run["messages"] if m["role"] == "user" and speaker(m) == uid]
+                runs[f"{agent_id}~{uid}"] = {
+                    **run, "reason": None, "messages": own, "user": f"rtc:{uid}", "speaker": True
+                }  # fmt: skip
     return runs
+
+
+def speaker(message: dict[str, Any]) -> str | None:
+    """The RTC uid of who said a message (`metadata.user`), if it names one."""
+    return (message.get("metadata") or {}).get("user")
 
 
 def expected_for(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -74,6 +89,8 @@ def metrics_envelopes(
     rng = random.Random(111)
     envelopes, values = [], defaultdict(list)
     for agent_id, run in sorted(runs.items()):
+        if run.get("speaker"):  # a speaker's own session, not an agent run: no metrics of its own
+            continue
         turns = []
         for turn_id in range(1, rng.randint(3, 9)):
             turn = {"turn_id": turn_id, **{name: rng.randint(120, 2400) for name in METRICS}}
@@ -111,9 +128,12 @@ def assert_matches(stats: dict[str, Any], expected: dict[str, Any]) -> None:
     assert stats["minutes_talked"] == round(expected["talk_ms"] / 60_000, 2)
     assert stats["interruptions"]["count"] == expected["interrupted"]
     assert stats["interruptions"]["of"] == expected["assistant_messages"]
-    assert stats["interruptions"]["rate"] == pytest.approx(
-        expected["interrupted"] / expected["assistant_messages"], abs=1e-4
-    )
+    if expected["assistant_messages"]:
+        assert stats["interruptions"]["rate"] == pytest.approx(
+            expected["interrupted"] / expected["assistant_messages"], abs=1e-4
+        )
+    else:  # a speaker's own session: their words alone
+        assert stats["interruptions"]["rate"] is None
     assert stats["llm_failures"]["count"] == expected["llm_failures"]
     assert stats["last_active_ms"] == expected["last_active_ms"]
 
@@ -123,7 +143,7 @@ async def test_user_stats_match_the_fixtures(service) -> None:
     by_user: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs.values():
         by_user[run["user"]].append(run)
-    assert set(by_user) == {"u-alice", "u-wang", "u-kim", "u-team", "rtc:3003"}
+    assert set(by_user) == {"u-alice", "u-wang", "u-kim", "u-team", "rtc:3003", "rtc:2002"}
     for user, user_runs in by_user.items():
         status, stats = await service.api("GET", f"/v1/users/{user}/stats")
         assert status == 200, stats
@@ -171,7 +191,7 @@ async def test_character_and_overall_stats_match_the_fixtures(service) -> None:
     status, overall = await service.api("GET", "/v1/stats")
     assert status == 200, overall
     assert_matches(overall, expected_for(list(runs.values())))
-    assert overall["users"] == 5 and overall["characters"] == 5
+    assert overall["users"] == 6 and overall["characters"] == 5
     assert overall["stop_reasons"] == {
         reason: sum(r["reason"] == reason for r in runs.values())
         for reason in {r["reason"] for r in runs.values()}
@@ -188,7 +208,9 @@ async def test_character_and_overall_stats_match_the_fixtures(service) -> None:
         assert overall["latency_ms"][name]["mean"] == pytest.approx(
             sum(every[name]) / len(every[name]), abs=0.01
         )
-    assert overall["top_characters"][0]["character_id"] == "luna"
+    # Two people talked with the host in the shared channel (its run's user, and speaker 2002).
+    assert [c["character_id"] for c in overall["top_characters"][:2]] == ["host", "luna"]
+    assert overall["top_characters"][0]["active_users"] == 2
 
 
 async def test_a_time_window_counts_only_the_sessions_started_in_it(service) -> None:

@@ -516,6 +516,14 @@ def expected_per_pair(envelopes: list[dict[str, Any]]) -> tuple[Counter[tuple[st
             pair = (f"rtc:{uid}", "default")
         per_pair[pair] += len(payload["contents"])
         per_agent[payload["agent_id"]] = [m["content"] for m in payload["contents"]]
+        # A shared channel: each later speaker's own words are kept under `rtc:<uid>` too
+        # (docs/memory.md, shared channels).
+        spoken = [m for m in payload["contents"] if m["role"] == "user" and m.get("metadata", {}).get("user")]
+        for message in spoken:
+            uid = message["metadata"]["user"]
+            if uid != spoken[0]["metadata"]["user"]:
+                per_pair[(f"rtc:{uid}", pair[1])] += 1
+                per_agent.setdefault(f"{payload['agent_id']}~{uid}", []).append(message["content"])
     return per_pair, per_agent
 
 
@@ -549,7 +557,7 @@ async def test_conversation_replay_stores_each_message_once(service, name):
     held = await counts(service)
     assert held["messages"] == sum(per_pair.values())
     assert held["inbox"] == len(notice_ids)
-    assert held["sessions"] == len({e["payload"]["agent_id"] for e in envelopes})
+    assert held["sessions"] == len({e["payload"]["agent_id"] for e in envelopes} | set(per_agent))
 
 
 async def test_nolabels_falls_back_to_the_rtc_uid(service):

@@ -58,6 +58,14 @@ IDENTITY_RANK: dict[IdentitySource, int] = {
     "labels": 4,
 }
 MAX_DETAIL_NOTES = 20
+# Joins a run's agent id and a speaker's RTC uid into the key of the session holding that
+# speaker's own words (`speaker_session_id`); `~` needs no percent-encoding in a URL path.
+SPEAKER_SEPARATOR = "~"
+
+
+def speaker_session_id(agent_id: str, uid: str) -> str:
+    """The key of the session that keeps one speaker's own words of a shared call."""
+    return f"{agent_id}{SPEAKER_SEPARATOR}{uid}"
 
 
 @record
@@ -304,6 +312,7 @@ class Ingestor:
         changes: SessionChanges = {"updated_ms": now_ms()}
         if event.kind == "history":
             outcome = self.merge(tx, session, event.messages, stamp, ended=True, cutoff=cutoff)
+            outcome = self.merge_speakers(tx, session, event, stamp, outcome, ended=True)
             # The whole transcript comes after the run stopped, whether or not `left` came yet.
             if session.status == "running":
                 changes["status"] = "stopped"
@@ -362,6 +371,7 @@ class Ingestor:
         """Merge a history window read from the platform while the agent runs."""
         session, cutoff = self.session_to_write(tx, window, stamp)
         outcome = self.merge(tx, session, window.messages, stamp, cutoff=cutoff, discrete=window.discrete)
+        outcome = self.merge_speakers(tx, session, window, stamp, outcome, discrete=window.discrete)
         if window.skipped:
             return set_aside(outcome, window.skipped, "history window")
         return outcome
@@ -384,20 +394,161 @@ class Ingestor:
         user = labels.get(self.settings.label_user_key)
         if user:
             character = labels.get(self.settings.label_character_key) or self.settings.default_character
-            return Identity(user_id=user, character_id=character, source="labels"), known_uid
+            uid = known_uid or self.own_speaker(event, user)
+            return Identity(user_id=user, character_id=character, source="labels"), uid
         binding = tx.bindings.of_agent(event.agent_id)
         if binding is not None:
-            return Identity(binding.user_id, binding.character_id, "binding"), known_uid
+            uid = known_uid or self.own_speaker(event, binding.user_id)
+            return Identity(binding.user_id, binding.character_id, "binding"), uid
         channel = event.channel or known_channel
         bound = tx.bindings.of_channel(channel) if channel else None
         if bound is not None:
-            return Identity(bound.user_id, bound.character_id, "channel_binding"), known_uid
-        uid = known_uid or next((m.speaker for m in event.messages if m.role == "user" and m.speaker), None)
+            uid = known_uid or self.own_speaker(event, bound.user_id)
+            return Identity(bound.user_id, bound.character_id, "channel_binding"), uid
+        uid = known_uid or self.own_speaker(event, None)
         character = self.settings.default_character
         if uid:
             return Identity(user_id=f"rtc:{uid}", character_id=character, source="rtc"), uid
         place = f"channel:{channel}" if channel else f"agent:{event.agent_id}"
         return Identity(user_id=place, character_id=character, source="channel"), None
+
+    # speakers of a shared call
+
+    def own_speaker(self, event: SessionEvent | HistoryWindow, user_id: str | None) -> str | None:
+        """The run's own speaker (its user's RTC uid): the first to say something whom no label
+        `<AGENT_MEMORY_LABEL_USER>.<uid>` names as someone else; the others' own words are also
+        kept apart (`merge_speakers`)."""
+        key = self.settings.label_user_key
+        for message in event.messages:
+            if message.role == "user" and message.speaker:
+                named = event.labels.get(f"{key}.{message.speaker}")
+                if named is None or str(named) == user_id:
+                    return message.speaker
+        return None
+
+    def merge_speakers(
+        self,
+        tx: Transaction,
+        session: Session,
+        event: SessionEvent | HistoryWindow,
+        stamp: int,
+        outcome: Outcome,
+        *,
+        ended: bool = False,
+        discrete: bool = False,
+    ) -> Outcome:
+        """Keep each other speaker's own words of a shared call in a session of their own.
+
+        The run's session keeps everyone's turns; a user turn whose `speaker` (the RTC uid) is
+        not the run's own (`Session.rtc_uid`) is also merged, through the same merge, into
+        `<agent_id>~<uid>` under that speaker's pair (`speaker_identity`), so recall and the
+        call-start memory of that speaker find it. A uid's slice of a window is a run of that
+        speaker's own transcript: redelivery and reordering merge as they do for the run.
+        """
+        owner = session.rtc_uid
+        by_uid: dict[str, list[IncomingMessage]] = {}
+        for message in event.messages:
+            if (
+                message.role == "user"
+                and message.kind == TURN
+                and message.speaker
+                and message.speaker != owner
+            ):
+                by_uid.setdefault(message.speaker, []).append(message)
+        forgotten = 0
+        # The run's end, when this event tells it (a 103 comes with its stop time, maybe before the 102).
+        stop_ms = session.stop_ms or (event.stop_ms if isinstance(event, SessionEvent) else None)
+        session = replace(session, stop_ms=stop_ms)
+        for uid, messages in by_uid.items():
+            identity = self.speaker_identity(tx, session, event, uid)
+            if identity is None:
+                continue
+            companion = self.speaker_session(tx, session, uid, identity, ended)
+            cutoff = tx.maintenance.forget_cutoff(
+                companion.user_id, companion.character_id, companion.agent_id
+            )
+            if cutoff is not None:
+                # As in `session_to_write`: a forget under way may have deleted it meanwhile.
+                companion = self.speaker_session(tx, session, uid, identity, ended)
+            merged = self.merge(tx, companion, messages, stamp, ended=ended, cutoff=cutoff, discrete=discrete)
+            forgotten += merged.forgotten
+        # A raw body holding words said before a speaker's forget is not kept either.
+        return replace(outcome, forgotten=outcome.forgotten + forgotten) if forgotten else outcome
+
+    def speaker_identity(
+        self, tx: Transaction, session: Session, event: SessionEvent | HistoryWindow, uid: str
+    ) -> Identity | None:
+        """Whose words a speaker's are: the label `<AGENT_MEMORY_LABEL_USER>.<uid>` (with the run's
+        character), else a binding of `<agent_id>~<uid>`, else `rtc:<uid>`; None when the label
+        names the run's own user (their words are in the run's session already)."""
+        # A polled window carries no labels, and the custom-LLM route knows only the pair's.
+        labels = {**session.labels, **event.labels}
+        user = labels.get(f"{self.settings.label_user_key}.{uid}")
+        if user:
+            if str(user) == session.user_id:
+                return None
+            return Identity(str(user), session.character_id, "labels")
+        binding = tx.bindings.of_agent(speaker_session_id(session.agent_id, uid))
+        if binding is not None:
+            return Identity(binding.user_id, binding.character_id, "binding")
+        return Identity(f"rtc:{uid}", session.character_id, "rtc")
+
+    def speaker_session(
+        self, tx: Transaction, session: Session, uid: str, identity: Identity, ended: bool
+    ) -> Session:
+        """The session of one speaker of a shared call, created or moved to a better-founded identity."""
+        agent_id = speaker_session_id(session.agent_id, uid)
+        companion = tx.sessions.get(agent_id)
+        if companion is None:
+            created = now_ms()
+            companion = Session(
+                agent_id=agent_id,
+                user_id=identity.user_id,
+                character_id=identity.character_id,
+                identity_source=identity.source,
+                status="stopped" if ended else "running",
+                channel=session.channel,
+                name=session.name,
+                start_ms=session.start_ms,
+                stop_ms=session.stop_ms,
+                labels={},
+                rtc_uid=uid,
+                first_seen_ms=created,
+                updated_ms=created,
+            )
+            tx.sessions.insert(companion)
+            log.info(
+                "session %s (a speaker of %s) for %s (%s)",
+                agent_id,
+                session.agent_id,
+                pair_ref(identity.user_id, identity.character_id),
+                identity.source,
+            )
+            if identity.source in FALLBACK_SOURCES:
+                # Once per speaker's session, where it is created.
+                log.warning(
+                    "agent %s (channel %s): speaker uid %s is not named, so their own words are "
+                    "kept under %s/%s (session %s), where their next call will not find them. "
+                    "Start agents with the label %s.%s naming the user, or bind it: POST /v1/sessions/%s/bind",
+                    session.agent_id,
+                    session.channel or "<unknown>",
+                    uid,
+                    user_ref(identity.user_id),
+                    identity.character_id,
+                    agent_id,
+                    self.settings.label_user_key,
+                    uid,
+                    agent_id,
+                )
+            return companion
+        moved = (identity.user_id, identity.character_id) != (companion.user_id, companion.character_id)
+        if moved and IDENTITY_RANK[identity.source] >= IDENTITY_RANK[companion.identity_source]:
+            self.move_session(tx, companion, identity)
+        elif not (ended and companion.status == "running"):
+            return companion
+        if ended and companion.status == "running":
+            tx.sessions.update(agent_id, {"status": "stopped", "stop_ms": session.stop_ms})
+        return tx.sessions.get(agent_id) or companion
 
     def warn_unidentified(self, event: SessionEvent | HistoryWindow, identity: Identity) -> None:
         """Say that a new session has no user, which labels it had (keys only), and how to fix it."""
