@@ -19,8 +19,10 @@ from agent_memory.core.jsonutil import dumps, read_json
 from agent_memory.errors import (
     AgentMemoryError,
     BadRequest,
+    BadSignature,
     InvalidField,
     InvalidJSON,
+    NotConfigured,
     PayloadTooLarge,
     RequestTimeout,
 )
@@ -191,3 +193,14 @@ def int_query(request: web.Request, name: str, default: int, *, low: int, high: 
     if not low <= value <= high:
         raise InvalidField(f"{name} must be between {low} and {high}, got {value}")
     return value
+
+
+def rejection(exc: Exception) -> str:
+    """The outcome a refused webhook is counted under."""
+    if isinstance(exc, BadSignature):
+        return "rejected_signature"
+    if isinstance(exc, NotConfigured):
+        return "refused_unconfigured"
+    if isinstance(exc, PayloadTooLarge | BadRequest | RequestTimeout | web.HTTPRequestEntityTooLarge):
+        return "rejected_body"
+    return "error"

@@ -11,7 +11,7 @@ from aiohttp import web
 from pydantic import ConfigDict
 
 from agent_memory.core.events import Outcome, OutcomeStatus, RawEvent, SessionEvent
-from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
+from agent_memory.errors import BadSignature, NotConfigured
 from agent_memory.logs import RateLimitedLog
 from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.events import parse_callback
@@ -21,7 +21,7 @@ from agent_memory.settings import Settings
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer
 from agent_memory.web.declare import Route
-from agent_memory.web.http import read_body
+from agent_memory.web.http import read_body, rejection
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +53,6 @@ class WebhookAnswer(Answer):
     noticeId: str
     status: OutcomeStatus
     new_messages: int
-
-
-def rejection(exc: Exception) -> str:
-    """The outcome a callback refused with `exc` is counted under."""
-    if isinstance(exc, BadSignature):
-        return "rejected_signature"
-    if isinstance(exc, NotConfigured):
-        return "refused_unconfigured"
-    if isinstance(exc, PayloadTooLarge | BadRequest | RequestTimeout | web.HTTPRequestEntityTooLarge):
-        return "rejected_body"
-    return "error"
 
 
 class AgoraReceiver:

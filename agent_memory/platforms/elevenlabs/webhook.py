@@ -12,13 +12,10 @@ from pydantic import ConfigDict, Field, ValidationError
 from agent_memory.core.events import OutcomeStatus
 from agent_memory.core.jsonutil import read_json
 from agent_memory.errors import (
-    BadRequest,
     BadSignature,
     InvalidField,
     InvalidJSON,
     NotConfigured,
-    PayloadTooLarge,
-    RequestTimeout,
 )
 from agent_memory.logs import RateLimitedLog
 from agent_memory.memory.service import Memory
@@ -37,7 +34,7 @@ from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer
 from agent_memory.web.auth import GATE
 from agent_memory.web.declare import Route
-from agent_memory.web.http import read_body, read_model, validation_message
+from agent_memory.web.http import read_body, read_model, rejection, validation_message
 
 log = logging.getLogger(__name__)
 
@@ -96,17 +93,6 @@ class InitiationAnswer(Answer):
     dynamic_variables: dict[str, str]
     # Only with AGENT_MEMORY_ELEVENLABS_PROMPT: `{"agent": {"prompt": {"prompt": ...}}}`.
     conversation_config_override: dict[str, Any] | None = Field(None)
-
-
-def rejection(exc: Exception) -> str:
-    """The outcome a refused webhook is counted under."""
-    if isinstance(exc, BadSignature):
-        return "rejected_signature"
-    if isinstance(exc, NotConfigured):
-        return "refused_unconfigured"
-    if isinstance(exc, PayloadTooLarge | BadRequest | RequestTimeout | web.HTTPRequestEntityTooLarge):
-        return "rejected_body"
-    return "error"
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:

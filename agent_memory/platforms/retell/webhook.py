@@ -14,7 +14,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
 from agent_memory.core.clock import now_ms
-from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
+from agent_memory.errors import BadSignature, NotConfigured
 from agent_memory.logs import RateLimitedLog, pair_ref
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.calls import call_identity, start_memory, store_transcript
@@ -33,7 +33,7 @@ from agent_memory.platforms.retell.signatures import verify_retell
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer, Omitted
 from agent_memory.web.declare import Route
-from agent_memory.web.http import read_body
+from agent_memory.web.http import read_body, rejection
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +71,6 @@ class RetellAnswer(Answer):
     # done, duplicate, partial, ignored, failed (transcripts); noted (call_started); ignored (others).
     status: str | Omitted = None
     new_messages: int | Omitted = None
-
-
-def rejection(exc: Exception) -> str:
-    """The outcome a refused webhook is counted under."""
-    if isinstance(exc, BadSignature):
-        return "rejected_signature"
-    if isinstance(exc, NotConfigured):
-        return "refused_unconfigured"
-    if isinstance(exc, PayloadTooLarge | BadRequest | RequestTimeout | web.HTTPRequestEntityTooLarge):
-        return "rejected_body"
-    return "error"
 
 
 class RetellReceiver:

@@ -24,7 +24,7 @@ from aiohttp import web
 from pydantic import ConfigDict
 
 from agent_memory.core.events import Outcome, OutcomeStatus
-from agent_memory.errors import BadRequest, BadSignature, NotConfigured, PayloadTooLarge, RequestTimeout
+from agent_memory.errors import BadSignature, NotConfigured
 from agent_memory.logs import RateLimitedLog
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.calls import JOIN, CallIdentity, start_memory
@@ -41,7 +41,7 @@ from agent_memory.platforms.vapi.signatures import verify_vapi
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer, Object, Omitted
 from agent_memory.web.declare import Route
-from agent_memory.web.http import json_response, read_body
+from agent_memory.web.http import json_response, read_body, rejection
 
 log = logging.getLogger(__name__)
 
@@ -107,17 +107,6 @@ class VapiAck(Answer):
     # `ignored` for a type or status that is not used (nothing is kept of it).
     status: OutcomeStatus
     new_messages: int
-
-
-def rejection(exc: Exception) -> str:
-    """The outcome a message refused with `exc` is counted under."""
-    if isinstance(exc, BadSignature):
-        return "rejected_signature"
-    if isinstance(exc, NotConfigured):
-        return "refused_unconfigured"
-    if isinstance(exc, PayloadTooLarge | BadRequest | RequestTimeout | web.HTTPRequestEntityTooLarge):
-        return "rejected_body"
-    return "error"
 
 
 class VapiReceiver:
