@@ -30,6 +30,8 @@ from agent_memory.memory.per_turn import BRIEF_PAIRS_HELD, Item, PerTurn, ProxyS
 from agent_memory.memory.service import Memory
 from agent_memory.upstream import HttpUpstream, Target, Upstream
 from agent_memory.upstream.sse import Outgoing, Relay, Reply, openai_error
+from agent_memory.web import answers as a
+from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route
 from agent_memory.web.http import read_json_body
 
 log = logging.getLogger(__name__)
@@ -319,3 +321,25 @@ class LlmEndpoint:
             return self._bad(caller.message, caller.param)
         turn = Turn(caller.user_id, caller.character_id, caller.session, caller.run, body["messages"])
         return Call(body, turn, route, body.get("stream") is True)
+
+
+def completion_route(
+    platform: str, summary: str, body: type[BaseModel], app: web.Application, memory: Memory, adapter: Adapter
+) -> Route:
+    """A platform's custom-LLM route, `POST /v1/<platform>/chat/completions`, declared
+    (web/declare.py) over the app's shared endpoint parts."""
+    endpoint = LlmEndpoint(shared_parts(app, memory), adapter)
+    return Route(
+        "POST",
+        f"/v1/{platform}/chat/completions",
+        summary,
+        "custom LLM",
+        a.ChatCompletion,
+        scope=OWN_BEARER,
+        operation_id=f"{platform}_chat_completions",
+        body=body,
+        errors=(400, 401, 413, *UPSTREAM_ERRORS),
+        auth="llm",
+        streams=True,
+        handler=endpoint.complete,
+    )

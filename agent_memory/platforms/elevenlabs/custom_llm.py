@@ -32,14 +32,12 @@ from agent_memory.platforms.llm_endpoint import (
     OUR_PARAMS,
     Caller,
     ChatRequest,
-    LlmEndpoint,
     Refused,
     chat_item,
+    completion_route,
     plain_messages,
-    shared_parts,
 )
-from agent_memory.web import answers as a
-from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route
+from agent_memory.web.declare import Route
 
 PLATFORM = "elevenlabs"
 EXTRA_BODY = "elevenlabs_extra_body"
@@ -128,20 +126,13 @@ def _text(value: Any) -> str | None:
 
 def custom_llm_routes(app: web.Application, memory: Memory) -> list[Route]:
     """ElevenLabs' custom-LLM route, declared (web/declare.py), over the app's shared endpoint parts."""
-    endpoint = LlmEndpoint(shared_parts(app, memory), ElevenLabsAdapter(memory))
     return [
-        Route(
-            "POST",
-            "/v1/elevenlabs/chat/completions",
+        completion_route(
+            "elevenlabs",
             "ElevenLabs' custom LLM: recall for the turn, forward upstream, record into the conversation",
-            "custom LLM",
-            a.ChatCompletion,
-            scope=OWN_BEARER,
-            operation_id="elevenlabs_chat_completions",
-            body=ElevenLabsChatRequest,
-            errors=(400, 401, 413, *UPSTREAM_ERRORS),
-            auth="llm",
-            streams=True,
-            handler=endpoint.complete,
+            ElevenLabsChatRequest,
+            app,
+            memory,
+            ElevenLabsAdapter(memory),
         )
     ]

@@ -29,16 +29,14 @@ from agent_memory.platforms.llm_endpoint import (
     OUR_PARAMS,
     Caller,
     ChatRequest,
-    LlmEndpoint,
     Refused,
     chat_item,
+    completion_route,
     plain_messages,
-    shared_parts,
 )
 from agent_memory.platforms.vapi.events import identity_from
 from agent_memory.settings import Settings
-from agent_memory.web import answers as a
-from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route
+from agent_memory.web.declare import Route
 
 PLATFORM = "vapi"
 # What Vapi adds at the top level beside the OpenAI fields: none of it is the model's.
@@ -125,20 +123,13 @@ class VapiAdapter:
 
 def custom_llm_routes(app: web.Application, memory: Memory) -> list[Route]:
     """Vapi's custom-LLM route, declared (web/declare.py), over the app's shared endpoint parts."""
-    endpoint = LlmEndpoint(shared_parts(app, memory), VapiAdapter(memory))
     return [
-        Route(
-            "POST",
-            "/v1/vapi/chat/completions",
+        completion_route(
+            "vapi",
             "Vapi's custom LLM: recall for the turn, forward upstream, record into the call",
-            "custom LLM",
-            a.ChatCompletion,
-            scope=OWN_BEARER,
-            operation_id="vapi_chat_completions",
-            body=VapiChatRequest,
-            errors=(400, 401, 413, *UPSTREAM_ERRORS),
-            auth="llm",
-            streams=True,
-            handler=endpoint.complete,
+            VapiChatRequest,
+            app,
+            memory,
+            VapiAdapter(memory),
         )
     ]
