@@ -649,7 +649,9 @@ async def condensed(service: Any, user: str, character: str) -> dict[str, Any]:
         _status, body = await service.api("GET", f"/v1/users/{user}/characters/{character}/summary")
         return body if body["summary"] is not None and body["messages_not_yet_covered"] == 0 else None
 
-    body: dict[str, Any] = await wait_for(covered, 10, failure=f"{user}/{character} was not condensed")
+    # A deadline, not a timing: the first condense starts the worker process, which loads the
+    # tokenizer (seconds of CPU on a loaded two-core machine).
+    body: dict[str, Any] = await wait_for(covered, 60, failure=f"{user}/{character} was not condensed")
     return body
 
 
