@@ -499,3 +499,11 @@ async def test_a_recorded_transcription_is_rebuilt_from_its_raw_body_for_reproce
     # A body that is no transcription cannot be read as one.
     with pytest.raises(BadRequest, match="no transcript"):
         reread(replace(entry, body=json.dumps({"type": "post_call_audio", "data": {}})), service.settings)
+
+
+def test_starting_without_the_secret_says_which_setting_to_set(caplog: pytest.LogCaptureFixture) -> None:
+    from agent_memory.web.app import create_app
+
+    with caplog.at_level(logging.INFO, logger="agent_memory.platforms.elevenlabs.install"):
+        create_app(Settings(db_path=":memory:"))
+    assert "AGENT_MEMORY_ELEVENLABS_SECRET is not set" in caplog.text

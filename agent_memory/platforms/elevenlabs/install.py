@@ -1,4 +1,4 @@
-"""The ElevenLabs platform's one entry point into the web app: its two webhook routes."""
+"""The ElevenLabs platform's one entry point into the web app: its webhooks and custom-LLM route."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ def install(app: web.Application, memory: Memory) -> None:
     add_routes(app, ElevenLabsReceiver(memory).routes())
     add_routes(app, custom_llm_routes(app, memory))
     settings = memory.settings
+    if not settings.elevenlabs_secret and not settings.insecure_webhooks:
+        log.info(
+            "AGENT_MEMORY_ELEVENLABS_SECRET is not set: ElevenLabs' post-call webhooks will be refused until it is"
+        )
     if settings.elevenlabs_prompt and "{memory}" not in settings.elevenlabs_prompt:
         log.warning(
             "AGENT_MEMORY_ELEVENLABS_PROMPT has no {memory}: ElevenLabs calls start with that prompt "
