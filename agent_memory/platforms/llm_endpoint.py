@@ -99,6 +99,11 @@ class ChatRequest(BaseModel):
     stream: Any = Field(None, description="true: answer server-sent events as the upstream streams them")
 
 
+def as_object(value: Any) -> Mapping[str, Any]:
+    """A JSON object a platform sent beside the OpenAI fields, or an empty one when it sent another value."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def plain_messages(messages: list[Any]) -> list[dict[str, Any]]:
     """OpenAI chat messages as sent (each an object with a role), for the model."""
     for index, message in enumerate(messages):

@@ -33,6 +33,7 @@ from agent_memory.platforms.llm_endpoint import (
     Caller,
     ChatRequest,
     Refused,
+    as_object,
     chat_item,
     completion_route,
     plain_messages,
@@ -41,10 +42,6 @@ from agent_memory.web.declare import Route
 
 PLATFORM = "elevenlabs"
 EXTRA_BODY = "elevenlabs_extra_body"
-
-
-def _object(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _first(places: Sequence[Mapping[str, Any]], *keys: str) -> Any:
@@ -93,8 +90,8 @@ class ElevenLabsAdapter:
         self.settings = memory.settings
 
     def caller(self, body: dict[str, Any], route: LlmRoute | None) -> Caller | Refused:
-        extra = _object(body.get(EXTRA_BODY))
-        places = (extra, _object(extra.get("dynamic_variables")))
+        extra = as_object(body.get(EXTRA_BODY))
+        places = (extra, as_object(extra.get("dynamic_variables")))
         user_id = _first(places, "user_id")
         character_id = _first(places, "character_id") if user_id is not None else None
         if user_id is None and body.get("user_id") not in (None, ""):

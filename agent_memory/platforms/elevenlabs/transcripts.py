@@ -161,8 +161,16 @@ def recorded_transcript(body: str, settings: Settings) -> CallTranscript | None:
     envelope = read_json(body.encode("utf-8", "surrogatepass"))
     if not isinstance(envelope, dict) or envelope.get("type") != TRANSCRIPTION:
         return None
+    return conversation_transcript(settings, read_conversation(envelope.get("data")))
+
+
+def read_conversation(data: Any) -> Conversation:
+    """A transcription's `data` as its conversation, or a 422 naming each place that is wrong."""
+    if data is None:
+        raise InvalidField("data: a post_call_transcription needs its conversation in `data`")
     try:
-        conversation = Conversation.model_validate(envelope.get("data"))
+        return Conversation.model_validate(data)
     except ValidationError as exc:
-        raise InvalidField(f"data: {exc.errors(include_input=False)[0]['msg']}") from None
-    return conversation_transcript(settings, conversation)
+        raise InvalidField(
+            "; ".join(f"{'.'.join(['data', *map(str, err['loc'])])}: {err['msg']}" for err in exc.errors())
+        ) from None

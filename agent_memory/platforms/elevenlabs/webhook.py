@@ -24,12 +24,11 @@ from agent_memory.platforms.elevenlabs.payloads import (
     AUDIO,
     KNOWN_TYPES,
     TRANSCRIPTION,
-    Conversation,
     Envelope,
     InitiationRequest,
 )
 from agent_memory.platforms.elevenlabs.signatures import HEADER, SETTING, verify
-from agent_memory.platforms.elevenlabs.transcripts import PLATFORM, conversation_transcript
+from agent_memory.platforms.elevenlabs.transcripts import PLATFORM, conversation_transcript, read_conversation
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer
 from agent_memory.web.auth import GATE
@@ -207,12 +206,7 @@ class ElevenLabsReceiver:
                 status="ignored",
                 new_messages=0,
             )
-        if envelope.data is None:
-            raise InvalidField("data: a post_call_transcription needs its conversation in `data`")
-        try:
-            conversation = Conversation.model_validate(envelope.data)
-        except ValidationError as exc:
-            raise InvalidField(nested_message("data", exc)) from None
+        conversation = read_conversation(envelope.data)
         transcript = conversation_transcript(self.settings, conversation)
         outcome = await store_transcript(
             self.memory,
@@ -285,13 +279,6 @@ class ElevenLabsReceiver:
             identity.character_id,
             why,
         )
-
-
-def nested_message(prefix: str, exc: ValidationError) -> str:
-    """What is wrong, each place named from the body's root (`data.conversation_id: ...`)."""
-    return "; ".join(
-        f"{'.'.join([prefix, *(str(part) for part in err['loc'])])}: {err['msg']}" for err in exc.errors()
-    )
 
 
 def counted(event_type: str) -> str:

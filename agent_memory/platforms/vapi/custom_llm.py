@@ -30,6 +30,7 @@ from agent_memory.platforms.llm_endpoint import (
     Caller,
     ChatRequest,
     Refused,
+    as_object,
     chat_item,
     completion_route,
     plain_messages,
@@ -43,13 +44,9 @@ PLATFORM = "vapi"
 VAPI_FIELDS = ("call", "customer", "phoneNumber", "metadata", "org", "credentials")
 
 
-def _object(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def call_id(body: Mapping[str, Any]) -> str | None:
     """The call's id: `call.id` (Vapi's Call object), or `call.callId` (seen in older requests)."""
-    call = _object(body.get("call"))
+    call = as_object(body.get("call"))
     for key in ("id", "callId"):
         value = call.get(key)
         if isinstance(value, str) and value.strip():
@@ -59,7 +56,7 @@ def call_id(body: Mapping[str, Any]) -> str | None:
 
 def request_ids(settings: Settings, body: Mapping[str, Any]) -> tuple[Any, Any]:
     """The app's ids given beside the call (the request's `metadata`, or its top level)."""
-    for place in (_object(body.get("metadata")), body):
+    for place in (as_object(body.get("metadata")), body):
         if place.get(settings.label_user_key) not in (None, ""):
             return place.get(settings.label_user_key), place.get(settings.label_character_key)
     return None, None
