@@ -359,7 +359,7 @@ class PerTurn:
         deadline, the next finds the index in memory); its first recall is marked first."""
         if turn.user_id is None or turn.run is None or turn.run in self._runs:
             return  # a request naming no call cannot be told from the call's others
-        self.memory.warming.warm(turn.user_id, turn.character_id)
+        self.memory.warm(turn.user_id, turn.character_id)
         if not recall_query(turn.messages):
             return  # nothing asked yet: the call's first recall is still to come
         if len(self._runs) >= BRIEF_PAIRS_HELD:

@@ -677,6 +677,11 @@ class Memory:
 
     # events in
 
+    def warm(self, user_id: str, character_id: str) -> None:
+        """A call of the pair is starting: read its recall index into memory now, in the
+        background, so the call's first question does not find it cold."""
+        self.warming.warm(user_id, character_id)
+
     async def accept_event(self, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
         """Record a platform event under its id and apply it, in one transaction; a call's
         start warms its pair's recall index."""

@@ -162,6 +162,6 @@ async def start_memory(memory: Memory, identity: CallIdentity, *, max_tokens: in
     empty for an unidentified call. Warms the pair's recall index for the turns to come."""
     if identity.user_id is None:
         return ""
-    memory.warming.warm(identity.user_id, identity.character_id)
+    memory.warm(identity.user_id, identity.character_id)
     context = await memory.system_messages(identity.user_id, identity.character_id, max_tokens=max_tokens)
     return JOIN.join(str(message.get("content", "")) for message in context.system_messages)

@@ -336,7 +336,7 @@ class AgentRoutes:
         upstream = upstream_of(body.join, plan, settings.public_url) if body.memory_llm else None
         max_tokens = body.max_tokens or settings.context_max_tokens
         # The call is starting: its first question should find the pair's index in memory.
-        memory.warming.warm(body.user_id, body.character_id)
+        memory.warm(body.user_id, body.character_id)
         context = None
         if plan.inject:
             context = await memory.system_messages(
