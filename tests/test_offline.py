@@ -20,7 +20,7 @@ from agent_memory.condense.offline import (
     SUMMARY_MAX_TOKENS,
     OfflineCondenser,
 )
-from agent_memory.condense.statements import detect_language
+from agent_memory.condense.text import detect_language
 from agent_memory.core.clock import to_ms
 from agent_memory.core.domain import Message
 from agent_memory.core.tokens import count_tokens
@@ -659,7 +659,7 @@ def _said_in_fixtures() -> list[str]:
     """Every text said in fixtures/conversations and bench/recall_hard_data.py's set, and their sentences."""
     import sys
 
-    from agent_memory.condense.statements import sentences
+    from agent_memory.condense.text import sentences
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     import recall_hard_data
@@ -685,7 +685,7 @@ def _said_in_fixtures() -> list[str]:
 def test_the_job_word_trie_matches_exactly_what_the_alternation_does() -> None:
     import re
 
-    from agent_memory.condense.statements import EN_JOB, EN_JOBS
+    from agent_memory.condense.statements.english import EN_JOB, EN_JOBS
 
     plain = re.compile(rf"\b(?:{EN_JOBS})\b", re.IGNORECASE)
     words = [w for job in EN_JOBS.split("|") for w in (("counselor", "counsellor") if "?" in job else (job,))]
@@ -697,7 +697,7 @@ def test_the_job_word_trie_matches_exactly_what_the_alternation_does() -> None:
 
 
 def test_statement_patterns_skipped_by_their_subject_word_would_not_have_matched() -> None:
-    from agent_memory.condense.statements import EN_STATEMENT_NEEDS, EN_STATEMENTS
+    from agent_memory.condense.statements.english import EN_STATEMENT_NEEDS, EN_STATEMENTS
 
     said = [
         "I'm a nurse at St Mary's.",

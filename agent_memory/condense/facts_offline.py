@@ -6,14 +6,9 @@ import re
 from collections.abc import Iterable
 
 from agent_memory.condense.base import FactAdd, Scope
-from agent_memory.condense.statements import (
-    QUESTION,
-    clip,
-    en_third_person,
-    pet_followup,
-    sentence_facts,
-    sentences,
-)
+from agent_memory.condense.statements import sentence_facts
+from agent_memory.condense.statements.english import en_third_person, pet_followup
+from agent_memory.condense.text import QUESTION, clip, sentences
 from agent_memory.core.dates import annotate
 from agent_memory.core.facts import MAX_FACT_CHARS, undated_key
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 import re
 from datetime import date
 
-from agent_memory.condense.statements import EN_EVENT, EN_JOBS, EN_SPECIES, QUESTION, ZH_EVENTS
+from agent_memory.condense.statements.chinese import ZH_EVENTS
+from agent_memory.condense.statements.english import EN_EVENT, EN_JOBS, EN_SPECIES
+from agent_memory.condense.text import QUESTION
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
 from agent_memory.core.textcache import text_cache

@@ -44,19 +44,10 @@ from agent_memory.condense.life import (
     is_thread,
     stale,
 )
-from agent_memory.condense.statements import (
-    ELLIPSIS,
-    EN_EVENT,
-    EN_JOB,
-    QUESTION,
-    ZH_EVENTS,
-    ZH_JOBS,
-    Language,
-    clip,
-    detect_language,
-    sentences,
-    statement_facts,
-)
+from agent_memory.condense.statements import statement_facts
+from agent_memory.condense.statements.chinese import ZH_EVENTS, ZH_JOBS
+from agent_memory.condense.statements.english import EN_EVENT, EN_JOB
+from agent_memory.condense.text import ELLIPSIS, QUESTION, Language, clip, detect_language, sentences
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day, format_minute
 from agent_memory.core.dates import annotate, resolve
@@ -454,8 +445,23 @@ def summarize(previous: str | None, said: Sequence[tuple[Message, str]], names: 
     """The labelled offline summary: the profile and open threads, then earlier digests carried
     forward and one per new session; `names` (of the people and pets the user's facts name)
     make a statement count more."""
-    several = has_several_speakers(message for message, _ in said)
     carried = parse_summary(previous or "")
+    threads, new = new_digests(carried, said, names)
+    paragraphs = "\n".join(d.header for d in carried.digests if d.paragraph)
+    profile = list(carried.profile)
+    reserved = [LABEL, *section_lines(THREADS_HEADING, threads)]
+    digests = fit_digests([*(d for d in carried.digests if not d.paragraph), *new], reserved, names, profile)
+    lines = summary_lines(profile, threads, digests)
+    past = carried_paragraphs(paragraphs, lines) if paragraphs else ""
+    return "\n".join(part for part in (LABEL, past, *lines[1:]) if part)
+
+
+def new_digests(
+    carried: Life, said: Sequence[tuple[Message, str]], names: Collection[str]
+) -> tuple[list[str], list[Digest]]:
+    """The open threads, the carried ones not followed up or stale and those opened since, and a
+    digest per new session."""
+    several = has_several_speakers(message for message, _ in said)
     # A statement the summary already quotes is not quoted again (small talk repeats).
     seen = {bullet_key(b) for d in carried.digests if not d.paragraph for b in d.bullets}
     seen |= {bullet_key(b) for b in (*carried.profile, *carried.threads)}
@@ -472,25 +478,28 @@ def summarize(previous: str | None, said: Sequence[tuple[Message, str]], names: 
     if said:
         newest = format_day(message_at(said[-1][0]))
         threads = [thread for thread in threads if not stale(thread, newest)]
-    threads = threads[-MAX_THREADS:]
-    paragraphs = "\n".join(d.header for d in carried.digests if d.paragraph)
-    profile = list(carried.profile)
-    reserved = [LABEL, *section_lines(THREADS_HEADING, threads)]
-    digests = fit_digests([*(d for d in carried.digests if not d.paragraph), *new], reserved, names, profile)
-    # A summary in another form (an LLM's, an older offline one) is older than any digest:
-    # it keeps what room is left, up to a third of the budget, newest sentences first.
-    lines = [
+    return threads[-MAX_THREADS:], new
+
+
+def summary_lines(profile: Sequence[str], threads: Sequence[str], digests: Sequence[Digest]) -> list[str]:
+    """A summary's lines: its label, profile and open threads, then its digests."""
+    return [
         LABEL,
         *section_lines(PROFILE_HEADING, profile),
         *section_lines(THREADS_HEADING, threads),
         *(line for digest in digests for line in digest.lines()),
     ]
+
+
+def carried_paragraphs(paragraphs: str, lines: Sequence[str]) -> str:
+    """A summary in another form (an LLM's, an older offline one) is older than any digest:
+    it keeps what room `lines` leave, up to a third of the budget, newest sentences first."""
     room = min(SUMMARY_MAX_CHARS - len("\n".join(lines)) - 1, SUMMARY_MAX_CHARS // 3)
-    past = carry_forward(paragraphs, room) if paragraphs else ""
+    past = carry_forward(paragraphs, room)
     while past and not fits([LABEL, past, *lines[1:]]):
         room -= max(room // 10, 1)
         past = carry_forward(paragraphs, room)
-    return "\n".join(part for part in (LABEL, past, *lines[1:]) if part)
+    return past
 
 
 # Scoring bullets takes milliseconds; a summary only changes when its pair is condensed, while
@@ -508,12 +517,7 @@ def shorten_summary(text: str, max_tokens: int) -> str | None:
     profile, threads = list(life.profile), list(life.threads)
     reserved = [LABEL, *section_lines(THREADS_HEADING, threads)]
     digests = fit_digests(life.digests, reserved, (), profile, max_tokens=max_tokens, max_chars=len(text))
-    lines = [
-        LABEL,
-        *section_lines(PROFILE_HEADING, profile),
-        *section_lines(THREADS_HEADING, threads),
-        *(line for digest in digests for line in digest.lines()),
-    ]
+    lines = summary_lines(profile, threads, digests)
     return "\n".join(lines) if len(lines) > 1 and lines_tokens(lines) <= max_tokens else None
 
 

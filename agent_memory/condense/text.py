@@ -1,0 +1,68 @@
+"""Text as the offline condenser reads it: its script, its sentences and clauses, clipped."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Literal
+
+Language = Literal["en", "zh", "ja", "ko"]
+
+ELLIPSIS = "…"
+
+# -- language ------------------------------------------------------------------------------
+HANGUL = re.compile("[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]")
+KANA = re.compile("[\u3040-\u30ff]")
+HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
+
+
+def detect_language(texts: Iterable[str]) -> Language:
+    """The conversation's script: Chinese, Japanese or Korean when mostly CJK, else "en"."""
+    text = "".join(texts)
+    hangul, kana, han = len(HANGUL.findall(text)), len(KANA.findall(text)), len(HAN.findall(text))
+    cjk = hangul + kana + han
+    # One CJK character carries about as much as a short Latin word (~3 letters).
+    if cjk == 0 or cjk * 3 < len(LATIN.findall(text)):
+        return "en"
+    if hangul >= kana + han:
+        return "ko"
+    if kana:  # Chinese is written without kana; a fair share of it means Japanese
+        return "ja" if kana * 5 >= han else "zh"
+    return "zh"
+
+
+# -- small text helpers --------------------------------------------------------------------
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, at a word boundary when there is one."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit * 0.6:  # only Latin text has spaces worth cutting at
+        cut = cut[:space]
+    return cut.rstrip(" ,;:，、") + ELLIPSIS
+
+
+# After CJK punctuation, after Latin punctuation and a space, or after Latin punctuation
+# directly followed by CJK text ("好!我想"), but not inside "3.5" or "St.Mary".
+SENTENCE_END = re.compile(r"(?<=[。！？])\s*|(?<=[.!?])(?:\s+|(?=[^\x00-\x7f]))|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """`text` split after sentence-ending punctuation (Latin and CJK)."""
+    return [part.strip() for part in SENTENCE_END.split(text) if part and part.strip()]
+
+
+# A sentence ending in a question mark or particle (吗, 么, 까) asks rather than states.
+QUESTION = re.compile(r"(?:[?？]|吗|么|까)\W*$")
+
+
+CLAUSE_BREAK = re.compile(r"[,;.!?，。！？；]")
+
+
+def clause_so_far(sentence: str, match: re.Match[str]) -> str:
+    """The sentence up to the end of the clause the match ends in: what may qualify it."""
+    after = CLAUSE_BREAK.search(sentence, match.end())
+    return sentence[: after.start() if after else len(sentence)]

@@ -1,0 +1,199 @@
+"""Events applied: each raw event recorded once with its outcome, and what it tells applied to its session."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import ChannelBinding, InboxEntry, Session
+from agent_memory.core.events import HistoryWindow, Outcome, RawEvent, SessionEvent, storable
+from agent_memory.memory.ingest.merge import merge
+from agent_memory.memory.ingest.sessions import Sessions
+from agent_memory.memory.ingest.speakers import Speakers
+from agent_memory.memory.jobs import schedule_condense
+from agent_memory.settings import Settings
+from agent_memory.store import Transaction
+from agent_memory.store.types import SessionChanges
+
+log = logging.getLogger(__package__)  # ingest logs as one (docs/memory.md quotes its lines)
+
+MAX_DETAIL_NOTES = 20
+
+
+def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
+    """The outcome of an event applied without some of its parts: partial, saying which."""
+    notes = list(skipped[:MAX_DETAIL_NOTES])
+    if len(skipped) > MAX_DETAIL_NOTES:
+        notes.append(f"and {len(skipped) - MAX_DETAIL_NOTES} more")
+    detail = f"{len(skipped)} part(s) could not be applied and were left out: " + "; ".join(notes)
+    log.warning(
+        "%s, agent %s: %s; the rest was applied and the raw payload is kept "
+        "(`agent-memory reprocess` applies it again)",
+        what,
+        outcome.agent_id or "-",
+        detail,
+    )
+    status = "partial" if outcome.status == "done" else outcome.status
+    return replace(outcome, status=status, detail=detail)
+
+
+def _label(labels: Mapping[str, Any], key: str) -> str | None:
+    value = labels.get(key)
+    return None if value is None else str(value)
+
+
+class Ingestor:
+    """Applies events to the store; one instance per service, used on the writer thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.sessions = Sessions(settings)
+        self.speakers = Speakers(settings, self.sessions)
+
+    def accept(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
+        """Record a raw event under its id and apply it, in one transaction.
+
+        `event` is what the platform made of it (off the writer thread): a neutral event,
+        or the outcome of one that is not used.
+        """
+        if tx.inbox.has(raw.event_id):
+            return Outcome("duplicate", agent_id=raw.agent_id)
+        outcome = self._apply(tx, raw, event)
+        # Written once, with its final status: an update would rewrite (and zero) the raw body.
+        # A body holding what was said before a forget is not kept (its id is: a redelivery
+        # is still recognised), as the forget blanked those it found.
+        tx.inbox.insert(
+            InboxEntry(
+                event_id=raw.event_id,
+                event_type=storable(raw.event_type) or 0,
+                received_ms=raw.received_ms,
+                body="" if outcome.forgotten else raw.body,
+                status="forgotten" if outcome.forgotten else outcome.status,
+                product_id=storable(raw.product_id),
+                notify_ms=storable(raw.notify_ms),
+                agent_id=raw.agent_id,
+                # Whose words these are, even if the event never becomes a session: forget finds them.
+                label_user=_label(raw.labels, self.settings.label_user_key),
+                label_character=_label(raw.labels, self.settings.label_character_key),
+                error=None if outcome.forgotten else outcome.detail,
+            )
+        )
+        return outcome
+
+    def reapply(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
+        """Apply again an event already recorded (reprocessing), recording the outcome."""
+        outcome = self._apply(tx, raw, event)
+        if outcome.forgotten:
+            tx.inbox.blank(raw.event_id)
+        else:
+            tx.inbox.set_status(raw.event_id, outcome.status, outcome.detail)
+        return outcome
+
+    def _apply(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
+        """Apply an event; a failure is rolled back and returned, never raised."""
+        if isinstance(event, Outcome):
+            return event
+        try:
+            with tx.savepoint():
+                outcome = self.apply_event(tx, event, raw.notify_ms or raw.received_ms)
+        except Exception as exc:  # the raw event stays; `agent-memory reprocess` retries it
+            log.exception("callback %s (type %s) failed", raw.event_id, raw.event_type)
+            return Outcome("failed", detail=f"{type(exc).__name__}: {exc}")
+        if not event.skipped:
+            return outcome
+        return set_aside(outcome, event.skipped, f"callback {raw.event_id} (type {raw.event_type})")
+
+    def apply_event(self, tx: Transaction, event: SessionEvent, stamp: int) -> Outcome:
+        """Apply one session event to sessions, messages, watches and metrics.
+
+        `stamp` is when the platform says it happened: it dates what has no time of its own.
+        """
+        session, cutoff = self.sessions.session_to_write(tx, event, stamp)
+        agent_id = session.agent_id
+        changes: SessionChanges = {"updated_ms": now_ms()}
+        if event.kind == "history":
+            outcome = merge(tx, self.settings, session, event.messages, stamp, ended=True, cutoff=cutoff)
+            outcome = self.speakers.keep_apart(tx, session, event, stamp, outcome, ended=True)
+            # The whole transcript comes after the run stopped, whether or not `left` came yet.
+            if session.status == "running":
+                changes["status"] = "stopped"
+            if event.stop_ms and not session.stop_ms:
+                changes["stop_ms"] = event.stop_ms
+            tx.sessions.update(agent_id, changes)
+            self.stop_following(tx, session, "history delivered")
+            return outcome
+        if event.kind == "joined" and event.follow:
+            tx.watches.follow(agent_id, "callback", first_poll_ms=now_ms())
+        elif event.kind == "left":
+            reason = f"agent left ({event.stop_status})" if event.stop_status else "agent left"
+            self.stop_following(tx, session, reason)
+            changes["status"] = "failed" if event.failed else "stopped"
+            changes["stop_reason"] = event.stop_reason
+            changes["stop_ms"] = event.stop_ms or session.stop_ms or stamp
+        elif event.kind == "errors":
+            changes["error_count"] = session.error_count + event.error_count
+        elif event.kind == "metrics":
+            tx.analytics.record_metrics(agent_id, event.metrics, stamp)
+        elif event.kind == "turns_finished":
+            tx.analytics.record_metrics(agent_id, event.metrics, stamp)
+            if event.turn_count is not None:
+                changes["turn_count"] = storable(event.turn_count)
+            if event.truncated:
+                changes["turns_truncated"] = True
+        elif event.kind == "token_expiring":
+            changes["token_warning_ms"] = stamp
+            self.warn_token_expiring(tx, session, event)
+        if event.advice and event.kind != "token_expiring":
+            log.info("agent %s: %s", agent_id, event.advice)
+        tx.sessions.update(agent_id, changes)
+        return Outcome("done", agent_id=agent_id, user_id=session.user_id, character_id=session.character_id)
+
+    def stop_following(self, tx: Transaction, session: Session, reason: str) -> None:
+        """Stop following a run whose call ended: what its agent held itself, kept out of the
+        summary while a refresh could push it back (`memory.jobs.held_from`), is condensed now."""
+        watch = tx.watches.get(session.agent_id)
+        if tx.watches.unfollow(session.agent_id, reason) and watch is not None and watch.refreshes:
+            schedule_condense(tx, self.settings, session.user_id, session.character_id, 0, ended=True)
+
+    @staticmethod
+    def warn_token_expiring(tx: Transaction, session: Session, event: SessionEvent) -> None:
+        """Say that an agent's credentials are about to expire, with the platform's advice."""
+        watch = tx.watches.get(session.agent_id)
+        started_here = watch is not None and watch.origin == "join"
+        log.warning(
+            "agent %s in channel %s%s: %s",
+            session.agent_id,
+            session.channel or event.channel or "-",
+            " (started by this service)" if started_here else "",
+            event.advice or "its credentials are about to expire",
+        )
+
+    def merge_window(self, tx: Transaction, window: HistoryWindow, stamp: int) -> Outcome:
+        """Merge a history window read from the platform while the agent runs."""
+        session, cutoff = self.sessions.session_to_write(tx, window, stamp)
+        outcome = merge(
+            tx, self.settings, session, window.messages, stamp, cutoff=cutoff, discrete=window.discrete
+        )
+        outcome = self.speakers.keep_apart(tx, session, window, stamp, outcome, discrete=window.discrete)
+        if window.skipped:
+            return set_aside(outcome, window.skipped, "history window")
+        return outcome
+
+    # what the service asks of the sessions directly
+
+    def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:
+        """The event's session, created or moved to a better-founded identity (`Sessions.ensure_session`)."""
+        return self.sessions.ensure_session(tx, event, stamp)
+
+    def bind(self, tx: Transaction, agent_id: str, user_id: str, character_id: str) -> Session | None:
+        """Tie an agent run to a user and character (`Sessions.bind`)."""
+        return self.sessions.bind(tx, agent_id, user_id, character_id)
+
+    def bind_channel(
+        self, tx: Transaction, channel: str, user_id: str, character_id: str
+    ) -> tuple[ChannelBinding, list[str]]:
+        """Tie a channel to a user and character (`Sessions.bind_channel`)."""
+        return self.sessions.bind_channel(tx, channel, user_id, character_id)
