@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # postgres_server: a throwaway PostgreSQL
 from agent_memory.core.domain import Session, Summary  # noqa: E402
-from agent_memory.memory.ingest import arrival, stored_form  # noqa: E402
+from agent_memory.memory.ingest.arrivals import arrival, stored_form  # noqa: E402
 from agent_memory.memory.service import ContextRequest, Memory, build_in  # noqa: E402
 from agent_memory.platforms.agora.events import session_event  # noqa: E402
 from agent_memory.platforms.agora.payloads import AgentHistory  # noqa: E402

@@ -25,7 +25,7 @@ from conftest import (
 
 from agent_memory.cli import main
 from agent_memory.errors import InvalidJSON
-from agent_memory.memory import restore
+from agent_memory.memory.restore import importer, reader
 
 pytestmark = pytest.mark.postgres
 
@@ -243,8 +243,8 @@ def test_the_reader_streams_across_any_chunk_boundary(monkeypatch: pytest.Monkey
     }
     text = json.dumps(document, ensure_ascii=False, indent=1)
     for chunk in (1, 2, 3, 7, 64):
-        monkeypatch.setattr(restore, "CHUNK_CHARS", chunk)
-        pieces = list(restore.ExportReader(io.StringIO(text)).pieces())
+        monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)
+        pieces = list(reader.ExportReader(io.StringIO(text)).pieces())
         rebuilt: dict[str, Any] = {}
         for piece in pieces:
             if piece.record:
@@ -384,7 +384,7 @@ async def test_a_forget_during_an_import_stops_it(service: Service, monkeypatch:
     assert (await service.api("DELETE", "/v1/users/u-mid"))[0] == 200
     doc = json.loads(document)
     doc["exported_ms"] = 2**53  # taken after that forget: imported without forcing
-    flush = restore.Importer._flush
+    flush = importer.Importer._flush
     batches: list[str] = []
 
     async def forget_after_the_sessions(self: Any, kind: str, *args: Any) -> None:
@@ -393,7 +393,7 @@ async def test_a_forget_during_an_import_stops_it(service: Service, monkeypatch:
         if kind == "sessions":  # the operator forgets the user again while the import runs
             await self.store.write(lambda tx: tx.maintenance.forget("u-mid", None))
 
-    monkeypatch.setattr(restore.Importer, "_flush", forget_after_the_sessions)
+    monkeypatch.setattr(importer.Importer, "_flush", forget_after_the_sessions)
     status, body = await service.api("POST", "/v1/import", data=json.dumps(doc).encode())
     message = assert_error(status, body, 409, "conflict")
     assert "while it was being imported" in message, message
@@ -438,4 +438,4 @@ def test_the_reader_refuses_a_record_nested_too_deep() -> None:
         + "}]}"
     )
     with pytest.raises(InvalidJSON, match=r"^line 4: messages\[1\] nests arrays and objects deeper than 128"):
-        list(restore.ExportReader(io.StringIO(text)).pieces())
+        list(reader.ExportReader(io.StringIO(text)).pieces())

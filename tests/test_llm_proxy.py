@@ -32,7 +32,7 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
-from agent_memory.memory.ingest import in_order
+from agent_memory.memory.ingest.arrivals import in_order
 from agent_memory.memory.per_turn import BriefPairs
 from agent_memory.memory.service import Memory, recall_in
 from agent_memory.platforms.agora.keys import POLLER

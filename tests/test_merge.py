@@ -11,6 +11,7 @@ from conftest import agent_event, load_fixture, turns
 from agent_memory.core.alignment import align
 from agent_memory.core.events import HistoryWindow, IncomingMessage
 from agent_memory.memory.ingest import Ingestor
+from agent_memory.memory.ingest.merge import merge as merge_messages
 from agent_memory.platforms.agora.events import parse_callback, session_event
 from agent_memory.platforms.agora.payloads import AgentHistory
 from agent_memory.settings import Settings
@@ -33,7 +34,7 @@ async def merge(store, ingestor, agent_id, contents, labels=LABELS):
 
     def run(tx):
         session = ingestor.ensure_session(tx, event, 1_763_690_000_000)
-        return ingestor.merge(tx, session, event.messages, 1_763_690_000_000)
+        return merge_messages(tx, ingestor.settings, session, event.messages, 1_763_690_000_000)
 
     return await store.write(run)
 

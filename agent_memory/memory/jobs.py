@@ -51,6 +51,25 @@ RENEWALS_PER_LEASE = 3
 DEFAULT_AGENT_WINDOW = 32
 
 
+def schedule_condense(
+    tx: Transaction, settings: Settings, user_id: str, character_id: str, new: int, *, ended: bool = False
+) -> None:
+    """Debounce the pair's condense job for `new` messages (in the transaction that stored them);
+    after a call ended the wait is `summary_after_call_s`: the next call may start any minute."""
+    delay_s = (
+        min(settings.summary_after_call_s, settings.summary_delay_s) if ended else settings.summary_delay_s
+    )
+    tx.jobs.schedule(
+        CONDENSE,
+        user_id,
+        character_id,
+        delay_ms=round(delay_s * 1000),
+        max_wait_ms=round(settings.summary_max_wait_s * 1000),
+        max_messages=settings.summary_max_messages,
+        new_messages=new,
+    )
+
+
 class Forgotten(Exception):
     """The pair was forgotten while its job ran; the result is dropped."""
 
