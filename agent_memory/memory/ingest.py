@@ -756,6 +756,8 @@ class Ingestor:
                     if incoming
                     else Placement([], None, session.gap_count, False)
                 )
+        for message_id, seq in placed.moves:
+            tx.messages.update(message_id, {"seq": seq})
         created_ms = now_ms()
         new_rows: list[NewMessage] = []
         spoken = 0

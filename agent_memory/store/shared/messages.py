@@ -19,7 +19,7 @@ READ_COLUMNS = (
 # What window merging needs of a stored message, in `MessageFingerprint`'s order.
 FINGERPRINT_COLUMNS = (
     "id, seq, role, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original, "
-    "images"
+    "images, kind"
 )
 # Memory, summaries and transcripts read what was said; tool calls and results are kept
 # (export, GET …/messages) but were never said.
