@@ -169,6 +169,31 @@ async def test_forgetting_the_owner_leaves_nothing_of_the_owner_with_the_guest(s
     assert GUEST_WORDS.encode() in data  # the scan sees what is still held
 
 
+async def test_stats_count_a_shared_call_and_each_spoken_turn_once(service) -> None:
+    await deliver(service, history(CALL, LABELS), expect="done")
+    status, owner = await service.api("GET", f"/v1/users/{OWNER}/stats")
+    assert status == 200 and owner["sessions"] == 1, owner
+    for path, users in (("/v1/stats", "users"), (f"/v1/characters/{CHARACTER}/stats", "active_users")):
+        status, body = await service.api("GET", path)
+        assert status == 200, body
+        # The guest's own session holds copies of turns the call's session holds: one call,
+        # each turn once, and both speakers are users.
+        assert (body["sessions"], body[users]) == (1, 2), body
+        assert body["messages"] == body["messages_stored"] == len(CALL), body
+        assert body["user_messages"] == 4 and body["talk_ms"] == owner["talk_ms"], body
+    _, overall = await service.api("GET", "/v1/stats")
+    top = overall["top_characters"][0]
+    assert (top["sessions"], top["messages"], top["active_users"]) == (1, len(CALL), 2), top
+    # A user's own figures are their own session's: the guest said two turns.
+    status, guest = await service.api("GET", f"/v1/users/{GUEST}/stats")
+    assert (guest["sessions"], guest["messages"], guest["user_messages"]) == (1, 2, 2), guest
+    # With the call's session gone (its owner forgotten), the guest's is the only copy: it counts.
+    status, _ = await service.api("DELETE", f"/v1/users/{OWNER}")
+    assert status == 200
+    _, overall = await service.api("GET", "/v1/stats")
+    assert (overall["sessions"], overall["messages"], overall["users"]) == (1, 2, 1), overall
+
+
 async def test_polled_windows_keep_each_speakers_words_too(start_service, fake) -> None:
     service = await live(start_service, fake)
     fake.add_agent(AGENT, max_history=4)
