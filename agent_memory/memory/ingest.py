@@ -46,7 +46,7 @@ from agent_memory.logs import pair_ref, user_ref
 from agent_memory.memory.embedding import schedule_embedding
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
-from agent_memory.store.types import ForgetCutoff, NewMessage, SessionChanges
+from agent_memory.store.types import ForgetCutoff, ForgetReceipt, NewMessage, SessionChanges
 
 log = logging.getLogger(__name__)
 
@@ -475,6 +475,69 @@ class Ingestor:
         # A raw body holding words said before a speaker's forget is not kept either.
         return replace(outcome, forgotten=outcome.forgotten + forgotten) if forgotten else outcome
 
+    def without_forgotten_speakers(
+        self, tx: Transaction, session: Session, messages: Sequence[IncomingMessage]
+    ) -> tuple[Sequence[IncomingMessage], int]:
+        """A shared call's window without the turns of a speaker forgotten since they said them
+        (their forget took them from the call's session too: `forget_shared_turns`); an undated
+        one may have been said before, and is left out too. Also: how many were left out."""
+        uids = {
+            m.speaker
+            for m in messages
+            if m.role == "user" and m.kind == TURN and m.speaker and m.speaker != session.rtc_uid
+        }
+        forgot: dict[str, int] = {}
+        for uid in uids:
+            cutoff = tx.maintenance.forget_cutoff(
+                session.user_id, session.character_id, speaker_session_id(session.agent_id, uid)
+            )
+            if cutoff is not None and cutoff.run:
+                forgot[uid] = cutoff.at_ms
+        if not forgot:
+            return messages, 0
+        kept = [
+            m
+            for m in messages
+            if not (
+                m.role == "user"
+                and m.kind == TURN
+                and m.speaker in forgot
+                and ((m.ts_ms if m.ts_ms is not None else m.seen_ms) or 0) <= forgot[m.speaker]
+            )
+        ]
+        return kept, len(messages) - len(kept)
+
+    def forget_shared_turns(self, tx: Transaction, user_id: str, character_id: str | None) -> ForgetReceipt:
+        """Before a forget of a user (or pair): take what they said as a guest of other users'
+        shared calls from those calls' sessions (their turns, the raw callbacks that carry them),
+        and what was learned from those sessions (the owner's summary and unpinned facts, condensed
+        again from what is left), as a move of a session out of a pair does."""
+        turns = raw = 0
+        for run_id, uid in tx.sessions.speaking_in(user_id, character_id):
+            run = tx.sessions.get(run_id)  # PostgreSQL: the call's lock, as its merges take it
+            if run is None or (run.user_id == user_id and character_id in (None, run.character_id)):
+                continue  # the call's own session goes with this forget
+            deleted = tx.messages.delete_said_by(run_id, uid)
+            raw += tx.inbox.blank_run(run_id)
+            if not deleted:
+                continue
+            turns += deleted
+            tx.sessions.update(run_id, {"message_count": max(run.message_count - deleted, 0)})
+            reset = {
+                "summaries": tx.summaries.delete(run.user_id, run.character_id),
+                "facts": tx.facts.delete_unpinned(run.user_id, run.character_id),
+            }
+            log.info(
+                "summary of %s reset: session %s held a forgotten speaker's words (%s)",
+                pair_ref(run.user_id, run.character_id),
+                run_id,
+                reset,
+            )
+            remaining = tx.messages.count_after(run.user_id, run.character_id, 0)
+            if remaining:
+                self.schedule_condense(tx, run.user_id, run.character_id, remaining)
+        return {"shared_call_turns": turns, "shared_call_raw_callbacks": raw}
+
     def speaker_identity(
         self, tx: Transaction, session: Session, event: SessionEvent | HistoryWindow, uid: str
     ) -> Identity | None:
@@ -741,6 +804,7 @@ class Ingestor:
         when the pair was last forgotten (what was said before it is left out); `discrete`: each
         message names itself (HistoryWindow.discrete)."""
         agent_id = session.agent_id
+        messages, unspoken = self.without_forgotten_speakers(tx, session, messages)
         base_ms = session.start_ms or stamp
         incoming = in_order(messages, base_ms)
         placed = self._place(tx, session, incoming, discrete)
@@ -795,7 +859,7 @@ class Ingestor:
             gap=placed.new_gap,
             user_id=session.user_id,
             character_id=session.character_id,
-            forgotten=forgotten,
+            forgotten=forgotten + unspoken,
         )
 
     @staticmethod
