@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_elevenlabs as elevenlabs
 import test_vapi as vapi
 from conftest import Service, load_fixture, wait_for
 from fakes.upstream_llm import FakeUpstreamLLM, Script
@@ -20,6 +21,7 @@ from test_retention import database_files
 from agent_memory.core.events import IncomingMessage
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.calls import CallTranscript, call_identity, store_transcript
+from agent_memory.platforms.llm_endpoint import PARTS, Parts
 from agent_memory.web.keys import MEMORY
 
 pytestmark = pytest.mark.postgres
@@ -325,27 +327,180 @@ async def test_a_calls_repeated_messages_are_read_once_and_a_repeated_request_is
     ]
 
 
-async def test_a_live_vapi_call_and_its_signed_end_of_call_report_are_one_transcript(
-    start_service: Any, upstream: FakeUpstreamLLM
+def settled(service: Service) -> Any:
+    """The per-turn route's held replies recorded and its merges done (what a quiet call leaves)."""
+    parts: Parts = service.server.app[PARTS]
+    return parts.turns.close()
+
+
+async def live_vapi_call(
+    service: Service, upstream: FakeUpstreamLLM, tool_items: list[dict[str, Any]]
 ) -> None:
-    service = await start(start_service, upstream, phone_identity=True, vapi_secret=vapi.VAPI_SECRET)
-    report = vapi.report()
-    # Its tool call and result left out: this endpoint records the words said, not tool calls
-    # (a call whose model calls tools does not merge with its report yet: see the report).
-    artifact = report["message"]["artifact"]
-    artifact["messages"] = [m for m in artifact["messages"] if m.get("role") in ("user", "bot", "system")]
+    """The report's call as Vapi drives its custom LLM: one request per user turn, the model
+    says the replies; before its last reply it calls the report's tool, and Vapi asks again
+    with the call and its result (OpenAI's messages: an assistant `tool_calls`, a `tool`)."""
     call = {"id": vapi.CALL_ID, "type": "inboundPhoneCall", "customer": {"number": vapi.CALLER}}
     said = [{"role": role, "content": text} for role, text in vapi.SPOKEN]
-    # The call as Vapi drives its custom LLM: one request per user turn, the model says the replies.
-    for asked in (2, 4):
-        upstream.script(Script(words=[said[asked]["content"]]))
+    called, result = tool_items
+    tool_messages = [
+        {"role": "assistant", "content": None, "tool_calls": called["toolCalls"]},
+        {"role": "tool", "tool_call_id": result["toolCallId"], "content": result["result"]},
+    ]
+    requests = [
+        (said[:2], Script(words=[said[2]["content"]])),
+        (said[:4], Script(words=[], tool_calls=True)),
+        ([*said[:4], *tool_messages], Script(words=[said[4]["content"]])),
+    ]
+    for conversation, answer in requests:
+        upstream.script(answer)
         body = {"model": "gpt-4o", "stream": True, "call": call, "customer": call["customer"], "metadata": {}}
-        body["messages"] = [{"role": "system", "content": "You are Luna."}, *said[:asked]]
+        body["messages"] = [{"role": "system", "content": "You are Luna."}, *conversation]
         status, text, _ = await post(service, VAPI, body)
         assert status == 200, text
-    await wait_for(lambda: stored(service, vapi.CALLER_USER, "default", 5))
+    await settled(service)
+
+
+def tools_of(messages: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+    """Each tool item: its role, kind and the tool call it is or answers."""
+    return [
+        (
+            m["role"],
+            m["kind"],
+            m["tool"].get("tool_call_id") or m["tool"]["tool_calls"][0]["id"],
+        )
+        for m in messages
+        if m["kind"] != "turn"
+    ]
+
+
+@pytest.mark.parametrize("live_first", [True, False])
+async def test_a_live_vapi_call_and_its_signed_end_of_call_report_are_one_transcript(
+    start_service: Any, upstream: FakeUpstreamLLM, live_first: bool
+) -> None:
+    # A call whose model calls a tool: its live turns (tool call and result among them) and its
+    # report, in either order, are one transcript; the report's redelivery changes nothing.
+    service = await start(start_service, upstream, phone_identity=True, vapi_secret=vapi.VAPI_SECRET)
+    report = vapi.report()
+    tool_items = [
+        m
+        for m in report["message"]["artifact"]["messages"]
+        if m["role"] in ("tool_calls", "tool_call_result")
+    ]
+    if live_first:
+        await live_vapi_call(service, upstream, tool_items)
+        assert vapi.spoken(await stored(service, vapi.CALLER_USER, "default", 5)) == vapi.SPOKEN
     status, answer = await vapi.post(service, report)
-    assert status == 200, answer
-    found = await stored(service, vapi.CALLER_USER, "default", 5)
+    assert (status, answer["status"]) == (200, "done"), answer
+    if not live_first:
+        await live_vapi_call(service, upstream, tool_items)
+    assert (await vapi.post(service, report))[1]["status"] == "duplicate"
+    found = await stored(service, vapi.CALLER_USER, "default", 7)
+    assert len(found) == 7
     assert vapi.spoken(found) == vapi.SPOKEN
+    assert [m["kind"] for m in found] == ["turn"] * 4 + ["tool_call", "tool_result", "turn"]
+    assert tools_of(found) == [
+        ("assistant", "tool_call", "call_Kp3RwQ9"),
+        ("tool", "tool_result", "call_Kp3RwQ9"),
+    ]
     assert {m["agent_id"] for m in found} == {f"vapi:{vapi.CALL_ID}"}
+    # The reply is the platform's copy (no longer the relayed one), and no turn is empty.
+    assert found[-1]["source"] != "relayed" and all(m["content"] for m in found if m["kind"] == "turn")
+
+
+@pytest.mark.parametrize("live_first", [True, False])
+async def test_tool_items_the_live_requests_never_carried_go_between_the_turns_of_the_report(
+    start_service: Any, upstream: FakeUpstreamLLM, live_first: bool
+) -> None:
+    # A tool the model never saw (run by the platform between two turns): the report has it, the
+    # live requests do not. Room is made for it where it was called; nothing is doubled.
+    service = await start(start_service, upstream, phone_identity=True, vapi_secret=vapi.VAPI_SECRET)
+    report = vapi.report()
+    call = {"id": vapi.CALL_ID, "type": "inboundPhoneCall", "customer": {"number": vapi.CALLER}}
+    said = [{"role": role, "content": text} for role, text in vapi.SPOKEN]
+
+    async def live() -> None:
+        for asked in (2, 4):
+            upstream.script(Script(words=[said[asked]["content"]]))
+            body = {"model": "gpt-4o", "stream": True, "call": call, "customer": call["customer"]}
+            body["messages"] = [{"role": "system", "content": "You are Luna."}, *said[:asked]]
+            status, text, _ = await post(service, VAPI, body)
+            assert status == 200, text
+        await settled(service)
+
+    if live_first:
+        await live()
+        assert vapi.spoken(await stored(service, vapi.CALLER_USER, "default", 5)) == vapi.SPOKEN
+    assert (await vapi.post(service, report))[1]["status"] == "done"
+    if not live_first:
+        await live()
+    assert (await vapi.post(service, report))[1]["status"] == "duplicate"
+    found = await stored(service, vapi.CALLER_USER, "default", 7)
+    assert len(found) == 7 and vapi.spoken(found) == vapi.SPOKEN
+    assert [m["kind"] for m in found] == ["turn"] * 4 + ["tool_call", "tool_result", "turn"]
+    assert not any(m["gap_before"] for m in found)
+
+
+@pytest.mark.parametrize("live_first", [True, False])
+async def test_a_live_elevenlabs_call_with_a_tool_call_and_its_signed_transcript_are_one_transcript(
+    start_service: Any, upstream: FakeUpstreamLLM, live_first: bool
+) -> None:
+    service = await start(start_service, upstream, elevenlabs_secret=elevenlabs.SECRET)
+    # The published transcription (conversation abc, user123, agent xyz), its agent calling the
+    # published Conversation API example's tool (an entry of its own, no words) before it answers.
+    payload = elevenlabs.published("post_call_transcription.json")
+    example = elevenlabs.published("conversation_api_example.json")["transcript"][0]
+    transcript = payload["data"]["transcript"]
+    entry = {"role": "agent", "message": None, "time_in_call_secs": 5}
+    entry.update(tool_calls=example["tool_calls"], tool_results=example["tool_results"])
+    transcript.insert(2, entry)
+    greeting, question, answer = (transcript[i]["message"] for i in (0, 1, 3))
+    call, result = example["tool_calls"][0], example["tool_results"][0]
+
+    async def live() -> None:
+        # As ElevenLabs drives a custom LLM: the model calls the tool, then answers its result.
+        said = [{"role": "assistant", "content": greeting}, {"role": "user", "content": question}]
+        called = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call["request_id"],
+                    "type": "function",
+                    "function": {"name": call["tool_name"], "arguments": call["params_as_json"]},
+                }
+            ],
+        }
+        answered = {"role": "tool", "tool_call_id": result["request_id"], "content": result["result_value"]}
+        for conversation, script in (
+            (said, Script(words=[], tool_calls=True)),
+            ([*said, called, answered], Script(words=[answer])),
+        ):
+            upstream.script(script)
+            body = {
+                "model": "gpt-4o",
+                "stream": True,
+                "messages": [{"role": "system", "content": "You are Luna."}, *conversation],
+                "user_id": "user123",
+                "elevenlabs_extra_body": {"conversation_id": "abc", "agent_id": "xyz"},
+            }
+            status, text, _ = await post(service, ELEVENLABS, body)
+            assert status == 200, text
+        await settled(service)
+
+    if live_first:
+        await live()
+    status, outcome = await elevenlabs.post(service, payload)
+    assert (status, outcome["status"]) == (200, "done"), outcome
+    if not live_first:
+        await live()
+    assert (await elevenlabs.post(service, payload))[1]["status"] == "duplicate"
+    found = await stored(service, "user123", "xyz", 5)
+    assert [(m["role"], m["kind"]) for m in found] == [
+        ("assistant", "turn"),
+        ("user", "turn"),
+        ("assistant", "tool_call"),
+        ("tool", "tool_result"),
+        ("assistant", "turn"),
+    ]
+    assert [m["content"] for m in found if m["kind"] == "turn"] == [greeting, question, answer]
+    assert {m["agent_id"] for m in found} == {"elevenlabs:abc"}

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import agent_event, deliver, live, poll, session_of, stored
+from conftest import agent_event, condense, deliver, live, poll, session_of, stored
 from test_retention import database_files
 
 pytestmark = pytest.mark.postgres
@@ -143,19 +143,44 @@ async def test_a_label_naming_the_owners_uid_keeps_the_owner_out_of_speaker_sess
     assert await session_of(service, f"{AGENT}~{OWNER_UID}") is None
 
 
-async def test_forgetting_the_guest_deletes_their_own_session_down_to_the_bytes(service, db_path) -> None:
+async def test_forgetting_the_guest_takes_their_words_from_the_shared_call_down_to_the_bytes(
+    service, db_path
+) -> None:
     await deliver(service, history(CALL, LABELS), expect="done")
+    # The owner's memory was condensed from the whole call, the guest's words with it.
+    status, _ = await service.api("POST", f"/v1/users/{OWNER}/characters/{CHARACTER}/condense")
+    assert status in (200, 202)
+    await condense(service)
+    status, before = await service.api("GET", f"/v1/users/{OWNER}/characters/{CHARACTER}/summary")
+    assert status == 200 and "Quorvaline" in json.dumps(before), before
     status, body = await service.api("DELETE", f"/v1/users/{GUEST}")
-    assert status == 200 and body["deleted"]["sessions"] == 1, body
+    assert status == 200, body
+    # Their own session and their two turns in the owner's; the call's raw callback too.
+    assert (body["deleted"]["sessions"], body["deleted"]["messages"]) == (1, 2 + 2), body
+    assert body["deleted"]["raw_callbacks"] >= 1, body
     assert await held(service, GUEST) == []
     assert await session_of(service, f"{AGENT}~{GUEST_UID}") is None
-    # The shared call is the owner's conversation: it keeps what the guest said in it ...
-    assert GUEST_WORDS in await held(service, OWNER)
-    # ... and the owner's forget deletes that; the guest's own session held none of the owner's words.
-    status, body = await service.api("DELETE", f"/v1/users/{OWNER}")
-    assert status == 200, body
+    owner = await held(service, OWNER)
+    assert owner == [m["content"] for m in CALL if m["metadata"].get("user") != GUEST_UID]
+    # What was learned from the call goes, and is learned again from what is left.
+    status, reset = await service.api("GET", f"/v1/users/{OWNER}/characters/{CHARACTER}/summary")
+    assert status == 200 and reset["summary"] is None, reset
+    status, _ = await service.api("POST", f"/v1/users/{OWNER}/characters/{CHARACTER}/condense")
+    assert status in (200, 202)
+    await condense(service)
+    status, after = await service.api("GET", f"/v1/users/{OWNER}/characters/{CHARACTER}/summary")
+    assert status == 200 and "Quorvaline" not in json.dumps(after) and "Wexfordian" in json.dumps(after)
+    status, found = await service.api(
+        "GET", f"/v1/users/{OWNER}/characters/{CHARACTER}/recall", params={"q": "Quorvaline teapots"}
+    )
+    assert status == 200 and found["memories"] == [], found
+    # The call delivered again (a retry under another notice id): the guest's words stay out.
+    await deliver(service, history(CALL, LABELS, "n-retry"))
+    assert await held(service, OWNER) == owner
+    assert await held(service, GUEST) == []
     data = database_files(db_path)
-    for words in (OWNER_WORDS, GUEST_WORDS, GUEST_MORE):
+    assert OWNER_WORDS.encode() in data  # the scan sees what is still held
+    for words in (GUEST_WORDS, GUEST_MORE):
         assert words.encode() not in data, words
 
 
@@ -167,6 +192,31 @@ async def test_forgetting_the_owner_leaves_nothing_of_the_owner_with_the_guest(s
     data = database_files(db_path)
     assert OWNER_WORDS.encode() not in data
     assert GUEST_WORDS.encode() in data  # the scan sees what is still held
+
+
+async def test_stats_count_a_shared_call_and_each_spoken_turn_once(service) -> None:
+    await deliver(service, history(CALL, LABELS), expect="done")
+    status, owner = await service.api("GET", f"/v1/users/{OWNER}/stats")
+    assert status == 200 and owner["sessions"] == 1, owner
+    for path, users in (("/v1/stats", "users"), (f"/v1/characters/{CHARACTER}/stats", "active_users")):
+        status, body = await service.api("GET", path)
+        assert status == 200, body
+        # The guest's own session holds copies of turns the call's session holds: one call,
+        # each turn once, and both speakers are users.
+        assert (body["sessions"], body[users]) == (1, 2), body
+        assert body["messages"] == body["messages_stored"] == len(CALL), body
+        assert body["user_messages"] == 4 and body["talk_ms"] == owner["talk_ms"], body
+    _, overall = await service.api("GET", "/v1/stats")
+    top = overall["top_characters"][0]
+    assert (top["sessions"], top["messages"], top["active_users"]) == (1, len(CALL), 2), top
+    # A user's own figures are their own session's: the guest said two turns.
+    status, guest = await service.api("GET", f"/v1/users/{GUEST}/stats")
+    assert (guest["sessions"], guest["messages"], guest["user_messages"]) == (1, 2, 2), guest
+    # With the call's session gone (its owner forgotten), the guest's is the only copy: it counts.
+    status, _ = await service.api("DELETE", f"/v1/users/{OWNER}")
+    assert status == 200
+    _, overall = await service.api("GET", "/v1/stats")
+    assert (overall["sessions"], overall["messages"], overall["users"]) == (1, 2, 1), overall
 
 
 async def test_polled_windows_keep_each_speakers_words_too(start_service, fake) -> None:

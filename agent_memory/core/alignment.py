@@ -12,6 +12,12 @@ A reply this service relayed from the upstream model (`RELAYED`) is its own copy
 the platform's arrives: it may say more or less than what the user heard, so at its place any
 copy of the same role is it, and the platform's copy (text, interruption) wins over it,
 whichever of the two was merged first.
+
+Tool calls and results (never said) are not evidence of where a window sits: one source may
+send them and another not, or in another shape (a custom-LLM request's OpenAI messages, a
+platform's end-of-call report). Where either side holds any, the spoken turns are aligned
+alone, and each tool item of the window is the stored one of its kind between the same two
+turns (its own copy by fingerprint first, else the next of its kind, in order).
 """
 
 from __future__ import annotations
@@ -20,11 +26,11 @@ import hashlib
 import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agent_memory.core.domain import MessageChanges, MessageFingerprint
-from agent_memory.core.events import RELAYED
+from agent_memory.core.events import RELAYED, TURN
 
 # Repeated contents ("ok", "") may stand in many places; a window is placed by the
 # most recent ones only.
@@ -63,6 +69,8 @@ class Comparable(Protocol):
     def ts_ms(self) -> int | None: ...
     @property
     def turn_id(self) -> int | None: ...
+    @property
+    def kind(self) -> str: ...
 
 
 class Identified(Comparable, Protocol):
@@ -227,6 +235,9 @@ class Placement:
     gap_after_id: int | None  # a stored message that now follows a gap
     gap_count: int
     new_gap: bool
+    # Stored messages renumbered to make room (id, new seq), highest first: the order in which
+    # moving them never meets a seq still taken.
+    moves: list[tuple[int, int]] = field(default_factory=list)
 
 
 def segments_of(stored: Sequence[MessageFingerprint]) -> list[list[MessageFingerprint]]:
@@ -242,10 +253,34 @@ def segments_of(stored: Sequence[MessageFingerprint]) -> list[list[MessageFinger
 def map_window(
     stored: Sequence[MessageFingerprint], incoming: Sequence[Comparable]
 ) -> list[MessageFingerprint | None]:
-    """The stored message each window message is, aligning against each gap-free segment."""
-    window = keys_of(incoming)
+    """The stored message each window message is: the spoken turns aligned (`map_run`), then
+    the tool items matched between them (`match_tools`)."""
+    if all(row.kind == TURN for row in stored) and all(m.kind == TURN for m in incoming):
+        return map_run(segments_of(stored), stored, keys_of(incoming))
+    said = [j for j, message in enumerate(incoming) if message.kind == TURN]
+    segments = [[row for row in segment if row.kind == TURN] for segment in segments_of(stored)]
+    segments = [segment for segment in segments if segment]
+    turns = map_run(
+        segments, [row for segment in segments for row in segment], keys_of([incoming[j] for j in said])
+    )
+    if not any(turns):
+        # No spoken turn in common (a window of tool items alone): placed as one run.
+        return map_run(segments_of(stored), stored, keys_of(incoming))
     mapping: list[MessageFingerprint | None] = [None] * len(incoming)
-    for segment in segments_of(stored):
+    for j, row in zip(said, turns, strict=True):
+        mapping[j] = row
+    match_tools(stored, incoming, mapping)
+    return mapping
+
+
+def map_run(
+    segments: Sequence[Sequence[MessageFingerprint]],
+    stored: Sequence[MessageFingerprint],
+    window: Sequence[Key],
+) -> list[MessageFingerprint | None]:
+    """The stored message each of `window` is, aligning against each gap-free segment of `stored`."""
+    mapping: list[MessageFingerprint | None] = [None] * len(window)
+    for segment in segments:
         offset = align(keys_of(segment), window)
         if offset is None:
             continue
@@ -262,6 +297,72 @@ def map_window(
     return mapping
 
 
+def match_tools(
+    stored: Sequence[MessageFingerprint],
+    incoming: Sequence[Comparable],
+    mapping: list[MessageFingerprint | None],
+) -> None:
+    """Map each tool item of the window (in place) to a stored one of its kind and role between
+    the stored turns its window neighbours are; one with nothing to match stays new."""
+    turn_seqs = [row.seq for row in stored if row.kind == TURN]
+    j = 0
+    while j < len(incoming):
+        if incoming[j].kind == TURN:
+            j += 1
+            continue
+        end = j
+        while end < len(incoming) and incoming[end].kind != TURN:
+            end += 1
+        low, high = _between(
+            turn_seqs, mapping[j - 1] if j else None, mapping[end] if end < len(mapping) else None
+        )
+        if low is not None or high is not None:
+            candidates = [
+                row
+                for row in stored
+                if row.kind != TURN and (low is None or row.seq > low) and (high is None or row.seq < high)
+            ]
+            _pair_tools(incoming, mapping, range(j, end), candidates)
+        j = end
+
+
+def _between(
+    turn_seqs: Sequence[int], before: MessageFingerprint | None, after: MessageFingerprint | None
+) -> tuple[int | None, int | None]:
+    """The stored seqs a run of tool items lies strictly between: the stored turns its window
+    neighbours are, or the stored turn next to the one that is known; (None, None): neither is."""
+    if before is None and after is None:
+        return None, None
+    if before is not None and after is not None:
+        return before.seq, after.seq
+    if before is not None:
+        return before.seq, next((seq for seq in turn_seqs if seq > before.seq), None)
+    assert after is not None
+    return next((seq for seq in reversed(turn_seqs) if seq < after.seq), None), after.seq
+
+
+def _pair_tools(
+    incoming: Sequence[Comparable],
+    mapping: list[MessageFingerprint | None],
+    run: range,
+    candidates: Sequence[MessageFingerprint],
+) -> None:
+    """Pair a run of window tool items with stored ones, in order: the same fingerprint first,
+    else the next of the same kind and role."""
+    start = 0
+    for j in run:
+        item = incoming[j]
+        rest = candidates[start:]
+        found = next((k for k, row in enumerate(rest) if row.fp == item.fp), None)
+        if found is None:
+            found = next(
+                (k for k, row in enumerate(rest) if row.kind == item.kind and row.role == item.role), None
+            )
+        if found is not None:
+            mapping[j] = rest[found]
+            start += found + 1
+
+
 def place_window(stored: Sequence[MessageFingerprint], incoming: Sequence[Comparable]) -> Placement:
     """Number a window's messages relative to what is stored, and mark the gaps."""
     if not stored:
@@ -273,10 +374,64 @@ def place_window(stored: Sequence[MessageFingerprint], incoming: Sequence[Compar
         return _place_apart(stored, incoming, gaps_before)
     positions = _positions(mapping, first)
     taken = {row.seq for row in stored}
-    if any(seq in taken for seq, row, _ in positions if row is None):
+    crowded = [j for j, (seq, row, _) in enumerate(positions) if row is None and seq in taken]
+    if crowded and all(incoming[j].kind != TURN for j in crowded):
+        # Tool items one copy lacked (between two turns both have): room is made for them.
+        return _with_room(stored, mapping, first, gaps_before)
+    if crowded:
         # No room where the window belongs: keep it, after everything, as a separate part.
         return _place_apart(stored, incoming, gaps_before, force_after=True)
     return _with_edges(stored, mapping, positions, gaps_before)
+
+
+def _with_room(
+    stored: Sequence[MessageFingerprint],
+    mapping: Sequence[MessageFingerprint | None],
+    first: int,
+    gaps_before: int,
+) -> Placement:
+    """The window placed where it belongs, the stored messages after each new one numbered on
+    (as far as they must be) to make room: new ones before the first stored one go right
+    before it, each other one right after the message before it in the window."""
+    after: dict[int, list[int]] = defaultdict(list)  # stored id -> the new window items after it
+    before_first: list[int] = list(range(first))
+    previous: int | None = None
+    for j in range(first, len(mapping)):
+        row = mapping[j]
+        if row is not None:
+            previous = row.id
+        else:
+            assert previous is not None
+            after[previous].append(j)
+    ordered = sorted(stored, key=lambda row: row.seq)
+    anchor = mapping[first]
+    assert anchor is not None
+    seqs: dict[int, int] = {}  # window index -> seq of a new item
+    moved: dict[int, MessageFingerprint] = {}
+    last: int | None = None
+    for row in ordered:
+        if row.id == anchor.id and before_first:
+            start = row.seq - len(before_first) if last is None else last + 1
+            for k, j in enumerate(before_first):
+                seqs[j] = start + k
+            last = start + len(before_first) - 1
+        seq = row.seq if last is None else max(row.seq, last + 1)
+        moved[row.id] = replace(row, seq=seq) if seq != row.seq else row
+        last = seq
+        for j in after.get(row.id, ()):
+            last += 1
+            seqs[j] = last
+    placed = [moved[row.id] if row is not None else None for row in mapping]
+    positions: list[Position] = [
+        (row.seq, row, row.gap_before and j == 0) if row is not None else (seqs[j], None, False)
+        for j, row in enumerate(placed)
+    ]
+    shifted = [moved[row.id] for row in ordered]
+    placement = _with_edges(shifted, placed, positions, gaps_before)
+    placement.moves = [
+        (row.id, moved[row.id].seq) for row in reversed(ordered) if moved[row.id].seq != row.seq
+    ]
+    return placement
 
 
 def _positions(mapping: Sequence[MessageFingerprint | None], first: int) -> list[Position]:

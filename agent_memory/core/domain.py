@@ -177,6 +177,9 @@ class MessageFingerprint:
     interrupt_ms: int | None
     original: str | None
     images_json: str | None = None
+    # turn, tool_call or tool_result (core.events.MessageKind): tool traffic is matched
+    # between the spoken turns it came between (core.alignment.map_window).
+    kind: str = "turn"
 
 
 class MessageChanges(TypedDict, total=False):
@@ -184,6 +187,8 @@ class MessageChanges(TypedDict, total=False):
 
     # The platform's copy of a reply replaces the text this service relayed (`correction`).
     content: str
+    # Its place, moved on to make room for items another copy lacked (`Placement.moves`).
+    seq: int
     fp: str
     turn_id: int | None
     ts_ms: int | None

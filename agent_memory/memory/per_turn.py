@@ -148,9 +148,10 @@ class Turn:
         return self.user_id or "", self.character_id
 
 
-# A message of a request as its platform reads it: a transcript item, a note on why it could not
-# be read (it is set aside), or None (not conversation: the agent's system prompt).
-Item = IncomingMessage | str | None
+# A message of a request as its platform reads it: a transcript item (or several: the words an
+# assistant message says, then its tool calls), a note on why it could not be read (it is set
+# aside), or None (not conversation: the agent's system prompt).
+Item = IncomingMessage | tuple[IncomingMessage, ...] | str | None
 
 
 @dataclass(slots=True)
@@ -486,7 +487,12 @@ class PerTurn:
             return None
         labels = self.pair_labels(turn)
         items = self.windows.read(turn.session, turn.messages, item, labels)
-        said = [read for read in items if isinstance(read, IncomingMessage)]
+        said = [
+            message
+            for read in items
+            for message in (read if isinstance(read, tuple) else (read,))
+            if isinstance(message, IncomingMessage)
+        ]
         skipped = [f"messages[{index}]: {read}" for index, read in enumerate(items) if isinstance(read, str)]
         return HistoryWindow(
             agent_id=turn.session, messages=said, skipped=skipped, labels=labels, labels_field=labels_field

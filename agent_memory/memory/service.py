@@ -417,7 +417,15 @@ class Memory:
 
     async def forget(self, user_id: str, character_id: str | None = None) -> ForgetReceipt:
         """Delete everything held about a user (or one of its pairs); returns counts per table."""
-        receipt = await self.store.write(lambda tx: tx.maintenance.forget(user_id, character_id))
+
+        def forget(tx: Transaction) -> ForgetReceipt:
+            shared = self.ingestor.forget_shared_turns(tx, user_id, character_id)
+            receipt = tx.maintenance.forget(user_id, character_id)
+            receipt["messages"] = receipt.get("messages", 0) + shared["shared_call_turns"]
+            receipt["raw_callbacks"] = receipt.get("raw_callbacks", 0) + shared["shared_call_raw_callbacks"]
+            return receipt
+
+        receipt = await self.store.write(forget)
         # What this process keeps of remembered text (recall's copies, built contexts, cached terms
         # and dates) goes too, once the forget is committed: a read before would bring it back.
         self.store.forget_held()

@@ -22,7 +22,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_memory.core.domain import LlmRoute
-from agent_memory.core.events import IncomingMessage
+from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, IncomingMessage
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.secrets import hash_key
 from agent_memory.errors import InvalidField, InvalidJSON, StoreUnavailable
@@ -113,15 +113,28 @@ def plain_messages(messages: list[Any]) -> list[dict[str, Any]]:
 
 
 def chat_item(message: Any) -> Item:
-    """A plain OpenAI chat message as a transcript item: the user's and the assistant's words.
+    """A plain OpenAI chat message as transcript items: the user's and the assistant's words,
+    and the model's tool calls and their results as their own kinds (as a platform's webhook
+    keeps them, so the call's report merges into them).
 
-    System messages are the agent's prompt, not conversation; tool calls and results carry no
-    words said and are left out.
+    System messages are the agent's prompt, not conversation.
     """
-    if not isinstance(message, Mapping) or message.get("role") not in TURN_ROLES:
+    if not isinstance(message, Mapping):
+        return None
+    role = message.get("role")
+    if role == "tool":
+        tool = {key: message[key] for key in ("tool_call_id", "name") if isinstance(message.get(key), str)}
+        return IncomingMessage("tool", text_of(message.get("content")), kind=TOOL_RESULT, tool=tool)
+    if role not in TURN_ROLES:
         return None
     text = text_of(message.get("content"))
-    return IncomingMessage(role=message["role"], content=text) if text.strip() else None
+    said = IncomingMessage(role=role, content=text) if text.strip() else None
+    calls = message.get("tool_calls") if role == "assistant" else None
+    if not isinstance(calls, list) or not calls:
+        return said
+    # The words said with the calls, then the calls (a platform's report lists them so).
+    called = IncomingMessage("assistant", "", kind=TOOL_CALL, tool={"tool_calls": calls})
+    return (said, called) if said is not None else called
 
 
 @dataclass(slots=True)

@@ -11,7 +11,17 @@ from agent_memory.core.domain import Session
 from agent_memory.core.events import TURN, IncomingMessage, MessageKind
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.records import record
+from agent_memory.store import Transaction
 from agent_memory.store.types import ForgetCutoff, NewMessage
+
+# Joins a run's agent id and a speaker's RTC uid into the key of the session holding that
+# speaker's own words (`speaker_session_id`); `~` needs no percent-encoding in a URL path.
+SPEAKER_SEPARATOR = "~"
+
+
+def speaker_session_id(agent_id: str, uid: str) -> str:
+    """The key of the session that keeps one speaker's own words of a shared call."""
+    return f"{agent_id}{SPEAKER_SEPARATOR}{uid}"
 
 
 @record
@@ -147,3 +157,36 @@ def stored_form(item: Arrival, session: Session, seq: int, gap_before: bool, cre
         "created_ms": created_ms,
         "images": item.images_json,
     }
+
+
+def without_forgotten_speakers(
+    tx: Transaction, session: Session, messages: Sequence[IncomingMessage]
+) -> tuple[Sequence[IncomingMessage], int]:
+    """A shared call's window without the turns of a speaker forgotten since they said them
+    (their forget took them from the call's session too: `forget_shared_turns`); an undated
+    one may have been said before, and is left out too. Also: how many were left out."""
+    uids = {
+        m.speaker
+        for m in messages
+        if m.role == "user" and m.kind == TURN and m.speaker and m.speaker != session.rtc_uid
+    }
+    forgot: dict[str, int] = {}
+    for uid in uids:
+        cutoff = tx.maintenance.forget_cutoff(
+            session.user_id, session.character_id, speaker_session_id(session.agent_id, uid)
+        )
+        if cutoff is not None and cutoff.run:
+            forgot[uid] = cutoff.at_ms
+    if not forgot:
+        return messages, 0
+    kept = [
+        m
+        for m in messages
+        if not (
+            m.role == "user"
+            and m.kind == TURN
+            and m.speaker in forgot
+            and ((m.ts_ms if m.ts_ms is not None else m.seen_ms) or 0) <= forgot[m.speaker]
+        )
+    ]
+    return kept, len(messages) - len(kept)

@@ -16,7 +16,7 @@ from agent_memory.memory.ingest.speakers import Speakers
 from agent_memory.memory.jobs import schedule_condense
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
-from agent_memory.store.types import SessionChanges
+from agent_memory.store.types import ForgetReceipt, SessionChanges
 
 log = logging.getLogger(__package__)  # ingest logs as one (docs/memory.md quotes its lines)
 
@@ -187,6 +187,10 @@ class Ingestor:
     def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:
         """The event's session, created or moved to a better-founded identity (`Sessions.ensure_session`)."""
         return self.sessions.ensure_session(tx, event, stamp)
+
+    def forget_shared_turns(self, tx: Transaction, user_id: str, character_id: str | None) -> ForgetReceipt:
+        """What a forgotten user said in other users' shared calls, taken out (`Speakers`)."""
+        return self.speakers.forget_shared_turns(tx, user_id, character_id)
 
     def bind(self, tx: Transaction, agent_id: str, user_id: str, character_id: str) -> Session | None:
         """Tie an agent run to a user and character (`Sessions.bind`)."""

@@ -10,7 +10,13 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import MessageChanges, Session
 from agent_memory.core.events import TURN, IncomingMessage, Outcome
 from agent_memory.memory.embedding import schedule_embedding
-from agent_memory.memory.ingest.arrivals import Arrival, in_order, said_after, stored_form
+from agent_memory.memory.ingest.arrivals import (
+    Arrival,
+    in_order,
+    said_after,
+    stored_form,
+    without_forgotten_speakers,
+)
 from agent_memory.memory.jobs import schedule_condense
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
@@ -35,6 +41,7 @@ def merge(
     when the pair was last forgotten (what was said before it is left out); `discrete`: each
     message names itself (HistoryWindow.discrete)."""
     agent_id = session.agent_id
+    messages, unspoken = without_forgotten_speakers(tx, session, messages)
     base_ms = session.start_ms or stamp
     incoming = in_order(messages, base_ms)
     placed = place(tx, session, incoming, discrete)
@@ -50,6 +57,8 @@ def merge(
                 if incoming
                 else Placement([], None, session.gap_count, False)
             )
+    for message_id, seq in placed.moves:
+        tx.messages.update(message_id, {"seq": seq})
     created_ms = now_ms()
     new_rows: list[NewMessage] = []
     spoken = 0
@@ -87,7 +96,7 @@ def merge(
         gap=placed.new_gap,
         user_id=session.user_id,
         character_id=session.character_id,
-        forgotten=forgotten,
+        forgotten=forgotten + unspoken,
     )
 
 

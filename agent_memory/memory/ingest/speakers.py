@@ -17,21 +17,15 @@ from agent_memory.core.events import (
     SessionEvent,
 )
 from agent_memory.logs import pair_ref, user_ref
+from agent_memory.memory.ingest.arrivals import speaker_session_id
 from agent_memory.memory.ingest.merge import merge
 from agent_memory.memory.ingest.sessions import Sessions, better_founded
+from agent_memory.memory.jobs import schedule_condense
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
+from agent_memory.store.types import ForgetReceipt
 
 log = logging.getLogger(__package__)  # ingest logs as one (docs/memory.md quotes its lines)
-
-# Joins a run's agent id and a speaker's RTC uid into the key of the session holding that
-# speaker's own words (`speaker_session_id`); `~` needs no percent-encoding in a URL path.
-SPEAKER_SEPARATOR = "~"
-
-
-def speaker_session_id(agent_id: str, uid: str) -> str:
-    """The key of the session that keeps one speaker's own words of a shared call."""
-    return f"{agent_id}{SPEAKER_SEPARATOR}{uid}"
 
 
 class Speakers:
@@ -165,3 +159,34 @@ class Speakers:
         if ended and companion.status == "running":
             tx.sessions.update(agent_id, {"status": "stopped", "stop_ms": session.stop_ms})
         return tx.sessions.get(agent_id) or companion
+
+    def forget_shared_turns(self, tx: Transaction, user_id: str, character_id: str | None) -> ForgetReceipt:
+        """Before a forget of a user (or pair): take what they said as a guest of other users'
+        shared calls from those calls' sessions (their turns, the raw callbacks that carry them),
+        and what was learned from those sessions (the owner's summary and unpinned facts, condensed
+        again from what is left), as a move of a session out of a pair does."""
+        turns = raw = 0
+        for run_id, uid in tx.sessions.speaking_in(user_id, character_id):
+            run = tx.sessions.get(run_id)  # PostgreSQL: the call's lock, as its merges take it
+            if run is None or (run.user_id == user_id and character_id in (None, run.character_id)):
+                continue  # the call's own session goes with this forget
+            deleted = tx.messages.delete_said_by(run_id, uid)
+            raw += tx.inbox.blank_run(run_id)
+            if not deleted:
+                continue
+            turns += deleted
+            tx.sessions.update(run_id, {"message_count": max(run.message_count - deleted, 0)})
+            reset = {
+                "summaries": tx.summaries.delete(run.user_id, run.character_id),
+                "facts": tx.facts.delete_unpinned(run.user_id, run.character_id),
+            }
+            log.info(
+                "summary of %s reset: session %s held a forgotten speaker's words (%s)",
+                pair_ref(run.user_id, run.character_id),
+                run_id,
+                reset,
+            )
+            remaining = tx.messages.count_after(run.user_id, run.character_id, 0)
+            if remaining:
+                schedule_condense(tx, self.settings, run.user_id, run.character_id, remaining)
+        return {"shared_call_turns": turns, "shared_call_raw_callbacks": raw}

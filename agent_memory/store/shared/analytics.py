@@ -40,6 +40,19 @@ from agent_memory.store.types import Report
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 # Identity sources that are only a fallback (see ingest.resolve_identity), as an SQL list.
 UNIDENTIFIED_SOURCES = ", ".join(f"'{source}'" for source in FALLBACK_SOURCES)
+# A speaker's own session of a shared call (`<agent_id>~<uid>`, memory/ingest.py
+# speaker_session_id) holds copies of turns its call's session holds: the service's and a
+# character's figures count each call and each spoken turn once, so such a session (and its
+# messages) is left out of them while its call's session is there (docs/memory.md); users,
+# active users and unidentified sessions count every speaker. A user's own figures keep it:
+# those turns are that user's, and the call's session is another user's.
+SPEAKER_COPY = (
+    "s.rtc_uid IS NOT NULL AND EXISTS (SELECT 1 FROM sessions p WHERE "
+    "p.agent_id = substr(s.agent_id, 1, length(s.agent_id) - length(s.rtc_uid) - 1) "
+    "AND s.agent_id = p.agent_id || '~' || s.rtc_uid)"
+)
+NOT_A_COPY = f" AND NOT ({SPEAKER_COPY})"
+NOT_COPIED = f" AND m.agent_id NOT IN (SELECT s.agent_id FROM sessions s WHERE {SPEAKER_COPY})"
 FAVOURITES = 5
 TOP = 10
 # Duration of a session when both ends are known, in order and plausible: an agent run
@@ -243,7 +256,8 @@ def overall_report(
         "characters": sessions["characters"],
         "sessions": sessions["sessions"],
         "sessions_by_status": {row["status"]: row["n"] for row in by_status},
-        "unidentified_sessions": rate(unidentified, sessions["sessions"]),
+        # Whose words a session holds: a speaker's own session is counted too (out of all).
+        "unidentified_sessions": rate(unidentified, sessions["all_sessions"]),
         "stop_reasons": {row["reason"]: row["n"] for row in reasons},
         **talk(sessions, stored),
         "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
@@ -394,14 +408,21 @@ class AnalyticsReads(Repository):
         s_where, s_params = window("s.start_ms", since_ms, until_ms)
         m_where, m_params = window("m.at_ms", since_ms, until_ms)
         sessions = self._row(
-            f"SELECT {counts}, count(DISTINCT s.user_id) AS users FROM sessions s WHERE s.character_id = ?{s_where}",
+            f"SELECT {counts} FROM sessions s WHERE s.character_id = ?{s_where}{NOT_A_COPY}",
             (character_id, *s_params),
         )
+        sessions.update(
+            self._row(
+                f"SELECT count(DISTINCT s.user_id) AS users, count(*) AS all_sessions FROM sessions s "
+                f"WHERE s.character_id = ?{s_where}",
+                (character_id, *s_params),
+            )
+        )
         stored = self._row(
-            f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.character_id = ?{m_where}",
+            f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE m.character_id = ?{m_where}{NOT_COPIED}",
             (character_id, *m_params),
         )
-        if not (sessions["sessions"] or stored["messages_stored"]):
+        if not (sessions["all_sessions"] or stored["messages_stored"]):
             return None
         top_users = self._rows(
             f"SELECT s.user_id, count(*) AS sessions, {messages} AS messages, {talk} AS talk_ms FROM sessions s "
@@ -421,17 +442,23 @@ class AnalyticsReads(Repository):
 
     def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report:
         """The whole service: users, characters, sessions, rates, latencies, stop reasons."""
-        messages, talk, counts = _sums(self.sql)
+        counts = _sums(self.sql)[2]
         s_where, s_params = window("s.start_ms", since_ms, until_ms)
         m_where, m_params = window("m.at_ms", since_ms, until_ms)
-        sessions = self._row(
-            f"SELECT {counts}, count(DISTINCT s.user_id) AS users, "
-            f"count(DISTINCT s.character_id) AS characters FROM sessions s WHERE true{s_where}",
-            s_params,
+        sessions = self._row(f"SELECT {counts} FROM sessions s WHERE true{s_where}{NOT_A_COPY}", s_params)
+        sessions.update(
+            self._row(
+                "SELECT count(DISTINCT s.user_id) AS users, count(DISTINCT s.character_id) AS characters, "
+                f"count(*) AS all_sessions FROM sessions s WHERE true{s_where}",
+                s_params,
+            )
         )
-        stored = self._row(f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE true{m_where}", m_params)
+        stored = self._row(
+            f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE true{m_where}{NOT_COPIED}", m_params
+        )
         by_status = self._rows(
-            f"SELECT s.status, count(*) AS n FROM sessions s WHERE true{s_where} GROUP BY s.status", s_params
+            f"SELECT s.status, count(*) AS n FROM sessions s WHERE true{s_where}{NOT_A_COPY} GROUP BY s.status",
+            s_params,
         )
         unidentified = self._row(
             f"SELECT count(*) AS n FROM sessions s WHERE s.identity_source IN ({UNIDENTIFIED_SOURCES}){s_where}",
@@ -439,12 +466,16 @@ class AnalyticsReads(Repository):
         )["n"]
         reasons = self._rows(
             f"SELECT coalesce(s.stop_reason, ''){self.sql.binary} AS reason, count(*) AS n FROM sessions s "
-            f"WHERE s.stop_reason IS NOT NULL{s_where} GROUP BY reason ORDER BY n DESC, reason",
+            f"WHERE s.stop_reason IS NOT NULL{s_where}{NOT_A_COPY} GROUP BY reason ORDER BY n DESC, reason",
             s_params,
         )
+        # Every speaker is an active user of the character; their own sessions are no more calls.
         top_characters = self._rows(
-            "SELECT s.character_id, count(DISTINCT s.user_id) AS active_users, count(*) AS sessions, "
-            f"{messages} AS messages, {talk} AS talk_ms FROM sessions s WHERE true{s_where} GROUP BY s.character_id "
+            "SELECT s.character_id, count(DISTINCT s.user_id) AS active_users, "
+            f"count(*) FILTER (WHERE NOT ({SPEAKER_COPY})) AS sessions, "
+            f"{self.sql.total(f'CASE WHEN {SPEAKER_COPY} THEN 0 ELSE s.message_count END')} AS messages, "
+            f"{self.sql.total(f'CASE WHEN {SPEAKER_COPY} THEN 0 ELSE {TALK_MS} END')} AS talk_ms "
+            f"FROM sessions s WHERE true{s_where} GROUP BY s.character_id "
             f"ORDER BY active_users DESC, sessions DESC, s.character_id{self.sql.binary} LIMIT ?",
             (*s_params, TOP),
         )

@@ -61,6 +61,14 @@ class Inbox(InboxReads):
     def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None:
         self.sql.run("UPDATE inbox SET status = ?, error = ? WHERE notice_id = ?", (status, error, event_id))
 
+    def blank_run(self, agent_id: str) -> int:
+        """Drop the text of every raw event of an agent run (as `blank`); how many."""
+        return self.sql.run(
+            "UPDATE inbox SET body = '', status = 'forgotten', error = NULL "
+            "WHERE agent_id = ? AND status <> 'forgotten'",
+            (agent_id,),
+        )
+
     def blank(self, event_id: str) -> None:
         """Drop a raw event's text (status `forgotten`); its id stays, so a redelivery is recognised."""
         self.sql.run(

@@ -19,7 +19,7 @@ READ_COLUMNS = (
 # What window merging needs of a stored message, in `MessageFingerprint`'s order.
 FINGERPRINT_COLUMNS = (
     "id, seq, role, fp, gap_before, turn_id, ts_ms, source, speaker, interrupted, interrupt_ms, original, "
-    "images"
+    "images, kind"
 )
 # Memory, summaries and transcripts read what was said; tool calls and results are kept
 # (export, GET …/messages) but were never said.
@@ -180,6 +180,17 @@ class Messages(MessageReads):
         # that took a lower id but committed later.
         self.sql.bump((row["user_id"], row["character_id"]) for row in batch)
         self.sql.insert_rows("messages", MESSAGE_COLUMNS, [stored_row(row) for row in batch])
+
+    def delete_said_by(self, agent_id: str, speaker: str) -> int:
+        """Delete the turns one speaker of a shared call said in a session; how many."""
+        row = self.sql.one("SELECT user_id, character_id FROM sessions WHERE agent_id = ?", (agent_id,))
+        deleted = self.sql.run(
+            f"DELETE FROM messages WHERE agent_id = ? AND speaker = ? AND role = 'user' AND {SPOKEN}",
+            (agent_id, speaker),
+        )
+        if deleted and row is not None:
+            self.sql.bump([(row["user_id"], row["character_id"])])
+        return deleted
 
     def update(self, message_id: int, changes: MessageChanges) -> None:
         """Change a stored message, counting a change of its pair; no changes: nothing to do."""

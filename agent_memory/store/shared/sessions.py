@@ -61,6 +61,20 @@ class SessionReads(Repository):
         )
         return self.sql.build(session_of, row) if row is not None else None
 
+    def speaking_in(self, user_id: str, character_id: str | None) -> list[tuple[str, str]]:
+        """The shared calls a user (or pair) spoke in as a guest: (the call's session, the
+        speaker's uid) of each of their own sessions `<agent_id>~<uid>` (memory/ingest.py)."""
+        where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
+        params = (user_id,) if character_id is None else (user_id, character_id)
+        rows = self.sql.all(
+            f"SELECT agent_id, rtc_uid FROM sessions WHERE {where} AND rtc_uid IS NOT NULL", params
+        )
+        return [
+            (row["agent_id"][: -len(row["rtc_uid"]) - 1], row["rtc_uid"])
+            for row in rows
+            if row["agent_id"].endswith(f"~{row['rtc_uid']}")
+        ]
+
     def in_channel(self, channel: str, sources: Sequence[IdentitySource]) -> list[Session]:
         """The channel's sessions whose identity came from one of `sources`, oldest first."""
         among, values = self.sql.among("identity_source", sources)
