@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 
 from agent_memory.core.clock import now_ms  # noqa: E402
 from agent_memory.memory.ingest import Ingestor  # noqa: E402
+from agent_memory.memory.refresh import Refresher  # noqa: E402
 from agent_memory.memory.service import Memory  # noqa: E402
 from agent_memory.platforms.agora.client import AgoraClient  # noqa: E402
 from agent_memory.platforms.agora.poller import Poller  # noqa: E402
@@ -232,7 +233,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             control = Control(session, fake.base_url)
             await control.call("POST", "/setup", {"agents": args.agents, "max_history": args.max_history})
             client = AgoraClient(settings, session)
-            poller = Poller(Memory(settings, store), client)
+            memory = Memory(settings, store)
+            poller = Poller(settings, memory, client, Refresher(settings, store, memory.reading, client))
 
             def register(tx: Any) -> None:
                 for i, agent_id in enumerate(ids):
@@ -297,7 +299,8 @@ async def scheduled(
 ) -> dict[str, Any]:  # fmt: skip
     interval = 5.0
     settings = Settings(poll_interval_s=interval, **common)
-    poller = Poller(Memory(settings, store), AgoraClient(settings, session))
+    memory, client = Memory(settings, store), AgoraClient(settings, session)
+    poller = Poller(settings, memory, client, Refresher(settings, store, memory.reading, client))
     print(f"\nphase B: the poller's scheduler for {args.scheduled_s:g} s (sweep every {poller.sweep_s} s, "
           f"poll interval {interval:g} s ±20%), every call +2 messages every {interval:g} s")  # fmt: skip
 

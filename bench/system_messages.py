@@ -54,7 +54,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # postgres_server: a throwaway PostgreSQL
 from agent_memory.core.domain import Session, Summary  # noqa: E402
 from agent_memory.memory.ingest.arrivals import arrival, stored_form  # noqa: E402
-from agent_memory.memory.service import ContextRequest, Memory, build_in  # noqa: E402
+from agent_memory.memory.reading import ContextRequest, build_in  # noqa: E402
+from agent_memory.memory.service import Memory  # noqa: E402
 from agent_memory.platforms.agora.events import session_event  # noqa: E402
 from agent_memory.platforms.agora.payloads import AgentHistory  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
@@ -339,13 +340,13 @@ def mode_calls(settings: Settings, store: Any, memory: Memory, pair: tuple[str, 
 
     return {
         "rebuilt": lambda i: store.read(lambda view: build_in(view, request_of(settings, pair))),
-        "cached": lambda i: memory.system_messages(user, character),
+        "cached": lambda i: memory.reading.system_messages(user, character),
         # A different query each call: nothing to reuse, the worst case.
         "query_rebuilt": lambda i: store.read(
             lambda view: build_in(view, request_of(settings, pair, f"{topic(i)} {i}"))
         ),
-        "query_cached": lambda i: memory.system_messages(user, character, query=topic(i)),
-        "recall": lambda i: memory.recall(user, character, topic(i)),
+        "query_cached": lambda i: memory.reading.system_messages(user, character, query=topic(i)),
+        "recall": lambda i: memory.reading.recall(user, character, topic(i)),
     }
 
 

@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_store.sqlite.recall import POSTINGS
+
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
-from agent_memory.store.sqlite.recall import POSTINGS
 from agent_memory.web.app import create_app
-from agent_memory.web.keys import MEMORY
+from agent_memory.web.keys import MEMORY, STORE
 
 WORDS = [
     "garden",
@@ -73,7 +74,7 @@ async def measure(turns: int, rounds: int, postgres: str | None) -> dict[str, fl
         server = TestServer(create_app(settings), host="127.0.0.1")
         await server.start_server()
         try:
-            memory = server.app[MEMORY]
+            memory, store = server.app[MEMORY], server.app[STORE]
             per_call = min(500, turns)
             for call in range(turns // per_call):
                 said = [
@@ -84,25 +85,29 @@ async def measure(turns: int, rounds: int, postgres: str | None) -> dict[str, fl
                 ]  # fmt: skip
                 raw, event = parse_callback(envelope(f"a-{call}", said), 1_763_700_000_000, follow=False)
                 await memory.accept_event(raw, event)
-            while await memory.store.catch_up_search():
+            while await store.catch_up_search():
                 pass
             cold, warm, warming = [], [], []
             for round_ in range(rounds):
                 question = (
                     f"do you remember the {WORDS[round_ % len(WORDS)]} and the {WORDS[-1 - round_ % 5]}?"
                 )
-                memory.store.forget_held()
+                store.forget_held()
                 started = time.perf_counter()
-                await memory.recall(LABELS["user_id"], LABELS["character_id"], question, indexed_only=True)
+                await memory.reading.recall(
+                    LABELS["user_id"], LABELS["character_id"], question, indexed_only=True
+                )
                 cold.append((time.perf_counter() - started) * 1000)
                 POSTINGS.wait_for_reads()  # the cold recall may have started reading the pair in
-                memory.store.forget_held()
+                store.forget_held()
                 started = time.perf_counter()
-                memory.warming.warm(LABELS["user_id"], LABELS["character_id"])
-                await memory.warming.settled()
+                memory.reading.warming.warm(LABELS["user_id"], LABELS["character_id"])
+                await memory.reading.warming.settled()
                 warming.append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
-                await memory.recall(LABELS["user_id"], LABELS["character_id"], question, indexed_only=True)
+                await memory.reading.recall(
+                    LABELS["user_id"], LABELS["character_id"], question, indexed_only=True
+                )
                 warm.append((time.perf_counter() - started) * 1000)
             return {"cold_ms": statistics.median(cold), "cold_max_ms": max(cold),
                     "warm_ms": statistics.median(warm), "warm_max_ms": max(warm),

@@ -27,8 +27,12 @@ START_MS = 1_763_690_000_000
 
 
 @pytest.fixture
-async def memory(make_settings: Callable[..., Settings]) -> AsyncIterator[Memory]:
-    settings = make_settings(phone_identity=True)
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings(phone_identity=True)
+
+
+@pytest.fixture
+async def memory(settings: Settings) -> AsyncIterator[Memory]:
     store = open_store(settings)
     try:
         yield Memory(settings, store)
@@ -97,14 +101,16 @@ def test_identity_rules() -> None:
     assert call_identity(off, user_id="  ").user_id is None
 
 
-async def test_a_transcript_is_stored_once_and_found_at_the_next_call(memory: Memory) -> None:
-    caller = call_identity(memory.settings, phone="+14155550123", agent_id="luna")
+async def test_a_transcript_is_stored_once_and_found_at_the_next_call(
+    memory: Memory, settings: Settings
+) -> None:
+    caller = call_identity(settings, phone="+14155550123", agent_id="luna")
     first = transcript("call-1", caller, "My dog Biscuit turned nine today", "Happy birthday, Biscuit!")
-    outcome = await store_transcript(memory, first, body="{}", received_ms=START_MS + 10_000)
+    outcome = await store_transcript(memory, settings, first, body="{}", received_ms=START_MS + 10_000)
     assert (outcome.status, outcome.new_messages) == ("done", 2)
     assert (outcome.user_id, outcome.character_id) == ("tel:+14155550123", "luna")
     # A redelivery of the same event of the same call is a duplicate.
-    again = await store_transcript(memory, first, body="{}", received_ms=START_MS + 20_000)
+    again = await store_transcript(memory, settings, first, body="{}", received_ms=START_MS + 20_000)
     assert again.status == "duplicate"
     # Another event of the same call carrying the same turns merges: nothing doubled.
     analyzed = CallTranscript(
@@ -114,19 +120,21 @@ async def test_a_transcript_is_stored_once_and_found_at_the_next_call(memory: Me
         identity=caller,
         messages=said("My dog Biscuit turned nine today", "Happy birthday, Biscuit!"),
     )
-    merged = await store_transcript(memory, analyzed, body="{}", received_ms=START_MS + 30_000)
+    merged = await store_transcript(memory, settings, analyzed, body="{}", received_ms=START_MS + 30_000)
     assert (merged.status, merged.new_messages) == ("done", 0)
-    stored = await memory.messages("tel:+14155550123", "luna", 10)
+    stored = await memory.reading.messages("tel:+14155550123", "luna", 10)
     assert [m.content for m in stored] == ["My dog Biscuit turned nine today", "Happy birthday, Biscuit!"]
     assert {m.agent_id for m in stored} == {"vapi:call-1"}
     # The caller's next call starts with it.
     assert "Biscuit" in await start_memory(memory, caller)
 
 
-async def test_an_unidentified_call_is_kept_apart_and_starts_empty(memory: Memory) -> None:
-    nobody = call_identity(memory.settings, agent_id="luna")
+async def test_an_unidentified_call_is_kept_apart_and_starts_empty(
+    memory: Memory, settings: Settings
+) -> None:
+    nobody = call_identity(settings, agent_id="luna")
     outcome = await store_transcript(
-        memory, transcript("call-2", nobody, "hello there"), body="{}", received_ms=START_MS
+        memory, settings, transcript("call-2", nobody, "hello there"), body="{}", received_ms=START_MS
     )
     assert outcome.status == "done"
     assert outcome.user_id == "agent:vapi:call-2"

@@ -331,7 +331,7 @@ async def test_users_stats_running_and_export_pages(service: Service) -> None:
         memory = service.server.app[MEMORY]
         labels = {"user_id": USER, "character_id": CHARACTER}
         await deliver(service, agent_event(101, "LIVE-1", labels=labels))
-        following = await memory.follow(
+        following = await memory.follows.follow(
             "LIVE-1", origin="manual", base_system_messages=[{"role": "system", "content": "x"}]
         )
         assert following.watch is not None
@@ -526,12 +526,12 @@ async def upgraded(db: Any) -> None:
     store = open_store(settings)
     try:
         memory = Memory(settings, store)
-        found = await memory.users()
+        found = await memory.console.users()
         assert [(u.user_id, u.characters, u.calls, u.last_seen_ms) for u in found.users] == [
             ("u-old", ["luna"], 0, 2000)
         ]
-        token = await memory.open_console_session("ab12", 60_000)
-        signed = await memory.console_session(token)
+        token = await memory.keys.open_console_session("ab12", 60_000)
+        signed = await memory.keys.console_session(token)
         assert signed is not None and signed.key is not None and signed.key.name == "old"
     finally:
         store.close()

@@ -91,10 +91,10 @@ async def end_of_call(
         platform=platform,
         call_id=call_id,
         event="end-of-call",
-        identity=call_identity(memory.settings, user_id=user, character_id=character),
+        identity=call_identity(service.settings, user_id=user, character_id=character),
         messages=[IncomingMessage(role=role, content=text) for role, text in turns],
     )
-    await store_transcript(memory, transcript, body="{}", received_ms=1_800_000_000_000)
+    await store_transcript(memory, service.settings, transcript, body="{}", received_ms=1_800_000_000_000)
 
 
 # -- Vapi ----------------------------------------------------------------------------------------

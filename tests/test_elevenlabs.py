@@ -138,7 +138,7 @@ async def test_the_published_transcription_is_kept_under_its_pair_once(start_ser
         "new_messages": 3,
     }
     memory = service.server.app[MEMORY]
-    kept = await memory.messages("user123", "xyz", 10)
+    kept = await memory.reading.messages("user123", "xyz", 10)
     assert [(m.role, m.content[:20]) for m in kept] == [
         ("assistant", "Hey there angelo. Ho"),
         ("user", "Hey, can you tell me"),
@@ -183,7 +183,7 @@ async def test_turns_recorded_live_and_the_transcript_merge_in_any_order(
 ) -> None:
     service = await start(start_service)
     memory = service.server.app[MEMORY]
-    identity = call_identity(memory.settings, user_id="user123", agent_id="xyz")
+    identity = call_identity(service.settings, user_id="user123", agent_id="xyz")
     live = CallTranscript(
         platform="elevenlabs",
         call_id="abc",
@@ -197,11 +197,11 @@ async def test_turns_recorded_live_and_the_transcript_merge_in_any_order(
         ],
     )
     if live_first:
-        await store_transcript(memory, live, body="{}", received_ms=START_MS)
+        await store_transcript(memory, service.settings, live, body="{}", received_ms=START_MS)
     status, answer = await post(service, published("post_call_transcription.json"))
     assert (status, answer["new_messages"]) == (200, 1 if live_first else 3)
     if not live_first:
-        outcome = await store_transcript(memory, live, body="{}", received_ms=START_MS)
+        outcome = await store_transcript(memory, service.settings, live, body="{}", received_ms=START_MS)
         assert outcome.new_messages == 0
     assert len(await stored(service, "elevenlabs:abc")) == 3
 

@@ -18,17 +18,26 @@ from agent_memory.core.events import (
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
-from agent_memory.store import open_store
+from agent_memory.store import Store, open_store
 
 LABELS = {"user_id": "u-neutral", "character_id": "c"}
 
 
 @pytest.fixture
-async def memory(tmp_path: Any) -> Any:
-    settings = Settings(db_path=tmp_path / "events.db", summary_delay_s=3600)
+def settings(tmp_path: Any) -> Settings:
+    return Settings(db_path=tmp_path / "events.db", summary_delay_s=3600)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Any:
     store = open_store(settings)
-    yield Memory(settings, store)
+    yield store
     store.close()
+
+
+@pytest.fixture
+def memory(settings: Settings, store: Store) -> Memory:
+    return Memory(settings, store)
 
 
 def raw(event_id: str, agent_id: str = "N1") -> RawEvent:
@@ -43,12 +52,12 @@ def incoming(*lines: str, start: int = 0) -> list[IncomingMessage]:
     ]
 
 
-async def texts(memory: Memory, agent_id: str) -> list[str]:
-    rows = await memory.store.read(lambda view: view.messages.of_session(agent_id))
+async def texts(store: Store, agent_id: str) -> list[str]:
+    rows = await store.read(lambda view: view.messages.of_session(agent_id))
     return [row.content for row in rows]
 
 
-async def test_a_platform_free_run_becomes_one_session_and_transcript(memory: Memory) -> None:
+async def test_a_platform_free_run_becomes_one_session_and_transcript(memory: Memory, store: Store) -> None:
     joined = SessionEvent("joined", "N1", channel="room", labels=LABELS)
     assert (await memory.accept_event(raw("n-1"), joined)).status == "done"
     window = HistoryWindow("N1", messages=incoming("hello", "hi there"))
@@ -56,8 +65,8 @@ async def test_a_platform_free_run_becomes_one_session_and_transcript(memory: Me
     history = SessionEvent("history", "N1", labels=LABELS, messages=incoming("hello", "hi there", "bye"))
     outcome = await memory.accept_event(raw("n-2"), history)
     assert (outcome.status, outcome.new_messages, outcome.user_id) == ("done", 1, "u-neutral")
-    assert await texts(memory, "N1") == ["hello", "hi there", "bye"]
-    session = await memory.session("N1")
+    assert await texts(store, "N1") == ["hello", "hi there", "bye"]
+    session = await memory.identity.session("N1")
     assert (session.status, session.channel, session.identity_source) == (
         "stopped",
         "room",
@@ -67,19 +76,21 @@ async def test_a_platform_free_run_becomes_one_session_and_transcript(memory: Me
     assert (await memory.accept_event(raw("n-2"), history)).status == "duplicate"
 
 
-async def test_an_outcome_is_recorded_and_parts_set_aside_make_it_partial(memory: Memory) -> None:
+async def test_an_outcome_is_recorded_and_parts_set_aside_make_it_partial(
+    memory: Memory, store: Store
+) -> None:
     ignored = await memory.accept_event(raw("n-3", "N2"), Outcome("ignored", detail="not ours"))
     assert ignored.status == "ignored"
     left = SessionEvent("left", "N2", labels=LABELS, failed=True, stop_reason="lost", skipped=["x: bad"])
     outcome = await memory.accept_event(raw("n-4", "N2"), left)
     assert outcome.status == "partial" and "x: bad" in (outcome.detail or "")
-    session = await memory.session("N2")
+    session = await memory.identity.session("N2")
     assert (session.status, session.stop_reason) == ("failed", "lost")
-    rows = await memory.store.read(lambda view: [view.inbox.get("n-3"), view.inbox.get("n-4")])
+    rows = await store.read(lambda view: [view.inbox.get("n-3"), view.inbox.get("n-4")])
     assert [row.status for row in rows] == ["ignored", "partial"]
 
 
-async def test_a_speech_time_relative_to_the_start_dates_the_message(memory: Memory) -> None:
+async def test_a_speech_time_relative_to_the_start_dates_the_message(memory: Memory, store: Store) -> None:
     # Agora's custom-LLM speech_start_ms below 10^11 is ms since the agent started.
     envelope = agent_event(103, "N3", labels=LABELS, start_ts=1_763_690_000,
                            contents=[{"role": "user", "content": "hi", "speech_start_ms": 2500}])  # fmt: skip
@@ -87,5 +98,5 @@ async def test_a_speech_time_relative_to_the_start_dates_the_message(memory: Mem
     assert isinstance(event, SessionEvent) and event.kind == "history"
     assert (event.messages[0].ts_ms, event.messages[0].elapsed_ms) == (None, 2500)
     await memory.accept_event(raw_event, event)
-    rows = await memory.store.read(lambda view: view.messages.of_session("N3"))
+    rows = await store.read(lambda view: view.messages.of_session("N3"))
     assert rows[0].ts_ms == 1_763_690_000_000 + 2500

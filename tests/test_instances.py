@@ -30,6 +30,7 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import CONDENSE, Job
 from agent_memory.core.events import HistoryWindow, IncomingMessage
 from agent_memory.memory.jobs import CondenseJobs
+from agent_memory.memory.refresh import Refresher
 from agent_memory.memory.retention import PURGE_LEASE, SCRUB_LEASE
 from agent_memory.memory.schedule import my_turn
 from agent_memory.memory.service import Memory
@@ -283,7 +284,10 @@ class Instance:
         self.store = store
         self.fake = fake
         self.memory = Memory(settings, store)
-        self.poller = Poller(self.memory, AgoraClient(settings, session))
+        client = AgoraClient(settings, session)
+        self.poller = Poller(
+            settings, self.memory, client, Refresher(settings, store, self.memory.reading, client)
+        )
 
     def polls(self, agent_id: str) -> int:
         return self.fake.requests[history_path(agent_id)]
@@ -631,7 +635,7 @@ async def test_a_forget_racing_the_merges_of_a_run_leaves_the_run_whole(
         other.merge_window(race_window(agent, 4, now_ms() - 600_000, "before"), now_ms(), then=held_open)
     )
     await wait_for(writing.is_set)
-    forgetting = asyncio.ensure_future(here.forget("u-race"))
+    forgetting = asyncio.ensure_future(here.admin.forget("u-race"))
 
     def lock_waits(view: Any) -> int:
         return view.conn.execute(
@@ -652,7 +656,7 @@ async def test_a_forget_racing_the_merges_of_a_run_leaves_the_run_whole(
             for k in range(8)
         ]
         # The forget starts while the merges of both instances are under way.
-        outcomes = await asyncio.gather(*merges[:4], here.forget("u-race"), *merges[4:])
+        outcomes = await asyncio.gather(*merges[:4], here.admin.forget("u-race"), *merges[4:])
         assert all(o.status == "done" for o in outcomes if not isinstance(o, dict)), (round_, outcomes)
         # The run goes on after the forget, on either instance: its windows merge.
         window = race_window(agent, 4, now_ms() + 1000, f"after {round_}")

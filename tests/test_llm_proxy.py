@@ -34,7 +34,7 @@ from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest.arrivals import in_order
 from agent_memory.memory.per_turn import BriefPairs
-from agent_memory.memory.service import Memory, recall_in
+from agent_memory.memory.reading import Reading, recall_in
 from agent_memory.platforms.agora.keys import POLLER
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
@@ -601,17 +601,17 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
     # On a loaded test machine a tiny pair's recall still counts as brief.
     service = await start(start_service, upstream, recall_timeout_ms=200, recall_brief_ms=150)
     await remember(service)
-    recall_here = Memory.recall_here
+    recall_here = Reading.recall_here
     brief_reads: list[float] = []
 
-    def watched(memory: Memory, *args: Any, **kwargs: Any) -> Any:
+    def watched(reading: Reading, *args: Any, **kwargs: Any) -> Any:
         brief_reads.append(time.perf_counter())
-        return recall_here(memory, *args, **kwargs)
+        return recall_here(reading, *args, **kwargs)
 
     async def ask() -> list[str]:
         return await memory_sent(service, upstream)
 
-    monkeypatch.setattr(Memory, "recall_here", watched)
+    monkeypatch.setattr(Reading, "recall_here", watched)
     first, second = await ask(), await ask()
     assert "Biscuit" in first[0] and second == first
     assert len(brief_reads) == 1 and (await stats(service))["recalls_brief"] == 1
@@ -622,11 +622,11 @@ async def test_a_briefly_recalled_pair_is_read_as_brief_and_still_held_to_its_de
         time.sleep(0.3)
         return recall_in(*args, **kwargs)
 
-    monkeypatch.setattr("agent_memory.memory.service.recall_in", slow_recall)
+    monkeypatch.setattr("agent_memory.memory.reading.recall_in", slow_recall)
     assert await ask() == []  # past its deadline: forwarded without memory
     counted = await stats(service)
     assert counted["recall_misses"] == 1 and counted["recalls_brief"] == 2
-    monkeypatch.setattr("agent_memory.memory.service.recall_in", recall_in)
+    monkeypatch.setattr("agent_memory.memory.reading.recall_in", recall_in)
     # The pair goes back to a reader thread (recall_here is not asked again) and is answered again.
     assert "Biscuit" in (await ask())[0]
     assert (await stats(service))["recalls_brief"] == 2
@@ -643,7 +643,7 @@ async def test_a_pair_whose_read_was_slow_goes_back_to_a_reader_thread(
         return recall_in(*args, **kwargs)
 
     assert "Biscuit" in (await memory_sent(service, upstream))[0]
-    monkeypatch.setattr("agent_memory.memory.service.recall_in", slow_recall)
+    monkeypatch.setattr("agent_memory.memory.reading.recall_in", slow_recall)
     # Within its deadline the slow read still answers; the pair's next recall is not brief.
     assert "Biscuit" in (await memory_sent(service, upstream))[0]
     assert "Biscuit" in (await memory_sent(service, upstream))[0]

@@ -374,9 +374,9 @@ async def test_the_start_context_is_reused_until_the_pair_memory_changes(service
     await seed(service, "u1", "luna", "a1", said("I like green tea.", "Me too.", start_ms=MAY_8))
     memory = service.server.app[MEMORY]
     first = await system_messages(service, "u1", "luna")
-    hits = memory.contexts.hits
+    hits = memory.reading.contexts.hits
     assert await system_messages(service, "u1", "luna") == first
-    assert memory.contexts.hits == hits + 1
+    assert memory.reading.contexts.hits == hits + 1
     # A new turn, a fact said by hand, a fact said by another process on the same database,
     # and a forget: each is in the very next context.
     await seed(service, "u1", "luna", "a2", said("Now I prefer coffee.", "Noted.", start_ms=MAY_8 + DAY_MS))
@@ -514,11 +514,11 @@ async def test_queries_share_one_built_context_of_the_rest_of_the_budget(service
     await seed(service, "u1", "luna", "a1", said("My passport expires in June.", "Noted.", start_ms=MAY_8))
     memory = service.server.app[MEMORY]
     first = await system_messages(service, "u1", "luna", query="passport renewal")
-    hits = memory.contexts.hits
+    hits = memory.reading.contexts.hits
     second = await system_messages(service, "u1", "luna", query="what expires in June")
-    assert memory.contexts.hits == hits + 1  # only the recall was done for the second query
+    assert memory.reading.contexts.hits == hits + 1  # only the recall was done for the second query
     assert await system_messages(service, "u1", "luna", query="passport renewal") == first
-    assert memory.contexts.hits == hits + 2  # the same query again: nothing done
+    assert memory.reading.contexts.hits == hits + 2  # the same query again: nothing done
     for body in (first, second):
         assert body["included"]["recalled"] == 1 and body["tokens"] <= body["max_tokens"] == 1500
         assert "My passport expires in June." in content_of(body)

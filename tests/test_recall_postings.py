@@ -17,7 +17,7 @@ from test_recall import recall as http_recall
 
 from agent_memory.core.recall import Recall, weighted_terms
 from agent_memory.core.textcache import held_texts
-from agent_memory.memory.service import recall_in
+from agent_memory.memory.reading import recall_in
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
 from agent_memory.store.shared import postings

@@ -109,7 +109,7 @@ async def test_a_live_calls_recall_leaves_the_model_no_time_past_its_deadline(st
         service = await tea_service(start_service, fake, recall_timeout_ms=0.5)
         memory = service.server.app[MEMORY]
         await service.store.catch_up_search()  # a live call's recall reads what is indexed
-        found = await memory.recall("u-tea", "luna", "tea", max_tokens=2000, indexed_only=True)
+        found = await memory.reading.recall("u-tea", "luna", "tea", max_tokens=2000, indexed_only=True)
         assert len(found.memories) >= 2 and fake.calls == 0
         assert (await reranked(service))["no_time"] == 1
 

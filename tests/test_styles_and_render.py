@@ -25,7 +25,7 @@ from conftest import (
 
 from agent_memory.core.styles import shape_system_messages, style_from_query
 from agent_memory.errors import AgoraError, BadRequest, InvalidField
-from agent_memory.memory.service import ContextRequest, build_in
+from agent_memory.memory.reading import ContextRequest, build_in
 from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.platforms.agora.custom_llm import RenderOptions, to_openai_messages
 from agent_memory.platforms.agora.routes import style_of_llm

@@ -424,7 +424,7 @@ async def test_a_call_starts_without_memory_when_it_cannot_be_read(
     async def down(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("the database could not commit")
 
-    monkeypatch.setattr(service.server.app[MEMORY], "system_messages", down)
+    monkeypatch.setattr(service.server.app[MEMORY].reading, "system_messages", down)
     status, answer = await post(service, assistant_request(customer={"number": CALLER}))
     assert status == 200, answer
     assert answer["assistantId"] == ASSISTANT_ID

@@ -40,7 +40,7 @@ async def held(service: Service) -> bool:
 
 
 async def settled(service: Service) -> None:
-    await service.server.app[MEMORY].warming.settled()
+    await service.server.app[MEMORY].reading.warming.settled()
 
 
 async def metric(service: Service, name: str) -> str:

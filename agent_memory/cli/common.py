@@ -102,13 +102,23 @@ def at_most(name: str, chars: int) -> Callable[[str], str]:
 
 
 def with_memory(
-    args: argparse.Namespace,
-    use: Callable[[Memory], Awaitable[T]],
-    *,
-    settings: Settings | None = None,
-    build: Callable[[Settings, Store], Memory] | None = None,
+    args: argparse.Namespace, use: Callable[[Memory], Awaitable[T]], *, settings: Settings | None = None
 ) -> T:
     """Open the store, run `use` on a `Memory` over it, and close the store."""
+
+    def run(settings: Settings, store: Store) -> Awaitable[T]:
+        return use(Memory(settings, store, embedder=make_embedder(settings)))
+
+    return with_store(args, run, settings=settings)
+
+
+def with_store(
+    args: argparse.Namespace,
+    use: Callable[[Settings, Store], Awaitable[T]],
+    *,
+    settings: Settings | None = None,
+) -> T:
+    """Open the store, run `use` on it (with the settings it was opened with), and close it."""
     settings = settings or settings_from(args)
     configure_logging(args.log_level or "WARNING", settings.log_format)
     note = check_database(settings)
@@ -117,9 +127,7 @@ def with_memory(
     store = open_store(settings)
 
     async def run() -> T:
-        if build is None:
-            return await use(Memory(settings, store, embedder=make_embedder(settings)))
-        return await use(build(settings, store))
+        return await use(settings, store)
 
     try:
         return asyncio.run(run())

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_memory.cli.common import print_json, settings_from, when, with_memory
+from agent_memory.cli.common import print_json, settings_from, when, with_memory, with_store
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import InboxStatus, Job
 from agent_memory.core.jsonutil import dumps
@@ -20,7 +20,8 @@ from agent_memory.errors import (
     InvalidJSON,
     JobHeld,
 )
-from agent_memory.memory.service import Condensed, Memory
+from agent_memory.memory.condensing import Condensed, Condensing
+from agent_memory.memory.service import Memory, count_tokens_with
 from agent_memory.platforms.agora.events import looks_like_callback, parse_callback
 from agent_memory.platforms.recorded import reread
 from agent_memory.settings import Settings
@@ -143,7 +144,7 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
         return 2
     if args.user_id is not None:
         bound = with_memory(
-            args, lambda memory: memory.bind_channel(channel, args.user_id, args.character_id)
+            args, lambda memory: memory.identity.bind_channel(channel, args.user_id, args.character_id)
         )
         print_json(
             {
@@ -153,9 +154,9 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
         )
         return 0
     if args.delete:
-        row = with_memory(args, lambda memory: memory.unbind_channel(channel))
+        row = with_memory(args, lambda memory: memory.identity.unbind_channel(channel))
     else:
-        row = with_memory(args, lambda memory: memory.channel_binding(channel))
+        row = with_memory(args, lambda memory: memory.identity.channel_binding(channel))
     if row is None:
         print(f"agent-memory: channel {channel} is not bound", file=sys.stderr)
         return 1
@@ -164,7 +165,7 @@ def cmd_bind_channel(args: argparse.Namespace) -> int:
 
 
 def cmd_retry_job(args: argparse.Namespace) -> int:
-    job = with_memory(args, lambda memory: memory.retry_job(args.job_id))
+    job = with_memory(args, lambda memory: memory.queue.retry_job(args.job_id))
     print(f"job {job.id} for {job.user_id}/{job.character_id} is pending again")
     return 0
 
@@ -172,9 +173,6 @@ def cmd_retry_job(args: argparse.Namespace) -> int:
 def cmd_condense(args: argparse.Namespace) -> int:
     from agent_memory.condense import make_condenser
     from agent_memory.memory.jobs import CondenseJobs
-
-    def build(settings: Settings, store: Store) -> Memory:
-        return Memory(settings, store, jobs=CondenseJobs(settings, store, make_condenser(settings)))
 
     said_at = -CONDENSE_PROGRESS_S
 
@@ -188,15 +186,18 @@ def cmd_condense(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
 
-    async def condense(memory: Memory) -> Condensed:
+    async def condense(settings: Settings, store: Store) -> Condensed:
+        count_tokens_with(settings)
+        jobs = CondenseJobs(settings, store, make_condenser(settings))
         try:
-            return await memory.condense(args.user_id, args.character_id, wait_s=args.wait, waiting=waiting)
+            return await Condensing(store, jobs).condense(
+                args.user_id, args.character_id, wait_s=args.wait, waiting=waiting
+            )
         finally:
-            if memory.jobs is not None:
-                await memory.jobs.stop()  # closes the condenser
+            await jobs.stop()  # closes the condenser
 
     try:
-        condensed = with_memory(args, condense, build=build)
+        condensed = with_store(args, condense)
     except JobHeld as exc:
         print(
             f"agent-memory: {exc.message}. Run it again later, or give a longer --wait; if no "
@@ -277,13 +278,12 @@ def cmd_purge(args: argparse.Namespace) -> int:
     }
     settings = settings_from(args).model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
-    def build(settings: Settings, store: Store) -> Memory:
-        return Memory(settings, store, retention=Retention(settings, store))
-
     def progress(line: str) -> None:
         print(f"\r{line:<60}", end="", file=sys.stderr)
 
-    report = with_memory(args, lambda memory: memory.purge(progress), settings=settings, build=build)
+    report = with_store(
+        args, lambda settings, store: Retention(settings, store).purge_once(progress), settings=settings
+    )
     print(file=sys.stderr)
     if args.json:
         print_json(report.to_json(), indent=2)
@@ -304,7 +304,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    issued = with_memory(args, lambda memory: memory.create_api_key(args.scope, args.name))
+    issued = with_memory(args, lambda memory: memory.keys.create_api_key(args.scope, args.name))
     print(issued.key)  # alone on stdout, for KEY=$(agent-memory keys create …)
     print(
         f"key {issued.record.id} ({issued.record.scope}"
@@ -316,7 +316,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    keys = with_memory(args, lambda memory: memory.api_keys())
+    keys = with_memory(args, lambda memory: memory.keys.api_keys())
     if args.json:
         print_json([KeyOut.of(key).model_dump(mode="json") for key in keys], indent=2)
         return 0
@@ -329,7 +329,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    key = with_memory(args, lambda memory: memory.revoke_api_key(args.key_id))
+    key = with_memory(args, lambda memory: memory.keys.revoke_api_key(args.key_id))
     print(f"key {key.id} ({key.scope}) revoked; a running service refuses it within seconds")
     return 0
 

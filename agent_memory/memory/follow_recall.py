@@ -33,6 +33,8 @@ from agent_memory.core.tokens import count_message_tokens, count_tokens
 from agent_memory.errors import AgentMemoryError, Conflict, NotFound
 from agent_memory.memory.refresh import Composed, Refresher, SystemMessages
 from agent_memory.memory.service import Memory
+from agent_memory.settings import Settings
+from agent_memory.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +107,19 @@ class FollowStats:
 class FollowRecall:
     """Recalls for a running call's new user turns and pushes what the agent does not hold."""
 
-    def __init__(self, memory: Memory, refresher: Refresher, *, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        memory: Memory,
+        refresher: Refresher,
+        *,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
         """Push through `refresher`, whose every push then carries the agent's block too."""
         self.memory = memory
-        self.settings = memory.settings
+        self.settings = settings
+        self.store = store
         self.refresher = refresher
         self.clock = clock
         self.stats = FollowStats()
@@ -192,7 +203,7 @@ class FollowRecall:
             log.warning("pushing recalled memory into agent %s failed: %s", agent_id, exc.message)
 
     async def _push(self, agent_id: str, followed: Followed, query: str) -> None:
-        if await self.memory.store.read(lambda view: bool(view.llm_routes.of_agent(agent_id))):
+        if await self.store.read(lambda view: bool(view.llm_routes.of_agent(agent_id))):
             # Its every turn is recalled for at the custom-LLM endpoint already.
             followed.off, followed.block, followed.window = "custom-llm", [], frozenset()
             self.stats.custom_llm += 1
@@ -208,7 +219,7 @@ class FollowRecall:
             self.ended(agent_id)  # the run moved to another pair: what it held is not that pair's
             return
         budget = self.settings.follow_recall_max_tokens
-        found = await self.memory.recall(
+        found = await self.memory.reading.recall(
             session.user_id,
             session.character_id,
             query,
@@ -241,7 +252,7 @@ class FollowRecall:
         """Whether what is held for the agent is still its own and said after any forget of its pair."""
         if self._followed.get(agent_id) is not followed:
             return False  # dropped meanwhile (a forget, the call's end)
-        cutoff = await self.memory.store.read(
+        cutoff = await self.store.read(
             lambda view: view.maintenance.forget_cutoff(followed.user_id, followed.character_id, agent_id)
         )
         if cutoff is not None and cutoff.at_ms >= followed.since_ms:

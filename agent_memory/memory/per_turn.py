@@ -26,6 +26,7 @@ from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_li
 from agent_memory.errors import StoreUnavailable
 from agent_memory.logs import pair_ref
 from agent_memory.memory.service import Memory
+from agent_memory.settings import Settings
 from agent_memory.store import NotBrief
 
 log = logging.getLogger(__name__)
@@ -322,9 +323,9 @@ class BriefPairs:
 class PerTurn:
     """Per-turn memory for every custom-LLM endpoint of one service."""
 
-    def __init__(self, memory: Memory, stats: ProxyStats | None = None) -> None:
+    def __init__(self, memory: Memory, settings: Settings, stats: ProxyStats | None = None) -> None:
         self.memory = memory
-        self.settings = settings = memory.settings
+        self.settings = settings
         self.stats = stats or ProxyStats()
         self.windows = Windows(self.stats)
         self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s, self.windows.drop)
@@ -360,7 +361,7 @@ class PerTurn:
         deadline, the next finds the index in memory); its first recall is marked first."""
         if turn.user_id is None or turn.run is None or turn.run in self._runs:
             return  # a request naming no call cannot be told from the call's others
-        self.memory.warm(turn.user_id, turn.character_id)
+        self.memory.reading.warm(turn.user_id, turn.character_id)
         if not recall_query(turn.messages):
             return  # nothing asked yet: the call's first recall is still to come
         if len(self._runs) >= BRIEF_PAIRS_HELD:
@@ -385,7 +386,7 @@ class PerTurn:
         if brief:
             self.stats.recalls_brief += 1
             try:
-                found = self.memory.recall_here(
+                found = self.memory.reading.recall_here(
                     turn.user_id,
                     turn.character_id,
                     query,
@@ -417,7 +418,7 @@ class PerTurn:
             found = await asyncio.wait_for(
                 # The request carries this call's turns: recall needs only what is already
                 # indexed, and must not wait for the index to catch up with them.
-                self.memory.recall(
+                self.memory.reading.recall(
                     turn.pair[0],
                     turn.character_id,
                     query,

@@ -20,8 +20,9 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import Session, Watch
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.errors import AgentMemoryError, Conflict, NotFound
-from agent_memory.memory.service import Memory
-from agent_memory.store import Transaction
+from agent_memory.memory.reading import Reading
+from agent_memory.settings import Settings
+from agent_memory.store import Store, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,11 @@ Extra = Callable[[Composed], Awaitable[SystemMessages]]
 class Refresher:
     """Decides when a running agent's memory is pushed, builds it, and records what went."""
 
-    def __init__(self, memory: Memory, control: AgentControl) -> None:
-        """Refresh the agents of `memory`'s pairs through `control`."""
-        self.memory = memory
-        self.settings = memory.settings
-        self.store = memory.store
+    def __init__(self, settings: Settings, store: Store, reading: Reading, control: AgentControl) -> None:
+        """Refresh the agents of the store's pairs, with what `reading` builds, through `control`."""
+        self.reading = reading
+        self.settings = settings
+        self.store = store
         self.control = control
         self.extra: Extra | None = None
 
@@ -120,7 +121,7 @@ class Refresher:
         session = await self.store.read(lambda view: view.sessions.get(agent_id))
         if session is None:
             raise NotFound(f"no session for agent {agent_id} yet")
-        context = await self.memory.system_messages(
+        context = await self.reading.system_messages(
             session.user_id,
             session.character_id,
             max_tokens=watch.max_tokens,

@@ -148,12 +148,12 @@ def recorded_event(
 
 
 async def store_transcript(
-    memory: Memory, transcript: CallTranscript, *, body: str, received_ms: int
+    memory: Memory, settings: Settings, transcript: CallTranscript, *, body: str, received_ms: int
 ) -> Outcome:
     """Record the raw payload and merge its transcript into the call's session, in one
     transaction. A redelivery (the same event of the same call) is a duplicate; the call's turns
     recorded live by its per-turn endpoint and those of another event merge, nothing doubled."""
-    raw, event = recorded_event(memory.settings, transcript, body=body, received_ms=received_ms)
+    raw, event = recorded_event(settings, transcript, body=body, received_ms=received_ms)
     return await memory.accept_event(raw, event)
 
 
@@ -162,6 +162,8 @@ async def start_memory(memory: Memory, identity: CallIdentity, *, max_tokens: in
     empty for an unidentified call. Warms the pair's recall index for the turns to come."""
     if identity.user_id is None:
         return ""
-    memory.warm(identity.user_id, identity.character_id)
-    context = await memory.system_messages(identity.user_id, identity.character_id, max_tokens=max_tokens)
+    memory.reading.warm(identity.user_id, identity.character_id)
+    context = await memory.reading.system_messages(
+        identity.user_id, identity.character_id, max_tokens=max_tokens
+    )
     return JOIN.join(str(message.get("content", "")) for message in context.system_messages)

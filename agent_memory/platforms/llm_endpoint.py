@@ -28,11 +28,13 @@ from agent_memory.core.secrets import hash_key
 from agent_memory.errors import InvalidField, InvalidJSON, StoreUnavailable
 from agent_memory.memory.per_turn import BRIEF_PAIRS_HELD, Item, PerTurn, ProxyStats, Turn, text_of
 from agent_memory.memory.service import Memory
+from agent_memory.settings import Settings
 from agent_memory.upstream import HttpUpstream, Target, Upstream
 from agent_memory.upstream.sse import Outgoing, Relay, Reply, openai_error
 from agent_memory.web import answers as a
 from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route
 from agent_memory.web.http import read_json_body
+from agent_memory.web.keys import METRICS, SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +152,9 @@ class Call:
 class Keys:
     """The endpoint's bearer keys: the service's LLM token, or a per-agent key's route."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, settings: Settings) -> None:
         self.memory = memory
+        self.settings = settings
         # Per-agent keys found in the database, by hash: while it is down, a live call whose key
         # was found before goes on (without memory) instead of failing.
         self._routes: dict[str, LlmRoute] = {}
@@ -162,11 +165,11 @@ class Keys:
         key = key.strip()
         if scheme.lower() != "bearer" or not key:
             return False
-        token = self.memory.settings.llm_token
+        token = self.settings.llm_token
         if token and hmac.compare_digest(key.encode(), token.encode()):
             return None
         try:
-            route = await self.memory.llm_route(key)
+            route = await self.memory.keys.llm_route(key)
         except StoreUnavailable:
             route = self._routes.get(hash_key(key))
             if route is None:
@@ -183,11 +186,11 @@ class Keys:
 class Parts:
     """What every custom-LLM route of one service shares: counters, per-turn memory, the relay, keys."""
 
-    def __init__(self, memory: Memory, upstream: Upstream | None = None) -> None:
-        settings = memory.settings
+    def __init__(self, memory: Memory, settings: Settings, upstream: Upstream | None = None) -> None:
         self.memory = memory
+        self.settings = settings
         self.stats = ProxyStats()
-        self.turns = PerTurn(memory, self.stats)
+        self.turns = PerTurn(memory, settings, self.stats)
         self.relay = Relay(
             upstream
             or HttpUpstream(
@@ -196,7 +199,7 @@ class Parts:
             ),
             self.stats,
         )
-        self.keys = Keys(memory)
+        self.keys = Keys(memory, settings)
 
     async def close(self) -> None:
         await self.relay.disconnects.stop()
@@ -211,9 +214,9 @@ def shared_parts(app: web.Application, memory: Memory) -> Parts:
     """The app's one `Parts`, made (with its counters reported and closed at shutdown) on first use."""
     if PARTS in app:
         return app[PARTS]
-    parts = app[PARTS] = Parts(memory)
-    if memory.metrics is not None:
-        memory.metrics.add_reported("llm_proxy", "What the custom-LLM endpoint did", parts.stats.report)
+    parts = app[PARTS] = Parts(memory, app[SETTINGS])
+    if (metrics := app.get(METRICS)) is not None:
+        metrics.add_reported("llm_proxy", "What the custom-LLM endpoint did", parts.stats.report)
 
     async def close_parts(app: web.Application) -> AsyncIterator[None]:
         """Record the held replies and close the upstream's connections at shutdown."""
@@ -230,7 +233,7 @@ class LlmEndpoint:
     def __init__(self, parts: Parts, adapter: Adapter) -> None:
         self.parts = parts
         self.adapter = adapter
-        self.settings = parts.memory.settings
+        self.settings = parts.settings
         self.stats = parts.stats
         self.turns = parts.turns
 

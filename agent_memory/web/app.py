@@ -35,8 +35,8 @@ from agent_memory.web import console, docs
 from agent_memory.web.auth import auth_middleware, install_gate
 from agent_memory.web.declare import add_routes
 from agent_memory.web.http import BODY_TIMEOUT_S, Handler, errors_middleware, nul_middleware
-from agent_memory.web.keys import EMBEDDINGS, JOBS, MEMORY, RETENTION, SETTINGS, STORE
-from agent_memory.web.metrics import METRICS, add_metrics_route
+from agent_memory.web.keys import EMBEDDINGS, JOBS, MEMORY, METRICS, RETENTION, SETTINGS, STORE
+from agent_memory.web.metrics import add_metrics_route
 from agent_memory.web.routes import insights
 from agent_memory.web.routes import keys as api_keys
 from agent_memory.web.routes import memory as api
@@ -108,9 +108,7 @@ async def store_context(app: web.Application) -> AsyncIterator[None]:
     if waiting_since is not None:
         log.warning("the database answers after %.0f s: starting", time.monotonic() - waiting_since)
     yield
-    await app[MEMORY].warming.close()  # no warming read left for a closed store
-    if (rerank := app[MEMORY].rerank) is not None:
-        await rerank.close()
+    await app[MEMORY].reading.close()  # no warming read left for a closed store
     await asyncio.get_running_loop().run_in_executor(None, store.close)
 
 
@@ -159,13 +157,14 @@ def create_app(settings: Settings) -> web.Application:
     )
     store = make_store(settings)
     metrics = Metrics() if settings.metrics else None
-    # Built here, started by their cleanup contexts: the routes reach them through `Memory`.
+    # Built here, started by their cleanup contexts; the routes and platforms that need them
+    # find them under their app keys (web/keys.py).
     jobs = CondenseJobs(
         settings, store, make_condenser(settings), sweep_s=settings.job_sweep_s, metrics=metrics
     )
     retention = Retention(settings, store)
     embedder = make_embedder(settings)  # None: recall by keywords alone
-    memory = Memory(settings, store, jobs=jobs, retention=retention, embedder=embedder, metrics=metrics)
+    memory = Memory(settings, store, embedder=embedder, metrics=metrics)
     app.on_response_prepare.append(send_request_id)
     app[SETTINGS] = settings
     app[BODY_TIMEOUT_S] = settings.body_timeout_s
@@ -173,6 +172,8 @@ def create_app(settings: Settings) -> web.Application:
     app[MEMORY] = memory
     app[JOBS] = jobs
     app[RETENTION] = retention
+    if metrics is not None:
+        app[METRICS] = metrics  # before the platforms' install(): they count into it
     install_gate(app, settings)
     add_routes(app, api.routes)
     add_routes(app, insights.routes)
@@ -182,7 +183,6 @@ def create_app(settings: Settings) -> web.Application:
     install_messages(app, memory)
     console.install(app)  # /console: the operator's pages, signed in with an API key
     if metrics is not None:
-        app[METRICS] = metrics
         add_metrics_route(app, settings, metrics, store)
     app.cleanup_ctx.append(store_context)
     app.cleanup_ctx.append(jobs_context)

@@ -197,13 +197,13 @@ class Gate:
         cached = self._keys.get(given_hash)
         if cached is not None and time.monotonic() - cached[1] < KEY_CACHE_S:
             return cached[0]
-        key = await self.memory.api_key(given)
+        key = await self.memory.keys.api_key(given)
         if key is None:
             self._keys.pop(given_hash, None)
             return None
         stamp = now_ms()
         if key.revoked_ms is None and (key.last_used_ms is None or stamp - key.last_used_ms >= USED_EVERY_MS):
-            await self.memory.api_key_used(key.id, stamp)
+            await self.memory.keys.api_key_used(key.id, stamp)
         self._keys[given_hash] = (key, time.monotonic())
         self._keys.move_to_end(given_hash)
         while len(self._keys) > KEYS_CACHED:

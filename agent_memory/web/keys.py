@@ -12,6 +12,7 @@ from agent_memory.memory.embedding import EmbeddingJobs
 from agent_memory.memory.jobs import CondenseJobs
 from agent_memory.memory.retention import Retention
 from agent_memory.memory.service import Memory
+from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import Store
 
@@ -21,6 +22,8 @@ STORE = web.AppKey("store", Store)
 JOBS = web.AppKey("jobs", CondenseJobs)
 RETENTION = web.AppKey("retention", Retention)
 EMBEDDINGS = web.AppKey("embeddings", EmbeddingJobs)
+# Only when metrics are on (AGENT_MEMORY_METRICS): `app.get(METRICS)`.
+METRICS = web.AppKey("metrics", Metrics)
 
 # Why a /v1 request was refused: no key, a wrong or revoked one, a key without the scope the
 # route needs, or an address still waiting after too many wrong keys (web/auth.py).

@@ -33,7 +33,6 @@ from agent_memory.web.keys import AUTH_STATS
 
 log = logging.getLogger(__name__)
 
-METRICS = web.AppKey("metrics", Metrics)
 METRICS_PATH = "/metrics"
 # How long a read of the database's figures serves scrapes.
 SNAPSHOT_S = 5.0

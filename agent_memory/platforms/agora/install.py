@@ -24,6 +24,7 @@ from agent_memory.platforms.agora.webhook import AgoraReceiver
 from agent_memory.platforms.llm_endpoint import shared_parts
 from agent_memory.web import answers as a
 from agent_memory.web.declare import OWN_BEARER, UPSTREAM_ERRORS, Route, add_routes
+from agent_memory.web.keys import JOBS, METRICS, SETTINGS, STORE
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +88,10 @@ def install(app: web.Application, memory: Memory) -> None:
     Call it after the app's store and job runner contexts are added: following agents
     needs the database open, and refreshes listen to the job runner.
     """
-    settings = memory.settings
-    metrics = memory.metrics
+    settings = app[SETTINGS]
+    metrics = app.get(METRICS)
     receiver = AgoraReceiver(settings, memory.accept_event, metrics)
-    add_routes(app, AgentRoutes(memory).table())
+    add_routes(app, AgentRoutes(memory, settings).table())
     proxy = app[LLM_PROXY] = LlmProxy(memory, shared_parts(app, memory))
     add_routes(app, proxy_routes(proxy))
     add_routes(app, [receiver.route()])
@@ -99,15 +100,15 @@ def install(app: web.Application, memory: Memory) -> None:
         """One HTTP session for Agora's REST API; follow running agents when Agora is configured."""
         async with aiohttp.ClientSession() as session:
             client = AgoraClient(settings, session)
-            refresher = Refresher(memory, client if metrics is None else CountedPushes(client, metrics))
-            follow = FollowRecall(memory, refresher)
-            poller = Poller(memory, client, refresher, follow=follow)
+            control = client if metrics is None else CountedPushes(client, metrics)
+            refresher = Refresher(settings, app[STORE], memory.reading, control)
+            follow = FollowRecall(settings, app[STORE], memory, refresher)
+            poller = Poller(settings, memory, client, refresher, metrics=metrics, follow=follow)
             app[AGORA] = client
             app[FOLLOW] = follow
             app[REFRESHER] = refresher
             app[POLLER] = poller
-            if memory.jobs is not None:
-                memory.jobs.listeners.append(refresher.on_condensed)
+            app[JOBS].listeners.append(refresher.on_condensed)
             if metrics is not None:
                 metrics.add_reported(
                     "follow_recall",

@@ -80,7 +80,7 @@ class LlmProxy:
     def __init__(self, memory: Memory, parts: Parts) -> None:
         self.memory = memory
         self.parts = parts
-        self.endpoint = LlmEndpoint(parts, AgoraAdapter(memory.settings.default_character))
+        self.endpoint = LlmEndpoint(parts, AgoraAdapter(parts.settings.default_character))
 
     @property
     def stats(self) -> ProxyStats:
@@ -92,5 +92,5 @@ class LlmProxy:
 
     async def report(self, request: web.Request) -> web.Response:
         """The endpoint's counters (GET /v1/llm/stats, behind the API token)."""
-        body = {"llm_proxy": self.stats.report(), "warming": self.memory.warming.report()}
+        body = {"llm_proxy": self.stats.report(), "warming": self.memory.reading.warming.report()}
         return web.json_response(body, dumps=dumps)

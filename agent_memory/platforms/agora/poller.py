@@ -24,8 +24,10 @@ from agent_memory.memory.follow_recall import FollowRecall
 from agent_memory.memory.refresh import Refresher
 from agent_memory.memory.schedule import start_interval
 from agent_memory.memory.service import Memory
+from agent_memory.metrics import Metrics
 from agent_memory.platforms.agora.client import AgoraClient
 from agent_memory.platforms.agora.events import history_window
+from agent_memory.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -42,20 +44,23 @@ class Poller:
 
     def __init__(
         self,
+        settings: Settings,
         memory: Memory,
         client: AgoraClient,
-        refresher: Refresher | None = None,
+        refresher: Refresher,
         *,
+        metrics: Metrics | None = None,
         rng: random.Random | None = None,
         sweep_s: float = 0.5,
         follow: FollowRecall | None = None,
     ) -> None:
-        """Follow agents for `memory`; `refresher` (default: one over `client`) sends due refreshes;
-        `follow` is told of new turns and pushes the memories recalled for them."""
-        self.settings = settings = memory.settings
+        """Follow agents for `memory`; `refresher` sends due refreshes; `follow` is told of new
+        turns and pushes the memories recalled for them; `metrics` counts polls."""
+        self.settings = settings
         self.memory = memory
+        self.metrics = metrics
         self.client = client
-        self.refresher = refresher or Refresher(memory, client)
+        self.refresher = refresher
         self.rng = rng or random.Random()
         self.sweep_s = sweep_s
         self.follow = follow
@@ -74,7 +79,7 @@ class Poller:
         if self._in_flight:
             await asyncio.wait(list(self._in_flight.values()), timeout=5)
         try:
-            await self.memory.release_follows()
+            await self.memory.follows.release_follows()
         except AgentMemoryError as exc:  # unreleased, they move when their leases run out
             log.warning("could not hand the followed agents over at stop: %s", exc.message)
 
@@ -95,7 +100,7 @@ class Poller:
         # Started polls queue on the semaphore; a sweep must be able to start a whole
         # interval's worth, or many agents would be polled less often than configured.
         room = max(self.settings.poll_concurrency * 4, 4096)
-        due, pushes = await self.memory.due_follows(stamp, room)
+        due, pushes = await self.memory.follows.due_follows(stamp, room)
         started = 0
         for watch in due:
             if watch.agent_id not in self._in_flight:
@@ -125,14 +130,14 @@ class Poller:
     async def poll(self, watch: Watch) -> None:
         """Read one agent's history and merge it; failures back off, a 404 ends following."""
         agent_id = watch.agent_id
-        metrics = self.memory.metrics
+        metrics = self.metrics
         async with self._slots:
             # How late the poll starts: sweeps falling behind, or too few slots for the agents.
             lag_s = (now_ms() - watch.next_poll_ms) / 1000
             try:
                 answer = await self.client.history(agent_id)
             except AgoraNotFound:
-                await self.memory.agent_gone(
+                await self.memory.follows.agent_gone(
                     agent_id, "agent not found on Agora (404)", "not found on Agora while polling"
                 )
                 log.info("agent %s is gone (404): no longer followed", agent_id)
@@ -144,7 +149,9 @@ class Poller:
             except AgentMemoryError as exc:
                 failures, error = watch.failures + 1, exc.message
                 log.warning("history of %s failed (%d in a row): %s", agent_id, failures, error)
-                await self.memory.poll_failed(agent_id, next_poll_ms=self.next_poll_ms(failures), error=error)
+                await self.memory.follows.poll_failed(
+                    agent_id, next_poll_ms=self.next_poll_ms(failures), error=error
+                )
                 if metrics is not None:
                     metrics.polled("failed", lag_s=lag_s)
                 return

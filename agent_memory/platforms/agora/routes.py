@@ -30,6 +30,7 @@ from agent_memory.platforms.agora.custom_llm import AgoraMessage, RenderOptions,
 from agent_memory.platforms.agora.events import session_event
 from agent_memory.platforms.agora.keys import AGORA, REFRESHER
 from agent_memory.platforms.agora.payloads import AgentJoined
+from agent_memory.settings import Settings
 from agent_memory.web import answers as a
 from agent_memory.web.declare import BODY_ERRORS, Route, Routes
 from agent_memory.web.http import json_response, read_model, validation_message
@@ -309,8 +310,9 @@ AGORA_ERRORS = (404, 409, 429, 502, 503)
 class AgentRoutes:
     """The handlers of Agora's routes, over the `Memory` that `install` gives them."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, settings: Settings) -> None:
         self.memory = memory
+        self.settings = settings
 
     def table(self) -> list[Route]:
         """The routes, to add to the app."""
@@ -329,17 +331,17 @@ class AgentRoutes:
     async def start_agent(self, request: web.Request) -> web.Response:
         """Start an agent through Agora with the pair's memory in its system messages, and follow it."""
         memory = self.memory
-        settings = memory.settings
+        settings = self.settings
         body = await read_model(request, StartBody)
         plan = plan_memory(body.join)
         max_history = max_history_of(body.join)
         upstream = upstream_of(body.join, plan, settings.public_url) if body.memory_llm else None
         max_tokens = body.max_tokens or settings.context_max_tokens
         # The call is starting: its first question should find the pair's index in memory.
-        memory.warm(body.user_id, body.character_id)
+        memory.reading.warm(body.user_id, body.character_id)
         context = None
         if plan.inject:
-            context = await memory.system_messages(
+            context = await memory.reading.system_messages(
                 body.user_id,
                 body.character_id,
                 max_tokens=max_tokens,
@@ -368,7 +370,7 @@ class AgentRoutes:
                 created_ms=now_ms(),
             )
             # Stored before the join: Agora may call the endpoint as soon as the agent is up.
-            await memory.add_llm_route(route)
+            await memory.keys.add_llm_route(route)
             url = memory_llm_url(settings.public_url)
             llm = custom_llm_block(url, key, body.user_id, body.character_id, upstream.params)
         join, own = with_memory(body.join, labels, context.system_messages if context else None, llm)
@@ -376,7 +378,7 @@ class AgentRoutes:
             answer = await request.app[AGORA].join(join)
         except Exception:
             if key_hash is not None:
-                await memory.drop_llm_route(key_hash)  # no agent will ever call with that key
+                await memory.keys.drop_llm_route(key_hash)  # no agent will ever call with that key
             raise
         if not answer.get("agent_id"):
             raise AgoraError(
@@ -386,7 +388,7 @@ class AgentRoutes:
             )
         agent_id = str(answer["agent_id"])
         if key_hash is not None:
-            await memory.tie_llm_route(key_hash, agent_id)
+            await memory.keys.tie_llm_route(key_hash, agent_id)
         properties = join["properties"]
         joined = AgentJoined.model_validate(
             {
@@ -397,7 +399,7 @@ class AgentRoutes:
                 "start_ts": answer.get("create_ts"),
             }
         )
-        following = await memory.follow(
+        following = await memory.follows.follow(
             agent_id,
             origin="join",
             user_id=body.user_id,
@@ -477,7 +479,7 @@ class AgentRoutes:
         """Follow an agent started elsewhere; with its system messages, refresh it too."""
         agent_id = request.match_info["agent_id"]
         body = await read_model(request, WatchBody)
-        following = await self.memory.follow(
+        following = await self.memory.follows.follow(
             agent_id,
             origin="manual",
             user_id=body.user_id,
@@ -508,7 +510,7 @@ class AgentRoutes:
     async def unwatch_session(self, request: web.Request) -> web.Response:
         """Stop following an agent."""
         agent_id = request.match_info["agent_id"]
-        stopped = await self.memory.unfollow(agent_id, "stopped by request")
+        stopped = await self.memory.follows.unfollow(agent_id, "stopped by request")
         return json_response({"agent_id": agent_id, "stopped": stopped})
 
     @ROUTES.post(

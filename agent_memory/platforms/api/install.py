@@ -7,9 +7,11 @@ from aiohttp import web
 from agent_memory.core.limits import MAX_MESSAGE_CHARS, MAX_POSTED_MESSAGES
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.api.messages import TIMESTAMP_RULE, MessagesBody, add_messages
+from agent_memory.settings import Settings
 from agent_memory.web import answers as a
 from agent_memory.web.declare import BODY_ERRORS, PAIR, Route, add_routes
 from agent_memory.web.http import json_response, read_model
+from agent_memory.web.keys import SETTINGS
 from agent_memory.web.schemas import pair
 
 DESCRIPTION = (
@@ -27,13 +29,14 @@ DESCRIPTION = (
 class MessagesRoute:
     """`POST …/messages` over one `Memory`."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, settings: Settings) -> None:
         self.memory = memory
+        self.settings = settings
 
     async def post(self, request: web.Request) -> web.Response:
         user_id, character_id = pair(request)
         body = await read_model(request, MessagesBody)
-        return json_response(await add_messages(self.memory, user_id, character_id, body))
+        return json_response(await add_messages(self.memory, self.settings, user_id, character_id, body))
 
     def routes(self) -> list[Route]:
         """The route, declared (web/declare.py)."""
@@ -56,4 +59,4 @@ class MessagesRoute:
 
 def install(app: web.Application, memory: Memory) -> None:
     """Serve `POST …/messages`."""
-    add_routes(app, MessagesRoute(memory).routes())
+    add_routes(app, MessagesRoute(memory, app[SETTINGS]).routes())

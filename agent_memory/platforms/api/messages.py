@@ -26,6 +26,7 @@ from agent_memory.core.limits import (
 )
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.calls import CallIdentity, identity_labels, session_key
+from agent_memory.settings import Settings
 from agent_memory.web.answers import MessagesAdded
 
 PLATFORM = "api"
@@ -148,10 +149,12 @@ def incoming(messages: Sequence[PostedMessage]) -> list[IncomingMessage]:
     ]
 
 
-async def add_messages(memory: Memory, user_id: str, character_id: str, body: MessagesBody) -> MessagesAdded:
+async def add_messages(
+    memory: Memory, settings: Settings, user_id: str, character_id: str, body: MessagesBody
+) -> MessagesAdded:
     """Store a post's messages under the pair, in its session; what was held already is not again."""
     key = session_key(PLATFORM, body.session_id)
-    labels = identity_labels(memory.settings, CallIdentity(user_id, character_id, "ids"))
+    labels = identity_labels(settings, CallIdentity(user_id, character_id, "ids"))
     window = HistoryWindow(
         agent_id=key, messages=incoming(body.messages), labels=labels, name=PLATFORM, discrete=True
     )

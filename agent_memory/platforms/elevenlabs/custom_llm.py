@@ -38,7 +38,9 @@ from agent_memory.platforms.llm_endpoint import (
     completion_route,
     plain_messages,
 )
+from agent_memory.settings import Settings
 from agent_memory.web.declare import Route
+from agent_memory.web.keys import SETTINGS
 
 PLATFORM = "elevenlabs"
 EXTRA_BODY = "elevenlabs_extra_body"
@@ -86,8 +88,8 @@ class ElevenLabsAdapter:
     platform_fields = frozenset((EXTRA_BODY, *OUR_PARAMS))
     unrecorded = "no conversation_id in elevenlabs_extra_body (pass it in custom_llm_extra_body)"
 
-    def __init__(self, memory: Memory) -> None:
-        self.settings = memory.settings
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
 
     def caller(self, body: dict[str, Any], route: LlmRoute | None) -> Caller | Refused:
         extra = as_object(body.get(EXTRA_BODY))
@@ -130,6 +132,6 @@ def custom_llm_routes(app: web.Application, memory: Memory) -> list[Route]:
             ElevenLabsChatRequest,
             app,
             memory,
-            ElevenLabsAdapter(memory),
+            ElevenLabsAdapter(app[SETTINGS]),
         )
     ]

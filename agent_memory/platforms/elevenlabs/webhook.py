@@ -19,6 +19,7 @@ from agent_memory.errors import (
 )
 from agent_memory.logs import RateLimitedLog
 from agent_memory.memory.service import Memory
+from agent_memory.metrics import Metrics
 from agent_memory.platforms.calls import CallIdentity, call_identity, start_memory, store_transcript
 from agent_memory.platforms.elevenlabs.payloads import (
     AUDIO,
@@ -29,6 +30,7 @@ from agent_memory.platforms.elevenlabs.payloads import (
 )
 from agent_memory.platforms.elevenlabs.signatures import HEADER, SETTING, verify
 from agent_memory.platforms.elevenlabs.transcripts import PLATFORM, conversation_transcript, read_conversation
+from agent_memory.settings import Settings
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer
 from agent_memory.web.auth import GATE
@@ -105,9 +107,10 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
 class ElevenLabsReceiver:
     """The ElevenLabs routes: the post-call webhook and the conversation-initiation webhook."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, settings: Settings, metrics: Metrics | None) -> None:
         self.memory = memory
-        self.settings = memory.settings
+        self.settings = settings
+        self.metrics = metrics
         self.bad_signatures = RateLimitedLog(log)
         # Each type this service does not keep is logged once (any unknown type counts as one).
         self.unknown_types: set[str] = set()
@@ -159,7 +162,7 @@ class ElevenLabsReceiver:
     async def post_call(self, request: web.Request) -> web.Response:
         """Verify the raw body, read its type, keep a transcript; acknowledge everything else."""
         event_type = "unknown"
-        metrics = self.memory.metrics
+        metrics = self.metrics
         try:
             body = await self.verified_body(request)
             envelope = self.envelope(body)
@@ -210,6 +213,7 @@ class ElevenLabsReceiver:
         transcript = conversation_transcript(self.settings, conversation)
         outcome = await store_transcript(
             self.memory,
+            self.settings,
             transcript,
             body=body.decode("utf-8"),
             received_ms=time.time_ns() // 1_000_000,

@@ -17,6 +17,7 @@ from agent_memory.core.clock import now_ms
 from agent_memory.errors import BadSignature, NotConfigured
 from agent_memory.logs import RateLimitedLog, pair_ref
 from agent_memory.memory.service import Memory
+from agent_memory.metrics import Metrics
 from agent_memory.platforms.calls import call_identity, start_memory, store_transcript
 from agent_memory.platforms.retell.events import PLATFORM, call_transcript
 from agent_memory.platforms.retell.payloads import (
@@ -30,6 +31,7 @@ from agent_memory.platforms.retell.payloads import (
     read_envelope,
 )
 from agent_memory.platforms.retell.signatures import verify_retell
+from agent_memory.settings import Settings
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer, Omitted
 from agent_memory.web.declare import Route
@@ -76,10 +78,10 @@ class RetellAnswer(Answer):
 class RetellReceiver:
     """The `POST /webhooks/retell` handler."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, settings: Settings, metrics: Metrics | None) -> None:
         self.memory = memory
-        self.settings = memory.settings
-        self.metrics = memory.metrics
+        self.settings = settings
+        self.metrics = metrics
         self.bad_signatures = RateLimitedLog(log)
         self.unknown_logged: set[str] = set()
 
@@ -157,7 +159,7 @@ class RetellReceiver:
         """Store the call's transcript under its session (`retell:<call_id>`): a redelivery is a duplicate."""
         transcript = call_transcript(self.settings, event, call)
         outcome = await store_transcript(
-            self.memory, transcript, body=body.decode("utf-8", "replace"), received_ms=now_ms()
+            self.memory, self.settings, transcript, body=body.decode("utf-8", "replace"), received_ms=now_ms()
         )
         log.info(
             "Retell %s of call %s: %s%s",

@@ -38,6 +38,7 @@ from agent_memory.platforms.llm_endpoint import (
 from agent_memory.platforms.vapi.events import identity_from
 from agent_memory.settings import Settings
 from agent_memory.web.declare import Route
+from agent_memory.web.keys import SETTINGS
 
 PLATFORM = "vapi"
 # What Vapi adds at the top level beside the OpenAI fields: none of it is the model's.
@@ -93,8 +94,8 @@ class VapiAdapter:
     platform_fields = frozenset((*VAPI_FIELDS, *OUR_PARAMS))
     unrecorded = "no call.id in the request (the model's metadataSendMode must not be off)"
 
-    def __init__(self, memory: Memory) -> None:
-        self.settings = memory.settings
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
 
     def caller(self, body: dict[str, Any], route: LlmRoute | None) -> Caller | Refused:
         # The call's own ids and number are read as the webhook reads them (events.identity_from:
@@ -127,6 +128,6 @@ def custom_llm_routes(app: web.Application, memory: Memory) -> list[Route]:
             VapiChatRequest,
             app,
             memory,
-            VapiAdapter(memory),
+            VapiAdapter(app[SETTINGS]),
         )
     ]

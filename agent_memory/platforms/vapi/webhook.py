@@ -27,6 +27,7 @@ from agent_memory.core.events import Outcome, OutcomeStatus
 from agent_memory.errors import BadSignature, NotConfigured
 from agent_memory.logs import RateLimitedLog
 from agent_memory.memory.service import Memory
+from agent_memory.metrics import Metrics
 from agent_memory.platforms.calls import JOIN, CallIdentity, start_memory
 from agent_memory.platforms.vapi.events import (
     PLATFORM,
@@ -38,6 +39,7 @@ from agent_memory.platforms.vapi.events import (
 )
 from agent_memory.platforms.vapi.payloads import ASSISTANT_REQUEST, USED_TYPES, ServerMessage
 from agent_memory.platforms.vapi.signatures import verify_vapi
+from agent_memory.settings import Settings
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer, Object, Omitted
 from agent_memory.web.declare import Route
@@ -112,10 +114,10 @@ class VapiAck(Answer):
 class VapiReceiver:
     """The `POST /webhooks/vapi` handler."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, settings: Settings, metrics: Metrics | None) -> None:
         self.memory = memory
-        self.settings = memory.settings
-        self.metrics = memory.metrics
+        self.settings = settings
+        self.metrics = metrics
         # Someone probing, or a secret that no longer matches: a WARNING once a minute per address.
         self.bad_signatures = RateLimitedLog(log)
         # The message types Vapi sent that are not used: each logged once.

@@ -157,7 +157,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
                 gate.refuse_wrong(client_of(request, gate))
         except AgentMemoryError as exc:
             return sign_in_form(request, target, status=exc.status, error=exc.message)
-    token = await request.app[MEMORY].open_console_session(key_hash_of(gate, key), SESSION_TTL_MS)
+    token = await request.app[MEMORY].keys.open_console_session(key_hash_of(gate, key), SESSION_TTL_MS)
     response = web.HTTPSeeOther(target)
     set_session_cookie(request, response, token)
     raise response
@@ -167,7 +167,7 @@ async def sign_in(request: web.Request) -> web.StreamResponse:
 async def sign_out(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     await read_form(request, viewer)
     if viewer.token is not None:
-        await request.app[MEMORY].end_console_session(viewer.token)
+        await request.app[MEMORY].keys.end_console_session(viewer.token)
     response = web.HTTPSeeOther(f"{ROOT}/sign-in")
     clear_session_cookie(response)
     raise response
@@ -193,7 +193,7 @@ async def users(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     if len(q) > MAX_QUERY_CHARS:
         raise InvalidField(f"the search is at most {MAX_QUERY_CHARS} characters")
     cursor = request.query.get("cursor") or None
-    found = await request.app[MEMORY].users(q or None, cursor, USERS_LIMIT[0])
+    found = await request.app[MEMORY].console.users(q or None, cursor, USERS_LIMIT[0])
     more = None
     if found.next_cursor is not None:
         more = f"{ROOT}/users?" + urlencode(
@@ -206,8 +206,8 @@ async def users(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 async def user(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     user_id = request.match_info["user_id"]
     memory = request.app[MEMORY]
-    entry = await memory.user(user_id)
-    held = await memory.holdings(user_id)
+    entry = await memory.console.user(user_id)
+    held = await memory.console.holdings(user_id)
     return render(request, "user.html", viewer, entry=entry, held=held)
 
 
@@ -224,12 +224,12 @@ async def pair(request: web.Request, viewer: Viewer) -> web.StreamResponse:
         raise InvalidField(f"the question is at most {MAX_QUERY_CHARS} characters")
     recall = recalled = None
     if q.strip():
-        recall = await memory.recall(user_id, character_id, q, max_tokens=DEFAULT_RECALL_TOKENS)
+        recall = await memory.reading.recall(user_id, character_id, q, max_tokens=DEFAULT_RECALL_TOKENS)
         recalled = [(m, count_tokens(m.text)) for m in recall.memories]
-    facts = await memory.facts(user_id, character_id)
-    state = await memory.summary(user_id, character_id)
-    context = await memory.system_messages(user_id, character_id, style=style)
-    calls = await memory.calls(user_id, character_id, shown + 1)
+    facts = await memory.facts.of_pair(user_id, character_id)
+    state = await memory.reading.summary(user_id, character_id)
+    context = await memory.reading.system_messages(user_id, character_id, style=style)
+    calls = await memory.console.calls(user_id, character_id, shown + 1)
     summary = parse_summary(state.summary.text) if state.summary is not None else None
     return render(
         request,
@@ -263,7 +263,7 @@ async def add_fact(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     scope = form.get("scope", "character")
     if scope not in ("character", "user"):
         raise InvalidField("scope must be character or user")
-    added = await request.app[MEMORY].add_fact(
+    added = await request.app[MEMORY].facts.add(
         user_id, character_id, form.get("text", ""), "user" if scope == "user" else "character"
     )
     raise web.HTTPSeeOther(
@@ -276,8 +276,8 @@ async def fact(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     user_id, character_id = request.match_info["user_id"], request.match_info["character_id"]
     fact_id = _fact_id(request)
     memory = request.app[MEMORY]
-    history = await memory.fact_history(fact_id)
-    current = next((f for f in await memory.facts(user_id, character_id) if f.id == fact_id), None)
+    history = await memory.facts.history(fact_id)
+    current = next((f for f in await memory.facts.of_pair(user_id, character_id) if f.id == fact_id), None)
     return render(
         request,
         "fact.html",
@@ -301,13 +301,13 @@ async def change_fact(request: web.Request, viewer: Viewer) -> web.StreamRespons
     memory = request.app[MEMORY]
     action = form.get("action", "")
     if action == "edit":
-        await memory.edit_fact(fact_id, text=form.get("text", ""))
+        await memory.facts.edit(fact_id, text=form.get("text", ""))
         done = "edited"
     elif action in ("pin", "unpin"):
-        await memory.edit_fact(fact_id, pinned=action == "pin")
+        await memory.facts.edit(fact_id, pinned=action == "pin")
         done = f"{action}ned"
     elif action == "delete":
-        await memory.delete_fact(fact_id)
+        await memory.facts.delete(fact_id)
         done = "deleted"
     else:
         raise InvalidField("action must be edit, pin, unpin or delete")
@@ -320,8 +320,8 @@ async def forget_page(request: web.Request, viewer: Viewer) -> web.StreamRespons
     user_id = request.match_info["user_id"]
     character_id = request.match_info.get("character_id")
     memory = request.app[MEMORY]
-    held = await memory.holdings(user_id, character_id)
-    entry = await memory.user(user_id) if character_id is None else None
+    held = await memory.console.holdings(user_id, character_id)
+    entry = await memory.console.user(user_id) if character_id is None else None
     return render(
         request, "forget.html", viewer, user_id=user_id, character_id=character_id, held=held, entry=entry
     )
@@ -335,7 +335,7 @@ async def forget(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     named = form.get("confirm", "").strip()
     if named != user_id:
         raise InvalidField("type the user's id to confirm the forget; nothing was forgotten")
-    receipt = await request.app[MEMORY].forget(user_id, character_id)
+    receipt = await request.app[MEMORY].admin.forget(user_id, character_id)
     return render(
         request,
         "receipt.html",
@@ -350,7 +350,7 @@ async def forget(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 @page("admin")
 async def export(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     user_id = request.match_info["user_id"]
-    document = await request.app[MEMORY].export(user_id)
+    document = await request.app[MEMORY].admin.export(user_id)
     name = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in user_id)[:80]
     return web.Response(
         body=json.dumps(document, ensure_ascii=False, indent=1).encode(),
@@ -361,15 +361,15 @@ async def export(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 
 @page("admin")
 async def running(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    calls = await request.app[MEMORY].running_calls()
+    calls = await request.app[MEMORY].console.running_calls()
     return render(request, "running.html", viewer, calls=calls, now=now_ms())
 
 
 @page("admin")
 async def stats(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     memory = request.app[MEMORY]
-    report = await memory.overall_stats()
-    per_day = await memory.callbacks_per_day(DAYS_CHARTED)
+    report = await memory.admin.overall_stats()
+    per_day = await memory.console.callbacks_per_day(DAYS_CHARTED)
     stages: dict[str, Any] = report.get("latency_stages_ms") or {}
     return render(
         request,
@@ -385,7 +385,7 @@ async def stats(request: web.Request, viewer: Viewer) -> web.StreamResponse:
 
 @page("admin")
 async def keys(request: web.Request, viewer: Viewer) -> web.StreamResponse:
-    listed = await request.app[MEMORY].api_keys()
+    listed = await request.app[MEMORY].keys.api_keys()
     return render(request, "keys.html", viewer, keys=listed, made=None, scopes=KEY_SCOPES)
 
 
@@ -400,8 +400,8 @@ async def make_key(request: web.Request, viewer: Viewer) -> web.StreamResponse:
     except ValidationError as exc:
         raise InvalidField(validation_message(exc)) from None
     memory = request.app[MEMORY]
-    made = await memory.create_api_key(body.scope, body.name)
-    listed = await memory.api_keys()
+    made = await memory.keys.create_api_key(body.scope, body.name)
+    listed = await memory.keys.api_keys()
     return render(request, "keys.html", viewer, keys=listed, made=made, scopes=KEY_SCOPES, status=201)
 
 
@@ -410,7 +410,7 @@ async def revoke_key(request: web.Request, viewer: Viewer) -> web.StreamResponse
     """Revoke a key for good: its console sessions end with it."""
     await read_form(request, viewer)
     key_id = _number(request, "key_id")
-    await request.app[MEMORY].revoke_api_key(key_id)
+    await request.app[MEMORY].keys.revoke_api_key(key_id)
     raise web.HTTPSeeOther(f"{ROOT}/keys")
 
 

@@ -74,7 +74,7 @@ async def viewer_of(request: web.Request) -> Viewer | None:
     token = request.cookies.get(COOKIE)
     if not token:
         return None
-    signed = await request.app[MEMORY].console_session(token)
+    signed = await request.app[MEMORY].keys.console_session(token)
     if signed is None:
         return None
     key_hash = signed.session.key_hash
@@ -84,7 +84,7 @@ async def viewer_of(request: web.Request) -> Viewer | None:
         return Viewer("admin", token)
     if signed.key is None or signed.key.revoked_ms is not None:
         # Revoked (or deleted) since sign-in: the session ends here too, on whichever instance.
-        await request.app[MEMORY].end_console_session(token)
+        await request.app[MEMORY].keys.end_console_session(token)
         return None
     return Viewer(signed.key.scope, token)
 

@@ -37,7 +37,7 @@ from agent_memory.web.declare import (
     limit_param,
 )
 from agent_memory.web.http import int_query, json_response, read_body
-from agent_memory.web.keys import MEMORY
+from agent_memory.web.keys import MEMORY, RETENTION
 from agent_memory.web.schemas import bool_query, kinds_query, optional_text, query_text, role_query, window
 
 routes = Routes()
@@ -74,7 +74,9 @@ async def search(request: web.Request) -> web.Response:
     character_id = optional_text(request, "character_id")
     kinds = kinds_query(request)
     limit = int_query(request, "limit", SEARCH_LIMIT[0], low=1, high=SEARCH_LIMIT[1])
-    answer = await request.app[MEMORY].search(user_id, q, character_id=character_id, kinds=kinds, limit=limit)
+    answer = await request.app[MEMORY].admin.search(
+        user_id, q, character_id=character_id, kinds=kinds, limit=limit
+    )
     return json_response(answer)
 
 
@@ -105,7 +107,7 @@ async def users(request: web.Request) -> web.Response:
         raise InvalidField(f"q is at most {MAX_QUERY_CHARS} characters, got {len(q)}")
     cursor = optional_text(request, "cursor")
     limit = int_query(request, "limit", USERS_LIMIT[0], low=1, high=USERS_LIMIT[1])
-    page = await request.app[MEMORY].users(q, cursor, limit)
+    page = await request.app[MEMORY].console.users(q, cursor, limit)
     return json_response(a.UsersAnswer.of(q, page))
 
 
@@ -133,7 +135,7 @@ async def mentions(request: web.Request) -> web.Response:
     role = role_query(request)
     character_id = optional_text(request, "character_id")
     limit = int_query(request, "limit", MENTIONS_LIMIT[0], low=1, high=MENTIONS_LIMIT[1])
-    answer = await request.app[MEMORY].mentions(q, role=role, character_id=character_id, limit=limit)
+    answer = await request.app[MEMORY].admin.mentions(q, role=role, character_id=character_id, limit=limit)
     return json_response(answer)
 
 
@@ -147,7 +149,7 @@ async def mentions(request: web.Request) -> web.Response:
 )
 async def user_stats(request: web.Request) -> web.Response:
     """One user's sessions, messages, talk time, favourite characters and rates."""
-    return json_response(await request.app[MEMORY].user_stats(request.match_info["user_id"]))
+    return json_response(await request.app[MEMORY].admin.user_stats(request.match_info["user_id"]))
 
 
 @routes.get(
@@ -163,7 +165,9 @@ async def character_stats(request: web.Request) -> web.Response:
     """One character's active users, sessions, rates and latencies."""
     character_id = request.match_info["character_id"]
     since_ms, until_ms = window(request)
-    stats = await request.app[MEMORY].character_stats(character_id, since_ms=since_ms, until_ms=until_ms)
+    stats = await request.app[MEMORY].admin.character_stats(
+        character_id, since_ms=since_ms, until_ms=until_ms
+    )
     return json_response(stats)
 
 
@@ -179,7 +183,7 @@ async def character_stats(request: web.Request) -> web.Response:
 async def overall_stats(request: web.Request) -> web.Response:
     """The whole service: latencies per metric and stage, failed and partial callbacks."""
     since_ms, until_ms = window(request)
-    return json_response(await request.app[MEMORY].overall_stats(since_ms=since_ms, until_ms=until_ms))
+    return json_response(await request.app[MEMORY].admin.overall_stats(since_ms=since_ms, until_ms=until_ms))
 
 
 @routes.get(
@@ -192,7 +196,7 @@ async def overall_stats(request: web.Request) -> web.Response:
 )
 async def export(request: web.Request) -> web.Response:
     """Everything held about a user, as one JSON document."""
-    return json_response(await request.app[MEMORY].export(request.match_info["user_id"]))
+    return json_response(await request.app[MEMORY].admin.export(request.match_info["user_id"]))
 
 
 @routes.post(
@@ -224,11 +228,11 @@ async def import_export(request: web.Request) -> web.Response:
     if not body.strip():
         raise BadRequest("the body is empty: send an export (GET /v1/users/{user_id}/export)")
     refuse_deep(body)  # as every JSON body (the import reads records one by one, past any depth)
-    report = await request.app[MEMORY].import_export(text_source(body), force=force)
+    report = await request.app[MEMORY].admin.import_export(text_source(body), force=force)
     return json_response(report.to_json())
 
 
 @routes.post("/v1/admin/purge", "Apply retention now", "insights", PurgeReport, scope="admin")
 async def purge(request: web.Request) -> web.Response:
     """Run retention now and answer what it removed."""
-    return json_response((await request.app[MEMORY].purge()).to_json())
+    return json_response((await request.app[RETENTION].purge_once()).to_json())

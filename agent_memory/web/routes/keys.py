@@ -36,7 +36,7 @@ SHOWN_ONCE = "keep the key now: only its hash is stored, and it is not shown aga
 async def create_key(request: web.Request) -> web.Response:
     """A new key of the scope asked for; the key itself is in this answer only."""
     body = await read_model(request, KeyBody)
-    issued = await request.app[MEMORY].create_api_key(body.scope, body.name)
+    issued = await request.app[MEMORY].keys.create_api_key(body.scope, body.name)
     answer = a.KeyCreated(api_key=a.KeyOut.of(issued.record), key=issued.key, note=SHOWN_ONCE)
     return json_response(answer, status=201)
 
@@ -46,7 +46,7 @@ async def create_key(request: web.Request) -> web.Response:
 )
 async def list_keys(request: web.Request) -> web.Response:
     """Every key, oldest first, revoked ones with their revocation time."""
-    keys = await request.app[MEMORY].api_keys()
+    keys = await request.app[MEMORY].keys.api_keys()
     return json_response(a.KeysAnswer(api_keys=[a.KeyOut.of(key) for key in keys]))
 
 
@@ -55,6 +55,6 @@ async def list_keys(request: web.Request) -> web.Response:
 )
 async def revoke_key(request: web.Request) -> web.Response:
     """Revoke a key: refused from its next request on (other instances: within seconds)."""
-    revoked = await request.app[MEMORY].revoke_api_key(path_id(request, "key_id"))
+    revoked = await request.app[MEMORY].keys.revoke_api_key(path_id(request, "key_id"))
     request.app[GATE].drop(revoked.key_hash)
     return json_response(a.KeyRevoked(revoked=a.KeyOut.of(revoked)))

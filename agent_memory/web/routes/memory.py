@@ -22,7 +22,7 @@ from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RECALL_SCOPES
 from agent_memory.core.styles import style_from_query
 from agent_memory.errors import DatabaseDown, NotFound, StoreUnavailable
-from agent_memory.memory.service import JOB_STATUSES
+from agent_memory.memory.condensing import JOB_STATUSES
 from agent_memory.web import answers as a
 from agent_memory.web.declare import (
     BODY_ERRORS,
@@ -35,7 +35,7 @@ from agent_memory.web.declare import (
     tokens_param,
 )
 from agent_memory.web.http import int_query, json_response, path_id, read_model
-from agent_memory.web.keys import MEMORY
+from agent_memory.web.keys import MEMORY, SETTINGS, STORE
 from agent_memory.web.schemas import (
     BindBody,
     FactBody,
@@ -63,12 +63,12 @@ routes = Routes()
 async def healthz(request: web.Request) -> web.Response:
     memory = request.app[MEMORY]
     try:
-        migrations = await memory.schema_migrations()
+        migrations = await memory.admin.schema_migrations()
     except Exception as exc:
         kind = DatabaseDown if isinstance(exc, DatabaseDown) else StoreUnavailable
         raise kind(f"database not reachable: {exc}") from exc
     return json_response(
-        a.Health(status="ok", version=__version__, database=memory.store.location, schema=migrations)
+        a.Health(status="ok", version=__version__, database=request.app[STORE].location, schema=migrations)
     )
 
 
@@ -106,11 +106,11 @@ async def system_messages(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     memory = request.app[MEMORY]
     max_tokens = int_query(
-        request, "max_tokens", memory.settings.context_max_tokens, low=MIN_TOKENS, high=MAX_TOKENS
+        request, "max_tokens", request.app[SETTINGS].context_max_tokens, low=MIN_TOKENS, high=MAX_TOKENS
     )
     # The shape the agent's llm.style wants; `exclude_agent_id` leaves out a running call's
     # own turns, which that agent already holds (what a live refresh sends).
-    context = await memory.system_messages(
+    context = await memory.reading.system_messages(
         user_id,
         character_id,
         max_tokens=max_tokens,
@@ -155,7 +155,7 @@ async def recall(request: web.Request) -> web.Response:
         f"scope must be one of {', '.join(RECALL_SCOPES)} (user: all the user's characters)",
     )
     exclude = request.query.get("exclude_agent_id") or None
-    answer = await request.app[MEMORY].recall(
+    answer = await request.app[MEMORY].reading.recall(
         user_id, character_id, q, max_tokens=max_tokens, scope=scope, exclude_session=exclude
     )
     return json_response(a.RecallAnswer.shape(user_id, character_id, scope, answer))
@@ -173,7 +173,7 @@ async def recall(request: web.Request) -> web.Response:
 async def messages(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     limit = int_query(request, "limit", MESSAGES_LIMIT[0], low=1, high=MESSAGES_LIMIT[1])
-    messages = await request.app[MEMORY].messages(user_id, character_id, limit)
+    messages = await request.app[MEMORY].reading.messages(user_id, character_id, limit)
     shaped = [a.MessageOut.of(message) for message in messages]
     return json_response(a.MessagesAnswer(user_id=user_id, character_id=character_id, messages=shaped))
 
@@ -181,7 +181,7 @@ async def messages(request: web.Request) -> web.Response:
 @routes.get(PAIR + "/summary", "The pair's rolling summary", "memory", a.SummaryAnswer, scope="read")
 async def summary(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
-    state = await request.app[MEMORY].summary(user_id, character_id)
+    state = await request.app[MEMORY].reading.summary(user_id, character_id)
     summary = a.SummaryOut.of(state.summary) if state.summary is not None else None
     answer = a.SummaryAnswer(
         user_id=user_id, character_id=character_id, summary=summary, messages_not_yet_covered=state.uncovered
@@ -192,7 +192,7 @@ async def summary(request: web.Request) -> web.Response:
 @routes.get(PAIR + "/facts", "The facts remembered for the pair", "memory", a.FactsAnswer, scope="read")
 async def list_facts(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
-    facts = await request.app[MEMORY].facts(user_id, character_id)
+    facts = await request.app[MEMORY].facts.of_pair(user_id, character_id)
     shaped = [a.FactOut.of(fact) for fact in facts]
     return json_response(a.FactsAnswer(user_id=user_id, character_id=character_id, facts=shaped))
 
@@ -216,7 +216,7 @@ async def list_facts(request: web.Request) -> web.Response:
 async def add_fact(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
     body = await read_model(request, FactBody)
-    added = await request.app[MEMORY].add_fact(user_id, character_id, body.text, body.scope)
+    added = await request.app[MEMORY].facts.add(user_id, character_id, body.text, body.scope)
     answer = a.FactAdded(fact=a.FactOut.of(added.fact), created=added.created)
     return json_response(answer, status=201 if added.created else 200)
 
@@ -236,7 +236,7 @@ async def edit_fact(request: web.Request) -> web.Response:
     # The body first, as every JSON route does: JSON it cannot read is a 400 whatever the path.
     body = await read_model(request, FactPatch)
     fact_id = path_id(request, "fact_id")
-    fact = await request.app[MEMORY].edit_fact(fact_id, text=body.text, pinned=body.pinned)
+    fact = await request.app[MEMORY].facts.edit(fact_id, text=body.text, pinned=body.pinned)
     return json_response(a.FactEdited(fact=a.FactOut.of(fact)))
 
 
@@ -253,7 +253,7 @@ async def edit_fact(request: web.Request) -> web.Response:
 )
 async def fact_history(request: web.Request) -> web.Response:
     fact_id = path_id(request, "fact_id")
-    versions = await request.app[MEMORY].fact_history(fact_id)
+    versions = await request.app[MEMORY].facts.history(fact_id)
     return json_response(a.FactHistoryAnswer.of(fact_id, versions))
 
 
@@ -262,12 +262,12 @@ async def fact_history(request: web.Request) -> web.Response:
 )
 async def delete_fact(request: web.Request) -> web.Response:
     fact_id = path_id(request, "fact_id")
-    await request.app[MEMORY].delete_fact(fact_id)
+    await request.app[MEMORY].facts.delete(fact_id)
     return json_response(a.FactDeleted(deleted=fact_id))
 
 
 async def forget(request: web.Request, user_id: str, character_id: str | None) -> web.Response:
-    receipt = await request.app[MEMORY].forget(user_id, character_id)
+    receipt = await request.app[MEMORY].admin.forget(user_id, character_id)
     return json_response(a.ForgetAnswer(user_id=user_id, character_id=character_id, deleted=receipt))
 
 
@@ -295,7 +295,7 @@ async def forget_user(request: web.Request) -> web.Response:
     errors=(404,),
 )
 async def get_session(request: web.Request) -> web.Response:
-    session = await request.app[MEMORY].session(request.match_info["agent_id"])
+    session = await request.app[MEMORY].identity.session(request.match_info["agent_id"])
     return json_response(a.SessionAnswer(session=a.SessionOut.of(session)))
 
 
@@ -311,7 +311,7 @@ async def get_session(request: web.Request) -> web.Response:
 async def bind_session(request: web.Request) -> web.Response:
     agent_id = request.match_info["agent_id"]
     body = await read_model(request, BindBody)
-    session = await request.app[MEMORY].bind(agent_id, body.user_id, body.character_id)
+    session = await request.app[MEMORY].identity.bind(agent_id, body.user_id, body.character_id)
     if session is None:
         return json_response(
             a.SessionAnswer(session=a.SessionOut.unseen(agent_id, body.user_id, body.character_id))
@@ -336,7 +336,7 @@ async def bind_channel(request: web.Request) -> web.Response:
     """Tie a channel to a pair: later calls there, and the channel's unidentified ones, go to it."""
     channel = channel_of(request)
     body = await read_model(request, BindBody)
-    bound = await request.app[MEMORY].bind_channel(channel, body.user_id, body.character_id)
+    bound = await request.app[MEMORY].identity.bind_channel(channel, body.user_id, body.character_id)
     return json_response(
         a.ChannelBound(binding=a.ChannelBindingOut.of(bound.binding), moved_sessions=bound.moved)
     )
@@ -353,7 +353,7 @@ async def bind_channel(request: web.Request) -> web.Response:
 async def get_channel_binding(request: web.Request) -> web.Response:
     """Which pair a channel is bound to."""
     channel = channel_of(request)
-    binding = await request.app[MEMORY].channel_binding(channel)
+    binding = await request.app[MEMORY].identity.channel_binding(channel)
     if binding is None:
         raise NotFound(f"channel {channel} is not bound; POST /v1/channels/{channel}/bind binds it")
     return json_response(a.ChannelBindingAnswer(binding=a.ChannelBindingOut.of(binding)))
@@ -370,7 +370,7 @@ async def get_channel_binding(request: web.Request) -> web.Response:
 async def unbind_channel(request: web.Request) -> web.Response:
     """Remove a channel's binding; sessions it already tied stay where they are."""
     channel = channel_of(request)
-    binding = await request.app[MEMORY].unbind_channel(channel)
+    binding = await request.app[MEMORY].identity.unbind_channel(channel)
     if binding is None:
         raise NotFound(f"channel {channel} is not bound")
     return json_response(a.ChannelUnbound(deleted=a.ChannelBindingOut.of(binding)))
@@ -391,7 +391,7 @@ async def unbind_channel(request: web.Request) -> web.Response:
 async def list_jobs(request: web.Request) -> web.Response:
     status = job_status_query(request)
     limit = int_query(request, "limit", JOBS_LIMIT[0], low=1, high=JOBS_LIMIT[1])
-    jobs = await request.app[MEMORY].list_jobs(status, limit)
+    jobs = await request.app[MEMORY].queue.list_jobs(status, limit)
     return json_response(a.JobsAnswer(jobs=[a.JobOut.of(job) for job in jobs]))
 
 
@@ -404,7 +404,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     errors=(404, 409, 422),
 )
 async def retry_job(request: web.Request) -> web.Response:
-    job = await request.app[MEMORY].retry_job(path_id(request, "job_id"))
+    job = await request.app[MEMORY].queue.retry_job(path_id(request, "job_id"))
     return json_response(a.JobAnswer(job=a.JobOut.of(job)))
 
 
@@ -418,5 +418,5 @@ async def retry_job(request: web.Request) -> web.Response:
 )
 async def condense(request: web.Request) -> web.Response:
     user_id, character_id = pair(request)
-    job = await request.app[MEMORY].condense_now(user_id, character_id)
+    job = await request.app[MEMORY].queue.condense_now(user_id, character_id)
     return json_response(a.CondenseAnswer(job=a.JobOut.of(job) if job else None), status=202)
