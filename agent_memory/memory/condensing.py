@@ -70,13 +70,11 @@ class Condensing:
         wait_s: float = 0.0,
         waiting: Callable[[Job, float], None] | None = None,
     ) -> Condensed:
-        """Condense the pair now and wait for it; needs the job runner.
+        """Condense the pair now with this process's job runner, and wait for it.
 
         A job another process holds (the running service condensing the pair) is waited for
         up to `wait_s` (`waiting` is told how long so far), then condensed here too: JobHeld
         when it is still held by then."""
-        if self.jobs is None:
-            raise RuntimeError("this Memory was built without a job runner")
         started = time.monotonic()
         while (job := await self.queue.condense_now(user_id, character_id)) is not None:
             if await self.jobs.run(job.id):

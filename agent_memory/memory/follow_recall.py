@@ -2,7 +2,7 @@
 
 While the poller reads a running agent's history, the user's new turns say what is being
 discussed. After a debounce (`follow_recall_debounce_s`: the turns of polls inside it go into
-one push) the pair's memory is recalled for them (`Memory.recall`, the agent's own run left
+one push) the pair's memory is recalled for them (`Reading.recall`, the agent's own run left
 out: it holds those turns), and what is new is pushed with the live refresh: the agent's own
 system messages, its memory, then one block of recalled memories within
 `follow_recall_max_tokens`. A memory the agent still holds (in that block, in the memory it is

@@ -3,7 +3,7 @@
 The best `candidates` memories of a recall are sent to the configured model, which answers
 their order; the recall is re-rendered in it. Within a deadline: past it, or on any error or
 unusable answer, the order recall gave stands. Every outcome is counted
-(`agent_memory_recall_rerank_<outcome>_total`). Recall calls it in one place (`Memory.recall`).
+(`agent_memory_recall_rerank_<outcome>_total`). Recall calls it in one place (`Reading.recall`).
 """
 
 from __future__ import annotations
