@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_store.sqlite.recall import POSTINGS
-
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
+from agent_memory.store.sqlite.recall import POSTINGS
 from agent_memory.web.app import create_app
 from agent_memory.web.keys import MEMORY, STORE
 
