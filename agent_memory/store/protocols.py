@@ -134,15 +134,6 @@ class Summaries(SummaryReads, Protocol):
     def delete(self, user_id: str, character_id: str) -> int: ...
 
 
-# jobs: the database is the queue
-
-
-# raw events: every callback as received
-
-
-# watches: running agents the service follows
-
-
 # leases: cluster-wide work that one instance at a time does
 
 
@@ -153,9 +144,6 @@ class Leases(Protocol):
         """Hold `name` for `ttl_ms` from now if nobody else holds it (a holder extends it);
         whether this instance holds it. One process alone always does."""
         ...
-
-
-# vectors: embeddings of spoken turns, for semantic recall
 
 
 # recall: the word index of spoken turns

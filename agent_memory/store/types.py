@@ -10,28 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
-from agent_memory.core.domain import IdentitySource, MessageChanges, MessageKind, SessionStatus
-
-# Core's, re-exported beside the other changes a store takes.
-__all__ = [
-    "MENTION_ROLES",
-    "SEARCH_KINDS",
-    "ForgetReceipt",
-    "MentionRole",
-    "MentionUser",
-    "Mentions",
-    "MessageChanges",
-    "NewMessage",
-    "PurgeStep",
-    "Report",
-    "SearchHit",
-    "SearchKind",
-    "SearchMethod",
-    "SearchState",
-    "SessionChanges",
-    "StorageStats",
-    "UserSearch",
-]
+from agent_memory.core.domain import IdentitySource, MessageKind, SessionStatus
 
 # What search looks through, and whose messages a mention query counts.
 SearchKind = Literal["message", "fact", "summary"]

@@ -102,15 +102,6 @@ class Repository(SharedRepository):
         row = self._execute(sql.encode(), params).fetchone()
         return int(next(iter(row.values()))) if row else 0
 
-    def _set(self, table: str, key: str, value: Any, changes: dict[str, Any]) -> None:
-        """`UPDATE table SET changes WHERE key = value` (column names are ours, never input)."""
-        if not changes:
-            return
-        assignments = ", ".join(f"{column} = %s" for column in changes)
-        self._execute(
-            f"UPDATE {table} SET {assignments} WHERE {key} = %s".encode(), (*changes.values(), value)
-        )
-
 
 @lru_cache(maxsize=2048)
 def dialect(sql: str) -> bytes:
@@ -127,23 +118,6 @@ _BUMP_ONE = (
     b"INSERT INTO memory_versions (user_id, character_id, version) VALUES (%s, %s, nextval('memory_clock')) "
     b"ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock')"
 )
-
-
-def bump(conn: Connection, pairs: Iterable[tuple[str, str]]) -> None:
-    """Count a change of each (user, character) pair's messages, in one statement."""
-    # Sorted: concurrent bumps lock the pairs' rows in one order, so they queue, not deadlock.
-    ordered = sorted(set(pairs))
-    if not ordered:
-        return
-    # The clock is read again once the row is locked (DO UPDATE runs after the lock is
-    # taken): a transaction that waited for another's bump commits a higher version, so a
-    # version never goes back and never stays put over a change.
-    if len(ordered) == 1:  # the usual case: no arrays to adapt
-        conn.shared_cursor().execute(_BUMP_ONE, ordered[0])
-        return
-    conn.shared_cursor().execute(
-        _BUMP, ([user for user, _ in ordered], [character for _, character in ordered])
-    )
 
 
 class PostgresSql(Sql):
@@ -197,7 +171,17 @@ class PostgresSql(Sql):
                 copy.write_row(row)
 
     def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
-        bump(self.conn, pairs)
+        # Sorted: concurrent bumps lock the pairs' rows in one order, so they queue, not deadlock.
+        ordered = sorted(set(pairs))
+        # The clock is read again once the row is locked (DO UPDATE runs after the lock is
+        # taken): a transaction that waited for another's bump commits a higher version, so a
+        # version never goes back and never stays put over a change.
+        if len(ordered) == 1:  # the usual case: no arrays to adapt
+            self.conn.shared_cursor().execute(_BUMP_ONE, ordered[0])
+        elif ordered:
+            self.conn.shared_cursor().execute(
+                _BUMP, ([user for user, _ in ordered], [character for _, character in ordered])
+            )
 
     def database(self) -> str:
         info = self.conn.info

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent_memory.core.domain import ApiKey, KeyScope, LlmRoute
 from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.store.shared.sql import Repository, values_of
@@ -54,21 +56,11 @@ class ApiKeys(ApiKeyReads):
         self.sql.run("UPDATE api_keys SET last_used_ms = ? WHERE id = ?", (at_ms, key_id))
 
 
-def _route(
-    key_hash: str,
-    agent_id: str | None,
-    user_id: str,
-    character_id: str,
-    base_url: str | None,
-    api_key: str | None,
-    model: str | None,
-    params: str | None,
-    created_ms: int,
-) -> LlmRoute:
-    """A `llm_routes` row as its record (params parsed from JSON)."""
-    return LlmRoute(
-        key_hash, agent_id, user_id, character_id, base_url, api_key, model, loads_object(params), created_ms
-    )
+def _route(*row: Any) -> LlmRoute:
+    """A `ROUTE_COLUMNS` row as its record (params parsed from JSON)."""
+    values = list(row)
+    values[7] = loads_object(values[7])  # upstream_params
+    return LlmRoute(*values)
 
 
 class LlmRouteReads(Repository):

@@ -6,10 +6,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from agent_memory.core.domain import Message, MessageFingerprint
+from agent_memory.core.domain import Message, MessageChanges, MessageFingerprint
 from agent_memory.store.shared.facts import USER_WIDE
 from agent_memory.store.shared.sql import Repository
-from agent_memory.store.types import MessageChanges, NewMessage
+from agent_memory.store.types import NewMessage
 
 # What a read returns, in `Message`'s order.
 READ_COLUMNS = (

@@ -51,14 +51,18 @@ def _json_text(value: Any) -> str | None:
     return value if isinstance(value, str) else dumps(value)
 
 
-def _marks(count: int) -> str:
-    return ", ".join("?" * count)
-
-
 class Restore(Repository):
     """Writes an export's records back, leaving what is already held as it is."""
 
     __slots__ = ()
+
+    def _new_row(self, table: str, key: str, row: Mapping[str, Any]) -> int:
+        """Insert `row` (by column) unless a row with its `key` is held; how many were inserted."""
+        return self.sql.run(
+            f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))}) "
+            f"ON CONFLICT ({key}) DO NOTHING",
+            list(row.values()),
+        )
 
     def session_owners(self, agent_ids: Sequence[str]) -> dict[str, str]:
         """Which user holds each of these agent runs' sessions (those held at all)."""
@@ -80,11 +84,7 @@ class Restore(Repository):
         values["labels"] = _json_text(values["labels"]) if values["labels"] else None
         for count in ("message_count", "gap_count", "error_count", "turns_truncated"):
             values[count] = int(values[count] or 0)
-        return self.sql.run(
-            f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_marks(len(_SESSION_NAMES))}) "
-            "ON CONFLICT (agent_id) DO NOTHING",
-            [values[name] for name in _SESSION_NAMES],
-        )
+        return self._new_row("sessions", "agent_id", values)
 
     def held_messages(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The ids of the messages held at these (agent id, seq) places."""
@@ -113,11 +113,9 @@ class Restore(Repository):
 
     def summary(self, values: Record) -> int:
         """Insert a pair's summary unless the pair has one."""
-        return self.sql.run(
-            f"INSERT INTO summaries ({', '.join(SUMMARY_NAMES)}) VALUES ({_marks(len(SUMMARY_NAMES))}) "
-            "ON CONFLICT (user_id, character_id) DO NOTHING",
-            [_json_text(values.get(name)) if name == "meta" else values.get(name) for name in SUMMARY_NAMES],
-        )
+        row = {name: values.get(name) for name in SUMMARY_NAMES}
+        row["meta"] = _json_text(row["meta"])
+        return self._new_row("summaries", "user_id, character_id", row)
 
     def fact(self, user_id: str, record: Record) -> tuple[int, bool]:
         """The id of the fact saying this for its pair: inserted, or the one held (and False)."""
@@ -190,42 +188,20 @@ class Restore(Repository):
         )
 
     def binding(self, user_id: str, record: Record) -> int:
-        return self.sql.run(
-            "INSERT INTO bindings (agent_id, user_id, character_id, created_ms) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (agent_id) DO NOTHING",
-            (record["agent_id"], user_id, record["character_id"], record.get("created_ms")),
-        )
+        row = {"agent_id": record["agent_id"], "user_id": user_id, "character_id": record["character_id"]}
+        return self._new_row("bindings", "agent_id", {**row, "created_ms": record.get("created_ms")})
 
     def channel_binding(self, user_id: str, record: Record) -> int:
-        return self.sql.run(
-            "INSERT INTO channel_bindings (channel, user_id, character_id, created_ms, updated_ms) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (channel) DO NOTHING",
-            (
-                record["channel"],
-                user_id,
-                record["character_id"],
-                record.get("created_ms") or 0,
-                record.get("updated_ms") or record.get("created_ms") or 0,
-            ),
-        )
+        created = record.get("created_ms") or 0
+        row = {"channel": record["channel"], "user_id": user_id, "character_id": record["character_id"]}
+        row |= {"created_ms": created, "updated_ms": record.get("updated_ms") or created}
+        return self._new_row("channel_bindings", "channel", row)
 
     def metric(self, record: Record) -> int:
-        return self.sql.run(
-            "INSERT INTO agent_metrics (agent_id, turn_id, metric, value_ms, at_ms) VALUES (?, ?, ?, ?, ?) "
-            "ON CONFLICT (agent_id, turn_id, metric) DO NOTHING",
-            (
-                record["agent_id"],
-                record["turn_id"],
-                record["metric"],
-                record.get("value_ms"),
-                record.get("at_ms"),
-            ),
-        )
+        row = {name: record.get(name) for name in ("agent_id", "turn_id", "metric", "value_ms", "at_ms")}
+        return self._new_row("agent_metrics", "agent_id, turn_id, metric", row)
 
     def raw_callback(self, record: Record) -> int:
-        values = [_json_text(record.get(name)) if name == "body" else record.get(name) for name in RAW_NAMES]
-        return self.sql.run(
-            f"INSERT INTO inbox ({', '.join(RAW_NAMES)}) VALUES ({_marks(len(RAW_NAMES))}) "
-            "ON CONFLICT (notice_id) DO NOTHING",
-            values,
-        )
+        row = {name: record.get(name) for name in RAW_NAMES}
+        row["body"] = _json_text(row["body"])
+        return self._new_row("inbox", "notice_id", row)

@@ -46,27 +46,6 @@ class Repository(SharedRepository):
         """The single integer a `count(*)` query answers."""
         return int(self.conn.execute(sql, params).fetchone()[0])
 
-    def _set(self, table: str, key: str, value: Any, changes: dict[str, Any]) -> None:
-        """`UPDATE table SET changes WHERE key = value` (column names are ours, never input)."""
-        if not changes:
-            return
-        assignments = ", ".join(f"{column} = ?" for column in changes)
-        self.conn.execute(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value))
-
-
-def bump(conn: sqlite3.Connection, pairs: Iterable[tuple[str, str]]) -> None:
-    """Count a change of each (user, character) pair's messages: once per pair and statement,
-    where a trigger per row cost a third of ingest's CPU (facts and summaries bump by trigger)."""
-    for user_id, character_id in set(pairs):
-        # One clock for all, so a pair forgotten and said again never repeats a version.
-        conn.execute("UPDATE memory_clock SET tick = tick + 1")
-        conn.execute(
-            "INSERT INTO memory_versions (user_id, character_id, version) "
-            "VALUES (?, ?, (SELECT tick FROM memory_clock)) "
-            "ON CONFLICT (user_id, character_id) DO UPDATE SET version = excluded.version",
-            (user_id, character_id),
-        )
-
 
 class SQLiteSql(Sql):
     """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""
@@ -107,7 +86,17 @@ class SQLiteSql(Sql):
         )
 
     def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
-        bump(self.conn, pairs)
+        # Once per pair and statement, where a trigger per row cost a third of ingest's CPU
+        # (facts and summaries bump by trigger).
+        for user_id, character_id in set(pairs):
+            # One clock for all, so a pair forgotten and said again never repeats a version.
+            self.conn.execute("UPDATE memory_clock SET tick = tick + 1")
+            self.conn.execute(
+                "INSERT INTO memory_versions (user_id, character_id, version) "
+                "VALUES (?, ?, (SELECT tick FROM memory_clock)) "
+                "ON CONFLICT (user_id, character_id) DO UPDATE SET version = excluded.version",
+                (user_id, character_id),
+            )
 
     def database(self) -> str:
         for row in self.conn.execute("PRAGMA database_list"):

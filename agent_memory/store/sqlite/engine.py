@@ -119,11 +119,6 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    try:
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

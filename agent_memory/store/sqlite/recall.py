@@ -145,16 +145,6 @@ class SQLiteRecall(Repository):
 
     # reading
 
-    def pair_ids(self, user_id: str, character_id: str | None) -> list[int]:
-        """The index ids of a pair, or of all the user's pairs."""
-        if character_id is None:
-            rows = self.conn.execute("SELECT id FROM search_pairs WHERE user_id = ?", (user_id,))
-        else:
-            rows = self.conn.execute(
-                "SELECT id FROM search_pairs WHERE user_id = ? AND character_id = ?", (user_id, character_id)
-            )
-        return [row[0] for row in rows]
-
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
         """The facts in scope: a pair's and the user-wide ones, or all of the user's."""
         if character_id is not None:
