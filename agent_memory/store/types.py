@@ -27,7 +27,7 @@ ForgetReceipt = dict[str, int]
 
 
 class NewMessage(TypedDict, total=False):
-    """A message to insert; a missing column is NULL (`kind` defaults to turn)."""
+    """A message to insert: the columns an insert writes, in order; a missing one is NULL (`kind` turn)."""
 
     agent_id: str
     user_id: str

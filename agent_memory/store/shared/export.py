@@ -12,6 +12,13 @@ from agent_memory.store.shared.sql import Repository
 from agent_memory.store.types import Report
 
 Rows = list[dict[str, Any]]
+# The columns of the kinds an import writes back as they were exported (with the user's id).
+SUMMARY_COLUMNS = (
+    "character_id, text, watermark_id, covered_until_ms, message_count, method, model, meta, created_ms, "
+    "updated_ms"
+)
+METRIC_COLUMNS = "agent_id, turn_id, metric, value_ms, at_ms"
+RAW_COLUMNS = "notice_id, event_type, product_id, notify_ms, received_ms, agent_id, status, error, body"
 
 # Everything that forgetting the user deletes, each kind under its key in the export, in the
 # export's order, read by one statement (`{c}` orders text by its bytes). A user with none of
@@ -21,8 +28,7 @@ _OF_USER = {
     "messages": "SELECT id, agent_id, character_id, seq, role, kind, content, turn_id, ts_ms, at_ms, "
     "source, speaker, interrupted, interrupt_ms, original, gap_before, extra, images, created_ms, fp "
     "FROM messages WHERE user_id = ? ORDER BY character_id{c}, at_ms, seq, id",
-    "summaries": "SELECT character_id, text, watermark_id, covered_until_ms, message_count, method, "
-    "model, meta, created_ms, updated_ms FROM summaries WHERE user_id = ? ORDER BY character_id{c}",
+    "summaries": f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ? ORDER BY character_id{{c}}",
     "facts": "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms, valid_from FROM facts "
     "WHERE user_id = ? ORDER BY character_id{c}, created_ms, id",
     "fact_history": "SELECT fact_id, character_id, text, origin, valid_from, valid_to, change "
@@ -44,10 +50,10 @@ WATCH_COLUMNS = (
 # What is kept per agent run of the user's sessions (`{among}`: the agent id condition).
 _OF_RUNS = {
     "followed_agents": f"SELECT {WATCH_COLUMNS} FROM watched_agents WHERE {{among}}",
-    "metrics": "SELECT agent_id, turn_id, metric, value_ms, at_ms FROM agent_metrics "
-    "WHERE {among} ORDER BY agent_id{c}, turn_id, metric{c}",
-    "raw_callbacks": "SELECT notice_id, event_type, product_id, notify_ms, received_ms, agent_id, status, "
-    "error, body FROM inbox WHERE {among} AND status <> 'forgotten' ORDER BY received_ms, notice_id{c}",
+    "metrics": f"SELECT {METRIC_COLUMNS} FROM agent_metrics WHERE {{among}} ORDER BY agent_id{{c}}, turn_id, "
+    "metric{c}",
+    "raw_callbacks": f"SELECT {RAW_COLUMNS} FROM inbox WHERE {{among}} AND status <> 'forgotten' "
+    "ORDER BY received_ms, notice_id{c}",
 }
 # Columns stored as JSON text, and flags stored as integers, by kind.
 _JSON = {

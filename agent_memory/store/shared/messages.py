@@ -24,31 +24,8 @@ FINGERPRINT_COLUMNS = (
 # Memory, summaries and transcripts read what was said; tool calls and results are kept
 # (export, GET …/messages) but were never said.
 SPOKEN = "kind = 'turn'"
-# What an insert writes, in order (`id` is assigned, never reused).
-MESSAGE_COLUMNS = tuple(
-    [
-        "agent_id",
-        "user_id",
-        "character_id",
-        "seq",
-        "role",
-        "content",
-        "turn_id",
-        "ts_ms",
-        "at_ms",
-        "source",
-        "speaker",
-        "interrupted",
-        "interrupt_ms",
-        "original",
-        "fp",
-        "gap_before",
-        "extra",
-        "created_ms",
-        "kind",
-        "images",
-    ]
-)
+# What an insert writes, in order (`id` is assigned, never reused): the columns `NewMessage` names.
+MESSAGE_COLUMNS = tuple(NewMessage.__annotations__)
 # Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
 _ROW = itemgetter(*MESSAGE_COLUMNS)
 # What a row that leaves a column out stores in it (others: NULL).

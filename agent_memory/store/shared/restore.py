@@ -13,35 +13,14 @@ from typing import Any
 
 from agent_memory.core.facts import fact_key
 from agent_memory.core.jsonutil import dumps
+from agent_memory.store.shared.export import METRIC_COLUMNS, RAW_COLUMNS, SUMMARY_COLUMNS
 from agent_memory.store.shared.sessions import SESSION_COLUMNS
 from agent_memory.store.shared.sql import Repository
 
 Record = Mapping[str, Any]
 _SESSION_NAMES = tuple(SESSION_COLUMNS.split(", "))
-SUMMARY_NAMES = (
-    "user_id",
-    "character_id",
-    "text",
-    "watermark_id",
-    "covered_until_ms",
-    "message_count",
-    "method",
-    "model",
-    "meta",
-    "created_ms",
-    "updated_ms",
-)
-RAW_NAMES = (
-    "notice_id",
-    "event_type",
-    "product_id",
-    "notify_ms",
-    "received_ms",
-    "agent_id",
-    "status",
-    "error",
-    "body",
-)
+SUMMARY_NAMES = ("user_id", *SUMMARY_COLUMNS.split(", "))
+RAW_NAMES = tuple(RAW_COLUMNS.split(", "))
 
 
 def _json_text(value: Any) -> str | None:
@@ -198,7 +177,7 @@ class Restore(Repository):
         return self._new_row("channel_bindings", "channel", row)
 
     def metric(self, record: Record) -> int:
-        row = {name: record.get(name) for name in ("agent_id", "turn_id", "metric", "value_ms", "at_ms")}
+        row = {name: record.get(name) for name in METRIC_COLUMNS.split(", ")}
         return self._new_row("agent_metrics", "agent_id, turn_id, metric", row)
 
     def raw_callback(self, record: Record) -> int:
