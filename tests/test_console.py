@@ -14,6 +14,8 @@ import pytest
 from conftest import TOKEN, Service, agent_event, deliver, on_disk
 from console_data import CHARACTER, PAIR_PAGE, PHOTO, USER, seed_console
 from sqlite_utils import Database
+from test_speakers import CALL, GUEST, LABELS, history
+from test_speakers import CHARACTER as SHARED_CHARACTER
 
 from agent_memory.cli import main
 from agent_memory.client import AsyncMemoryClient
@@ -314,6 +316,29 @@ async def test_forget_names_what_goes_and_shows_the_receipt(service: Service) ->
     finally:
         await browser.close()
     assert await fact_texts(service) == []
+
+
+# A guest of another user's shared call: the forget also takes their turns in that call's
+# session, and the page says so, with the number the receipt will give.
+async def test_the_forget_page_counts_a_guests_turns_in_other_users_shared_calls(service: Service) -> None:
+    await deliver(service, history(CALL, LABELS), expect="done")
+    console = service.server.app[MEMORY].console
+    # Their own session's copies of their two turns, and the two in the owner's call.
+    expected = {"sessions": 1, "messages": 4, "shared_call_turns": 2, "facts": 0, "summaries": 0}
+    assert await console.holdings(GUEST) == expected
+    assert await console.holdings(GUEST, SHARED_CHARACTER) == expected
+    owner = await console.holdings(LABELS["user_id"])
+    assert (owner["messages"], owner["shared_call_turns"]) == (len(CALL), 0)
+    browser = await sign_in(service)
+    try:
+        status, html = await page(browser, f"{service.url}/console/users/{GUEST}/forget")
+        assert status == 200
+        assert "<strong>1</strong> calls and <strong>4</strong> messages" in html, html
+        assert "<strong>2</strong> of them said as a guest in other users' shared calls" in html, html
+    finally:
+        await browser.close()
+    status, body = await service.api("DELETE", f"/v1/users/{GUEST}")
+    assert status == 200 and body["deleted"]["messages"] == expected["messages"], body
 
 
 async def test_users_stats_running_and_export_pages(service: Service) -> None:

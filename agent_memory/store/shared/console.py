@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent_memory.core.domain import Session, Watch
+from agent_memory.store.shared.messages import SPOKEN
 from agent_memory.store.shared.sessions import SESSION_COLUMNS, session_of
 from agent_memory.store.shared.sql import Repository
 from agent_memory.store.shared.watches import QUALIFIED
@@ -203,7 +204,28 @@ class ConsoleReads(Repository):
         """How many calls, messages, facts and summaries a user (or one pair) has: what a forget takes."""
         pair = "user_id = ?" + (" AND character_id = ?" if character_id is not None else "")
         params = (user_id,) if character_id is None else (user_id, character_id)
-        return {
+        held = {
             table: self.sql.count(f"SELECT count(*) FROM {table} WHERE {pair}", params)
             for table in ("sessions", "messages", "facts", "summaries")
         }
+        # The forget's receipt counts these among its messages, and so does this.
+        held["shared_call_turns"] = self._turns_as_guest(user_id, character_id)
+        held["messages"] += held["shared_call_turns"]
+        return held
+
+    def _turns_as_guest(self, user_id: str, character_id: str | None) -> int:
+        """The turns a user (or pair) said as a guest of other users' shared calls, which a forget
+        takes from those calls' sessions: found through their own sessions `<call>~<uid>`."""
+        params = (user_id,) if character_id is None else (user_id, character_id)
+
+        def of(alias: str) -> str:
+            return f"{alias}.user_id = ?" + ("" if character_id is None else f" AND {alias}.character_id = ?")
+
+        return self.sql.count(
+            "SELECT count(*) FROM sessions s "
+            "JOIN sessions r ON r.agent_id = substr(s.agent_id, 1, length(s.agent_id) - length(s.rtc_uid) - 1) "
+            "JOIN messages m ON m.agent_id = r.agent_id AND m.speaker = s.rtc_uid "
+            f"WHERE {of('s')} AND s.agent_id = r.agent_id || '~' || s.rtc_uid "
+            f"AND m.role = 'user' AND m.{SPOKEN} AND NOT ({of('r')})",
+            (*params, *params),
+        )
