@@ -9,12 +9,16 @@ reading the fake Agora's history.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
-from conftest import agent_event, condense, deliver, live, poll, session_of, stored
+from conftest import agent_event, condense, deliver, live, poll, session_of, stored, wait_for
+from test_api import GatedOpenAI
 from test_retention import database_files
+
+from agent_memory.web.keys import JOBS
 
 pytestmark = pytest.mark.postgres
 
@@ -178,6 +182,43 @@ async def test_forgetting_the_guest_takes_their_words_from_the_shared_call_down_
     await deliver(service, history(CALL, LABELS, "n-retry"))
     assert await held(service, OWNER) == owner
     assert await held(service, GUEST) == []
+    data = database_files(db_path)
+    assert OWNER_WORDS.encode() in data  # the scan sees what is still held
+    for words in (GUEST_WORDS, GUEST_MORE):
+        assert words.encode() not in data, words
+
+
+# The owner had no summary yet, so its watermark cannot tell that the condense under way read
+# words that are gone: the reset does, and the job runs again from what is left.
+async def test_a_condense_under_way_when_the_guest_is_forgotten_keeps_none_of_their_words(
+    start_service, db_path
+) -> None:
+    async with GatedOpenAI() as llm:
+        # What a model makes of the whole call, the guest's words with it.
+        llm.script(
+            {"summary": f"Two speakers; one said: {GUEST_WORDS}.",
+             "add_facts": [{"text": GUEST_MORE, "scope": "user"}], "update_facts": [], "remove_facts": []}
+        )  # fmt: skip
+        service = await start_service(openai_base_url=llm.base_url, openai_api_key="test", job_sweep_s=0.05)
+        await deliver(service, history(CALL, LABELS), expect="done")
+        status, _ = await service.api("POST", f"/v1/users/{OWNER}/characters/{CHARACTER}/condense")
+        assert status == 202
+        await asyncio.wait_for(llm.arrived.wait(), 10)  # the owner's job has read the whole call
+        assert GUEST_WORDS in llm.sent_text(0)
+        status, body = await service.api("DELETE", f"/v1/users/{GUEST}")
+        assert status == 200, body
+        llm.release.set()
+
+        async def covered() -> dict[str, Any] | None:
+            _, body = await service.api("GET", f"/v1/users/{OWNER}/characters/{CHARACTER}/summary")
+            return body if body["summary"] is not None and body["messages_not_yet_covered"] == 0 else None
+
+        summary = await wait_for(covered, 60, failure="the owner was not condensed")
+        await asyncio.wait_for(service.server.app[JOBS].drained(), 10)
+        facts = await service.store.read(lambda view: view.facts.of_pair(OWNER, CHARACTER))
+        held_now = json.dumps([summary, [fact.text for fact in facts]])
+        assert "Quorvaline" not in held_now, held_now
+        assert llm.calls == 2 and "Quorvaline" not in llm.sent_text(1)
     data = database_files(db_path)
     assert OWNER_WORDS.encode() in data  # the scan sees what is still held
     for words in (GUEST_WORDS, GUEST_MORE):

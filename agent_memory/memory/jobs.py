@@ -75,7 +75,8 @@ class Forgotten(Exception):
 
 
 class Superseded(Exception):
-    """The pair's summary changed while its job ran; the result is dropped, the job runs again."""
+    """The pair's summary changed (or was reset) while its job ran; the result is dropped, the
+    job runs again."""
 
 
 # Told of every committed condense result (live refresh listens).
@@ -125,6 +126,8 @@ def apply_result(
 def _check_still_wanted(tx: Transaction, job: Job, previous: Summary | None, read_ms: int | None) -> None:
     """Raise Forgotten or Superseded when the result must not be committed."""
     user_id, character_id = job.user_id, job.character_id
+    # Read first: a forget takes the reset mark's lock before the user's, and so does this.
+    reset = tx.maintenance.reset_at(user_id, character_id)
     cutoff = tx.maintenance.forget_cutoff(user_id, character_id)
     # Forgetting the pair deletes its job (whose id SQLite may give to the next one) and leaves
     # its cut-off: what we condensed must not come back.
@@ -132,6 +135,10 @@ def _check_still_wanted(tx: Transaction, job: Job, previous: Summary | None, rea
         cutoff is not None and read_ms is not None and cutoff.at_ms >= read_ms
     ):
         raise Forgotten(f"{user_id}/{character_id} was forgotten while it was being condensed")
+    if reset is not None and read_ms is not None and reset >= read_ms:
+        # Words it read left the pair (a forgotten guest's, a moved session's), whether or not
+        # a summary held them yet: the watermark alone cannot tell.
+        raise Superseded(f"the memory of {user_id}/{character_id} was reset while its job ran")
     current = tx.summaries.get(user_id, character_id)
     if (current and current.watermark_id) != (previous and previous.watermark_id):
         # Someone condensed these messages meanwhile (a forget, or a manual retry): drop ours.

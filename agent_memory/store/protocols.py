@@ -263,6 +263,16 @@ class Maintenance(MaintenanceReads, Protocol):
         lose their text. `Store.checkpoint` afterwards makes the deletion reach the file."""
         ...
 
+    def mark_reset(self, user_id: str, character_id: str) -> None:
+        """Record that the pair's summary and learned facts are rebuilt from now (a session's words
+        left the pair): a condense that read the pair before drops its result (`reset_at`)."""
+        ...
+
+    def reset_at(self, user_id: str, character_id: str) -> int | None:
+        """When the pair's learned memory was last reset (`mark_reset`), None if never; in a write
+        transaction on a shared database, a reset under way is waited for."""
+        ...
+
     def purge_messages(
         self,
         *,

@@ -168,6 +168,9 @@ class Sessions:
     def move_session(self, tx: Transaction, session: Session, identity: Identity) -> None:
         """Give a session, and its messages, to another (user, character)."""
         user_id, character_id, agent_id = session.user_id, session.character_id, session.agent_id
+        # A condense of the old pair under way may have read this session, covered by no summary
+        # yet: its result is dropped.
+        tx.maintenance.mark_reset(user_id, character_id)
         old_summary = tx.summaries.get(user_id, character_id)
         stored = tx.messages.fingerprints(agent_id) if old_summary is not None else []
         if old_summary is not None and stored and min(row.id for row in stored) <= old_summary.watermark_id:

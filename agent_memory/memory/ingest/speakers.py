@@ -176,6 +176,8 @@ class Speakers:
                 continue
             turns += deleted
             tx.sessions.update(run_id, {"message_count": max(run.message_count - deleted, 0)})
+            # A condense of the owner under way read these turns: its result is dropped too.
+            tx.maintenance.mark_reset(run.user_id, run.character_id)
             reset = {
                 "summaries": tx.summaries.delete(run.user_id, run.character_id),
                 "facts": tx.facts.delete_unpinned(run.user_id, run.character_id),

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agent_memory.core.clock import now_ms
 from agent_memory.store.shared.sql import Repository
 from agent_memory.store.types import PurgeStep
 
@@ -53,7 +54,11 @@ KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or t
 COUNTED = ("messages", "sessions", "facts", "summaries", "jobs", "inbox")
 
 # The table of forget cut-offs: kept (never forgotten, copied by migrate-db), holding hashes only.
+# It also keeps when each pair's learned memory was last reset (`mark_reset`), under keys of
+# their own kind, which no forget cut-off reads.
 FORGETS = "forgets"
+# PostgreSQL's advisory lock seed of a pair's reset mark (sessions 0, inbox events 1, users 2).
+RESET_LOCK_SEED = 3
 
 
 def forgotten_keys(user_id: str, character_id: str | None, agent_ids: Sequence[str] = ()) -> list[str]:
@@ -87,6 +92,24 @@ class Purges(Repository):
 
     def counts(self) -> dict[str, int]:
         return {table: self.sql.count(f"SELECT count(*) FROM {table}") for table in COUNTED}
+
+    def mark_reset(self, user_id: str, character_id: str) -> None:
+        """Record that what was learned of the pair is being rebuilt from now (`reset_at`)."""
+        key = _digest("reset", user_id, character_id)
+        # Under the lock a condense's commit reads the mark under: it waits for this commit.
+        self.sql.locked(key, RESET_LOCK_SEED, "SELECT 1 AS held")
+        self.sql.run(
+            f"INSERT INTO {FORGETS} AS f (key, forgot_ms) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+            f"forgot_ms = {self.sql.greatest}(f.forgot_ms, excluded.forgot_ms)",
+            (key, now_ms()),
+        )
+
+    def reset_at(self, user_id: str, character_id: str) -> int | None:
+        """When the pair's learned memory was last reset, None if never; a reset under way is
+        waited for (PostgreSQL)."""
+        key = _digest("reset", user_id, character_id)
+        row = self.sql.locked(key, RESET_LOCK_SEED, f"SELECT forgot_ms FROM {FORGETS} WHERE key = ?", (key,))
+        return None if row is None else int(row["forgot_ms"])
 
     def purge_messages(
         self,
