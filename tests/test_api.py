@@ -27,6 +27,7 @@ from fakes.openai_server import FakeOpenAI
 from test_retention import database_files
 
 from agent_memory.core.clock import now_ms
+from agent_memory.core.domain import CONDENSE
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.web.keys import JOBS
 
@@ -679,6 +680,44 @@ async def test_binding_a_condensed_session_takes_its_memory_along(start_service,
     # by the move, before the forget) included.
     await service.store.checkpoint()
     assert not found(database_files(db_path), NOLABELS_PHRASE), f"{NOLABELS_PHRASE!r} is still on disk"
+
+
+# A session bound to another pair while its first pair's first condense runs: that pair had no
+# summary to reset, yet the result read the session's words and is dropped all the same.
+async def test_binding_a_session_while_its_pair_condenses_keeps_its_words_out_of_that_pair(
+    start_service, db_path
+):
+    async with GatedOpenAI() as llm:
+        llm.script(
+            {"summary": f"The user is in {NOLABELS_PHRASE}.",
+             "add_facts": [{"text": f"In {NOLABELS_PHRASE}", "scope": "user"}], "update_facts": [], "remove_facts": []}
+        )  # fmt: skip
+        service = await start_service(openai_base_url=llm.base_url, openai_api_key="test", job_sweep_s=0.05)
+        await load_conversations(service, "nolabels")
+        status, _ = await service.api("POST", "/v1/users/rtc:3003/characters/default/condense")
+        assert status == 202
+        await asyncio.wait_for(llm.arrived.wait(), 10)  # the job has read the session
+        status, _ = await service.api(
+            "POST", f"/v1/sessions/{NOLABELS_AGENT}/bind", json={"user_id": "u-carol", "character_id": "luna"}
+        )
+        assert status == 200
+        llm.release.set()
+        # It runs again, finds nothing left to condense, and is done.
+        await wait_for(
+            lambda: service.store.read(lambda v: v.jobs.get(CONDENSE, "rtc:3003", "default") is None),
+            60,
+            failure="the job of rtc:3003 did not finish",
+        )
+        await asyncio.wait_for(service.server.app[JOBS].drained(), 10)
+        stored = await service.store.read(
+            lambda v: (v.summaries.get("rtc:3003", "default"), v.facts.of_pair("rtc:3003", "default"))
+        )
+        assert stored == (None, []), stored
+        assert llm.calls == 1
+    status, body = await service.api("DELETE", "/v1/users/u-carol")
+    assert status == 200 and body["deleted"]["messages"] == 9
+    await service.store.checkpoint()
+    assert NOLABELS_PHRASE.encode() not in database_files(db_path)
 
 
 # Messages bound into a pair whose summary is past their ids still count as not yet covered.
