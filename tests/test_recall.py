@@ -16,6 +16,7 @@ from test_embeddings import embed_now, session, spoken
 from test_search import fixture_messages
 
 from agent_memory.cli import main as cli_main
+from agent_memory.core.domain import Summary
 from agent_memory.core.recall import CANDIDATES, HEADING, fit, rank, snippet, weighted_terms
 from agent_memory.core.terms import RELATED_WEIGHT, query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
@@ -210,6 +211,26 @@ async def test_facts_and_summaries_are_recalled_with_turns(service) -> None:
     assert body["memories"][0] == {
         **body["memories"][0], "kind": "fact", "text": "The user is allergic to peanuts", "always": False,
     }  # fmt: skip
+
+
+async def test_a_summary_line_quoting_a_turn_is_the_same_memory_shown_once_as_the_turn(service) -> None:
+    # The offline summary quotes statements with the day they were said in front and their
+    # dates resolved after: the turn it quotes is one memory, not two (the budget buys another).
+    statement = "I moved into the new flat yesterday, it is all boxes."
+    await seed(service, "u1", "luna", "a1", said(*small_talk(6), statement, "Congrats!", start_ms=MAY_8))
+    summary = Summary(
+        user_id="u1", character_id="luna", watermark_id=1, covered_until_ms=MAY_8 + 30 * DAY_MS,
+        text=f"About the user's life:\n- [2023-05-08] {statement}\n2023-05-08 13:56 UTC:\n"
+        f"- {statement} (yesterday = 2023-05-07)\n- The flat has a balcony.",
+        message_count=8, method="offline", model="test", created_ms=1, updated_ms=MAY_8 + 30 * DAY_MS,
+    )  # fmt: skip
+    await service.store.write(lambda tx: tx.summaries.put(summary))
+    body = await recall(service, "u1", "luna", "When did I move into the new flat?")
+    moved = [m for m in body["memories"] if m["text"].startswith("I moved into the new flat")]
+    assert [(m["kind"], m["at"]) for m in moved] == [("turn", "2023-05-08 13:56 UTC")]
+    assert body["system_message"]["content"].count("I moved into the new flat") == 1
+    balcony = next(m for m in body["memories"] if "balcony" in m["text"])
+    assert balcony["kind"] == "summary"
 
 
 async def test_user_scope_reads_every_character_and_always_includes_user_wide_facts(service) -> None:

@@ -4,7 +4,8 @@ The store ranks a pair's turns by BM25 over their words (`store/sqlite/recall.py
 turns, facts and summary lines are put in one ranked list and rendered. Facts and summary
 lines are scored with the same BM25 statistics as turns, so one scale orders them all.
 Recency is a mild prior (at most +`RECENCY_WEIGHT`), not the order. A turn that is another
-hit's neighbour is not repeated as context, and the same words said twice are one memory.
+hit's neighbour is not repeated as context, and the same words said twice are one memory
+(a summary line quoting a turn too: the turn is shown, with its time).
 
 The budget is spent on the hits first, best first, each whole; what is left then buys the
 turns said just before and after the best hits, shortened, so a reply can be understood.
@@ -71,6 +72,9 @@ LONG_TURN_TOKENS = 60
 _SENTENCE = re.compile(r"[^.!?。！？]+(?:[.!?。！？]+[\"')”’]*\s*|$)")
 _DIGEST_DAY = re.compile(r"^(?:#+\s*)?(\d{4}-\d{2}-\d{2})\b")
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+)")
+# What a summary line adds to a statement it quotes: the day it was said in front, its dates resolved after.
+_QUOTED_DAY = re.compile(r"^\[\d{4}-\d{2}-\d{2}\]\s*")
+_DATE_NOTE = re.compile(r"\s*\([^()]* = [^()]*\)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +254,13 @@ def text_key(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+@text_cache(8192)
+def statement_key(text: str) -> str:
+    """`text_key` of what a memory states: a summary line quoting a turn (its day in front, its
+    dates resolved after) is the same memory as the turn, and is shown once."""
+    return text_key(_DATE_NOTE.sub("", _QUOTED_DAY.sub("", text)))
+
+
 def summary_lines(summary: Summary) -> tuple[tuple[str, int], ...]:
     """A summary's statements with the day each belongs to (a digest's day headings), or its update time."""
     return _statements(summary.text, summary.covered_until_ms or summary.updated_ms)
@@ -267,7 +278,10 @@ def _statements(text: str, day_ms: int) -> tuple[tuple[str, int], ...]:
         if day:
             day_ms = _day_ms(day.group(1), day_ms)
         found = _BULLET.sub("", line)
-        if found:
+        quoted = _QUOTED_DAY.match(found)
+        if quoted:  # a statement kept with the day it was said: dated by it, shown once
+            lines.append((found[quoted.end() :], _day_ms(found[1:11], day_ms)))
+        elif found:
             lines.append((found, day_ms))
     return tuple(lines)
 
@@ -332,15 +346,18 @@ def _distinct(found: Sequence[Scored]) -> list[RecalledMemory]:
     """The memories of `found` (best first) above the floor, each text once."""
     floor = found[0][0] * MIN_RELATIVE_SCORE if found else 0.0
     kept: list[RecalledMemory] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for score, at_ms, text, source in found:
         if score < floor:
             break  # sorted: every one after scores less
-        key = text_key(text)
-        if key in seen:
-            continue
-        seen.add(key)
-        kept.append(_memory(source, text, at_ms, score))
+        key = statement_key(text)
+        index = seen.get(key)
+        if index is None:
+            seen[key] = len(kept)
+            kept.append(_memory(source, text, at_ms, score))
+        elif isinstance(source, TurnHit) and kept[index].kind == "summary":
+            # The turn a summary line quotes says it with its time and the turns around it: in its place.
+            kept[index] = _memory(source, text, at_ms, kept[index].score)
     return kept
 
 
