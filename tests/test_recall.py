@@ -18,7 +18,7 @@ from test_search import fixture_messages
 from agent_memory.cli import main as cli_main
 from agent_memory.core.domain import Summary
 from agent_memory.core.recall import CANDIDATES, HEADING, fit, rank, snippet, weighted_terms
-from agent_memory.core.terms import RELATED_WEIGHT, query_terms, terms
+from agent_memory.core.terms import RELATED_WEIGHT, compound_parts, query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction, open_store
@@ -519,6 +519,18 @@ async def test_a_question_worded_apart_from_its_answer_finds_it(service, turn: s
     await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
     body = await recall(service, "u1", "luna", question)
     assert any(memory["text"].startswith(turn) for memory in body["memories"]), body["memories"]
+
+
+async def test_a_compound_asked_finds_what_was_said_in_its_parts_words(service) -> None:
+    # "bookclub" is no word said: its parts are ("book", "club"), and their related words
+    # ("reading", "library") find the turn; a word that is no compound of them is left whole.
+    turn = "I joined a reading circle at the library, we meet on Thursdays."
+    lines = [*small_talk(10), turn, "Lovely.", *small_talk(10)]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "When does my bookclub get together?")
+    assert body["memories"] and body["memories"][0]["text"] == turn
+    assert compound_parts("bookclub") == ("book", "club")
+    assert compound_parts("understand") == compound_parts("birthday") == ()
 
 
 async def test_a_word_first_said_a_moment_ago_is_recalled_at_once(service) -> None:

@@ -33,6 +33,7 @@ from agent_memory.core.terms import (
     RELATED_WEIGHT,
     STOP_WORDS,
     cached_terms,
+    compound_parts,
     query_terms,
     terms,
 )
@@ -194,6 +195,9 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
             weights[term] = max(weights.get(term, 0.0), weight)
     for term in query_terms(q):
         weights.setdefault(term, 1.0)
+    for word in q.casefold().split():
+        for part in compound_parts(word.strip("?!.,;:'\"")):
+            weights.setdefault(part, RELATED_WEIGHT)
     for term in list(weights):
         for form in FORMS.get(term, ()):
             weights.setdefault(form, weights[term])
