@@ -17,7 +17,7 @@ from test_search import fixture_messages
 
 from agent_memory.cli import main as cli_main
 from agent_memory.core.domain import Summary
-from agent_memory.core.recall import CANDIDATES, HEADING, fit, rank, snippet, weighted_terms
+from agent_memory.core.recall import CANDIDATES, HEADING, asks_when, fit, rank, snippet, weighted_terms
 from agent_memory.core.terms import RELATED_WEIGHT, compound_parts, query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.settings import Settings
@@ -115,6 +115,24 @@ async def test_relative_dates_are_resolved_against_when_they_were_said(service) 
     assert top["text"].startswith("I went to a support group yesterday and it was powerful.")
     assert "2023-05-07" in top["text"]
     assert "2023-05-07" in body["system_message"]["content"]
+
+
+async def test_a_when_question_prefers_the_turn_that_dates_the_event(service) -> None:
+    # Both say the words asked; the shorter (and later) one would rank first, but only the
+    # other says when it happened, which is what was asked.
+    dated = "We moved into the new flat two days ago."
+    lines = [
+        *small_talk(6),
+        dated,
+        "Congrats!",
+        *small_talk(6),
+        "Moving into the new flat was chaos.",
+        "Oh no.",
+    ]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "When did we move into the new flat?")
+    assert body["memories"][0]["text"] == f"{dated} (two days ago = 2023-05-06)"
+    assert asks_when("从我们最近一次聊天算起，我搬家是多久以前？") and not asks_when("Where is the new flat?")
 
 
 async def test_neighbouring_turns_come_as_context_and_a_neighbour_hit_is_not_repeated(service) -> None:

@@ -76,6 +76,15 @@ _BULLET = re.compile(r"^\s*(?:[-*•]\s+)")
 # What a summary line adds to a statement it quotes: the day it was said in front, its dates resolved after.
 _QUOTED_DAY = re.compile(r"^\[\d{4}-\d{2}-\d{2}\]\s*")
 _DATE_NOTE = re.compile(r"\s*\([^()]* = [^()]*\)$")
+# A question about when something happened ("when did I move?", 我哪天搬的家) prefers the turns
+# that date an event ("we moved two days ago"): their date, resolved, is the answer. Weighed
+# against a turn that matches as well but says no time, by this much.
+WHEN_WEIGHT = 1.5
+_WHEN = re.compile(
+    r"\b(?:when|what (?:date|day|month|year|time)|which (?:date|day|month|year)|how long ago"
+    r"|how many (?:days|weeks|months|years) ago)\b|什么时候|哪天|哪一天|几号|几月|日期|多久|多长时间|いつ|언제",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +310,16 @@ def _day_ms(day: str, fallback: int) -> int:
 Scored = tuple[float, int, str, "TurnHit | Fact | Summary"]
 
 
+def asks_when(q: str) -> bool:
+    """Whether `q` asks when something happened (or how long ago)."""
+    return _WHEN.search(q) is not None
+
+
+def dates_an_event(text: str, at_ms: int) -> bool:
+    """Whether `text` places something on a day other than the one it was said ("yesterday", "last May")."""
+    return annotate(text, at_ms, same_day=False) != text
+
+
 def rank(
     *,
     hits: Sequence[TurnHit],
@@ -309,10 +328,19 @@ def rank(
     idfs: Mapping[str, float],
     average_length: float,
     always: Sequence[Fact] = (),
+    when: bool = False,
 ) -> list[RecalledMemory]:
-    """Turns, facts and summary lines in one list, best first; each text once."""
+    """Turns, facts and summary lines in one list, best first; each text once. `when`: the
+    question asks when something happened (`asks_when`), so turns that date an event weigh more."""
     always_ids = {fact.id for fact in always}
     scored = _scored(hits, [f for f in facts if f.id not in always_ids], summaries, idfs, average_length)
+    if when:
+        scored = [
+            (score * WHEN_WEIGHT, at_ms, text, source)
+            if isinstance(source, TurnHit) and dates_an_event(text, at_ms)
+            else (score, at_ms, text, source)
+            for score, at_ms, text, source in scored
+        ]
     newest = max((at_ms for _, at_ms, _, _ in scored), default=0)
     # Ranked and deduplicated as plain tuples: only the memories kept are built (most hits
     # are dropped as repeats or below the floor, on every turn of a live call).
