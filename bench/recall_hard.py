@@ -150,7 +150,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     info = machine_info()
     print_machine(info)
     users = generate(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
-                     exchanges=tuple(args.exchanges))  # fmt: skip
+                     exchanges=tuple(args.exchanges), filler=args.filler)  # fmt: skip
     leaked = leaks(users)
     messages = sum(len(s["contents"]) for u in users for s in u.sessions)
     print(f"generated {len(users)} users ({args.en} English, {args.zh} Chinese), "
@@ -196,6 +196,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 )
     return {
         "bench": "recall_hard", "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
+        "filler": args.filler,
         "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
         "recall_mean_tokens": used, "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
         "server_exit": exit_code, "machine": info,
@@ -210,6 +211,8 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, nargs=2, default=[10, 13], metavar=("LO", "HI"))
     parser.add_argument("--exchanges", type=int, nargs=2, default=[22, 30], metavar=("LO", "HI"))
     parser.add_argument("--condense", choices=("session", "end", "off"), default="session")
+    parser.add_argument("--filler", choices=("templates", "varied"), default="templates",
+                        help="small talk from a few repeated templates, or mostly lines seldom said twice")  # fmt: skip
     parser.add_argument("--condense-timeout", type=float, default=120.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")

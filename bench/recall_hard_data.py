@@ -188,6 +188,65 @@ FILLER_EXTRA: dict[str, list[str]] = {
            "公交司机祝大家今天愉快，挺暖的。", "我在纠结要不要剪短发。", "今晚好安静，我喜欢。"],
 }  # fmt: skip
 
+# `filler="varied"`: everyday news of the user's own and of people around them, drawn from parts
+# (thousands of combinations), so a line is seldom said twice. With the templates alone a user
+# says ~90 distinct lines over ~300 turns and the planted statements are among the few said
+# once: "the lines said once" answers every question within 1,500 tokens without reading it.
+# In a real life nearly every line is new, and many sound as telling as the answers.
+VARIED: dict[str, dict[str, list[str]]] = {
+    "en": {
+        "line": ["{who} {did} {when}, {feel}.", "I {act} {when}, {feel}.", "{who} and I {act2} {when}.",
+                 "Did I mention {who} {did}?", "So {who} {did}, {feel}."],
+        "who": ["Nadia from upstairs", "my neighbour Gus", "Ravi at the corner shop", "Elena from the choir",
+                "my landlord", "Tom from the allotment", "the new barista", "Wendy next door", "my old teacher",
+                "Kofi from the book swap", "Lena at the post office", "my dentist", "Pablo the plumber",
+                "Irene from the running group", "our postman"],
+        "did": ["brought round a lemon cake", "lost their keys again", "started learning the harp",
+                "repainted the front door green", "won a raffle at the fete", "fixed the wobbly gate",
+                "had a birthday picnic in the rain", "found a wallet on the tram", "got a new hedgehog feeder",
+                "planted forty tulip bulbs", "signed up for a charity swim", "complained about the bins",
+                "bought an enormous telescope", "passed a driving test", "sprained an ankle on the stairs"],
+        "act": ["repotted the basil", "finally cleaned the oven", "tried a new ramen bar by the canal",
+                "finished a jigsaw of a lighthouse", "sorted the recycling for an hour", "fixed a dripping tap",
+                "watched the whole trilogy again", "baked far too many scones", "walked along the river path",
+                "reorganised the bookshelf by colour", "wrote three postcards", "ironed every shirt I own",
+                "went to a quiz night at the pub", "sewed a button back on my coat", "returned a parcel"],
+        "act2": ["shared a taxi", "split a pizza", "argued about a crossword", "watched the match",
+                 "walked the long way home", "queued for concert tickets", "fixed a puncture"],
+        "when": ["this morning", "at lunch", "tonight", "after work", "earlier", "before the rain",
+                 "on the way home", "around noon"],
+        "feel": ["which made me laugh", "typical", "what a day", "I was impressed", "no idea why",
+                 "it was oddly calming", "I'm still thinking about it", "never a dull moment"],
+    },
+    "zh": {
+        "line": ["{who}{when}{did}，{feel}。", "我{when}{act}，{feel}。", "{when}我和{who}{act2}。",
+                 "我说过吗，{who}{did}。"],
+        "who": ["楼上的王阿姨", "邻居老李", "小卖部的阿强", "合唱团的陈姐", "房东", "菜园的刘叔",
+                "新来的咖啡师", "隔壁的张奶奶", "以前的数学老师", "读书会的小吴", "邮局的李姐", "牙医",
+                "修水管的师傅", "跑团的阿梅", "送快递的小哥"],
+        "did": ["送来一块柠檬蛋糕", "又把钥匙弄丢了", "开始学竖琴", "把大门漆成了绿色", "在庙会抽中了奖",
+                "修好了摇晃的院门", "在雨里办了生日野餐", "在电车上捡到一个钱包", "种了四十个郁金香球",
+                "报名了慈善徒步", "抱怨垃圾桶太满", "买了一架巨大的望远镜", "考过了驾照", "下楼梯扭了脚"],
+        "act": ["给罗勒换了盆", "终于把烤箱擦干净了", "试了河边新开的面馆", "拼完了一幅灯塔拼图",
+                "整理了一小时垃圾分类", "修好了滴水的龙头", "又把三部曲看了一遍", "烤了太多司康",
+                "沿着河边走了一圈", "按颜色重新排了书架", "写了三张明信片", "把衬衫全熨了一遍",
+                "去酒吧参加了知识竞赛", "把外套扣子缝回去了", "退了一个快递"],
+        "act2": ["拼了一辆出租车", "分了一个披萨", "为填字游戏争了半天", "一起看了球赛", "绕远路走回家",
+                 "排队买演唱会门票", "一起补了个车胎"],
+        "when": ["今天早上", "中午", "今晚", "下班后", "刚才", "下雨前", "回家路上"],
+        "feel": ["把我笑坏了", "真是典型", "这一天啊", "我挺佩服的", "不知道为什么", "莫名很治愈",
+                 "我现在还在想", "生活从不无聊"],
+    },
+}  # fmt: skip
+VARIED_SHARE = 0.8  # of the small-talk lines the user says (the rest: the short templates, "Haha, okay.")
+
+
+def varied_line(lang: str, rng: random.Random) -> str:
+    """One everyday line drawn from `VARIED`'s parts."""
+    parts = VARIED[lang]
+    return re.sub(r"\{(\w+)\}", lambda m: rng.choice(parts[m.group(1)]), rng.choice(parts["line"]))
+
+
 # Relative days said in a turn: (phrase, days from the day it was said).
 PAST = {
     "en": [("yesterday", -1), ("two days ago", -2), ("three days ago", -3), ("a week ago", -7),
@@ -286,8 +345,9 @@ def questions_for(lang: str, p: dict[str, Any], rng: random.Random) -> dict[str,
 
 
 def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int, int],
-                  exchanges: tuple[int, int]) -> User:  # fmt: skip
-    """One user's calls, planted facts and questions."""
+                  exchanges: tuple[int, int], varied: random.Random | None = None) -> User:  # fmt: skip
+    """One user's calls, planted facts and questions; with `varied` (its own generator, so the
+    calls, plants and questions stay those of the templates) most small talk is `varied_line`s."""
     pools = POOLS[lang]
     species, species2 = rng.sample(pools["species"], 2)
     pets = rng.sample(pools["pet"], 3)
@@ -347,6 +407,8 @@ def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int
                 text = re.sub(
                     r"\{(\w+)\}", lambda m: str(rng.choice(small[m.group(1)])), rng.choice(users_lines)
                 )
+                if varied is not None and varied.random() < VARIED_SHARE:
+                    text = varied_line(lang, varied)
             reply = re.sub(
                 r"\{(\w+)\}", lambda m: str(rng.choice(small[m.group(1)])), rng.choice(small["assistant"])
             )
@@ -386,12 +448,14 @@ def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int
 
 
 def generate(en: int = 8, zh: int = 4, *, seed: int = 11, sessions: tuple[int, int] = (10, 13),
-             exchanges: tuple[int, int] = (22, 30)) -> list[User]:  # fmt: skip
-    """`en` English and `zh` Chinese users, each with their calls (oldest first) and questions."""
+             exchanges: tuple[int, int] = (22, 30), filler: str = "templates") -> list[User]:  # fmt: skip
+    """`en` English and `zh` Chinese users, each with their calls (oldest first) and questions;
+    `filler` "varied" draws most small talk from `VARIED` (see there), "templates" does not."""
     out: list[User] = []
     for lang, count in (("en", en), ("zh", zh)):
         rng = random.Random(f"hard:{seed}:{lang}")
-        out.extend(generate_user(i, lang, rng, sessions, exchanges) for i in range(count))
+        varied = random.Random(f"varied:{seed}:{lang}") if filler == "varied" else None
+        out.extend(generate_user(i, lang, rng, sessions, exchanges, varied) for i in range(count))
     return out
 
 

@@ -16,8 +16,9 @@ from test_embeddings import embed_now, session, spoken
 from test_search import fixture_messages
 
 from agent_memory.cli import main as cli_main
-from agent_memory.core.recall import CANDIDATES, HEADING, fit, rank, snippet, weighted_terms
-from agent_memory.core.terms import RELATED_WEIGHT, query_terms, terms
+from agent_memory.core.domain import Summary
+from agent_memory.core.recall import CANDIDATES, HEADING, asks_when, fit, rank, snippet, weighted_terms
+from agent_memory.core.terms import RELATED_WEIGHT, compound_parts, query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction, open_store
@@ -116,6 +117,24 @@ async def test_relative_dates_are_resolved_against_when_they_were_said(service) 
     assert "2023-05-07" in body["system_message"]["content"]
 
 
+async def test_a_when_question_prefers_the_turn_that_dates_the_event(service) -> None:
+    # Both say the words asked; the shorter (and later) one would rank first, but only the
+    # other says when it happened, which is what was asked.
+    dated = "We moved into the new flat two days ago."
+    lines = [
+        *small_talk(6),
+        dated,
+        "Congrats!",
+        *small_talk(6),
+        "Moving into the new flat was chaos.",
+        "Oh no.",
+    ]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "When did we move into the new flat?")
+    assert body["memories"][0]["text"] == f"{dated} (two days ago = 2023-05-06)"
+    assert asks_when("从我们最近一次聊天算起，我搬家是多久以前？") and not asks_when("Where is the new flat?")
+
+
 async def test_neighbouring_turns_come_as_context_and_a_neighbour_hit_is_not_repeated(service) -> None:
     lines = [*small_talk(6), "What did you name the new kitten?", "We named the kitten Miso, after the soup."]
     lines += small_talk(6)
@@ -210,6 +229,26 @@ async def test_facts_and_summaries_are_recalled_with_turns(service) -> None:
     assert body["memories"][0] == {
         **body["memories"][0], "kind": "fact", "text": "The user is allergic to peanuts", "always": False,
     }  # fmt: skip
+
+
+async def test_a_summary_line_quoting_a_turn_is_the_same_memory_shown_once_as_the_turn(service) -> None:
+    # The offline summary quotes statements with the day they were said in front and their
+    # dates resolved after: the turn it quotes is one memory, not two (the budget buys another).
+    statement = "I moved into the new flat yesterday, it is all boxes."
+    await seed(service, "u1", "luna", "a1", said(*small_talk(6), statement, "Congrats!", start_ms=MAY_8))
+    summary = Summary(
+        user_id="u1", character_id="luna", watermark_id=1, covered_until_ms=MAY_8 + 30 * DAY_MS,
+        text=f"About the user's life:\n- [2023-05-08] {statement}\n2023-05-08 13:56 UTC:\n"
+        f"- {statement} (yesterday = 2023-05-07)\n- The flat has a balcony.",
+        message_count=8, method="offline", model="test", created_ms=1, updated_ms=MAY_8 + 30 * DAY_MS,
+    )  # fmt: skip
+    await service.store.write(lambda tx: tx.summaries.put(summary))
+    body = await recall(service, "u1", "luna", "When did I move into the new flat?")
+    moved = [m for m in body["memories"] if m["text"].startswith("I moved into the new flat")]
+    assert [(m["kind"], m["at"]) for m in moved] == [("turn", "2023-05-08 13:56 UTC")]
+    assert body["system_message"]["content"].count("I moved into the new flat") == 1
+    balcony = next(m for m in body["memories"] if "balcony" in m["text"])
+    assert balcony["kind"] == "summary"
 
 
 async def test_user_scope_reads_every_character_and_always_includes_user_wide_facts(service) -> None:
@@ -498,6 +537,18 @@ async def test_a_question_worded_apart_from_its_answer_finds_it(service, turn: s
     await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
     body = await recall(service, "u1", "luna", question)
     assert any(memory["text"].startswith(turn) for memory in body["memories"]), body["memories"]
+
+
+async def test_a_compound_asked_finds_what_was_said_in_its_parts_words(service) -> None:
+    # "bookclub" is no word said: its parts are ("book", "club"), and their related words
+    # ("reading", "library") find the turn; a word that is no compound of them is left whole.
+    turn = "I joined a reading circle at the library, we meet on Thursdays."
+    lines = [*small_talk(10), turn, "Lovely.", *small_talk(10)]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "When does my bookclub get together?")
+    assert body["memories"] and body["memories"][0]["text"] == turn
+    assert compound_parts("bookclub") == ("book", "club")
+    assert compound_parts("understand") == compound_parts("birthday") == ()
 
 
 async def test_a_word_first_said_a_moment_ago_is_recalled_at_once(service) -> None:

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -97,3 +98,27 @@ def test_a_when_question_has_the_day_resolved_from_the_day_said() -> None:
             assert q.answer == data.render_date(day - dt.timedelta(days=1), user.language)
             seen += 1
     assert seen
+
+
+def test_varied_small_talk_leaves_the_planted_statements_few_among_the_lines_said_once() -> None:
+    """With the templates every planted statement is among the few lines said only once (a
+    question-blind pick of them answers everything); varied small talk hides them among
+    hundreds, and keeps the same calls, plants and questions."""
+    for seed in (11, 12):
+        plain = data.generate(8, 4, seed=seed)
+        varied = data.generate(8, 4, seed=seed, filler="varied")
+        assert data.leaks(varied) == []
+        assert [q.evidence for u in plain for q in u.questions] == [
+            q.evidence for u in varied for q in u.questions
+        ]
+        for filler, users in (("templates", plain), ("varied", varied)):
+            said_once = planted = 0
+            for user in users:
+                lines = Counter(
+                    m["content"] for s in user.sessions for m in s["contents"] if m["role"] == "user"
+                )
+                evidence = {turn.content for q in user.questions for turn in q.evidence}
+                said_once += sum(1 for count in lines.values() if count == 1)
+                planted += sum(1 for text in evidence if lines[text] == 1)
+            share = planted / said_once
+            assert share > 0.3 if filler == "templates" else share < 0.1, (filler, share)

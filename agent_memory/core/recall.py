@@ -4,7 +4,8 @@ The store ranks a pair's turns by BM25 over their words (`store/sqlite/recall.py
 turns, facts and summary lines are put in one ranked list and rendered. Facts and summary
 lines are scored with the same BM25 statistics as turns, so one scale orders them all.
 Recency is a mild prior (at most +`RECENCY_WEIGHT`), not the order. A turn that is another
-hit's neighbour is not repeated as context, and the same words said twice are one memory.
+hit's neighbour is not repeated as context, and the same words said twice are one memory
+(a summary line quoting a turn too: the turn is shown, with its time).
 
 The budget is spent on the hits first, best first, each whole; what is left then buys the
 turns said just before and after the best hits, shortened, so a reply can be understood.
@@ -32,6 +33,7 @@ from agent_memory.core.terms import (
     RELATED_WEIGHT,
     STOP_WORDS,
     cached_terms,
+    compound_parts,
     query_terms,
     terms,
 )
@@ -71,6 +73,18 @@ LONG_TURN_TOKENS = 60
 _SENTENCE = re.compile(r"[^.!?。！？]+(?:[.!?。！？]+[\"')”’]*\s*|$)")
 _DIGEST_DAY = re.compile(r"^(?:#+\s*)?(\d{4}-\d{2}-\d{2})\b")
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+)")
+# What a summary line adds to a statement it quotes: the day it was said in front, its dates resolved after.
+_QUOTED_DAY = re.compile(r"^\[\d{4}-\d{2}-\d{2}\]\s*")
+_DATE_NOTE = re.compile(r"\s*\([^()]* = [^()]*\)$")
+# A question about when something happened ("when did I move?", 我哪天搬的家) prefers the turns
+# that date an event ("we moved two days ago"): their date, resolved, is the answer. Weighed
+# against a turn that matches as well but says no time, by this much.
+WHEN_WEIGHT = 1.5
+_WHEN = re.compile(
+    r"\b(?:when|what (?:date|day|month|year|time)|which (?:date|day|month|year)|how long ago"
+    r"|how many (?:days|weeks|months|years) ago)\b|什么时候|哪天|哪一天|几号|几月|日期|多久|多长时间|いつ|언제",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +204,9 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
             weights[term] = max(weights.get(term, 0.0), weight)
     for term in query_terms(q):
         weights.setdefault(term, 1.0)
+    for word in q.casefold().split():
+        for part in compound_parts(word.strip("?!.,;:'\"")):
+            weights.setdefault(part, RELATED_WEIGHT)
     for term in list(weights):
         for form in FORMS.get(term, ()):
             weights.setdefault(form, weights[term])
@@ -250,6 +267,13 @@ def text_key(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+@text_cache(8192)
+def statement_key(text: str) -> str:
+    """`text_key` of what a memory states: a summary line quoting a turn (its day in front, its
+    dates resolved after) is the same memory as the turn, and is shown once."""
+    return text_key(_DATE_NOTE.sub("", _QUOTED_DAY.sub("", text)))
+
+
 def summary_lines(summary: Summary) -> tuple[tuple[str, int], ...]:
     """A summary's statements with the day each belongs to (a digest's day headings), or its update time."""
     return _statements(summary.text, summary.covered_until_ms or summary.updated_ms)
@@ -267,7 +291,10 @@ def _statements(text: str, day_ms: int) -> tuple[tuple[str, int], ...]:
         if day:
             day_ms = _day_ms(day.group(1), day_ms)
         found = _BULLET.sub("", line)
-        if found:
+        quoted = _QUOTED_DAY.match(found)
+        if quoted:  # a statement kept with the day it was said: dated by it, shown once
+            lines.append((found[quoted.end() :], _day_ms(found[1:11], day_ms)))
+        elif found:
             lines.append((found, day_ms))
     return tuple(lines)
 
@@ -283,6 +310,16 @@ def _day_ms(day: str, fallback: int) -> int:
 Scored = tuple[float, int, str, "TurnHit | Fact | Summary"]
 
 
+def asks_when(q: str) -> bool:
+    """Whether `q` asks when something happened (or how long ago)."""
+    return _WHEN.search(q) is not None
+
+
+def dates_an_event(text: str, at_ms: int) -> bool:
+    """Whether `text` places something on a day other than the one it was said ("yesterday", "last May")."""
+    return annotate(text, at_ms, same_day=False) != text
+
+
 def rank(
     *,
     hits: Sequence[TurnHit],
@@ -291,10 +328,19 @@ def rank(
     idfs: Mapping[str, float],
     average_length: float,
     always: Sequence[Fact] = (),
+    when: bool = False,
 ) -> list[RecalledMemory]:
-    """Turns, facts and summary lines in one list, best first; each text once."""
+    """Turns, facts and summary lines in one list, best first; each text once. `when`: the
+    question asks when something happened (`asks_when`), so turns that date an event weigh more."""
     always_ids = {fact.id for fact in always}
     scored = _scored(hits, [f for f in facts if f.id not in always_ids], summaries, idfs, average_length)
+    if when:
+        scored = [
+            (score * WHEN_WEIGHT, at_ms, text, source)
+            if isinstance(source, TurnHit) and dates_an_event(text, at_ms)
+            else (score, at_ms, text, source)
+            for score, at_ms, text, source in scored
+        ]
     newest = max((at_ms for _, at_ms, _, _ in scored), default=0)
     # Ranked and deduplicated as plain tuples: only the memories kept are built (most hits
     # are dropped as repeats or below the floor, on every turn of a live call).
@@ -332,15 +378,18 @@ def _distinct(found: Sequence[Scored]) -> list[RecalledMemory]:
     """The memories of `found` (best first) above the floor, each text once."""
     floor = found[0][0] * MIN_RELATIVE_SCORE if found else 0.0
     kept: list[RecalledMemory] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for score, at_ms, text, source in found:
         if score < floor:
             break  # sorted: every one after scores less
-        key = text_key(text)
-        if key in seen:
-            continue
-        seen.add(key)
-        kept.append(_memory(source, text, at_ms, score))
+        key = statement_key(text)
+        index = seen.get(key)
+        if index is None:
+            seen[key] = len(kept)
+            kept.append(_memory(source, text, at_ms, score))
+        elif isinstance(source, TurnHit) and kept[index].kind == "summary":
+            # The turn a summary line quotes says it with its time and the turns around it: in its place.
+            kept[index] = _memory(source, text, at_ms, kept[index].score)
     return kept
 
 

@@ -187,3 +187,22 @@ def _forms_index() -> dict[str, tuple[str, ...]]:
 
 
 FORMS: Final = _forms_index()
+
+
+# A closed compound asked ("steakhouse", "racetrack") is often said as its parts or their
+# related words ("I gave up meat"): a word of the everyday topics' vocabulary on each side.
+_KNOWN: Final = frozenset(RELATED) | frozenset(FORMS)
+MIN_PART = 4  # letters on each side of a split: shorter parts ("in", "day") are everywhere
+
+
+@text_cache(8192)
+def compound_parts(word: str) -> tuple[str, ...]:
+    """The terms of the two known words a case-folded Latin word is made of, if it is ("steakhouse":
+    "steak", "hous"); none for a known word or one that splits no such way."""
+    if len(word) < 2 * MIN_PART or not word.isalpha() or stem(word) in _KNOWN:
+        return ()
+    for cut in range(MIN_PART, len(word) - MIN_PART + 1):
+        left, right = stem(word[:cut]), stem(word[cut:])
+        if left in _KNOWN and right in _KNOWN:
+            return (left, right)
+    return ()

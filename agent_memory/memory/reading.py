@@ -26,6 +26,7 @@ from agent_memory.core.recall import (
     Recall,
     RecallScope,
     TurnHit,
+    asks_when,
     candidates_for,
     fit,
     fuse,
@@ -317,6 +318,7 @@ def recall_in(
         idfs=stats.idfs,
         average_length=stats.average_length,
         always=[fact for fact in facts if fact.scope == "user"] if character_id is None else (),
+        when=asks_when(q),
     )
     return fit(q, ranked, max_tokens, neighbours=view.recall.neighbours, candidates=len(ranked))
 
