@@ -25,8 +25,8 @@ from agent_memory.core.recall import weighted_terms
 from agent_memory.settings import Settings
 from agent_memory.store import NotBrief, ReadsHere, Store, Transaction, open_store
 from agent_memory.store.shared import postings
+from agent_memory.store.shared.facts import fact_character
 from agent_memory.store.sqlite import SQLiteStore, SQLiteView
-from agent_memory.store.sqlite.facts import fact_character
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
 from agent_memory.store.sqlite.recall import forget_held
 from agent_memory.store.types import NewMessage

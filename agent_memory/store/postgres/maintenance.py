@@ -23,22 +23,9 @@ from collections.abc import Sequence
 
 from psycopg import errors, sql
 
-from agent_memory.store.postgres.common import Connection, Repository, now_ms, text_array
-from agent_memory.store.shared.maintenance import (
-    FORGETS,
-    HELD,
-    SEARCH_INDEXED,
-    Purges,
-    cutoff_keys,
-    forgotten_keys,
-)
-from agent_memory.store.types import (
-    ForgetCutoff,
-    ForgetReceipt,
-    SearchKind,
-    SearchState,
-    StorageStats,
-)
+from agent_memory.store.postgres.common import Connection, Repository, now_ms
+from agent_memory.store.shared.maintenance import FORGETS, HELD, Purges, cutoff_keys
+from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +68,7 @@ _FORGET_CUTOFF = (
 REWRITE_WORK_MEM = "128MB"
 
 
-class PostgresMaintenance(Purges, Repository):
+class PostgresMaintenance(Repository, Purges):
     """Forget, bounded purges and the figures of the database; `scrub` rewrites what forget owes."""
 
     __slots__ = ()
@@ -138,86 +125,40 @@ class PostgresMaintenance(Purges, Repository):
 
     # forgetting
 
-    def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
-        """Delete everything held for a pair, or for a user when `character_id` is None."""
-        where = "user_id = %s" if character_id is None else "user_id = %s AND character_id = %s"
-        params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
-        sessions = f"SELECT agent_id FROM sessions WHERE {where} ORDER BY agent_id"
+    def _sessions(self, where: str, params: Sequence[str], user_id: str) -> list[str]:
         # The locks a merge takes, in its order: each session's (a merge under way finishes
         # first, and none starts on it until this commits), then the user's. Without them a
         # merge under way kept writing into a session deleted here: orphan messages whose
         # places every later window of the run collided with. A merge holds its session's
         # lock before it asks for the user's, so the user's comes last here.
-        self.conn.execute(
-            f"SELECT count(pg_advisory_xact_lock(hashtextextended(agent_id, 0))) FROM ({sessions}) AS s".encode(),
+        sessions = f"SELECT agent_id FROM sessions WHERE {where} ORDER BY agent_id"
+        self.sql.run(
+            f"SELECT count(pg_advisory_xact_lock(hashtextextended(agent_id, 0))) FROM ({sessions}) AS s",
             params,
         )
-        self.conn.execute(
-            f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {USER_LOCK_SEED:d}))".encode(), (user_id,)
-        )
+        self.sql.run(f"SELECT pg_advisory_xact_lock(hashtextextended(?, {USER_LOCK_SEED:d}))", (user_id,))
         # Read again under the user's lock: a session first stored meanwhile is deleted too (no
         # merge can be under way in it now: a merge writes only under the user's lock).
-        agent_ids = [row["agent_id"] for row in self._all(f"{sessions} FOR UPDATE", params)]
-        # The cut-off every later write checks: what was said before it never comes back, from a
-        # held reply, a poll, a late callback or a reprocess, on any instance.
-        self.conn.execute(
-            f"INSERT INTO {FORGETS} (key, forgot_ms) SELECT key, %s FROM unnest(%s::text[]) AS key "
-            f"ON CONFLICT (key) DO UPDATE SET forgot_ms = greatest({FORGETS}.forgot_ms, excluded.forgot_ms)".encode(),
-            (now_ms(), text_array(forgotten_keys(user_id, character_id, agent_ids))),
-        )
-        receipt: ForgetReceipt = {}
-        for held in HELD:
-            if held.by == "pair":
-                deleted = self.conn.execute(
-                    f"DELETE FROM {held.table} WHERE {where}".encode(), params
-                ).rowcount
-            elif held.by == "agent":
-                deleted = self.conn.execute(
-                    f"DELETE FROM {held.table} WHERE agent_id = ANY(%s)".encode(), (agent_ids,)
-                ).rowcount
-            else:
-                deleted = self._blank_raw(user_id, character_id, agent_ids)
-            receipt[held.receipt] = deleted
-        self.conn.execute(f"DELETE FROM {RECALL_PAIRS} WHERE {where}".encode(), params)
-        receipt["search_index_rows"] = sum(receipt[table] for table in SEARCH_INDEXED)
-        # Every table that can hold the user's words is rewritten, not only those this forget
+        return self.sql.records(str, f"{sessions} FOR UPDATE", params)
+
+    def _forgot(self, where: str, params: Sequence[str], indexed: int) -> bool:
+        self.sql.run(f"DELETE FROM {RECALL_PAIRS} WHERE {where}", params)
+        # Every table that can hold the user's words owes a rewrite, not only those this forget
         # deleted from: earlier versions of their rows may still lie dead in any of them (the
         # summary of a pair a session was moved out of, a replaced summary, a deleted fact).
-        touched = [held.table for held in HELD] + [RECALL_DOCS, RECALL_PAIRS]
-        receipt["search_index_scrub_pending"] = int(self._owe_scrub(touched))
-        return receipt
-
-    def _blank_raw(self, user_id: str, character_id: str | None, agent_ids: Sequence[str]) -> int:
-        """Blank the raw events of the forgotten sessions and those labelled with the user (or
-        pair): the event id stays, so a redelivery is still recognised, but its text goes."""
-        labelled, params = (
-            ("label_user = %s", (user_id,))
-            if character_id is None
-            else ("label_user = %s AND label_character = %s", (user_id, character_id))
+        tables = sorted([held.table for held in HELD] + [RECALL_DOCS, RECALL_PAIRS])
+        self.sql.run(
+            "INSERT INTO scrub_owed (relation, since_ms, xid) "
+            "SELECT relation, ?, pg_current_xact_id()::text::bigint FROM unnest(?::text[]) AS t(relation) "
+            "ON CONFLICT (relation) DO UPDATE SET xid = greatest(scrub_owed.xid, excluded.xid)",
+            (now_ms(), tables),
         )
-        return self.conn.execute(
-            "UPDATE inbox SET body = '', status = 'forgotten', error = NULL "
-            f"WHERE (agent_id = ANY(%s) OR {labelled}) AND status <> 'forgotten'".encode(),
-            (list(agent_ids), *params),
-        ).rowcount
-
-    def _owe_scrub(self, tables: Sequence[str]) -> bool:
-        """Record that `tables` owe a rewrite; True when one is large enough to wait for the batch."""
-        if not tables:
-            return False
-        self.conn.execute(
-            b"INSERT INTO scrub_owed (relation, since_ms, xid) "
-            b"SELECT relation, %s, pg_current_xact_id()::text::bigint FROM unnest(%s::text[]) AS t(relation) "
-            b"ON CONFLICT (relation) DO UPDATE SET xid = greatest(scrub_owed.xid, excluded.xid)",
-            (now_ms(), sorted(tables)),
-        )
-        largest = self._count(
-            "SELECT coalesce(max(pg_total_relation_size(relation::regclass)), 0) FROM unnest(%s::text[]) AS relation",
-            (list(tables),),
+        # Pending when one is large enough to wait for the batch.
+        largest = self.sql.count(
+            "SELECT coalesce(max(pg_total_relation_size(relation::regclass)), 0) FROM unnest(?::text[]) AS relation",
+            (tables,),
         )
         return largest > INLINE_SCRUB_MAX_BYTES
-
-    # retention
 
     # the search index: PostgreSQL keeps its indexes itself
 

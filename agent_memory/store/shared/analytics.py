@@ -153,21 +153,9 @@ def minutes(ms: int) -> float:
     return round(ms / 60_000, 2)
 
 
-def message_rates(row: dict[str, Any]) -> dict[str, Any]:
-    """The stored-message counts and the two rates of one aggregate row."""
-    return {
-        "messages_stored": row["messages_stored"],
-        "user_messages": row["user_messages"],
-        "assistant_messages": row["assistant_messages"],
-        "tool_items": row["tool_items"],
-        "interruptions": rate(row["interrupted"], row["assistant_messages"]),
-        "llm_failures": rate(row["llm_failures"], row["assistant_messages"]),
-    }
-
-
-def last_active(*stamps: int | None) -> int | None:
-    """The latest of the known timestamps."""
-    known = [stamp for stamp in stamps if stamp is not None]
+def last_active(sessions: Row, stored: Row) -> int | None:
+    """The latest known session time or stored message time of aggregate rows."""
+    known = [stamp for stamp in (sessions["last_session_ms"], stored["last_message_ms"]) if stamp is not None]
     return max(known) if known else None
 
 
@@ -176,113 +164,31 @@ def with_minutes(rows: Iterable[Row]) -> list[Row]:
     return [{**row, "minutes_talked": minutes(row["talk_ms"])} for row in rows]
 
 
-def talk(sessions: Row, stored: Row) -> dict[str, Any]:
-    """Messages, message rates and talk time of aggregate session and message rows."""
+def talked(sessions: Row, stored: Row) -> dict[str, Any]:
+    """Messages, the stored-message counts and their two rates, and talk time of aggregate rows."""
     return {
         "messages": sessions["messages"],
-        **message_rates(stored),
+        "messages_stored": stored["messages_stored"],
+        "user_messages": stored["user_messages"],
+        "assistant_messages": stored["assistant_messages"],
+        "tool_items": stored["tool_items"],
+        "interruptions": rate(stored["interrupted"], stored["assistant_messages"]),
+        "llm_failures": rate(stored["llm_failures"], stored["assistant_messages"]),
         "talk_ms": sessions["talk_ms"],
         "minutes_talked": minutes(sessions["talk_ms"]),
     }
 
 
-def user_report(
-    user_id: str,
-    sessions: Row,
-    stored: Row,
-    *,
-    characters: int,
-    favourites: Iterable[Row],
-    facts: int,
-    summaries: int,
-) -> dict[str, Any]:
-    """One user's report from its aggregate rows."""
-    return {
-        "user_id": user_id,
-        "sessions": sessions["sessions"],
-        **talk(sessions, stored),
-        "characters": characters,
-        "favourite_characters": with_minutes(favourites),
-        "first_active_ms": sessions["first_active_ms"],
-        "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
-        "agent_errors": sessions["agent_errors"],
-        "facts": facts,
-        "summaries": summaries,
-    }
-
-
-def character_report(
-    character_id: str,
-    window_ms: tuple[int | None, int | None],
-    sessions: Row,
-    stored: Row,
-    *,
-    top_users: Iterable[Row],
-    latency: Latencies,
-    stages: Latencies,
-) -> dict[str, Any]:
-    """One character's report from its aggregate rows and latencies."""
-    return {
-        "character_id": character_id,
-        "window": {"since_ms": window_ms[0], "until_ms": window_ms[1]},
-        "active_users": sessions["users"],
-        "sessions": sessions["sessions"],
-        **talk(sessions, stored),
-        "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
-        "agent_errors": sessions["agent_errors"],
-        "top_users": with_minutes(top_users),
-        "latency_ms": latency,
-        "latency_stages_ms": stages,
-    }
-
-
-def overall_report(
-    window_ms: tuple[int | None, int | None],
-    sessions: Row,
-    stored: Row,
-    *,
-    by_status: Iterable[Row],
-    unidentified: int,
-    reasons: Iterable[Row],
-    top_characters: Iterable[Row],
-    latency: Latencies,
-    stages: Latencies,
-    callbacks: dict[str, int],
-) -> dict[str, Any]:
-    """The whole service's report from its aggregate rows, latencies and callback problems."""
-    return {
-        "window": {"since_ms": window_ms[0], "until_ms": window_ms[1]},
-        "users": sessions["users"],
-        "characters": sessions["characters"],
-        "sessions": sessions["sessions"],
-        "sessions_by_status": {row["status"]: row["n"] for row in by_status},
-        # Whose words a session holds: a speaker's own session is counted too (out of all).
-        "unidentified_sessions": rate(unidentified, sessions["all_sessions"]),
-        "stop_reasons": {row["reason"]: row["n"] for row in reasons},
-        **talk(sessions, stored),
-        "last_active_ms": last_active(sessions["last_session_ms"], stored["last_message_ms"]),
-        "agent_errors": sessions["agent_errors"],
-        "top_characters": with_minutes(top_characters),
-        "latency_ms": latency,
-        "latency_stages_ms": stages,
-        "callbacks": callbacks,
-    }
-
-
-def _message_counts() -> str:
-    """Counts of stored messages (over messages `m`)."""
-    assistant = "m.kind = 'turn' AND m.role = 'assistant'"
-    return (
-        "count(*) AS messages_stored, "
-        "count(*) FILTER (WHERE m.kind = 'turn' AND m.role = 'user') AS user_messages, "
-        f"count(*) FILTER (WHERE {assistant}) AS assistant_messages, "
-        f"count(*) FILTER (WHERE {assistant} AND m.interrupted <> 0) AS interrupted, "
-        f"count(*) FILTER (WHERE {assistant} AND m.source IN ('llm_failure', 'llm failure')) AS llm_failures, "
-        "count(*) FILTER (WHERE m.kind <> 'turn') AS tool_items, max(m.at_ms) AS last_message_ms"
-    )
-
-
-MESSAGE_COUNTS = _message_counts()
+_ASSISTANT = "m.kind = 'turn' AND m.role = 'assistant'"
+# Counts of stored messages (over messages `m`).
+MESSAGE_COUNTS = (
+    "count(*) AS messages_stored, "
+    "count(*) FILTER (WHERE m.kind = 'turn' AND m.role = 'user') AS user_messages, "
+    f"count(*) FILTER (WHERE {_ASSISTANT}) AS assistant_messages, "
+    f"count(*) FILTER (WHERE {_ASSISTANT} AND m.interrupted <> 0) AS interrupted, "
+    f"count(*) FILTER (WHERE {_ASSISTANT} AND m.source IN ('llm_failure', 'llm failure')) AS llm_failures, "
+    "count(*) FILTER (WHERE m.kind <> 'turn') AS tool_items, max(m.at_ms) AS last_message_ms"
+)
 
 
 def _sums(sql: Sql) -> tuple[str, str, str]:
@@ -390,15 +296,18 @@ class AnalyticsReads(Repository):
             "UNION SELECT character_id FROM messages WHERE user_id = ?) AS c",
             (user_id, user_id),
         )["n"]
-        return user_report(
-            user_id,
-            sessions,
-            stored,
-            characters=characters,
-            favourites=favourites,
-            facts=facts,
-            summaries=summaries,
-        )
+        return {
+            "user_id": user_id,
+            "sessions": sessions["sessions"],
+            **talked(sessions, stored),
+            "characters": characters,
+            "favourite_characters": with_minutes(favourites),
+            "first_active_ms": sessions["first_active_ms"],
+            "last_active_ms": last_active(sessions, stored),
+            "agent_errors": sessions["agent_errors"],
+            "facts": facts,
+            "summaries": summaries,
+        }
 
     def character_stats(
         self, character_id: str, *, since_ms: int | None = None, until_ms: int | None = None
@@ -430,15 +339,22 @@ class AnalyticsReads(Repository):
             f"ORDER BY sessions DESC, messages DESC, s.user_id{self.sql.binary} LIMIT ?",
             (character_id, *s_params, TOP),
         )
-        return character_report(
-            character_id,
-            (since_ms, until_ms),
-            sessions,
-            stored,
-            top_users=top_users,
-            latency=self.latency_percentiles(character_id=character_id, since_ms=since_ms, until_ms=until_ms),
-            stages=self.stage_percentiles(character_id=character_id, since_ms=since_ms, until_ms=until_ms),
-        )
+        return {
+            "character_id": character_id,
+            "window": {"since_ms": since_ms, "until_ms": until_ms},
+            "active_users": sessions["users"],
+            "sessions": sessions["sessions"],
+            **talked(sessions, stored),
+            "last_active_ms": last_active(sessions, stored),
+            "agent_errors": sessions["agent_errors"],
+            "top_users": with_minutes(top_users),
+            "latency_ms": self.latency_percentiles(
+                character_id=character_id, since_ms=since_ms, until_ms=until_ms
+            ),
+            "latency_stages_ms": self.stage_percentiles(
+                character_id=character_id, since_ms=since_ms, until_ms=until_ms
+            ),
+        }
 
     def overall_stats(self, *, since_ms: int | None = None, until_ms: int | None = None) -> Report:
         """The whole service: users, characters, sessions, rates, latencies, stop reasons."""
@@ -479,18 +395,23 @@ class AnalyticsReads(Repository):
             f"ORDER BY active_users DESC, sessions DESC, s.character_id{self.sql.binary} LIMIT ?",
             (*s_params, TOP),
         )
-        return overall_report(
-            (since_ms, until_ms),
-            sessions,
-            stored,
-            by_status=by_status,
-            unidentified=unidentified,
-            reasons=reasons,
-            top_characters=top_characters,
-            latency=self.latency_percentiles(since_ms=since_ms, until_ms=until_ms),
-            stages=self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
-            callbacks=self.callback_problems(since_ms=since_ms, until_ms=until_ms),
-        )
+        return {
+            "window": {"since_ms": since_ms, "until_ms": until_ms},
+            "users": sessions["users"],
+            "characters": sessions["characters"],
+            "sessions": sessions["sessions"],
+            "sessions_by_status": {row["status"]: row["n"] for row in by_status},
+            # Whose words a session holds: a speaker's own session is counted too (out of all).
+            "unidentified_sessions": rate(unidentified, sessions["all_sessions"]),
+            "stop_reasons": {row["reason"]: row["n"] for row in reasons},
+            **talked(sessions, stored),
+            "last_active_ms": last_active(sessions, stored),
+            "agent_errors": sessions["agent_errors"],
+            "top_characters": with_minutes(top_characters),
+            "latency_ms": self.latency_percentiles(since_ms=since_ms, until_ms=until_ms),
+            "latency_stages_ms": self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
+            "callbacks": self.callback_problems(since_ms=since_ms, until_ms=until_ms),
+        }
 
 
 class Analytics(AnalyticsReads):

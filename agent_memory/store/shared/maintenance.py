@@ -1,18 +1,21 @@
 """What forget clears and what retention keeps, table by table, whichever backend holds them.
 
-Each backend lists the rest of its schema (its own indexes and bookkeeping) as `NOT_HELD`.
+Each backend lists the rest of its schema (its own indexes and bookkeeping) as `NOT_HELD`,
+and makes the deletion real in its own files (SQLite merges its search index, PostgreSQL
+rewrites the tables).
 """
 
 from __future__ import annotations
 
 import hashlib
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from agent_memory.core.clock import now_ms
 from agent_memory.store.shared.sql import Repository
-from agent_memory.store.types import PurgeStep
+from agent_memory.store.types import ForgetReceipt, PurgeStep
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or t
 # The tables `counts` reports.
 COUNTED = ("messages", "sessions", "facts", "summaries", "jobs", "inbox")
 
+# What blanks a raw event a forget takes the text of.
+_BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
+
 # The table of forget cut-offs: kept (never forgotten, copied by migrate-db), holding hashes only.
 # It also keeps when each pair's learned memory was last reset (`mark_reset`), under keys of
 # their own kind, which no forget cut-off reads.
@@ -82,13 +88,66 @@ def _digest(*parts: str) -> str:
 
 
 class Purges(Repository):
-    """What both backends count and purge alike: bounded steps, each in its own short transaction.
+    """What both backends forget, count and purge alike: purges in bounded steps, each in its
+    own short transaction.
 
     The rule that protects memory: a message is removed only when its id is at or below its
     pair's summary watermark, i.e. a committed summary covers it (ids are never reused).
     """
 
     __slots__ = ()
+
+    def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
+        """Delete everything held for a pair, or for a user when `character_id` is None."""
+        where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
+        params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
+        agent_ids = self._sessions(where, params, user_id)
+        # The cut-off every later write checks (ingest's merge, condensing): what was said before
+        # it never comes back, from a held reply, a poll, a late callback or a reprocess.
+        forgot_ms = now_ms()
+        self.sql.many(
+            f"INSERT INTO {FORGETS} (key, forgot_ms) VALUES (?, ?) ON CONFLICT (key) "
+            f"DO UPDATE SET forgot_ms = {self.sql.greatest}({FORGETS}.forgot_ms, excluded.forgot_ms)",
+            [(key, forgot_ms) for key in forgotten_keys(user_id, character_id, agent_ids)],
+        )
+        receipt: ForgetReceipt = {}
+        for held in HELD:
+            if held.by == "pair":
+                deleted = self.sql.run(f"DELETE FROM {held.table} WHERE {where}", params)
+            elif held.by == "agent":
+                deleted = self._by_agent(f"DELETE FROM {held.table}", agent_ids)
+            else:
+                # Blanked: the event id stays, so a redelivery is still recognised, but its text
+                # goes; those of the forgotten sessions, and those labelled with the user (or pair).
+                labelled = (
+                    "label_user = ?" if character_id is None else "label_user = ? AND label_character = ?"
+                )
+                deleted = self._by_agent(_BLANK, agent_ids, " AND status <> 'forgotten'") + self.sql.run(
+                    f"{_BLANK} WHERE {labelled} AND status <> 'forgotten'", params
+                )
+            receipt[held.receipt] = deleted
+        receipt["search_index_rows"] = indexed = sum(receipt[table] for table in SEARCH_INDEXED)
+        receipt["search_index_scrub_pending"] = int(self._forgot(where, params, indexed))
+        return receipt
+
+    def _by_agent(self, statement: str, agent_ids: Sequence[str], also: str = "") -> int:
+        """`statement` on the rows of these agent runs (`also` holding), as many at once as the
+        backend binds; returns how many rows it changed."""
+        changed = 0
+        for start in range(0, len(agent_ids), self.sql.list_max):
+            among, values = self.sql.among("agent_id", agent_ids[start : start + self.sql.list_max])
+            changed += self.sql.run(f"{statement} WHERE {among}{also}", values)
+        return changed
+
+    @abstractmethod
+    def _sessions(self, where: str, params: Sequence[str], user_id: str) -> list[str]:
+        """The agent ids of the sessions a forget deletes (`where` they are), read once no merge
+        can write to them any more."""
+
+    @abstractmethod
+    def _forgot(self, where: str, params: Sequence[str], indexed: int) -> bool:
+        """Drop the forgotten pairs' index bookkeeping, and make the deleted text (`indexed`
+        search index rows) leave the files or owe that; True when it is owed."""
 
     def counts(self) -> dict[str, int]:
         return {table: self.sql.count(f"SELECT count(*) FROM {table}") for table in COUNTED}

@@ -1,14 +1,20 @@
-"""How a search query is read, matched and shown, and how several words are ranked, on any backend.
+"""Search written once: how a query is read, matched, ranked and shown, on any backend.
 
-Both backends take a query's terms, score rows and cut snippets with these helpers, so that
-they answer alike; each only says in its own SQL which rows hold the terms.
+Both backends answer through `Search`, so alike; each only says in its own SQL how its index
+finds the rows that hold a word of three or more characters (SQLite's FTS5 trigram tables,
+PostgreSQL's pg_trgm indexes). Ranking is BM25 (`core.recall.okapi`: k1 = 1.2, b = 0.75),
+computed from the matched text with statistics over the user's own rows. Shorter words
+(two-character Chinese words such as 考试) are below what a trigram index can match: they are
+found by a bounded substring scan of the user's most recent rows. Several words are ranked
+like recall, through the recall index.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +22,11 @@ from agent_memory.core.recall import bm25, idf, okapi, weighted_terms
 from agent_memory.core.terms import terms as terms_of
 from agent_memory.store.protocols import RecallReads
 from agent_memory.store.shared.facts import USER_WIDE, fact_scope
+from agent_memory.store.shared.sql import Repository
 from agent_memory.store.types import (
+    SEARCH_KINDS,
     MentionRole,
     Mentions,
-    MentionUser,
     SearchHit,
     SearchKind,
     SearchMethod,
@@ -231,26 +238,7 @@ def by_words(
     for position, (score, _, item) in enumerate(scored[:limit], 1):
         item["rank"], item["score"] = position, round(score, 6)
         results.append(item)
-    return {
-        "user_id": user_id,
-        "character_id": character_id,
-        "q": q,
-        "terms": words,
-        "method": "words",
-        "truncated": False,
-        "results": results,
-    }
-
-
-def flagged_matches(rows: list[dict[str, Any]], count: int) -> tuple[list[dict[str, Any]], list[int]]:
-    """Rows flagged `term_0`.. `term_{count-1}`: those holding every term (flags dropped), and
-    how many rows hold each term."""
-    counts = [sum(1 for row in rows if row[f"term_{i}"]) for i in range(count)]
-    matched = [row for row in rows if all(row[f"term_{i}"] for i in range(count))]
-    for row in matched:
-        for i in range(count):
-            del row[f"term_{i}"]
-    return matched, counts
+    return search_answer(user_id, character_id, q, words, "words", truncated=False, results=results)
 
 
 def search_answer(
@@ -275,51 +263,205 @@ def search_answer(
     }
 
 
-def mention_filters(role: MentionRole, character_id: str | None, mark: str) -> tuple[str, list[Any]]:
-    """The ` AND ...` filters on messages `m` of a mentions query, `mark` being the placeholder."""
-    filters, params = "", list[Any]()
-    if role != "any":
-        filters += f" AND m.role = {mark}"
-        params.append(role)
-    if character_id is not None:
-        filters += f" AND m.character_id = {mark}"
-        params.append(character_id)
-    return filters, params
-
-
-def mentions_answer(
-    q: str,
-    role: MentionRole,
-    character_id: str | None,
-    method: SearchMethod,
-    *,
-    totals: dict[str, Any],
-    rows: Iterable[tuple[dict[str, Any], Iterable[str]]],
-    floor: int | None,
-    scanned: int | None,
-) -> Mentions:
-    """A mentions answer from the totals and (row, characters) of each user; a substring scan
-    (`scanned` rows above id `floor`) also says how far it read."""
-    users: list[MentionUser] = [
-        {
-            "user_id": row["user_id"],
-            "messages": row["messages"],
-            "first_ms": row["first_ms"],
-            "last_ms": row["last_ms"],
-            "characters": sorted(characters),
-        }
-        for row, characters in rows
-    ]
-    answer: Mentions = {
-        "q": q,
-        "role": role,
-        "character_id": character_id,
-        "method": method,
-        "total_users": totals["users"],
-        "total_messages": totals["messages"],
-        "users": users,
+def sources(summary_key: str) -> dict[SearchKind, Kind]:
+    """The searchable tables; a summary, which has no id of its own, is found by `summary_key`."""
+    return {
+        "message": Kind(
+            "message",
+            "messages",
+            "content",
+            "id",
+            "t.id AS id, t.user_id, t.character_id, t.content AS text, t.at_ms, t.agent_id, t.role",
+        ),
+        "fact": Kind(
+            "fact",
+            "facts",
+            "text",
+            "id",
+            "t.id AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.pinned",
+        ),
+        "summary": Kind(
+            "summary",
+            "summaries",
+            "text",
+            summary_key,
+            f"t.{summary_key} AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.watermark_id",
+        ),
     }
-    if scanned is not None and floor is not None:
-        answer["scanned_messages"] = scanned
-        answer["complete"] = floor <= 0
-    return answer
+
+
+class Search(Repository):
+    """A user's search and an operator's mentions, alike on every backend; how the rows holding
+    a word of three or more characters are found through an index is the backend's."""
+
+    __slots__ = ()
+    recall: RecallReads
+    sources: dict[SearchKind, Kind]
+    # How a term is matched as a substring (PostgreSQL's ILIKE folds case in every script).
+    like = "LIKE"
+    # The characters of a mentions row's messages, and how they read back as a list.
+    characters = "array_agg(DISTINCT m.character_id)"
+
+    def _listed(self, characters: Any) -> list[str]:
+        return list(characters or [])
+
+    @abstractmethod
+    def _indexed(
+        self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], bool] | None:
+        """The most recent `MAX_CANDIDATES` rows of a kind holding every term, through the index,
+        those in scope kept, and whether there were more; None when the user has none indexed."""
+
+    @abstractmethod
+    def _frequency(self, kind: Kind, user_id: str, character_id: str | None, term: str) -> int:
+        """How many of the scoped rows contain `term` (its document frequency), through the index."""
+
+    @abstractmethod
+    def _phrase(self, phrase: str) -> tuple[str, list[Any]]:
+        """FROM and WHERE of the messages `m` holding a phrase (3+ characters), through the index."""
+
+    def _scope(self, kind: Kind, character_id: str | None) -> tuple[str, tuple[str, ...]]:
+        """The WHERE clause (after user_id = ?) that limits a kind to one character."""
+        if character_id is None:
+            return "", ()
+        if kind.name == "fact":
+            # A user-wide fact belongs to every character's memory.
+            return " AND t.character_id IN (?, ?)", (character_id, USER_WIDE)
+        return " AND t.character_id = ?", (character_id,)
+
+    def _scope_total(self, kind: Kind, user_id: str, character_id: str | None) -> int:
+        """How many rows of a kind the user has in scope (BM25's document count)."""
+        where, params = self._scope(kind, character_id)
+        return self.sql.count(
+            f"SELECT count(*) FROM {kind.table} t WHERE t.user_id = ?{where}", (user_id, *params)
+        )
+
+    def _substring_rows(
+        self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], list[int]]:
+        """Rows holding every term among the user's latest rows; also per-term row counts."""
+        where, params = self._scope(kind, character_id)
+        flags = ", ".join(
+            f"(t.{kind.column} {self.like} ? ESCAPE '\\') AS term_{i}" for i in range(len(terms))
+        )
+        recent = "t.at_ms" if kind.name == "message" else "t.updated_ms"
+        rows = [
+            dict(row)
+            for row in self.sql.all(
+                f"SELECT * FROM (SELECT {kind.columns}, {flags} FROM {kind.table} t "
+                f"WHERE t.user_id = ?{where} ORDER BY {recent} DESC LIMIT ?) s "
+                f"WHERE {' OR '.join(f'term_{i}' for i in range(len(terms)))}",
+                (*map(like_pattern, terms), user_id, *params, SUBSTRING_SCAN_ROWS),
+            )
+        ]
+        flagged = [f"term_{i}" for i in range(len(terms))]
+        counts = [sum(1 for row in rows if row[flag]) for flag in flagged]
+        matched = [row for row in rows if all(row[flag] for flag in flagged)]
+        for row in matched:
+            for flag in flagged:
+                del row[flag]
+        return matched, counts
+
+    def user(
+        self,
+        user_id: str,
+        q: str,
+        *,
+        character_id: str | None = None,
+        kinds: Sequence[SearchKind] = SEARCH_KINDS,
+        limit: int = 20,
+    ) -> UserSearch:
+        """A user's messages, facts and summaries matching `q`, best first: a single word (or
+        CJK run) as a substring, several words ranked like recall (BM25, any of the words)."""
+        if several_words(q):
+            return by_words(self.recall, user_id, q, character_id=character_id, kinds=kinds, limit=limit)
+        terms = query_terms(q)
+        method: SearchMethod = "fts" if terms and all(len(t) >= MIN_FTS_CHARS for t in terms) else "substring"
+        patterns = term_patterns(terms)
+        scored: list[Scored] = []
+        truncated = False
+        for name in kinds:
+            kind = self.sources[name]
+            if method == "fts":
+                found = self._indexed(kind, user_id, character_id, terms)
+                if found is None or not found[0]:
+                    continue
+                rows, capped = found
+                if len(terms) == 1 and not capped:
+                    containing = [len(rows)]
+                else:
+                    containing = [self._frequency(kind, user_id, character_id, term) for term in terms]
+                total = self._scope_total(kind, user_id, character_id)
+            else:
+                total = self._scope_total(kind, user_id, character_id)
+                if not total:
+                    continue
+                capped = total > SUBSTRING_SCAN_ROWS
+                total = min(total, SUBSTRING_SCAN_ROWS)  # what the scan reads
+                rows, containing = self._substring_rows(kind, user_id, character_id, terms)
+            truncated = truncated or capped
+            scored.extend(scored_rows(name, rows, containing, total, patterns))
+        results = ranked_hits(scored, patterns, limit)
+        return search_answer(user_id, character_id, q, terms, method, truncated=truncated, results=results)
+
+    def mentions(
+        self,
+        q: str,
+        *,
+        role: MentionRole = "user",
+        character_id: str | None = None,
+        limit: int = 100,
+    ) -> Mentions:
+        """Which users' messages contain `q` (one phrase), how many, and when first and last; a
+        short phrase's scan of the latest messages also says how far it read."""
+        phrase = q.strip()
+        filters, params = "", list[Any]()
+        if role != "any":
+            filters += " AND m.role = ?"
+            params.append(role)
+        if character_id is not None:
+            filters += " AND m.character_id = ?"
+            params.append(character_id)
+        if len(phrase) >= MIN_FTS_CHARS:
+            method: SearchMethod = "fts"
+            source, first = self._phrase(phrase)
+            floor = scanned = None
+        else:
+            method = "substring"
+            newest = self.sql.one("SELECT max(id) AS id FROM messages")
+            floor = (newest["id"] or 0) - MENTIONS_SCAN_ROWS if newest else 0
+            scanned = self.sql.count("SELECT count(*) FROM messages WHERE id > ?", (floor,))
+            source = f"FROM messages m WHERE m.id > ? AND m.content {self.like} ? ESCAPE '\\'"
+            first = [floor, like_pattern(phrase)]
+        rows = self.sql.all(
+            "SELECT m.user_id, count(*) AS messages, min(m.at_ms) AS first_ms, max(m.at_ms) AS last_ms, "
+            f"{self.characters} AS characters {source}{filters} GROUP BY m.user_id "
+            f"ORDER BY messages DESC, last_ms DESC, m.user_id{self.sql.binary} LIMIT ?",
+            (*first, *params, limit),
+        )
+        totals = self.sql.one(
+            f"SELECT count(DISTINCT m.user_id) AS users, count(*) AS messages {source}{filters}",
+            (*first, *params),
+        )
+        answer: Mentions = {
+            "q": q,
+            "role": role,
+            "character_id": character_id,
+            "method": method,
+            "total_users": totals["users"] if totals else 0,
+            "total_messages": totals["messages"] if totals else 0,
+            "users": [
+                {
+                    "user_id": row["user_id"],
+                    "messages": row["messages"],
+                    "first_ms": row["first_ms"],
+                    "last_ms": row["last_ms"],
+                    "characters": sorted(self._listed(row["characters"])),
+                }
+                for row in rows
+            ],
+        }
+        if floor is not None and scanned is not None:
+            answer["scanned_messages"] = scanned
+            answer["complete"] = floor <= 0
+        return answer

@@ -4,22 +4,34 @@ and its backend's `Sql` runs it in that backend's dialect.
 What the dialects differ in lives here, behind one small interface: placeholders (`?` or
 `%s`), a list parameter (`IN (?, ?)` or `= ANY(?)`), many rows at once (executemany or COPY),
 and how a row is read back (a `sqlite3.Row` or a dict, both readable by column name).
-Upserts (`ON CONFLICT … DO UPDATE`) and `RETURNING` are written alike in both.
+Upserts (`ON CONFLICT … DO UPDATE`), `RETURNING` and savepoints are written alike in both.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import fields
 from typing import Any, TypeVar
 
-__all__ = ["Repository", "Row", "Sql"]
+__all__ = ["Duplicate", "Repository", "Row", "Sql"]
 
 R = TypeVar("R")
 # A row by column name: `row["id"]`, `**row`.
 Row = Mapping[str, Any]
+
+
+class Duplicate(Exception):
+    """A unique key refused what a `Sql.savepoint` block wrote (the block's writes are undone)."""
+
+
+def _duplicate(exc: BaseException) -> bool:
+    """Whether `exc` is a unique key's refusal, as either driver says it (store.shared imports
+    neither): SQLite's error name, PostgreSQL's SQLSTATE 23505."""
+    return getattr(exc, "sqlite_errorname", None) == "SQLITE_CONSTRAINT_UNIQUE" or (
+        getattr(exc, "sqlstate", None) == "23505"
+    )
 
 
 class Sql(ABC):
@@ -89,6 +101,20 @@ class Sql(ABC):
     def snapshot(self) -> AbstractContextManager[None]:
         """Reads that see one commit throughout (a backend whose reads already do: nothing to do)."""
         return nullcontext()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Undo only what the block wrote if it raises; a unique key's refusal raises `Duplicate`."""
+        self.run("SAVEPOINT shared_block")
+        try:
+            yield
+        except BaseException as exc:
+            self.run("ROLLBACK TO SAVEPOINT shared_block")
+            self.run("RELEASE SAVEPOINT shared_block")
+            if _duplicate(exc):
+                raise Duplicate(str(exc)) from exc
+            raise
+        self.run("RELEASE SAVEPOINT shared_block")
 
     def locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> Row | None:
         """`one` once a write holds the lock of (`key`, `seed`) until commit (one writer needs none)."""

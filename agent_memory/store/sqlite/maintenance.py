@@ -8,27 +8,13 @@ pair's summary watermark, i.e. a committed summary covers it.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 
-from agent_memory.core.clock import now_ms
-from agent_memory.store.shared.maintenance import (
-    FORGETS,
-    HELD,
-    SEARCH_INDEXED,
-    Purges,
-    cutoff_keys,
-    forgotten_keys,
-)
-from agent_memory.store.sqlite.common import CHUNK, Repository, marks
-from agent_memory.store.sqlite.search import SearchIndex
-from agent_memory.store.types import (
-    ForgetCutoff,
-    ForgetReceipt,
-    SearchKind,
-    SearchState,
-    StorageStats,
-)
+from agent_memory.store.shared.maintenance import FORGETS, HELD, Purges, cutoff_keys
+from agent_memory.store.sqlite.common import Repository
+from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
+
+__all__ = ["HELD", "NOT_HELD", "SQLiteMaintenance"]
 
 # The schema's tables outside HELD: they hold no user's data of their own. The search indexes
 # mirror messages, facts and summaries by trigger; forget drops the user's pair tokens and
@@ -53,20 +39,25 @@ NOT_HELD = (
 # its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above
 # it the retention job scrubs the index in short merge steps shortly afterwards.
 INLINE_SCRUB_MAX_ROWS = 4000
+# The FTS5 tables that hold each kind's text: messages have the trigram index for search
+# and the word index for recall.
+INDEXES: dict[SearchKind, tuple[str, ...]] = {
+    "message": ("messages_fts", "recall_fts"),
+    "fact": ("facts_fts",),
+    "summary": ("summaries_fts",),
+}
+# FTS5 keeps its segment structure in this row of %_data.
+STRUCTURE_ROWID = 10
 NO_SHRINK_ADVICE = (
     "the database was created without auto_vacuum: freed pages are reused but the file does "
     "not shrink; run `PRAGMA auto_vacuum=INCREMENTAL; VACUUM;` once while the service is stopped"
 )
 
 
-class SQLiteMaintenance(Purges, Repository):
+class SQLiteMaintenance(Repository, Purges):
     """Forget, bounded purges, the search index's upkeep and giving space back."""
 
-    __slots__ = ("index",)
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(conn)
-        self.index = SearchIndex(conn)
+    __slots__ = ()
 
     # figures
 
@@ -90,7 +81,13 @@ class SQLiteMaintenance(Purges, Repository):
         }
 
     def search_state(self) -> SearchState:
-        return self.index.state()
+        """What the search index owes: dead rows since the last merge, forgets to scrub."""
+        values = dict(self.conn.execute("SELECT name, value FROM search_state").fetchall())
+        return {
+            "dead_rows": values.get("dead_rows", 0),
+            "scrub_owed": values.get("scrub_owed", 0),
+            "messages_indexed_upto": values.get("messages_indexed_upto", 0),
+        }
 
     def forget_cutoff(
         self, user_id: str, character_id: str, agent_id: str | None = None
@@ -105,87 +102,67 @@ class SQLiteMaintenance(Purges, Repository):
 
     # forgetting
 
-    def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
-        """Delete everything held for a pair, or for a user when `character_id` is None."""
-        where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
-        params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
-        agent_ids = [
-            row[0] for row in self.conn.execute(f"SELECT agent_id FROM sessions WHERE {where}", params)
-        ]
-        # The cut-off every later write checks (ingest's merge, condensing): what was said before
-        # it never comes back, from a held reply, a poll, a late callback or a reprocess.
-        forgot_ms = now_ms()
-        self.conn.executemany(
-            f"INSERT INTO {FORGETS} (key, forgot_ms) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET forgot_ms = max(forgot_ms, excluded.forgot_ms)",
-            [(key, forgot_ms) for key in forgotten_keys(user_id, character_id, agent_ids)],
-        )
-        receipt: ForgetReceipt = {}
-        for held in HELD:
-            if held.by == "pair":
-                deleted = self.conn.execute(f"DELETE FROM {held.table} WHERE {where}", params).rowcount
-            elif held.by == "agent":
-                deleted = self._delete_by_agent(held.table, agent_ids)
-            else:
-                deleted = self._blank_raw(user_id, character_id, agent_ids)
-            receipt[held.receipt] = deleted
-        self.index.drop_pairs(user_id, character_id)
-        # The triggers removed one index entry per deleted message, fact and summary; each
-        # stays in its old index segment until that segment is merged.
-        indexed = sum(receipt[table] for table in SEARCH_INDEXED)
-        pending = 0
-        if indexed:
-            if sum(self.index.size().values()) <= INLINE_SCRUB_MAX_ROWS:
-                self.index.optimize()
-            else:
-                self.index.note_dead_rows(indexed)
-                self.index.owe_scrub()
-                pending = 1
-        receipt["search_index_rows"] = indexed
-        receipt["search_index_scrub_pending"] = pending
-        return receipt
+    def _sessions(self, where: str, params: Sequence[str], user_id: str) -> list[str]:
+        # One writer: no merge runs beside the forget.
+        return [row[0] for row in self.conn.execute(f"SELECT agent_id FROM sessions WHERE {where}", params)]
 
-    def _delete_by_agent(self, table: str, agent_ids: Sequence[str]) -> int:
-        deleted = 0
-        for start in range(0, len(agent_ids), CHUNK):
-            chunk = agent_ids[start : start + CHUNK]
-            deleted += self.conn.execute(
-                f"DELETE FROM {table} WHERE agent_id IN ({marks(len(chunk))})", chunk
-            ).rowcount
-        return deleted
-
-    def _blank_raw(self, user_id: str, character_id: str | None, agent_ids: Sequence[str]) -> int:
-        """Blank the raw events of the forgotten sessions and those labelled with the user (or
-        pair): the event id stays, so a redelivery is still recognised, but its text goes."""
-        blank = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE "
-        blanked = 0
-        for start in range(0, len(agent_ids), CHUNK):
-            chunk = agent_ids[start : start + CHUNK]
-            blanked += self.conn.execute(
-                blank + f"agent_id IN ({marks(len(chunk))}) AND status != 'forgotten'", chunk
-            ).rowcount
-        labelled, params = (
-            ("label_user = ?", (user_id,))
-            if character_id is None
-            else ("label_user = ? AND label_character = ?", (user_id, character_id))
-        )
-        blanked += self.conn.execute(blank + labelled + " AND status != 'forgotten'", params).rowcount
-        return blanked
-
-    # retention
+    def _forgot(self, where: str, params: Sequence[str], indexed: int) -> bool:
+        # The pairs' owner tokens go; the triggers removed one index entry per deleted message,
+        # fact and summary, and each stays in its old index segment until that segment is merged.
+        self.conn.execute(f"DELETE FROM search_pairs WHERE {where}", params)
+        if not indexed:
+            return False
+        if sum(self.index_size().values()) <= INLINE_SCRUB_MAX_ROWS:
+            self.optimize()
+            return False
+        self._purged(indexed)
+        self.conn.execute("UPDATE search_state SET value = value + 1 WHERE name = 'scrub_owed'")
+        return True
 
     def _purged(self, messages: int) -> None:
-        self.index.note_dead_rows(messages)
+        """Count index entries deleted since the last full merge."""
+        if messages:
+            self.conn.execute(
+                "UPDATE search_state SET value = value + ? WHERE name = 'dead_rows'", (messages,)
+            )
 
     # the search index
 
+    def index_size(self) -> dict[str, int]:
+        """Rows of each index's segment table (each about one page): what a full merge rewrites."""
+        return {
+            name: sum(self._count(f"SELECT count(*) FROM {fts}_data") for fts in tables)
+            for name, tables in INDEXES.items()
+        }
+
     def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
-        """Merge about `pages` pages of one index; False when it already is one segment."""
-        return self.index.merge_step(kind, pages)
+        """Merge about `pages` pages of one kind's indexes towards a single segment each; False
+        when each already is one (then no deleted entry is left in them)."""
+        changed = False
+        for fts in INDEXES[kind]:
+            before = self._structure(fts)
+            self.conn.execute(f"INSERT INTO {fts} ({fts}, rank) VALUES ('merge', ?)", (-pages,))
+            changed = changed or self._structure(fts) != before
+        return changed
+
+    def _structure(self, fts: str) -> bytes | None:
+        """The index's segment structure record, to tell whether a merge changed anything."""
+        row = self.conn.execute(f"SELECT block FROM {fts}_data WHERE id = ?", (STRUCTURE_ROWID,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def optimize(self) -> None:
+        """Rewrite every index as one segment: deleted entries leave the file now."""
+        for fts in (fts for tables in INDEXES.values() for fts in tables):
+            self.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+        self.conn.execute("UPDATE search_state SET value = 0 WHERE name IN ('dead_rows', 'scrub_owed')")
 
     def search_scrubbed(self, owed: int, dead_rows: int) -> None:
         """A full merge finished: what was owed when it began is paid."""
-        self.index.scrubbed(owed, dead_rows)
+        self.conn.execute(
+            "UPDATE search_state SET value = max(0, value - CASE name WHEN 'scrub_owed' THEN ? "
+            "WHEN 'dead_rows' THEN ? ELSE 0 END)",
+            (owed, dead_rows),
+        )
 
     # space
 
