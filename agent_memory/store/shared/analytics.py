@@ -29,7 +29,7 @@ Definitions (the HTTP answers and `agent-memory stats` repeat them):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agent_memory.core.domain import MetricRow
@@ -217,31 +217,36 @@ class AnalyticsReads(Repository):
 
     # latencies
 
+    # What a backend that computes a metric's percentiles in its one query adds to it, and the
+    # parameters that go before the query's own (then `_ranks` reads them from its row).
+    ranks_column = ""
+    ranks_params: tuple[Any, ...] = ()
+
     def latency_percentiles(
         self, *, character_id: str | None = None, since_ms: int | None = None, until_ms: int | None = None
     ) -> Latencies:
-        """count, mean, min, p50, p90, p99 and max of each metric, in ms."""
+        """count, mean, min, p50, p90, p99 (nearest rank) and max of each metric, in ms."""
         source, where, params = metrics_source(character_id, since_ms, until_ms)
         stats: Latencies = {}
         for row in self.sql.all(
             "SELECT a.metric, count(*) AS n, avg(a.value_ms) AS mean, min(a.value_ms) AS min, "
-            f"max(a.value_ms) AS max {source} WHERE true{where} GROUP BY a.metric ORDER BY a.metric{self.sql.binary}",
-            params,
+            f"max(a.value_ms) AS max{self.ranks_column} {source} WHERE true{where} "
+            f"GROUP BY a.metric ORDER BY a.metric{self.sql.binary}",
+            (*self.ranks_params, *params),
         ):
             entry: dict[str, Any] = {"count": row["n"], "mean": round(row["mean"], 2), "min": row["min"]}
-            entry.update(self._ranks(row["metric"], row["n"], source, where, params))
+            entry.update(self._ranks(row, source, where, params))
             entry["max"] = row["max"]
             stats[row["metric"]] = entry
         return stats
 
-    def _ranks(self, metric: str, count: int, source: str, where: str, params: list[Any]) -> dict[str, Any]:
-        """The metric's value at each percentile's nearest rank, one query each (a backend may
-        compute them all at once)."""
+    def _ranks(self, row: Mapping[str, Any], source: str, where: str, params: list[Any]) -> dict[str, Any]:
+        """The metric's value at each percentile's nearest rank, one query each."""
         ranks: dict[str, Any] = {}
         for label, fraction in PERCENTILES:
             found = self.sql.one(
                 f"SELECT a.value_ms AS v {source} WHERE a.metric = ?{where} ORDER BY a.value_ms LIMIT 1 OFFSET ?",
-                (metric, *params, max(1, math.ceil(fraction * count)) - 1),
+                (row["metric"], *params, max(1, math.ceil(fraction * row["n"])) - 1),
             )
             ranks[label] = found["v"] if found is not None else None
         return ranks

@@ -219,20 +219,9 @@ def by_words(
         for summary in recall.summaries(user_id, character_id):
             score = bm25(summary.text, stats.idfs, stats.average_length)
             if score > 0:
-                scored.append(
-                    (
-                        score,
-                        summary.updated_ms,
-                        hit(
-                            "summary",
-                            summary.watermark_id,
-                            summary.character_id,
-                            summary.text,
-                            summary.updated_ms,
-                            patterns,
-                        ),
-                    )
-                )
+                at, text = summary.updated_ms, summary.text
+                item = hit("summary", summary.watermark_id, summary.character_id, text, at, patterns)
+                scored.append((score, at, item))
     scored.sort(key=lambda item: (-item[0], -item[1]))
     results = []
     for position, (score, _, item) in enumerate(scored[:limit], 1):
