@@ -79,6 +79,8 @@ class Jobs(JobReads):
     __slots__ = ()
     # What a job no longer running gives up besides its status (a backend's lease).
     _free = ""
+    # What keeps a claim off the rows another instance is claiming at the same moment.
+    _skip_claimed = ""
 
     def schedule(
         self,
@@ -174,14 +176,38 @@ class Jobs(JobReads):
             == 1
         )
 
-    @abstractmethod
-    def claim(self, job_id: int) -> Job | None:
-        """Mark a pending job running; None if it is not pending any more."""
+    def _lease(self, stamp: int) -> dict[str, Any]:
+        """The columns that make a claim made at `stamp` this instance's (one process: none)."""
+        return {}
 
-    @abstractmethod
+    def claim(self, job_id: int) -> Job | None:
+        """Mark a claimable job running (under this instance's lease); None if it is not claimable."""
+        stamp = now_ms()
+        claimed = self._claim("id = ?", [job_id], stamp)
+        return claimed[0] if claimed else None
+
     def claim_due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
         """Claim up to `limit` of the jobs `due` would list, soonest first, skipping any that
         another instance is claiming at the same moment."""
+        claimable, params = self._claimable(now_ms)
+        due = (
+            f"id IN (SELECT id FROM jobs WHERE kind = ? AND due_ms <= ? AND {claimable} "
+            f"ORDER BY due_ms, id LIMIT ?{self._skip_claimed})"
+        )
+        claimed = self._claim(due, [kind, now_ms, *params, limit], now_ms)
+        return sorted(claimed, key=lambda job: (job.due_ms, job.id))
+
+    def _claim(self, which: str, params: list[Any], stamp: int) -> list[Job]:
+        """Mark running (leased) the claimable jobs `which` names."""
+        claimable, more = self._claimable(stamp)
+        lease = self._lease(stamp)
+        sets = "".join(f"{column} = ?, " for column in lease)
+        return self.sql.records(
+            Job,
+            f"UPDATE jobs SET status = 'running', {sets}updated_ms = ? WHERE {which} AND {claimable} "
+            f"RETURNING {JOB_COLUMNS}",
+            (*lease.values(), stamp, *params, *more),
+        )
 
     @abstractmethod
     def renew(self, job_id: int) -> bool:

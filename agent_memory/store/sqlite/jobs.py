@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import Job, JobKind
 from agent_memory.store.shared.jobs import Jobs
 
 
@@ -16,20 +14,6 @@ class SQLiteJobs(Jobs):
 
     def _claimable(self, now_ms: int) -> tuple[str, list[Any]]:
         return "status = 'pending'", []
-
-    def claim(self, job_id: int) -> Job | None:
-        """Mark a pending job running; None if it is not pending any more."""
-        changed = self.sql.run(
-            "UPDATE jobs SET status = 'running', updated_ms = ? WHERE id = ? AND status = 'pending'",
-            (now_ms(), job_id),
-        )
-        return self.by_id(job_id) if changed == 1 else None
-
-    def claim_due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
-        """Claim up to `limit` due jobs, soonest first (one process: nobody claims beside it)."""
-        return [
-            claimed for job in self.due(kind, now_ms, limit) if (claimed := self.claim(job.id)) is not None
-        ]
 
     def renew(self, job_id: int) -> bool:
         """One process holds every claim for as long as it lives: True while the job runs."""
