@@ -12,13 +12,13 @@ like recall, through the recall index.
 from __future__ import annotations
 
 import re
-import unicodedata
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_memory.core.recall import bm25, idf, okapi, weighted_terms
+from agent_memory.core.recall import bm25, weighted_terms
+from agent_memory.core.search import Scored, query_terms, scored_rows, several_words, snippet, term_patterns
 from agent_memory.core.terms import terms as terms_of
 from agent_memory.store.protocols import RecallReads
 from agent_memory.store.shared.facts import USER_WIDE, fact_scope
@@ -34,19 +34,12 @@ from agent_memory.store.types import (
 )
 
 MIN_FTS_CHARS = 3  # a trigram index cannot match less
-MAX_TERMS = 16
 # The most recent matches of each kind that are ranked; older ones beyond this are not.
 MAX_CANDIDATES = 1000
 # How many of a user's most recent rows of each kind a substring (short-word) scan reads.
 SUBSTRING_SCAN_ROWS = 20_000
 # How many of the most recent messages an operator's short-word mention query reads.
 MENTIONS_SCAN_ROWS = 500_000
-SNIPPET_CHARS = 96
-# A run of Chinese, Japanese or Korean this long is a sentence (a question), not one word.
-CJK_SENTENCE_CHARS = 6
-_CJK_RUN = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{" + str(CJK_SENTENCE_CHARS) + ",}"
-)
 
 
 @dataclass(frozen=True)
@@ -60,74 +53,10 @@ class Kind:
     columns: str  # what a result needs, as id, user_id, character_id, text, at_ms, ...
 
 
-def query_terms(q: str) -> list[str]:
-    """The words of a query: split on whitespace, edge punctuation dropped, duplicates once."""
-    terms: list[str] = []
-    for word in q.split():
-        stripped = word.strip("".join(_edge_punctuation(word)))
-        term = stripped or word
-        if term.casefold() not in (t.casefold() for t in terms):
-            terms.append(term)
-    return terms[:MAX_TERMS]
-
-
-def _edge_punctuation(word: str) -> set[str]:
-    """The punctuation characters at either end of a word."""
-    return {ch for ch in (word[:1], word[-1:]) if ch and unicodedata.category(ch).startswith("P")}
-
-
-def several_words(q: str) -> bool:
-    """Whether `q` is several words (or a CJK sentence), ranked like recall rather than matched whole."""
-    return sum(1 for word in query_terms(q) if terms_of(word)) >= 2 or bool(_CJK_RUN.search(q))
-
-
 def like_pattern(term: str) -> str:
     """`%term%` for LIKE ... ESCAPE '\\', with the term's own wildcards escaped."""
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
-
-
-def term_patterns(terms: Sequence[str]) -> list[re.Pattern[str]]:
-    """Case-insensitive literal patterns, one per term."""
-    return [re.compile(re.escape(term), re.IGNORECASE) for term in terms]
-
-
-def term_frequencies(text: str, patterns: Sequence[re.Pattern[str]]) -> list[int]:
-    """How often each pattern occurs in `text`."""
-    return [len(pattern.findall(text)) for pattern in patterns]
-
-
-def snippet(text: str, patterns: Sequence[re.Pattern[str]], width: int = SNIPPET_CHARS) -> str:
-    """A window of `text` around its best match, each match marked as [..], cuts marked with …."""
-    spans = sorted(
-        (m.start(), m.end(), index)
-        for index, pattern in enumerate(patterns)
-        for m in pattern.finditer(text)
-        if m.end() > m.start()
-    )
-    if not spans:
-        return text[:width] + ("…" if len(text) > width else "")
-    lead = width // 4
-    best_start, best_score = 0, -1
-    for start, _, _ in spans:
-        window_start = max(0, min(start - lead, len(text) - width))
-        window_end = window_start + width
-        score = len({index for s, e, index in spans if s >= window_start and e <= window_end})
-        if score > best_score:
-            best_start, best_score = window_start, score
-    window_start, window_end = best_start, min(len(text), best_start + width)
-    parts: list[str] = ["…"] if window_start > 0 else []
-    cursor = window_start
-    for start, end, _ in spans:
-        start, end = max(start, cursor), min(end, window_end)
-        if start >= end:
-            continue  # overlaps one already marked, or outside the window
-        parts.extend((text[cursor:start], "[", text[start:end], "]"))
-        cursor = end
-    parts.append(text[cursor:window_end])
-    if window_end < len(text):
-        parts.append("…")
-    return "".join(parts)
 
 
 def hit(
@@ -144,31 +73,6 @@ def hit(
         "rank": 0,
         "score": 0.0,
     }
-
-
-# A matched row's score, its time (the tie-break, newer first) and the row with its kind.
-Scored = tuple[float, int, dict[str, Any]]
-
-
-def scored_rows(
-    kind: SearchKind,
-    rows: Sequence[dict[str, Any]],
-    containing: Sequence[int],
-    total: int,
-    patterns: Sequence[re.Pattern[str]],
-) -> list[Scored]:
-    """BM25 of rows holding every term, `containing[i]` of the `total` rows in scope holding term i."""
-    if not rows:
-        return []
-    total = max(total, max(containing))
-    idfs = [idf(total, count) for count in containing]
-    avg_length = sum(len(row["text"]) for row in rows) / len(rows)
-    scored: list[Scored] = []
-    for row in rows:
-        tfs = term_frequencies(row["text"], patterns)
-        score = okapi(zip(tfs, idfs, strict=True), len(row["text"]), avg_length)
-        scored.append((score, row["at_ms"] or 0, {"kind": kind, **row}))
-    return scored
 
 
 def ranked_hits(scored: Sequence[Scored], patterns: Sequence[re.Pattern[str]], limit: int) -> list[SearchHit]:

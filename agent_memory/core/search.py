@@ -1,0 +1,113 @@
+"""How a search query is read and its matches scored and shown: pure text, as core.recall is for recall.
+
+The store's search (`store.shared.search`) finds the rows; these say which words a query asks
+for, whether it is several words (then ranked like recall), how a row that holds them scores
+(BM25 over the matched text: `okapi`, k1 = 1.2, b = 0.75) and the snippet a result shows.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+from agent_memory.core.recall import idf, okapi
+from agent_memory.core.terms import terms as terms_of
+
+MAX_TERMS = 16
+SNIPPET_CHARS = 96
+# A run of Chinese, Japanese or Korean this long is a sentence (a question), not one word.
+CJK_SENTENCE_CHARS = 6
+_CJK_RUN = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{" + str(CJK_SENTENCE_CHARS) + ",}"
+)
+
+
+def query_terms(q: str) -> list[str]:
+    """The words of a query: split on whitespace, edge punctuation dropped, duplicates once."""
+    terms: list[str] = []
+    for word in q.split():
+        stripped = word.strip("".join(_edge_punctuation(word)))
+        term = stripped or word
+        if term.casefold() not in (t.casefold() for t in terms):
+            terms.append(term)
+    return terms[:MAX_TERMS]
+
+
+def _edge_punctuation(word: str) -> set[str]:
+    """The punctuation characters at either end of a word."""
+    return {ch for ch in (word[:1], word[-1:]) if ch and unicodedata.category(ch).startswith("P")}
+
+
+def several_words(q: str) -> bool:
+    """Whether `q` is several words (or a CJK sentence), ranked like recall rather than matched whole."""
+    return sum(1 for word in query_terms(q) if terms_of(word)) >= 2 or bool(_CJK_RUN.search(q))
+
+
+def term_patterns(terms: Sequence[str]) -> list[re.Pattern[str]]:
+    """Case-insensitive literal patterns, one per term."""
+    return [re.compile(re.escape(term), re.IGNORECASE) for term in terms]
+
+
+def term_frequencies(text: str, patterns: Sequence[re.Pattern[str]]) -> list[int]:
+    """How often each pattern occurs in `text`."""
+    return [len(pattern.findall(text)) for pattern in patterns]
+
+
+def snippet(text: str, patterns: Sequence[re.Pattern[str]], width: int = SNIPPET_CHARS) -> str:
+    """A window of `text` around its best match, each match marked as [..], cuts marked with …."""
+    spans = sorted(
+        (m.start(), m.end(), index)
+        for index, pattern in enumerate(patterns)
+        for m in pattern.finditer(text)
+        if m.end() > m.start()
+    )
+    if not spans:
+        return text[:width] + ("…" if len(text) > width else "")
+    lead = width // 4
+    best_start, best_score = 0, -1
+    for start, _, _ in spans:
+        window_start = max(0, min(start - lead, len(text) - width))
+        window_end = window_start + width
+        score = len({index for s, e, index in spans if s >= window_start and e <= window_end})
+        if score > best_score:
+            best_start, best_score = window_start, score
+    window_start, window_end = best_start, min(len(text), best_start + width)
+    parts: list[str] = ["…"] if window_start > 0 else []
+    cursor = window_start
+    for start, end, _ in spans:
+        start, end = max(start, cursor), min(end, window_end)
+        if start >= end:
+            continue  # overlaps one already marked, or outside the window
+        parts.extend((text[cursor:start], "[", text[start:end], "]"))
+        cursor = end
+    parts.append(text[cursor:window_end])
+    if window_end < len(text):
+        parts.append("…")
+    return "".join(parts)
+
+
+# A matched row's score, its time (the tie-break, newer first) and the row with its kind.
+Scored = tuple[float, int, dict[str, Any]]
+
+
+def scored_rows(
+    kind: str,
+    rows: Sequence[dict[str, Any]],
+    containing: Sequence[int],
+    total: int,
+    patterns: Sequence[re.Pattern[str]],
+) -> list[Scored]:
+    """BM25 of rows holding every term, `containing[i]` of the `total` rows in scope holding term i."""
+    if not rows:
+        return []
+    total = max(total, max(containing))
+    idfs = [idf(total, count) for count in containing]
+    avg_length = sum(len(row["text"]) for row in rows) / len(rows)
+    scored: list[Scored] = []
+    for row in rows:
+        tfs = term_frequencies(row["text"], patterns)
+        score = okapi(zip(tfs, idfs, strict=True), len(row["text"]), avg_length)
+        scored.append((score, row["at_ms"] or 0, {"kind": kind, **row}))
+    return scored
