@@ -159,7 +159,7 @@ def last_active(sessions: Row, stored: Row) -> int | None:
     return max(known) if known else None
 
 
-def with_minutes(rows: Iterable[Row]) -> list[Row]:
+def with_minutes(rows: Iterable[Mapping[str, Any]]) -> list[Row]:
     """Rows holding `talk_ms`, each with its minutes too."""
     return [{**row, "minutes_talked": minutes(row["talk_ms"])} for row in rows]
 
@@ -211,9 +211,6 @@ class AnalyticsReads(Repository):
         row = self.sql.one(sql, params)
         assert row is not None  # aggregates always answer one row
         return dict(row)
-
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        return [dict(row) for row in self.sql.all(sql, params)]
 
     # latencies
 
@@ -289,7 +286,7 @@ class AnalyticsReads(Repository):
         summaries = self._row("SELECT count(*) AS n FROM summaries WHERE user_id = ?", (user_id,))["n"]
         if not (sessions["sessions"] or stored["messages_stored"] or facts or summaries):
             return None
-        favourites = self._rows(
+        favourites = self.sql.all(
             f"SELECT s.character_id, count(*) AS sessions, {messages} AS messages, {talk} AS talk_ms, "
             "max(coalesce(s.stop_ms, s.start_ms)) AS last_active_ms FROM sessions s WHERE s.user_id = ? "
             "GROUP BY s.character_id "
@@ -338,7 +335,7 @@ class AnalyticsReads(Repository):
         )
         if not (sessions["all_sessions"] or stored["messages_stored"]):
             return None
-        top_users = self._rows(
+        top_users = self.sql.all(
             f"SELECT s.user_id, count(*) AS sessions, {messages} AS messages, {talk} AS talk_ms FROM sessions s "
             f"WHERE s.character_id = ?{s_where} GROUP BY s.user_id "
             f"ORDER BY sessions DESC, messages DESC, s.user_id{self.sql.binary} LIMIT ?",
@@ -377,7 +374,7 @@ class AnalyticsReads(Repository):
         stored = self._row(
             f"SELECT {MESSAGE_COUNTS} FROM messages m WHERE true{m_where}{NOT_COPIED}", m_params
         )
-        by_status = self._rows(
+        by_status = self.sql.all(
             f"SELECT s.status, count(*) AS n FROM sessions s WHERE true{s_where}{NOT_A_COPY} GROUP BY s.status",
             s_params,
         )
@@ -385,13 +382,13 @@ class AnalyticsReads(Repository):
             f"SELECT count(*) AS n FROM sessions s WHERE s.identity_source IN ({UNIDENTIFIED_SOURCES}){s_where}",
             s_params,
         )["n"]
-        reasons = self._rows(
+        reasons = self.sql.all(
             f"SELECT coalesce(s.stop_reason, ''){self.sql.binary} AS reason, count(*) AS n FROM sessions s "
             f"WHERE s.stop_reason IS NOT NULL{s_where}{NOT_A_COPY} GROUP BY reason ORDER BY n DESC, reason",
             s_params,
         )
         # Every speaker is an active user of the character; their own sessions are no more calls.
-        top_characters = self._rows(
+        top_characters = self.sql.all(
             "SELECT s.character_id, count(DISTINCT s.user_id) AS active_users, "
             f"count(*) FILTER (WHERE NOT ({SPEAKER_COPY})) AS sessions, "
             f"{self.sql.total(f'CASE WHEN {SPEAKER_COPY} THEN 0 ELSE s.message_count END')} AS messages, "

@@ -39,11 +39,6 @@ def unit_rows(vectors: Sequence[Sequence[float]]) -> Floats:
     return (matrix / norms).astype(VECTOR_DTYPE)
 
 
-def stored_matrix(blobs: Sequence[bytes], dims: int) -> Floats:
-    """Stored vectors (float32 bytes each) as one matrix, a row each."""
-    return np.frombuffer(b"".join(blobs), dtype=VECTOR_DTYPE).reshape(len(blobs), dims)
-
-
 @dataclass(frozen=True, slots=True)
 class PairMatrix:
     """One pair's vectors of one model: message ids and unit rows, and what they were read at."""
@@ -250,5 +245,5 @@ def _ids(rows: Sequence[Row]) -> npt.NDArray[np.int64]:
 
 
 def _matrix(rows: Sequence[Row], dims: int) -> Floats:
-    """The vectors of (id, message_id, vector) rows, one matrix row each."""
-    return stored_matrix([row["vector"] for row in rows], dims)
+    """The vectors (float32 bytes each) of (id, message_id, vector) rows, one matrix row each."""
+    return np.frombuffer(b"".join(row["vector"] for row in rows), dtype=VECTOR_DTYPE).reshape(len(rows), dims)

@@ -92,9 +92,7 @@ class SQLiteSearch(Repository, Search):
 
     def catch_up(self, limit: int) -> int:
         """Index up to `limit` messages stored since the last call for search; returns how many."""
-        upto = self.conn.execute(
-            "SELECT value FROM search_state WHERE name = 'messages_indexed_upto'"
-        ).fetchone()[0]
+        upto = self._count("SELECT value FROM search_state WHERE name = 'messages_indexed_upto'")
         last = self.conn.execute(
             "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
             (upto, limit),
