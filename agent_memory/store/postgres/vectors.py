@@ -13,12 +13,7 @@ class PostgresVectors(Vectors):
     __slots__ = ()
 
     def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
-        """Store each message's vector (at unit length), replacing one it had; returns how many.
-
-        The owner is read from the message itself, and a message deleted meanwhile (a forget
-        while its batch was being embedded) gets none. A replaced vector takes a new id, so
-        every instance's cached matrix of the pair is read again.
-        """
+        """The batch in one statement (a replaced vector takes a new id: every instance's cache reads it again)."""
         if not vectors:
             return 0
         rows = unit_rows([vector for _, vector in vectors])
