@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_memory.store.shared.vectors import Vectors, unit_rows
+from agent_memory.store.shared.vectors import Vectors
 
 
 class PostgresVectors(Vectors):
@@ -12,14 +12,9 @@ class PostgresVectors(Vectors):
 
     __slots__ = ()
 
-    def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
-        """The batch in one statement (a replaced vector takes a new id: every instance's cache reads it again)."""
-        if not vectors:
-            return 0
-        rows = unit_rows([vector for _, vector in vectors])
-        dims = rows.shape[1]
+    def _store(self, model: str, dims: int, vectors: Sequence[tuple[int, bytes]]) -> int:
         # The last vector given for a message is the one kept (one statement cannot touch a row twice).
-        latest = {message_id: row.tobytes() for (message_id, _), row in zip(vectors, rows, strict=True)}
+        latest = dict(vectors)
         return self.sql.run(
             "INSERT INTO message_vectors (message_id, user_id, character_id, model, dims, vector) "
             "SELECT m.id, m.user_id, m.character_id, ?, ?, v.vector "

@@ -227,11 +227,19 @@ class Vectors(VectorReads):
 
     __slots__ = ()
 
-    @abstractmethod
     def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
         """Store each message's vector (at unit length), replacing one it had (under a new id, so
         cached matrices are read again); returns how many. The owner is read from the message,
         and a message deleted meanwhile (a forget while its batch was embedded) gets none."""
+        if not vectors:
+            return 0
+        rows = unit_rows([vector for _, vector in vectors])
+        stored = [(message_id, row.tobytes()) for (message_id, _), row in zip(vectors, rows, strict=True)]
+        return self._store(model, rows.shape[1], stored)
+
+    @abstractmethod
+    def _store(self, model: str, dims: int, vectors: Sequence[tuple[int, bytes]]) -> int:
+        """`add` the (message id, unit vector as float32 bytes) of a batch; returns how many."""
 
 
 def _version(rows: Sequence[Row], before: tuple[int, int, int]) -> tuple[int, int, int]:

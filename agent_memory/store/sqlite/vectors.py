@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_memory.store.shared.vectors import Vectors, unit_rows
+from agent_memory.store.shared.vectors import Vectors
 
 
 class SQLiteVectors(Vectors):
@@ -12,17 +12,13 @@ class SQLiteVectors(Vectors):
 
     __slots__ = ()
 
-    def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
-        """One statement a vector (REPLACE gives a replaced vector a new id)."""
-        if not vectors:
-            return 0
-        rows = unit_rows([vector for _, vector in vectors])
-        dims = rows.shape[1]
-        stored = 0
-        for (message_id, _), row in zip(vectors, rows, strict=True):
-            stored += self.sql.run(
+    def _store(self, model: str, dims: int, vectors: Sequence[tuple[int, bytes]]) -> int:
+        # One statement a vector; REPLACE gives a replaced vector a new id.
+        return sum(
+            self.sql.run(
                 "INSERT OR REPLACE INTO message_vectors (message_id, user_id, character_id, model, dims, "
                 "vector) SELECT id, user_id, character_id, ?, ?, ? FROM messages WHERE id = ?",
-                (model, dims, row.tobytes(), message_id),
+                (model, dims, vector, message_id),
             )
-        return stored
+            for message_id, vector in vectors
+        )
