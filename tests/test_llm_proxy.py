@@ -37,6 +37,7 @@ from agent_memory.memory.per_turn import BriefPairs
 from agent_memory.memory.reading import Reading, recall_in
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.keys import POLLER
+from agent_memory.platforms.llm_endpoint import PARTS
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
 from agent_memory.upstream.sse import first_error
@@ -909,3 +910,26 @@ async def test_a_sliding_window_is_read_once_per_message_and_rendered_and_stored
         return contents if len(contents) >= len(lines) else None
 
     assert await wait_for(all_stored) == lines
+
+
+async def test_a_forget_drops_what_the_endpoint_kept_of_a_live_calls_messages(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    # What a call's requests were read and rendered as is kept for its next request: a forget
+    # of the user drops it, and the call's next request is read anew.
+    service = await start(start_service, upstream, llm_reply_settle_s=3600)
+    parts = service.server.app[PARTS]
+    window = [{"role": "system", "content": "You are Luna."}, said(0, "my locker code is Qzvxwjkq4471")]
+    body = {"messages": window, "stream": True, "model": "m", "agent_id": "A-KEPT", **PARAMS}
+    upstream.script(Script(words=["Noted."]))
+    assert (await sse_events(await post(service, copy.deepcopy(body))))[-1] == "[DONE]"
+    await wait_for(lambda: stored(service, "A-KEPT"))
+    assert "Qzvxwjkq4471" in repr(parts.turns.windows._last)
+    status, _ = await service.api("DELETE", "/v1/users/u-ana")
+    assert status == 200
+    assert "Qzvxwjkq4471" not in repr(parts.turns.windows._last)
+    read_before = (await stats(service))["messages_read"]
+    upstream.script(Script(words=["Noted."]))
+    assert (await sse_events(await post(service, copy.deepcopy(body))))[-1] == "[DONE]"
+    assert (await stats(service))["messages_read"] == read_before + len(window)
+    assert upstream.requests[1]["messages"] == to_openai_messages(window)
