@@ -35,7 +35,9 @@ from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest.arrivals import in_order
 from agent_memory.memory.per_turn import BriefPairs
 from agent_memory.memory.reading import Reading, recall_in
+from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.keys import POLLER
+from agent_memory.platforms.llm_endpoint import PARTS
 from agent_memory.upstream import HttpUpstream, Target
 from agent_memory.upstream.http import event_end
 from agent_memory.upstream.sse import first_error
@@ -868,3 +870,66 @@ async def test_agoras_copy_of_a_reply_wins_over_the_one_recorded_after_it(
     assert [(m.role, m.content, m.interrupted, m.source) for m in rows] == [
         ("user", "tell me about Biscuit", False, "asr"), ("assistant", heard, heard != FULL, "llm"),
     ]  # fmt: skip
+
+
+def said(index: int, text: str) -> dict[str, Any]:
+    """Message `index` of a call as Agora keeps it: a user turn, then the reply, and so on."""
+    user = index % 2 == 0
+    return {
+        "role": "user" if user else "assistant", "content": text, "turn_id": index // 2 + 1,
+        "timestamp": 1_795_100_000_000 + index * 3000,
+        "metadata": {"source": "asr", "user": "1001"} if user else {"source": "llm"},
+    }  # fmt: skip
+
+
+async def test_a_sliding_window_is_read_once_per_message_and_rendered_and_stored_as_if_read_anew(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    # Once Agora's short-term memory is full the window slides: each message sits two places
+    # earlier in the next request. Each is still read once, and what the model gets and what is
+    # stored are what reading every request whole gives. "yes" is said twice, at two times.
+    service = await start(start_service, upstream, llm_reply_settle_s=3600)
+    lines = ["my dog is Biscuit", "A lovely name.", "yes", "Noted.", "she is a corgi", "Sweet!",
+             "yes", "Right.", "she likes the beach", "Fun!", "what is her name?"]  # fmt: skip
+    conversation = [said(index, text) for index, text in enumerate(lines)]
+    system = {"role": "system", "content": "You are Luna."}
+    sent: list[list[dict[str, Any]]] = []
+    for end in range(1, len(conversation) + 1, 2):
+        window = [system, *conversation[max(0, end - 5) : end]]
+        sent.append(window)
+        body = {"messages": window, "stream": True, "model": "m", "agent_id": "A-SLIDE", **PARAMS}
+        upstream.script(Script(words=[lines[end] if end < len(lines) else "Biscuit."]))
+        assert (await sse_events(await post(service, copy.deepcopy(body))))[-1] == "[DONE]"
+    expected = [to_openai_messages(window) for window in sent]
+    assert [request["messages"] for request in upstream.requests] == expected
+    counters = await stats(service)
+    assert counters["messages_read"] == 1 + len(conversation)  # the system message, then each once
+
+    async def all_stored() -> list[str] | None:
+        contents = [m.content for m in await stored(service, "A-SLIDE")]
+        return contents if len(contents) >= len(lines) else None
+
+    assert await wait_for(all_stored) == lines
+
+
+async def test_a_forget_drops_what_the_endpoint_kept_of_a_live_calls_messages(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    # What a call's requests were read and rendered as is kept for its next request: a forget
+    # of the user drops it, and the call's next request is read anew.
+    service = await start(start_service, upstream, llm_reply_settle_s=3600)
+    parts = service.server.app[PARTS]
+    window = [{"role": "system", "content": "You are Luna."}, said(0, "my locker code is Qzvxwjkq4471")]
+    body = {"messages": window, "stream": True, "model": "m", "agent_id": "A-KEPT", **PARAMS}
+    upstream.script(Script(words=["Noted."]))
+    assert (await sse_events(await post(service, copy.deepcopy(body))))[-1] == "[DONE]"
+    await wait_for(lambda: stored(service, "A-KEPT"))
+    assert "Qzvxwjkq4471" in repr(parts.turns.windows._last)
+    status, _ = await service.api("DELETE", "/v1/users/u-ana")
+    assert status == 200
+    assert "Qzvxwjkq4471" not in repr(parts.turns.windows._last)
+    read_before = (await stats(service))["messages_read"]
+    upstream.script(Script(words=["Noted."]))
+    assert (await sse_events(await post(service, copy.deepcopy(body))))[-1] == "[DONE]"
+    assert (await stats(service))["messages_read"] == read_before + len(window)
+    assert upstream.requests[1]["messages"] == to_openai_messages(window)

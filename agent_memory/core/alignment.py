@@ -27,7 +27,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from agent_memory.core.domain import MessageChanges, MessageFingerprint
 from agent_memory.core.events import RELAYED, TURN
@@ -149,9 +149,18 @@ def align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | Non
         positions[item if isinstance(item, str) else item[0]].append(index)
     votes: Counter[int] = Counter()
     for j, item in enumerate(window):
-        fp = item if isinstance(item, str) else item[0]
-        for p in positions.get(fp, ())[-MAX_POSITIONS_PER_FINGERPRINT:]:
-            if same_message(stored[p], item):
+        fp, ts, turn = (item, None, None) if isinstance(item, str) else item[:3]
+        found = positions.get(fp)
+        if not found:
+            continue
+        # `same_message` of two equal fingerprints, inline (a call's repeated words put many
+        # positions behind one fingerprint, and this runs for each of them).
+        for p in found[-MAX_POSITIONS_PER_FINGERPRINT:]:
+            other = stored[p]
+            if isinstance(other, str) or (
+                (ts is None or other[1] is None or other[1] == ts)
+                and (turn is None or other[2] is None or other[2] == turn)
+            ):
                 votes[p - j] += 1
     for offset, _ in sorted(votes.items(), key=lambda item: (-item[1], -item[0])):
         start, stop = max(0, offset), min(len(stored), offset + len(window))
@@ -251,11 +260,16 @@ def segments_of(stored: Sequence[MessageFingerprint]) -> list[list[MessageFinger
 
 
 def map_window(
-    stored: Sequence[MessageFingerprint], incoming: Sequence[Comparable]
+    stored: Sequence[MessageFingerprint],
+    incoming: Sequence[Comparable],
+    aligned: tuple[list[Key], int | None] | None = None,
 ) -> list[MessageFingerprint | None]:
     """The stored message each window message is: the spoken turns aligned (`map_run`), then
-    the tool items matched between them (`match_tools`)."""
+    the tool items matched between them (`match_tools`); `aligned`: the window's keys and their
+    `align` against the whole of `stored`, already found."""
     if all(row.kind == TURN for row in stored) and all(m.kind == TURN for m in incoming):
+        if aligned is not None:
+            return map_run(segments_of(stored), stored, aligned[0], known=aligned[1])
         return map_run(segments_of(stored), stored, keys_of(incoming))
     said = [j for j, message in enumerate(incoming) if message.kind == TURN]
     segments = [[row for row in segment if row.kind == TURN] for segment in segments_of(stored)]
@@ -277,11 +291,16 @@ def map_run(
     segments: Sequence[Sequence[MessageFingerprint]],
     stored: Sequence[MessageFingerprint],
     window: Sequence[Key],
+    *,
+    known: int | Literal[False] | None = False,
 ) -> list[MessageFingerprint | None]:
-    """The stored message each of `window` is, aligning against each gap-free segment of `stored`."""
+    """The stored message each of `window` is, aligning against each gap-free segment of `stored`
+    (`known`: the window's `align` against the whole of `stored`, when already found)."""
     mapping: list[MessageFingerprint | None] = [None] * len(window)
+    # One segment is the whole of `stored`: its alignment may be known already.
+    whole = known is not False and len(segments) == 1
     for segment in segments:
-        offset = align(keys_of(segment), window)
+        offset = known if whole and known is not False else align(keys_of(segment), window)
         if offset is None:
             continue
         for j in range(max(0, -offset), min(len(window), len(segment) - offset)):
@@ -363,12 +382,17 @@ def _pair_tools(
             start += found + 1
 
 
-def place_window(stored: Sequence[MessageFingerprint], incoming: Sequence[Comparable]) -> Placement:
-    """Number a window's messages relative to what is stored, and mark the gaps."""
+def place_window(
+    stored: Sequence[MessageFingerprint],
+    incoming: Sequence[Comparable],
+    aligned: tuple[list[Key], int | None] | None = None,
+) -> Placement:
+    """Number a window's messages relative to what is stored, and mark the gaps (`aligned`: as
+    `map_window` takes it)."""
     if not stored:
         return Placement([(j, None, False) for j in range(len(incoming))], None, 0, False)
     gaps_before = sum(1 for row in stored if row.gap_before)
-    mapping = map_window(stored, incoming)
+    mapping = map_window(stored, incoming, aligned)
     first = next((j for j, row in enumerate(mapping) if row is not None), None)
     if first is None:
         return _place_apart(stored, incoming, gaps_before)

@@ -367,11 +367,26 @@ def _scored(
         if score > 0:
             scored.append((score, fact.updated_ms, fact.text, fact))
     for summary in summaries:
-        for text, at_ms in summary_lines(summary):
+        day_ms = summary.covered_until_ms or summary.updated_ms
+        lines = _statements(summary.text, day_ms)
+        # Only a statement that holds one of the question's terms can score (in their order).
+        where = _statement_terms(summary.text, day_ms)
+        for index in sorted({index for term in idfs for index in where.get(term, ())}):
+            text, at_ms = lines[index]
             score = bm25(text, idfs, average_length)
             if score > 0:
                 scored.append((score, at_ms, text, summary))
     return scored
+
+
+@text_cache(256)
+def _statement_terms(text: str, day_ms: int) -> Mapping[str, tuple[int, ...]]:
+    """Which of a summary's statements (`_statements`, by index) hold each term."""
+    where: dict[str, list[int]] = {}
+    for index, (line, _) in enumerate(_statements(text, day_ms)):
+        for term in _term_counts(line)[0]:
+            where.setdefault(term, []).append(index)
+    return {term: tuple(found) for term, found in where.items()}
 
 
 def _distinct(found: Sequence[Scored]) -> list[RecalledMemory]:

@@ -143,6 +143,12 @@ class Turn:
     window: HistoryWindow | None = None
     # Whether this asks the first recall of its call that this instance sees.
     first: bool = False
+    # The call's last request (None: none kept) and, for each message, the index of the equal
+    # message in it (None: new): what was read of those is not read again.
+    before: LastRequest | None = None
+    reused: list[int | None] | None = None
+    # What the platform's rendering read of each message, kept for the call's next request.
+    reads: list[Any] | None = None
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -164,6 +170,48 @@ class LastRequest:
     labels: Mapping[str, str]
     # The transcript items of the call's last window merged (None: none yet, or it failed).
     stored: Sequence[IncomingMessage] | None = None
+    # What the platform's rendering read of each message (None: nothing kept).
+    reads: list[Any] | None = None
+
+
+def _message_key(message: Any) -> int | None:
+    """A hash that equal messages share (None: a message not worth looking up)."""
+    if not isinstance(message, dict):
+        return None
+    try:
+        return hash((message.get("role"), message.get("content"), message.get("timestamp")))
+    except TypeError:  # content parts (a list): compared in place only
+        return None
+
+
+def reused(messages: Sequence[Any], before: Sequence[Any]) -> list[int | None]:
+    """For each message, the index of an equal message of `before` (each used once), else None.
+
+    A call's requests repeat its conversation, but once the platform's window is full it
+    slides: the message at an index is not the one there last time. Equal messages are found
+    wherever they are, by a hash, and compared whole.
+    """
+    at: dict[int, list[int]] = {}
+    for index, message in enumerate(before):
+        key = _message_key(message)
+        if key is not None:
+            at.setdefault(key, []).append(index)
+    out: list[int | None] = []
+    for position, message in enumerate(messages):
+        found = None
+        key = _message_key(message)
+        if key is None:
+            # Not hashable: still the same message when it is where it was.
+            if position < len(before) and isinstance(message, dict) and message == before[position]:
+                found = position
+        else:
+            candidates = at.get(key, [])
+            for index, candidate in enumerate(candidates):
+                if before[candidate] == message:
+                    found = candidates.pop(index)
+                    break
+        out.append(found)
+    return out
 
 
 class Windows:
@@ -181,25 +229,36 @@ class Windows:
         self.held = held
         self._last: dict[str, LastRequest] = {}
 
-    def read(
-        self, session: str, messages: Sequence[Any], item: Callable[[Any], Item], labels: Mapping[str, str]
-    ) -> list[Item]:
-        """Each message read, the unchanged start of the call's last request not again."""
-        last = self._last.get(session)
+    def compare(self, turn: Turn, labels: Mapping[str, str]) -> None:
+        """Find which of the turn's messages its call's last request held (`Turn.reused`)."""
+        if turn.session is None:
+            return
+        last = self._last.get(turn.session)
         if last is None or last.labels != labels:
-            last = None
-        same = 0
-        if last is not None:
-            for sent, before in zip(messages, last.messages, strict=False):
-                if sent != before:
-                    break
-                same += 1
-        kept = last.items[:same] if last is not None else []
-        items = [*kept, *map(item, messages[same:])]
-        self.stats.messages_read += len(messages) - same
+            return
+        turn.before = last
+        turn.reused = reused(turn.messages, last.messages)
+
+    def read(self, turn: Turn, item: Callable[[Any], Item], labels: Mapping[str, str]) -> list[Item]:
+        """Each message read, those the call's last request held not again."""
+        assert turn.session is not None
+        session, messages = turn.session, turn.messages
+        if turn.reused is None:
+            self.compare(turn, labels)
+        last, found = turn.before, turn.reused
+        if last is None or found is None or last.labels != labels:
+            last, found = None, [None] * len(messages)
+        kept = last.items if last is not None else []
+        items = [
+            item(message) if index is None else kept[index]
+            for message, index in zip(messages, found, strict=True)
+        ]
+        self.stats.messages_read += sum(index is None for index in found)
+        # What was stored holds only while the call is still kept (a forget drops it meanwhile).
+        stored = last.stored if last is not None and self._last.get(session) is last else None
         if session not in self._last and len(self._last) >= self.held:
             self._last.clear()
-        self._last[session] = LastRequest(messages, items, labels, last.stored if last is not None else None)
+        self._last[session] = LastRequest(messages, items, labels, stored, turn.reads)
         return items
 
     def unchanged(self, session: str, said: Sequence[IncomingMessage]) -> bool:
@@ -479,6 +538,20 @@ class PerTurn:
         self.stats.memories_injected += injected
         return with_memory(messages, memory), injected
 
+    def known_reads(self, turn: Turn) -> list[Any] | None:
+        """What the platform's rendering read of each of the turn's messages in the call's last
+        request (None each where it is new), a list it fills in and the call keeps; None: no call."""
+        if turn.session is None:
+            return None
+        self.windows.compare(turn, self.pair_labels(turn))
+        before, found = turn.before, turn.reused
+        reads = before.reads if before is not None else None
+        if reads is None or found is None:
+            turn.reads = [None] * len(turn.messages)
+        else:
+            turn.reads = [None if index is None else reads[index] for index in found]
+        return turn.reads
+
     def window(
         self, turn: Turn, item: Callable[[Any], Item], labels_field: str | None = None
     ) -> HistoryWindow | None:
@@ -487,7 +560,7 @@ class PerTurn:
         if turn.session is None:
             return None
         labels = self.pair_labels(turn)
-        items = self.windows.read(turn.session, turn.messages, item, labels)
+        items = self.windows.read(turn, item, labels)
         said = [
             message
             for read in items

@@ -79,8 +79,10 @@ class Adapter(Protocol):
         """Whose memory this is, and the call's session."""
         ...
 
-    def render(self, messages: list[Any]) -> list[dict[str, Any]]:
-        """The messages as the model gets them (InvalidField: a message to fix)."""
+    def render(self, messages: list[Any], known: list[Any] | None = None) -> list[dict[str, Any]]:
+        """The messages as the model gets them (InvalidField: a message to fix); `known` holds
+        what the platform read of each message in the call's last request (None where new), and
+        takes what it reads of the rest, for the call's next request."""
         ...
 
     # Where the platform takes the app's ids (named in the warning about an unidentified call).
@@ -261,7 +263,7 @@ class LlmEndpoint:
         found = await self.turns.recall(turn, brief=True) if brief else None
         recalling = None if brief else asyncio.ensure_future(self.turns.recall(turn, brief=False))
         try:
-            messages = self.adapter.render(call.body["messages"])
+            messages = self.adapter.render(call.body["messages"], self.turns.known_reads(turn))
         except InvalidField as exc:
             if recalling is not None:
                 recalling.cancel()

@@ -113,7 +113,8 @@ def place(tx: Transaction, session: Session, incoming: list[Arrival], discrete: 
     tail_size = 2 * len(incoming) + 16
     if count > tail_size and not session.gap_count:
         tail = tx.messages.tail(agent_id, tail_size)
-        offset = align(keys_of(tail), keys_of(incoming))
+        window = keys_of(incoming)
+        offset = align(keys_of(tail), window)
         if offset is not None and offset >= 0:
-            return place_window(tail, incoming)
+            return place_window(tail, incoming, (window, offset))
     return place_window(tx.messages.fingerprints(agent_id), incoming)

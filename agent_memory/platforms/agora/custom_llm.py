@@ -9,6 +9,7 @@ leaves the rest out; `POST /v1/render/openai-messages` serves it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
@@ -197,7 +198,18 @@ def _render_turn(
     return rendered
 
 
-def to_openai_messages(messages: Sequence[Any], options: RenderOptions | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class ReadMessage:
+    """One message as rendering read it, kept for a call's next request (which repeats it)."""
+
+    checked: Mapping[str, Any]
+    facts: Mapping[str, Any] | None  # a spoken turn's; None: not a spoken turn
+    alone: dict[str, Any] | None  # rendered with one speaker in the channel (None: an empty turn, dropped)
+
+
+def to_openai_messages(
+    messages: Sequence[Any], options: RenderOptions | None = None, known: list[Any] | None = None
+) -> list[dict[str, Any]]:
     """Agora's custom-LLM messages (or stored rows) as OpenAI Chat Completions messages.
 
     System messages (Agora puts `system_messages` first) stay `system` and where they are;
@@ -206,13 +218,24 @@ def to_openai_messages(messages: Sequence[Any], options: RenderOptions | None = 
     turns are rewritten, as Agora advises for a custom LLM: the time before the content, the
     speaker when several users share the channel, an interrupted reply noted with `original`.
     Agora's extended fields are not passed on.
+
+    `known` (default options only): one slot per message, a `ReadMessage` where this message
+    was read before (a live call's requests repeat its conversation), filled in for the rest.
     """
     options = options or RenderOptions()
+    slots: list[Any] = known if known is not None else [None] * len(messages)
     checked = [
-        _check(_with_tool_data(message) if isinstance(message, Mapping) else message, index)
+        read.checked
+        if isinstance(read := slots[index], ReadMessage)
+        else _check(_with_tool_data(message) if isinstance(message, Mapping) else message, index)
         for index, message in enumerate(messages)
     ]
-    facts = [_turn_facts(m) if _is_spoken_turn(m) else None for m in checked]
+    facts = [
+        read.facts
+        if isinstance(read := slots[index], ReadMessage)
+        else (_turn_facts(m) if _is_spoken_turn(m) else None)
+        for index, m in enumerate(checked)
+    ]
     speakers = {
         f["speaker"]
         for m, f in zip(checked, facts, strict=True)
@@ -221,15 +244,31 @@ def to_openai_messages(messages: Sequence[Any], options: RenderOptions | None = 
     several = options.speakers == "always" or (options.speakers == "auto" and len(speakers) > 1)
     rendered: list[dict[str, Any]] = []
     for index, (message, turn) in enumerate(zip(checked, facts, strict=True)):
-        if turn is not None:
-            out = _render_turn(message, turn, options, several)
-            if out is not None:
-                rendered.append(out)
-            continue
-        if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
-            raise InvalidField(f"{_where(index)} is a tool result without its tool_call_id")
-        plain = _plain(message)
-        if plain.get("tool_calls") and isinstance(plain.get("content"), str) and not plain["content"].strip():
-            plain["content"] = None  # no text beside the calls, however it was stored
-        rendered.append(plain)
+        read = slots[index]
+        if isinstance(read, ReadMessage) and not several:
+            out = read.alone
+        else:
+            out = _render_one(message, turn, options, several, index)
+            if known is not None and not several:
+                slots[index] = ReadMessage(message, turn, out)
+        if out is not None:
+            rendered.append(out)
     return rendered
+
+
+def _render_one(
+    message: Mapping[str, Any],
+    turn: Mapping[str, Any] | None,
+    options: RenderOptions,
+    several: bool,
+    index: int,
+) -> dict[str, Any] | None:
+    """One message as the model gets it (None: an empty turn, dropped)."""
+    if turn is not None:
+        return _render_turn(message, turn, options, several)
+    if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise InvalidField(f"{_where(index)} is a tool result without its tool_call_id")
+    plain = _plain(message)
+    if plain.get("tool_calls") and isinstance(plain.get("content"), str) and not plain["content"].strip():
+        plain["content"] = None  # no text beside the calls, however it was stored
+    return plain

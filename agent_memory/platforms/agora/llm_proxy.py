@@ -61,8 +61,8 @@ class AgoraAdapter:
         run = agent_id or (route.key_hash if route is not None else None)
         return Caller(user_id, character_id, agent_id, run)
 
-    def render(self, messages: list[Any]) -> list[dict[str, Any]]:
-        return to_openai_messages(messages)
+    def render(self, messages: list[Any], known: list[Any] | None = None) -> list[dict[str, Any]]:
+        return to_openai_messages(messages, known=known)
 
     def item(self, message: Any) -> Item:
         """A short-term-memory message read as a 103's messages are."""

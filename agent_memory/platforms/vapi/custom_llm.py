@@ -112,7 +112,7 @@ class VapiAdapter:
         run = session or (route.key_hash if route is not None else None)
         return Caller(identity.user_id, identity.character_id, session, run)
 
-    def render(self, messages: list[Any]) -> list[dict[str, Any]]:
+    def render(self, messages: list[Any], known: list[Any] | None = None) -> list[dict[str, Any]]:
         return plain_messages(messages)
 
     def item(self, message: Any) -> Item:

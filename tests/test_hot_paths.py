@@ -1,0 +1,98 @@
+"""The endpoint's hot paths give what their plain forms give (issue 28: cut the work, not the answers)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+
+from agent_memory.core import recall
+from agent_memory.core.alignment import MAX_POSITIONS_PER_FINGERPRINT, Key, align, same_message
+from agent_memory.core.domain import Summary
+
+
+def plain_align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | None:
+    """`align` with every vote checked by `same_message`, as it was written first."""
+    if not stored or not window:
+        return None
+    positions: dict[str, list[int]] = defaultdict(list)
+    for index, item in enumerate(stored):
+        positions[item if isinstance(item, str) else item[0]].append(index)
+    votes: Counter[int] = Counter()
+    for j, item in enumerate(window):
+        fp = item if isinstance(item, str) else item[0]
+        for p in positions.get(fp, ())[-MAX_POSITIONS_PER_FINGERPRINT:]:
+            if same_message(stored[p], item):
+                votes[p - j] += 1
+    for offset, _ in sorted(votes.items(), key=lambda item: (-item[1], -item[0])):
+        start, stop = max(0, offset), min(len(stored), offset + len(window))
+        if all(same_message(stored[p], window[p - offset]) for p in range(start, stop)):
+            return offset
+    return None
+
+
+def test_align_votes_as_same_message_does() -> None:
+    rng = random.Random(3)
+    placed = 0
+    for _ in range(20_000):
+        fps = [f"f{i}" for i in range(rng.randint(1, 4))]
+
+        def key(fps: list[str] = fps) -> Key | str:
+            if rng.random() < 0.1:
+                return rng.choice(fps)
+            role = rng.choice(["user", "~user", "assistant", "~assistant"])
+            return (rng.choice(fps), rng.choice([None, 1, 2]), rng.choice([None, 1, 2]), role)
+
+        stored = [key() for _ in range(rng.randint(0, 8))]
+        window = [key() for _ in range(rng.randint(0, 5))]
+        assert align(stored, window) == plain_align(stored, window), (stored, window)
+        placed += align(stored, window) is not None
+    assert placed > 5_000
+
+
+def plain_scored(summaries: Sequence[Summary], idfs: Mapping[str, float]) -> list[recall.Scored]:
+    """Every statement of every summary scored, as `_scored` did first."""
+    scored: list[recall.Scored] = []
+    for summary in summaries:
+        for text, at_ms in recall.summary_lines(summary):
+            score = recall.bm25(text, idfs, 7.0)
+            if score > 0:
+                scored.append((score, at_ms, text, summary))
+    return scored
+
+
+def test_a_summary_scores_only_its_statements_that_hold_a_term_of_the_question() -> None:
+    rng = random.Random(5)
+    words = [
+        "dog",
+        "Biscuit",
+        "trip",
+        "Valencia",
+        "ran",
+        "morning",
+        "heating",
+        "fridge",
+        "Thursday",
+        "sister",
+        "我",
+        "昨天",
+        "跑了",
+        "马拉松",
+    ]
+    found = 0
+    for _ in range(500):
+        lines = []
+        for _ in range(rng.randint(1, 30)):
+            if rng.random() < 0.15:
+                lines.append(f"## 2025-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}")
+            lines.append("- " + " ".join(rng.choice(words) for _ in range(rng.randint(1, 12))))
+        summary = Summary("u", "luna", "\n".join(lines), 1, 1_700_000_000_000, 5, "offline", None, 1,
+                          1_700_000_000_000, {})  # fmt: skip
+        question = " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))
+        weighted = recall.weighted_terms(question)
+        idfs = recall.weighted_idfs(weighted, {term: rng.randint(0, 50) for term, _ in weighted}, 100,
+                                    max_frequency=1000)  # fmt: skip
+        expected = plain_scored([summary], idfs)
+        assert recall._scored([], [], [summary], idfs, 7.0) == expected
+        found += len(expected)
+    assert found > 500
