@@ -211,8 +211,8 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, nargs=2, default=[10, 13], metavar=("LO", "HI"))
     parser.add_argument("--exchanges", type=int, nargs=2, default=[22, 30], metavar=("LO", "HI"))
     parser.add_argument("--condense", choices=("session", "end", "off"), default="session")
-    parser.add_argument("--filler", choices=("templates", "varied"), default="templates",
-                        help="small talk from a few repeated templates, or mostly lines seldom said twice")  # fmt: skip
+    parser.add_argument("--filler", choices=("varied", "templates"), default="varied",
+                        help="small talk mostly of lines seldom said twice (the default: a question-blind pick of the lines said once answers most of `templates`), or from a few repeated templates")  # fmt: skip
     parser.add_argument("--condense-timeout", type=float, default=120.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
