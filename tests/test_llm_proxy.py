@@ -33,7 +33,7 @@ from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
 from agent_memory.memory.ingest.arrivals import in_order
-from agent_memory.memory.per_turn import BriefPairs
+from agent_memory.memory.live_calls import BriefPairs
 from agent_memory.memory.reading import Reading, recall_in
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.keys import POLLER

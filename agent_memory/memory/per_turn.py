@@ -17,7 +17,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from agent_memory.core.clock import now_ms
@@ -25,6 +25,7 @@ from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
 from agent_memory.errors import StoreUnavailable
 from agent_memory.logs import pair_ref
+from agent_memory.memory.live_calls import BRIEF_PAIRS_HELD, BriefPairs, HeldReplies, ProxyStats
 from agent_memory.memory.service import Memory
 from agent_memory.settings import Settings
 from agent_memory.store import NotBrief
@@ -33,46 +34,10 @@ log = logging.getLogger(__name__)
 
 # A user turn this short ("yes", "what was it?") is asked about with the turn before it.
 SHORT_TURN_WORDS = 5
-# A pair whose last recall read in less than AGENT_MEMORY_RECALL_BRIEF_MS is recalled on the
-# event loop (the embedded store): handing the read to a reader thread and back cost about
-# 0.5 ms of a 2 ms recall (bench/llm_proxy.py, side by side). One read slower (its index not
-# held in memory yet, so searched in SQLite, which a reader thread does without the GIL) goes
-# back to a reader thread, where the deadline can cut it short.
-BRIEF_PAIRS_HELD = 10_000
 # Recall misses are logged at most this often (each is counted): an overloaded service would
 # otherwise spend its time writing one line per call.
 MISS_LOG_EVERY_S = 10.0
 _SPACES = re.compile(r"\s+")
-
-
-@dataclass(slots=True)
-class ProxyStats:
-    """What the custom-LLM endpoints did since the service started."""
-
-    requests: int = 0
-    streamed: int = 0
-    unauthorized: int = 0
-    bad_requests: int = 0
-    recalls: int = 0
-    recall_misses: int = 0  # past the deadline
-    first_turn_recalls: int = 0  # the first recall of a call at an endpoint (this instance)
-    first_turn_misses: int = 0  # of those, past the deadline
-    recalls_brief: int = 0  # of a pair whose last recall was brief (read on the event loop by SQLite)
-    recall_errors: int = 0
-    memories_injected: int = 0
-    upstream_errors: int = 0
-    cancelled: int = 0  # the client went away mid-answer
-    recorded: int = 0
-    record_errors: int = 0
-    unrecorded: int = 0  # no call (session) to record into
-    unchanged_windows: int = 0  # requests that added nothing to their call's stored window
-    messages_read: int = 0  # of requests, read to be recorded (those a call repeats are read once)
-    store_unavailable: int = (
-        0  # recalls and recordings skipped: the database was down (relayed without memory)
-    )
-
-    def report(self) -> dict[str, int]:
-        return asdict(self)
 
 
 def normal(text: str) -> str:
@@ -285,98 +250,6 @@ class Windows:
         for session, last in list(self._last.items()):
             if all(last.labels.get(key) == value for key, value in labels.items()):
                 del self._last[session]
-
-
-class HeldReplies:
-    """Replies waiting for the next request of their call (or the settle time) to be recorded."""
-
-    def __init__(
-        self,
-        memory: Memory,
-        stats: ProxyStats,
-        settle_s: float,
-        settled: Callable[[str], None] | None = None,
-    ) -> None:
-        self.memory = memory
-        self.stats = stats
-        self.settle_s = settle_s
-        # Told when a call's reply settled (the call went quiet).
-        self.settled = settled or (lambda session: None)
-        self._held: dict[str, tuple[HistoryWindow, asyncio.TimerHandle]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def drop(self, session: str) -> None:
-        """The call's next request came: it carries the reply as the platform heard it."""
-        held = self._held.pop(session, None)
-        if held is not None:
-            held[1].cancel()
-
-    def hold(self, session: str, window: HistoryWindow) -> None:
-        self.drop(session)
-        loop = asyncio.get_running_loop()
-        handle = loop.call_later(self.settle_s, self._settle, session)
-        self._held[session] = (window, handle)
-
-    def forget(self, labels: Mapping[str, str]) -> None:
-        """A forget: drop the held replies of the pair (or user) whose `labels` it names."""
-        for session, (window, _) in list(self._held.items()):
-            if all(window.labels.get(key) == value for key, value in labels.items()):
-                self.drop(session)
-
-    def _settle(self, session: str) -> None:
-        held = self._held.pop(session, None)
-        if held is not None:
-            self.merge(held[0])
-        self.settled(session)
-
-    def merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
-        """Merge a window in the background (then `done()`); never fails the answer, errors are logged."""
-        task = asyncio.get_running_loop().create_task(self._merge(window, done))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
-        try:
-            outcome = await self.memory.merge_window(window, now_ms())
-            self.stats.recorded += outcome.new_messages
-            if done is not None:
-                done()
-        except StoreUnavailable as exc:
-            # The call's next request (or its transcript) carries these turns again.
-            self.stats.record_errors += 1
-            self.stats.store_unavailable += 1
-            log.warning("custom LLM: recording agent %s failed: %s", window.agent_id, exc.message)
-        except Exception:
-            self.stats.record_errors += 1
-            log.exception("custom LLM: recording agent %s failed", window.agent_id)
-
-    async def close(self) -> None:
-        """Record what is still held, and wait for the merges under way."""
-        for session in list(self._held):
-            self._settle(session)
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=10)
-
-
-class BriefPairs:
-    """The pairs whose last recall read in under `brief_ms`: recalled on the event loop."""
-
-    def __init__(self, brief_ms: float, held: int = BRIEF_PAIRS_HELD) -> None:
-        self.brief_ms = brief_ms
-        self.held = held
-        self._pairs: set[tuple[str, str]] = set()
-
-    def __contains__(self, pair: tuple[str, str]) -> bool:
-        return pair in self._pairs
-
-    def took(self, pair: tuple[str, str], ms: float | None) -> None:
-        """How long the pair's recall read took (None: it did not finish)."""
-        if ms is None or ms >= self.brief_ms:
-            self._pairs.discard(pair)
-            return
-        if len(self._pairs) >= self.held:
-            self._pairs.clear()  # the pairs still in a call are brief again after one recall
-        self._pairs.add(pair)
 
 
 class PerTurn:

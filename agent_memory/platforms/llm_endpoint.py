@@ -26,7 +26,8 @@ from agent_memory.core.events import TOOL_CALL, TOOL_RESULT, IncomingMessage
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.secrets import hash_key
 from agent_memory.errors import InvalidField, InvalidJSON, StoreUnavailable
-from agent_memory.memory.per_turn import BRIEF_PAIRS_HELD, Item, PerTurn, ProxyStats, Turn, text_of
+from agent_memory.memory.live_calls import BRIEF_PAIRS_HELD, ProxyStats
+from agent_memory.memory.per_turn import Item, PerTurn, Turn, text_of
 from agent_memory.memory.service import Memory
 from agent_memory.settings import Settings
 from agent_memory.upstream import HttpUpstream, Target, Upstream

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from agent_memory.core.domain import LlmRoute
 from agent_memory.core.jsonutil import dumps
-from agent_memory.memory.per_turn import Item, ProxyStats
+from agent_memory.memory.live_calls import ProxyStats
+from agent_memory.memory.per_turn import Item
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.events import LABELS_FIELD, incoming
