@@ -110,7 +110,7 @@ class Admin:
         return {"format": EXPORT_FORMAT, "exported_ms": now_ms(), **document}
 
     async def import_export(self, source: Source, *, force: bool = False) -> ImportReport:
-        """Restore an export (memory/restore.py): checked whole first, then written idempotently;
+        """Restore an export (memory/restore/): checked whole first, then written idempotently;
         a user forgotten since it was taken is refused (Conflict) unless `force`."""
         return await Importer(self.settings, self.store, source, force=force).run()
 

@@ -2,7 +2,7 @@
 
 A text chat beside a voice agent, or a framework integration (agent_memory/integrations), sends
 its turns here. They are kept under `api:<session_id>` (platforms/calls.py `session_key`: no
-platform's call id meets it) and merged like every platform's transcript (memory/ingest.py), as
+platform's call id meets it) and merged like every platform's transcript (memory/ingest/), as
 messages that each name themselves: by `id` when given, else by role, words and time, so posting
 the same messages again stores nothing new while the same words said at another time are new.
 """

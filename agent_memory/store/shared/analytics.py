@@ -40,7 +40,7 @@ from agent_memory.store.types import Report
 PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 # Identity sources that are only a fallback (see ingest.resolve_identity), as an SQL list.
 UNIDENTIFIED_SOURCES = ", ".join(f"'{source}'" for source in FALLBACK_SOURCES)
-# A speaker's own session of a shared call (`<agent_id>~<uid>`, memory/ingest.py
+# A speaker's own session of a shared call (`<agent_id>~<uid>`, memory/ingest/speakers.py
 # speaker_session_id) holds copies of turns its call's session holds: the service's and a
 # character's figures count each call and each spoken turn once, so such a session (and its
 # messages) is left out of them while its call's session is there (docs/memory.md); users,

@@ -3,7 +3,7 @@ import changes nothing, and a user partly restored is completed, not doubled).
 
 Rows take the ids of the database they land in (ids are never reused, and another user's rows
 may hold the exported ones); what refers to an id (a summary's watermark, a fact's history) is
-mapped by the caller (memory/restore.py) from the ids these writes answer.
+mapped by the caller (memory/restore/) from the ids these writes answer.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class SessionReads(Repository):
 
     def speaking_in(self, user_id: str, character_id: str | None) -> list[tuple[str, str]]:
         """The shared calls a user (or pair) spoke in as a guest: (the call's session, the
-        speaker's uid) of each of their own sessions `<agent_id>~<uid>` (memory/ingest.py)."""
+        speaker's uid) of each of their own sessions `<agent_id>~<uid>` (memory/ingest/speakers.py)."""
         where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
         params = (user_id,) if character_id is None else (user_id, character_id)
         rows = self.sql.all(
