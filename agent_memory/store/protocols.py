@@ -14,43 +14,33 @@ of `agent_memory.store.types`; how those are encoded in tables is the backend's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar, runtime_checkable
 
-from agent_memory.core.domain import (
-    Fact,
-    FactOrigin,
-    FactScope,
-    FactVersion,
-    Message,
-    Summary,
-)
-from agent_memory.core.recall import TermStats, TurnHit
 from agent_memory.store.shared.analytics import Analytics, AnalyticsReads
 from agent_memory.store.shared.bindings import BindingReads, Bindings
 from agent_memory.store.shared.console import ConsoleReads, ConsoleSessionReads, ConsoleSessions
 from agent_memory.store.shared.export import Export
+from agent_memory.store.shared.facts import FactReads, Facts, Summaries, SummaryReads
 from agent_memory.store.shared.inbox import Inbox, InboxReads
 from agent_memory.store.shared.jobs import JobReads, Jobs
 from agent_memory.store.shared.keys import ApiKeyReads, ApiKeys, LlmRouteReads, LlmRoutes
 from agent_memory.store.shared.messages import MessageReads, Messages
 from agent_memory.store.shared.messages import Versions as VersionReads
+from agent_memory.store.shared.recall import RecallReads
 from agent_memory.store.shared.restore import Restore
+from agent_memory.store.shared.search import Search, SearchReads
 from agent_memory.store.shared.sessions import SessionReads, Sessions
 from agent_memory.store.shared.vectors import VectorReads, Vectors
 from agent_memory.store.shared.watches import Watches, WatchReads
 from agent_memory.store.types import (
-    SEARCH_KINDS,
     ForgetCutoff,
     ForgetReceipt,
-    MentionRole,
-    Mentions,
     PurgeStep,
     SearchKind,
     SearchState,
     StorageStats,
-    UserSearch,
 )
 
 T = TypeVar("T")
@@ -58,80 +48,6 @@ T = TypeVar("T")
 
 class NotBrief(Exception):
     """A read asked for right here (`ReadsHere.read_here`) that would not be brief: read it on a thread."""
-
-
-# facts and summaries: what condensing keeps of a memory
-
-
-class FactReads(Protocol):
-    """What is remembered about users."""
-
-    def of_pair(self, user_id: str, character_id: str) -> list[Fact]:
-        """The pair's facts and the user's user-wide facts, oldest first."""
-        ...
-
-    def get(self, fact_id: int) -> Fact | None: ...
-
-    def history(self, fact_id: int) -> list[FactVersion]:
-        """Every text the fact had, oldest first, its current one last; [] for no such fact."""
-        ...
-
-
-class Facts(FactReads, Protocol):
-    def add(
-        self,
-        user_id: str,
-        character_id: str,
-        text: str,
-        *,
-        scope: FactScope,
-        pinned: bool,
-        origin: FactOrigin,
-    ) -> tuple[Fact, bool]:
-        """Remember a fact unless one saying the same exists; returns (fact, created).
-
-        With scope user the fact holds for every character. Saying by hand (pinned) what
-        is already known pins it; a near-duplicate (`core.facts.near_key`) is the fact it
-        duplicates; a new value of a subject (`core.facts.fact_subject`) supersedes the fact
-        that held the old one (same id, the old text kept as history; created is True).
-        """
-        ...
-
-    def edit(self, fact_id: int, *, text: str | None = None, pinned: bool | None = None) -> Fact | None:
-        """Change a fact by hand (its old text kept as history); None if there is no such fact.
-
-        Conflict when the new text says what another fact of its scope already says.
-        """
-        ...
-
-    def update(self, fact_id: int, text: str) -> bool:
-        """Reword a fact (its old text kept as history); when it then says what another one
-        says, it ends instead."""
-        ...
-
-    def end(self, fact_id: int) -> bool:
-        """The fact no longer holds: kept as history (valid_to set), gone from what is remembered."""
-        ...
-
-    def delete(self, fact_id: int) -> bool:
-        """Forget a fact and its history."""
-        ...
-
-    def delete_unpinned(self, user_id: str, character_id: str) -> int:
-        """Drop the pair's facts the model made (not pinned, not user-wide), with their history."""
-        ...
-
-
-class SummaryReads(Protocol):
-    def get(self, user_id: str, character_id: str) -> Summary | None: ...
-
-
-class Summaries(SummaryReads, Protocol):
-    def put(self, summary: Summary) -> None:
-        """Store the pair's summary, replacing the one it had."""
-        ...
-
-    def delete(self, user_id: str, character_id: str) -> int: ...
 
 
 # leases: cluster-wide work that one instance at a time does
@@ -143,90 +59,6 @@ class Leases(Protocol):
     def acquire(self, name: str, ttl_ms: int) -> bool:
         """Hold `name` for `ttl_ms` from now if nobody else holds it (a holder extends it);
         whether this instance holds it. One process alone always does."""
-        ...
-
-
-# recall: the word index of spoken turns
-
-
-class RecallReads(Protocol):
-    """The word index of spoken turns, as recall reads it."""
-
-    def behind(self) -> bool:
-        """Whether messages are stored that the recall index has not taken in yet."""
-        ...
-
-    def lag(self, user_id: str, character_id: str | None) -> int:
-        """How many of the scope's turns (a pair's, or all the user's: None) are not indexed yet."""
-        ...
-
-    def term_stats(
-        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
-    ) -> TermStats:
-        """BM25's statistics of a question's terms over a pair's turns (all the user's pairs: None)."""
-        ...
-
-    def warm(self, user_id: str, character_id: str) -> bool:
-        """Hold the pair's recall index in this process's memory now (a call is starting);
-        True when it was read, False when already held or there is nothing to hold here."""
-        ...
-
-    def held(self, user_id: str, character_id: str) -> bool:
-        """Whether this process holds the pair's recall index in memory."""
-        ...
-
-    def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
-        """The best-matching turns in the scope of `stats`, best first."""
-        ...
-
-    def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
-        """The spoken turns just before and just after each message in its session, by its id."""
-        ...
-
-    def messages(self, ids: Sequence[int]) -> list[Message]:
-        """The messages with these ids, in the order asked (missing ones left out)."""
-        ...
-
-    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
-        """The facts in scope: a pair's and the user-wide ones, or all of the user's (None)."""
-        ...
-
-    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
-        """The summary of a pair, or of each of the user's pairs (None)."""
-        ...
-
-
-# search, analytics, export
-
-
-class SearchReads(Protocol):
-    def user(
-        self,
-        user_id: str,
-        q: str,
-        *,
-        character_id: str | None = None,
-        kinds: Sequence[SearchKind] = SEARCH_KINDS,
-        limit: int = 20,
-    ) -> UserSearch:
-        """A user's messages, facts and summaries matching `q`, best first (several words: ranked like recall)."""
-        ...
-
-    def mentions(
-        self,
-        q: str,
-        *,
-        role: MentionRole = "user",
-        character_id: str | None = None,
-        limit: int = 100,
-    ) -> Mentions:
-        """Which users' messages contain `q`, how many, and when first and last."""
-        ...
-
-
-class Search(SearchReads, Protocol):
-    def catch_up(self, limit: int) -> int:
-        """Index up to `limit` messages stored since the index was last brought up to date."""
         ...
 
 

@@ -40,7 +40,6 @@ from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store.postgres import migrations
 from agent_memory.store.postgres.analytics import PostgresAnalytics
 from agent_memory.store.postgres.common import Connection, Instance, PostgresSql
-from agent_memory.store.postgres.facts import PostgresFacts, PostgresSummaries
 from agent_memory.store.postgres.jobs import PostgresJobs
 from agent_memory.store.postgres.leases import PostgresLeases
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
@@ -132,8 +131,6 @@ class PostgresView(SharedView):
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
         self.sessions = PostgresSessions(sql)
-        self.facts = PostgresFacts(conn, instance)
-        self.summaries = PostgresSummaries(conn, instance)
         self.jobs = PostgresJobs(sql)
         self.watches = PostgresWatches(sql)
         self.search = PostgresSearch(conn, instance)

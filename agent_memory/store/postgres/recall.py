@@ -28,25 +28,17 @@ from typing import Any
 
 from psycopg import errors
 
-from agent_memory.core.domain import Fact, Message, Summary
+from agent_memory.core.domain import Message
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.postgres.common import Repository, int_array, text_array
-from agent_memory.store.postgres.facts import (
-    FACT_COLUMNS,
-    SUMMARY_COLUMNS,
-    PostgresFacts,
-    PostgresSummaries,
-    fact_of,
-    summary_of,
-)
-from agent_memory.store.shared.messages import READ_COLUMNS
-from agent_memory.store.shared.messages import message_named as message_of
+from agent_memory.store.shared.messages import READ_COLUMNS, message_named, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
     MAX_POSTINGS,
     SHORTLIST_FACTOR,
+    Remembered,
 )
 
 # Each statement of a catch-up (drain, index) gives up past this: its work is bounded (a few
@@ -67,7 +59,7 @@ _SPOKEN = (
 )
 # Each asked message (id, session, place) with the spoken turn just before it and just after it.
 _NEIGHBOURS = (
-    "WITH k AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS k(of_id, agent_id, seq)) "
+    "WITH k AS (SELECT * FROM unnest(?::bigint[], ?::text[], ?::bigint[]) AS k(of_id, agent_id, seq)) "
     f"SELECT k.of_id, -1 AS side, n.* FROM k CROSS JOIN LATERAL ({_SPOKEN} AND seq < k.seq ORDER BY seq DESC LIMIT 1) n "
     "UNION ALL "
     f"SELECT k.of_id, 1 AS side, n.* FROM k CROSS JOIN LATERAL ({_SPOKEN} AND seq > k.seq ORDER BY seq LIMIT 1) n"
@@ -79,7 +71,7 @@ def pair_term(pair: int, term: str) -> str:
     return f"{pair}:{term}"
 
 
-class PostgresRecall(Repository):
+class PostgresRecall(Repository, Remembered):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
     __slots__ = ()
@@ -111,10 +103,10 @@ class PostgresRecall(Repository):
     def _timeouts(self, statement_ms: int, *, lock_ms: int | None = None) -> None:
         """Bound this transaction's statements (and lock waits) from here on; never the session's."""
         if lock_ms is None:
-            self._execute(b"SELECT set_config('statement_timeout', %s, true)", (str(statement_ms),))
+            self.sql.run("SELECT set_config('statement_timeout', ?, true)", (str(statement_ms),))
             return
-        self._execute(
-            b"SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+        self.sql.run(
+            "SELECT set_config('statement_timeout', ?, true), set_config('lock_timeout', ?, true)",
             (str(statement_ms), str(lock_ms)),
         )
 
@@ -138,16 +130,16 @@ class PostgresRecall(Repository):
         # KEY SHARE: a message being deleted (or given a new id) meanwhile is not waited for,
         # which could deadlock with its delete trigger waiting for our queue rows; it is queued
         # again and looked at after that transaction ends.
-        rows = self._all(
-            "SELECT id, user_id, character_id, kind, content FROM messages WHERE id = ANY(%s::bigint[]) "
+        rows = self.sql.all(
+            "SELECT id, user_id, character_id, kind, content FROM messages WHERE id = ANY(?::bigint[]) "
             "ORDER BY id FOR KEY SHARE SKIP LOCKED",
             (int_array(wanted),),
         )
         found = {row["id"] for row in rows}
         if len(found) < len(wanted):
-            self._execute(
-                b"INSERT INTO recall_pending (id) SELECT id FROM messages WHERE id = ANY(%s::bigint[]) "
-                b"ON CONFLICT DO NOTHING",
+            self.sql.run(
+                "INSERT INTO recall_pending (id) SELECT id FROM messages WHERE id = ANY(?::bigint[]) "
+                "ON CONFLICT DO NOTHING",
                 (int_array(i for i in wanted if i not in found),),
             )
         if not rows:
@@ -161,16 +153,16 @@ class PostgresRecall(Repository):
         found_ids = int_array(found)
         old_pairs = [
             row["pair"]
-            for row in self._all(
-                "SELECT DISTINCT pair FROM recall_docs WHERE id = ANY(%s::bigint[])", (found_ids,)
+            for row in self.sql.all(
+                "SELECT DISTINCT pair FROM recall_docs WHERE id = ANY(?::bigint[])", (found_ids,)
             )
         ]
         # Pairs' statistics are locked in one order, so two instances never wait on each other in a circle.
-        self._execute(
-            b"SELECT pair FROM recall_pairs WHERE pair = ANY(%s) ORDER BY pair FOR UPDATE",
+        self.sql.run(
+            "SELECT pair FROM recall_pairs WHERE pair = ANY(?) ORDER BY pair FOR UPDATE",
             (sorted({*pairs.values(), *old_pairs}),),
         )
-        self._execute(b"DELETE FROM recall_docs WHERE id = ANY(%s::bigint[])", (found_ids,))
+        self.sql.run("DELETE FROM recall_docs WHERE id = ANY(?::bigint[])", (found_ids,))
         totals: dict[int, list[int]] = {}
         with self.conn.shared_cursor().copy(b"COPY recall_docs (id, pair, length, terms) FROM STDIN") as copy:
             for row, found_terms in computed:
@@ -182,10 +174,10 @@ class PostgresRecall(Repository):
                 total[0] += 1
                 total[1] += len(found_terms)
         if totals:
-            self._execute(
-                b"UPDATE recall_pairs p SET docs = p.docs + t.docs, total_length = p.total_length + t.length "
-                b"FROM unnest(%s::integer[], %s::integer[], %s::bigint[]) AS t(pair, docs, length) "
-                b"WHERE p.pair = t.pair",
+            self.sql.run(
+                "UPDATE recall_pairs p SET docs = p.docs + t.docs, total_length = p.total_length + t.length "
+                "FROM unnest(?::integer[], ?::integer[], ?::bigint[]) AS t(pair, docs, length) "
+                "WHERE p.pair = t.pair",
                 (list(totals), [t[0] for t in totals.values()], [t[1] for t in totals.values()]),
             )
         return len(computed)
@@ -197,9 +189,9 @@ class PostgresRecall(Repository):
         if missing:
             # Sorted, so two instances adding the same new pairs wait for each other in one order;
             # only new pairs are inserted, since each attempt takes a number from the identity.
-            self._execute(
-                b"INSERT INTO recall_pairs (user_id, character_id) "
-                b"SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT (user_id, character_id) DO NOTHING",
+            self.sql.run(
+                "INSERT INTO recall_pairs (user_id, character_id) "
+                "SELECT * FROM unnest(?::text[], ?::text[]) ON CONFLICT (user_id, character_id) DO NOTHING",
                 ([user for user, _ in missing], [character for _, character in missing]),
             )
             found.update(self._known_pairs(set(missing)))
@@ -208,9 +200,9 @@ class PostgresRecall(Repository):
     def _known_pairs(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
         if not pairs:
             return {}
-        rows = self._all(
+        rows = self.sql.all(
             "SELECT p.pair, p.user_id, p.character_id FROM recall_pairs p "
-            "JOIN unnest(%s::text[], %s::text[]) AS w(user_id, character_id) "
+            "JOIN unnest(?::text[], ?::text[]) AS w(user_id, character_id) "
             "ON p.user_id = w.user_id AND p.character_id = w.character_id",
             ([user for user, _ in pairs], [character for _, character in pairs]),
         )
@@ -220,38 +212,18 @@ class PostgresRecall(Repository):
 
     def behind(self) -> bool:
         """Whether messages are queued that the index has not taken in yet."""
-        return bool(self._count("SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"))
+        return bool(self.sql.count("SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"))
 
     def lag(self, user_id: str, character_id: str | None) -> int:
         """How many of the scope's turns are stored but not in the index yet."""
         scope, params = (
-            ("", (user_id,))
-            if character_id is None
-            else (" AND m.character_id = %s", (user_id, character_id))
+            ("", (user_id,)) if character_id is None else (" AND m.character_id = ?", (user_id, character_id))
         )
-        return self._count(
+        return self.sql.count(
             "SELECT count(*) FROM recall_pending p JOIN messages m ON m.id = p.id "
-            f"WHERE m.user_id = %s{scope} AND m.kind = 'turn'",
+            f"WHERE m.user_id = ?{scope} AND m.kind = 'turn'",
             params,
         )
-
-    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
-        """The facts in scope: a pair's and the user-wide ones, or all of the user's."""
-        if character_id is not None:
-            return PostgresFacts(self.conn, self.instance).of_pair(user_id, character_id)
-        rows = self._all(f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = %s ORDER BY id", (user_id,))
-        return [fact_of(row) for row in rows]
-
-    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
-        """The summary of a pair, or of each of the user's pairs."""
-        if character_id is not None:
-            summary = PostgresSummaries(self.conn, self.instance).get(user_id, character_id)
-            return [summary] if summary is not None else []
-        rows = self._all(
-            f'SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = %s ORDER BY character_id COLLATE "C"',
-            (user_id,),
-        )
-        return [summary_of(row) for row in rows]
 
     def term_stats(
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
@@ -262,10 +234,10 @@ class PostgresRecall(Repository):
         """
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
         scope, params = (
-            ("", (user_id,)) if character_id is None else (" AND character_id = %s", (user_id, character_id))
+            ("", (user_id,)) if character_id is None else (" AND character_id = ?", (user_id, character_id))
         )
-        rows = self._all(
-            f"SELECT pair, docs, total_length FROM recall_pairs WHERE user_id = %s{scope} ORDER BY pair",
+        rows = self.sql.all(
+            f"SELECT pair, docs, total_length FROM recall_pairs WHERE user_id = ?{scope} ORDER BY pair",
             params,
         )
         pairs = [row["pair"] for row in rows]
@@ -280,7 +252,7 @@ class PostgresRecall(Repository):
         """In how many of its pair's turns each term is, counted in one query. A count is reused
         for `FREQUENCY_TTL_S` (a few seconds of new turns barely move an idf); a word not said
         yet is counted again each time, as a turn may say it any moment."""
-        database, now = self._database(), time.monotonic()
+        database, now = self.sql.database(), time.monotonic()
         found: dict[tuple[int, str], int] = {}
         for key in keys:
             cached = _frequencies.get((database, *key))
@@ -289,9 +261,9 @@ class PostgresRecall(Repository):
         missing = [key for key in dict.fromkeys(keys) if key not in found]
         if not missing:
             return found
-        rows = self._all(
+        rows = self.sql.all(
             "SELECT (SELECT count(*) FROM recall_docs WHERE terms @> ARRAY[k.term]) AS docs "
-            "FROM unnest(%s::text[]) WITH ORDINALITY AS k(term, position) ORDER BY k.position",
+            "FROM unnest(?::text[]) WITH ORDINALITY AS k(term, position) ORDER BY k.position",
             ([pair_term(pair, term) for pair, term in missing],),
         )
         if len(_frequencies) + len(missing) > FREQUENCY_CACHE_SIZE:
@@ -311,11 +283,6 @@ class PostgresRecall(Repository):
         """No pair's index is held in this process (see `warm`)."""
         return False
 
-    def _database(self) -> str:
-        """Which database this connection reads (pair ids are per database)."""
-        info = self.conn.info
-        return f"postgresql://{info.host}:{info.port}/{info.dbname}"
-
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
         """BM25 of the pair's turns: the best `limit`, by message id.
 
@@ -326,11 +293,11 @@ class PostgresRecall(Repository):
         present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
         if not present:
             return {}
-        matched = " + ".join("CASE WHEN terms @> ARRAY[%s::text] THEN %s::float8 ELSE 0 END" for _ in present)
+        matched = " + ".join("CASE WHEN terms @> ARRAY[?::text] THEN ?::float8 ELSE 0 END" for _ in present)
         params: list[Any] = [value for term, weight in present for value in (pair_term(pair, term), weight)]
-        shortlist = self._all(
-            f"SELECT id, length, {matched} AS matched FROM recall_docs WHERE terms && %s::text[] "
-            "ORDER BY matched DESC, id DESC LIMIT %s",
+        shortlist = self.sql.all(
+            f"SELECT id, length, {matched} AS matched FROM recall_docs WHERE terms && ?::text[] "
+            "ORDER BY matched DESC, id DESC LIMIT ?",
             (*params, [pair_term(pair, term) for term, _ in present], limit * SHORTLIST_FACTOR),
         )
         average = stats.average_length
@@ -360,8 +327,8 @@ class PostgresRecall(Repository):
         if not ids:
             return []
         return [
-            message_of(row)
-            for row in self._all(f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(%s)", (list(ids),))
+            message_named(row)
+            for row in self.sql.all(f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(?)", (list(ids),))
         ]
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
@@ -369,13 +336,13 @@ class PostgresRecall(Repository):
         round trip (a recall shows a dozen memories or more: one trip each cost milliseconds)."""
         if not messages:
             return {}
-        rows = self._all(
+        rows = self.sql.all(
             _NEIGHBOURS, ([m.id for m in messages], [m.agent_id for m in messages], [m.seq for m in messages])
         )
         found: dict[tuple[int, int], Message] = {}
         for row in rows:
-            of_id, side = row.pop("of_id"), row.pop("side")
-            found[(of_id, side)] = message_of(row)
+            of_id, side, *message = row.values()
+            found[(of_id, side)] = message_of(message)
         return {m.id: (found.get((m.id, -1)), found.get((m.id, 1))) for m in messages}
 
 

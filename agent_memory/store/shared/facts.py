@@ -112,17 +112,11 @@ def summary_of(row: Row) -> Summary:
     )
 
 
-class Facts(Repository):
-    """The `facts` table (current facts, unique per (user, character column, key)) and
-    `fact_history` (the texts they had before, and facts that ended).
-
-    A write that another instance's equal fact refuses (the unique key) is undone alone, in a
-    savepoint: one SQLite process never meets one.
-    """
+class FactReads(Repository):
+    """What is remembered about users: the `facts` table (current facts, unique per (user,
+    character column, key)) and `fact_history` (the texts they had before, and facts that ended)."""
 
     __slots__ = ()
-    # The id a new fact takes (a backend that would hand out an ended fact's id again says another).
-    new_id = "DEFAULT"
 
     def of_pair(self, user_id: str, character_id: str) -> list[Fact]:
         """The pair's facts and the user's user-wide facts, oldest first."""
@@ -154,6 +148,15 @@ class Facts(Repository):
             past.append(FactVersion(now.id, now.text, now.origin, now.valid_from, None, None))
         return past
 
+
+class Facts(FactReads):
+    """The facts' writes. A write that another instance's equal fact refuses (the unique key)
+    is undone alone, in a savepoint: one SQLite process never meets one."""
+
+    __slots__ = ()
+    # The id a new fact takes (a backend that would hand out an ended fact's id again says another).
+    new_id = "DEFAULT"
+
     def add(
         self,
         user_id: str,
@@ -165,7 +168,9 @@ class Facts(Repository):
         origin: FactOrigin,
     ) -> tuple[Fact, bool]:
         """Insert a fact unless one saying the same exists, superseding the one about the same
-        subject (`place_fact`); returns (fact, created).
+        subject (`place_fact`: same id, the old text kept as history; created is True);
+        returns (fact, created). With scope user the fact holds for every character; saying
+        by hand (pinned) what is already known pins it.
 
         Another instance adding the same fact at once is waited for (the unique key), and
         its fact is the one returned.
@@ -316,7 +321,7 @@ class Facts(Repository):
         )
 
 
-class Summaries(Repository):
+class SummaryReads(Repository):
     """The `summaries` table: one per pair."""
 
     __slots__ = ()
@@ -327,6 +332,12 @@ class Summaries(Repository):
             (user_id, character_id),
         )
         return summary_of(row) if row is not None else None
+
+
+class Summaries(SummaryReads):
+    """The summaries' writes."""
+
+    __slots__ = ()
 
     def put(self, summary: Summary) -> None:
         """Store the pair's summary, replacing the one it had."""

@@ -1,6 +1,22 @@
-"""The recall index's limits, the same on every backend so that both rank a question's turns alike."""
+"""The recall index as the rest of the store reads it, and its limits: the same on every backend so
+that both rank a question's turns alike."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from agent_memory.core.domain import Fact, Message, Summary
+from agent_memory.core.recall import TermStats, TurnHit
+from agent_memory.store.shared.facts import (
+    FACT_COLUMNS,
+    SUMMARY_COLUMNS,
+    FactReads,
+    SummaryReads,
+    fact_of,
+    summary_of,
+)
+from agent_memory.store.shared.sql import Repository
 
 # A term in more of a pair's turns than this says little and costs a long posting list.
 MAX_POSTINGS = 3000
@@ -9,3 +25,74 @@ FREQUENCY_TTL_S = 10.0
 FREQUENCY_CACHE_SIZE = 100_000
 # How many times `limit` turns, by matched words, are ranked with their lengths.
 SHORTLIST_FACTOR = 4
+
+
+class RecallReads(Protocol):
+    """The word index of spoken turns, as recall reads it."""
+
+    def behind(self) -> bool:
+        """Whether messages are stored that the recall index has not taken in yet."""
+        ...
+
+    def lag(self, user_id: str, character_id: str | None) -> int:
+        """How many of the scope's turns (a pair's, or all the user's: None) are not indexed yet."""
+        ...
+
+    def term_stats(
+        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
+    ) -> TermStats:
+        """BM25's statistics of a question's terms over a pair's turns (all the user's pairs: None)."""
+        ...
+
+    def warm(self, user_id: str, character_id: str) -> bool:
+        """Hold the pair's recall index in this process's memory now (a call is starting);
+        True when it was read, False when already held or there is nothing to hold here."""
+        ...
+
+    def held(self, user_id: str, character_id: str) -> bool:
+        """Whether this process holds the pair's recall index in memory."""
+        ...
+
+    def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
+        """The best-matching turns in the scope of `stats`, best first."""
+        ...
+
+    def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
+        """The spoken turns just before and just after each message in its session, by its id."""
+        ...
+
+    def messages(self, ids: Sequence[int]) -> list[Message]:
+        """The messages with these ids, in the order asked (missing ones left out)."""
+        ...
+
+    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
+        """The facts in scope: a pair's and the user-wide ones, or all of the user's (None)."""
+        ...
+
+    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
+        """The summary of a pair, or of each of the user's pairs (None)."""
+        ...
+
+
+class Remembered(Repository):
+    """What recall shows beside turns, in its scope (a pair, or all of a user's pairs: None)."""
+
+    __slots__ = ()
+
+    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
+        """The facts in scope: a pair's and the user-wide ones, or all of the user's."""
+        if character_id is not None:
+            return FactReads(self.sql).of_pair(user_id, character_id)
+        rows = self.sql.all(f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = ? ORDER BY id", (user_id,))
+        return [fact_of(row) for row in rows]
+
+    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
+        """The summary of a pair, or of each of the user's pairs (by character)."""
+        if character_id is not None:
+            summary = SummaryReads(self.sql).get(user_id, character_id)
+            return [summary] if summary is not None else []
+        rows = self.sql.all(
+            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ? ORDER BY character_id{self.sql.binary}",
+            (user_id,),
+        )
+        return [summary_of(row) for row in rows]

@@ -20,8 +20,8 @@ from typing import Any
 from agent_memory.core.recall import bm25, weighted_terms
 from agent_memory.core.search import Scored, query_terms, scored_rows, several_words, snippet, term_patterns
 from agent_memory.core.terms import terms as terms_of
-from agent_memory.store.protocols import RecallReads
 from agent_memory.store.shared.facts import USER_WIDE, fact_scope
+from agent_memory.store.shared.recall import RecallReads
 from agent_memory.store.shared.sql import Repository
 from agent_memory.store.types import (
     SEARCH_KINDS,
@@ -183,7 +183,7 @@ def sources(summary_key: str) -> dict[SearchKind, Kind]:
     }
 
 
-class Search(Repository):
+class SearchReads(Repository):
     """A user's search and an operator's mentions, alike on every backend; how the rows holding
     a word of three or more characters are found through an index is the backend's."""
 
@@ -358,3 +358,13 @@ class Search(Repository):
             answer["scanned_messages"] = scanned
             answer["complete"] = floor <= 0
         return answer
+
+
+class Search(SearchReads):
+    """Search that keeps its index: how is the backend's."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def catch_up(self, limit: int) -> int:
+        """Index up to `limit` messages stored since the index was last brought up to date."""

@@ -6,6 +6,7 @@ from agent_memory.store.shared.analytics import Analytics
 from agent_memory.store.shared.bindings import Bindings
 from agent_memory.store.shared.console import ConsoleReads, ConsoleSessions
 from agent_memory.store.shared.export import Export
+from agent_memory.store.shared.facts import Facts, Summaries
 from agent_memory.store.shared.inbox import Inbox
 from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
 from agent_memory.store.shared.messages import Messages, Versions
@@ -15,10 +16,14 @@ from agent_memory.store.shared.sql import Sql
 
 class SharedView:
     """The repositories both backends run alike; a backend's view adds its own (sessions, jobs,
-    watches, vectors, facts, search, recall, maintenance) beside them."""
+    watches, vectors, search, recall, maintenance) beside them."""
 
-    def __init__(self, sql: Sql, *, analytics: type[Analytics] = Analytics) -> None:
+    def __init__(
+        self, sql: Sql, *, analytics: type[Analytics] = Analytics, facts: type[Facts] = Facts
+    ) -> None:
         self.sql = sql
+        self.facts = facts(sql)
+        self.summaries = Summaries(sql)
         self.messages = Messages(sql)
         self.inbox = Inbox(sql)
         self.bindings = Bindings(sql)

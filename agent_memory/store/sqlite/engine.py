@@ -29,7 +29,7 @@ from sqlite_utils import Database
 from agent_memory.errors import StoreUnavailable
 from agent_memory.store.shared.view import SharedView
 from agent_memory.store.sqlite.common import SQLiteSql
-from agent_memory.store.sqlite.facts import SQLiteFacts, SQLiteSummaries
+from agent_memory.store.sqlite.facts import SQLiteFacts
 from agent_memory.store.sqlite.jobs import SQLiteJobs
 from agent_memory.store.sqlite.leases import SQLiteLeases
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
@@ -92,12 +92,10 @@ class SQLiteView(SharedView):
     """The repositories over one connection: a reader's (query_only), or the writer's."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(sql := SQLiteSql(conn))
+        super().__init__(sql := SQLiteSql(conn), facts=SQLiteFacts)
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
         self.sessions = SQLiteSessions(sql)
-        self.facts = SQLiteFacts(conn)
-        self.summaries = SQLiteSummaries(conn)
         self.jobs = SQLiteJobs(sql)
         self.watches = SQLiteWatches(sql)
         self.search = SQLiteSearch(conn)

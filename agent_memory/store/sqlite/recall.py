@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 
-from agent_memory.core.domain import Fact, Message, Summary
+from agent_memory.core.domain import Message
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.protocols import NotBrief
@@ -24,16 +24,9 @@ from agent_memory.store.shared.recall import (
     FREQUENCY_TTL_S,
     MAX_POSTINGS,
     SHORTLIST_FACTOR,
+    Remembered,
 )
 from agent_memory.store.sqlite.common import CHUNK, Repository, marks
-from agent_memory.store.sqlite.facts import (
-    FACT_COLUMNS,
-    SUMMARY_COLUMNS,
-    SQLiteFacts,
-    SQLiteSummaries,
-    fact_of,
-    summary_of,
-)
 from agent_memory.store.sqlite.pairs import ensure_pairs
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
@@ -55,7 +48,7 @@ def _phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-class SQLiteRecall(Repository):
+class SQLiteRecall(Repository, Remembered):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
     __slots__ = ("_copies", "_key", "_owners", "_path", "brief")
@@ -144,23 +137,6 @@ class SQLiteRecall(Repository):
         return len(ids)
 
     # reading
-
-    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
-        """The facts in scope: a pair's and the user-wide ones, or all of the user's."""
-        if character_id is not None:
-            return SQLiteFacts(self.conn).of_pair(user_id, character_id)
-        rows = self.conn.execute(
-            f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = ? ORDER BY id", (user_id,)
-        )
-        return [fact_of(row) for row in rows]
-
-    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
-        """The summary of a pair, or of each of the user's pairs."""
-        if character_id is not None:
-            summary = SQLiteSummaries(self.conn).get(user_id, character_id)
-            return [summary] if summary is not None else []
-        rows = self.conn.execute(f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ?", (user_id,))
-        return [summary_of(row) for row in rows]
 
     def behind(self) -> bool:
         """Whether messages are stored that the index has not taken in yet."""
