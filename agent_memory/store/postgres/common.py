@@ -86,22 +86,6 @@ class Repository(SharedRepository):
         self.conn = conn
         self.instance = instance
 
-    def _execute(self, sql: bytes, params: Sequence[Any] | dict[str, Any] = ()) -> psycopg.Cursor[DictRow]:
-        """Run a statement on the reusable cursor; read what it returns (rows, rowcount) at once."""
-        return self.conn.shared_cursor().execute(sql, params)
-
-    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        # A cursor of its own: a long result would otherwise stay in memory until the next statement.
-        return list(self.conn.execute(sql.encode(), params).fetchall())
-
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        return self._execute(sql.encode(), params).fetchone()
-
-    def _count(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """The single integer a `count(*)` query answers."""
-        row = self._execute(sql.encode(), params).fetchone()
-        return int(next(iter(row.values()))) if row else 0
-
 
 @lru_cache(maxsize=2048)
 def dialect(sql: str) -> bytes:

@@ -14,10 +14,10 @@ class PostgresLeases(Repository):
         """Take `name` for `ttl_ms` if it is free or ran out, or extend it if this instance holds it."""
         stamp = now_ms()
         # One statement: of instances acquiring at once, the row lock lets exactly one in.
-        row = self._one(
-            "INSERT INTO leases AS l (name, owner, until_ms) VALUES (%s, %s, %s) "
+        row = self.sql.one(
+            "INSERT INTO leases AS l (name, owner, until_ms) VALUES (?, ?, ?) "
             "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until_ms = excluded.until_ms "
-            "WHERE l.owner = excluded.owner OR l.until_ms < %s RETURNING owner",
+            "WHERE l.owner = excluded.owner OR l.until_ms < ? RETURNING owner",
             (name, self.instance.name, stamp + ttl_ms, stamp),
         )
         return row is not None

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from psycopg import errors, sql
 
-from agent_memory.store.postgres.common import Connection, Repository, now_ms
+from agent_memory.store.postgres.common import Connection, Repository, dialect, now_ms
 from agent_memory.store.shared.maintenance import FORGETS, HELD, Purges, cutoff_keys
 from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
 
@@ -61,9 +61,7 @@ SCRUB_LOCK = 0x61676D7363727562
 # The seed of a user's advisory lock (sessions' are 0, inbox events' 1): a forget holds it
 # exclusively, every merge shared while it checks the cut-off and writes.
 USER_LOCK_SEED = 2
-_FORGET_CUTOFF = (
-    f"SELECT max(forgot_ms) AS at, bool_or(key = %s) AS run FROM {FORGETS} WHERE key IN (%s, %s, %s)"
-)
+_FORGET_CUTOFF = f"SELECT max(forgot_ms) AS at, bool_or(key = ?) AS run FROM {FORGETS} WHERE key IN (?, ?, ?)"
 # Memory for rebuilding the indexes (the trigram GIN indexes build much faster with more).
 REWRITE_WORK_MEM = "128MB"
 
@@ -77,11 +75,11 @@ class PostgresMaintenance(Repository, Purges):
 
     def schema(self) -> list[str]:
         """The migrations the database has, in order."""
-        return [row["name"] for row in self._all("SELECT name FROM agent_memory_migrations ORDER BY name")]
+        return [row["name"] for row in self.sql.all("SELECT name FROM agent_memory_migrations ORDER BY name")]
 
     def storage_stats(self) -> StorageStats:
         """The database's size; PostgreSQL reuses freed space itself (autovacuum), so no advice."""
-        row = self._one(
+        row = self.sql.one(
             "SELECT pg_database_size(current_database()) AS bytes, current_setting('block_size')::int AS page"
         )
         assert row is not None
@@ -94,7 +92,7 @@ class PostgresMaintenance(Repository, Purges):
 
     def search_state(self) -> SearchState:
         """Tables a forget still owes a rewrite, and up to which id every turn is indexed for recall."""
-        row = self._one(
+        row = self.sql.one(
             "SELECT (SELECT count(*) FROM scrub_owed) AS owed, "
             "coalesce((SELECT min(id) - 1 FROM recall_pending), (SELECT max(id) FROM messages), 0) AS upto"
         )
@@ -111,12 +109,13 @@ class PostgresMaintenance(Repository, Purges):
         user, pair, run = cutoff_keys(user_id, character_id, agent_id)
         params = (run, user, pair, run)
         if self.conn.read_only:
-            row = self._one(_FORGET_CUTOFF, params)
+            row = self.sql.one(_FORGET_CUTOFF, params)
         else:
             cursor = self.conn.shared_client_cursor()
             cursor.execute(
-                f"SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, {USER_LOCK_SEED:d})); "
-                f"{_FORGET_CUTOFF}".encode(),
+                dialect(
+                    f"SELECT pg_advisory_xact_lock_shared(hashtextextended(?, {USER_LOCK_SEED:d})); {_FORGET_CUTOFF}"
+                ),
                 (user_id, *params),
             )
             cursor.nextset()

@@ -35,17 +35,6 @@ class Repository(SharedRepository):
         super().__init__(SQLiteSql(conn))
         self.conn = conn
 
-    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        return [dict(row) for row in self.conn.execute(sql, params)]
-
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        row = self.conn.execute(sql, params).fetchone()
-        return dict(row) if row is not None else None
-
-    def _count(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """The single integer a `count(*)` query answers."""
-        return int(self.conn.execute(sql, params).fetchone()[0])
-
 
 class SQLiteSql(Sql):
     """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""

@@ -68,7 +68,7 @@ class SQLiteMaintenance(Repository, Purges):
     def storage_stats(self) -> StorageStats:
         """Size of the database file, SQLite's page counts and its auto-vacuum mode (2: incremental)."""
         pragma = {
-            name: self._count(f"PRAGMA {name}")
+            name: self.sql.count(f"PRAGMA {name}")
             for name in ("page_size", "page_count", "freelist_count", "auto_vacuum")
         }
         return {
@@ -131,7 +131,7 @@ class SQLiteMaintenance(Repository, Purges):
     def index_size(self) -> dict[str, int]:
         """Rows of each index's segment table (each about one page): what a full merge rewrites."""
         return {
-            name: sum(self._count(f"SELECT count(*) FROM {fts}_data") for fts in tables)
+            name: sum(self.sql.count(f"SELECT count(*) FROM {fts}_data") for fts in tables)
             for name, tables in INDEXES.items()
         }
 
@@ -168,8 +168,8 @@ class SQLiteMaintenance(Repository, Purges):
 
     def reclaim_space(self, pages: int) -> int:
         """Give up to `pages` free pages back to the file system; returns how many."""
-        free = self._count("PRAGMA freelist_count")
+        free = self.sql.count("PRAGMA freelist_count")
         for _ in range(min(free, pages)):
             # Python's sqlite3 steps a PRAGMA once, and each step frees one page.
             self.conn.execute("PRAGMA incremental_vacuum(1)")
-        return free - self._count("PRAGMA freelist_count")
+        return free - self.sql.count("PRAGMA freelist_count")

@@ -46,7 +46,9 @@ class SQLiteSearch(Repository, Search):
         """The owner token of each of the user's pairs, by character."""
         return {
             row["character_id"]: row["token"]
-            for row in self._all("SELECT character_id, token FROM search_pairs WHERE user_id = ?", (user_id,))
+            for row in self.sql.all(
+                "SELECT character_id, token FROM search_pairs WHERE user_id = ?", (user_id,)
+            )
         }
 
     def _owner(self, kind: Kind, user_id: str, character_id: str | None) -> str | None:
@@ -69,22 +71,21 @@ class SQLiteSearch(Repository, Search):
             return None
         fts = f"{kind.table}_fts"
         match = f"{owner} AND {kind.column} : (" + " AND ".join(map(fts_phrase, terms)) + ")"
-        rows = self._all(
+        rows = self.sql.all(
             f"SELECT {kind.columns} FROM (SELECT rowid AS r FROM {fts} WHERE {fts} MATCH ? "
             f"ORDER BY rowid DESC LIMIT ?) f JOIN {kind.table} t ON t.{kind.key} = f.r "
             "WHERE t.user_id = ?",
             (match, MAX_CANDIDATES, user_id),
         )
         capped = len(rows) >= MAX_CANDIDATES
-        if character_id is not None:
-            rows = [row for row in rows if row["character_id"] in (character_id, USER_WIDE)]
-        return rows, capped
+        wanted = (character_id, USER_WIDE)
+        return [dict(row) for row in rows if character_id is None or row["character_id"] in wanted], capped
 
     def _frequency(self, kind: Kind, user_id: str, character_id: str | None, term: str) -> int:
         owner = self._owner(kind, user_id, character_id)
         fts = f"{kind.table}_fts"
         match = f"{owner} AND {kind.column} : ({fts_phrase(term)})"
-        return self._count(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,))
+        return self.sql.count(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,))
 
     def _phrase(self, phrase: str) -> tuple[str, list[Any]]:
         source = "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?"
@@ -92,7 +93,7 @@ class SQLiteSearch(Repository, Search):
 
     def catch_up(self, limit: int) -> int:
         """Index up to `limit` messages stored since the last call for search; returns how many."""
-        upto = self._count("SELECT value FROM search_state WHERE name = 'messages_indexed_upto'")
+        upto = self.sql.count("SELECT value FROM search_state WHERE name = 'messages_indexed_upto'")
         last = self.conn.execute(
             "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
             (upto, limit),
