@@ -1,4 +1,4 @@
-"""What the rest of the service may ask of a store: one protocol per repository.
+"""What the rest of the service may ask of a store: one protocol (or shared class) per repository.
 
 A backend (`store/sqlite/`, later `store/postgres/`) implements `Store`. Work runs as plain
 functions: `await store.read(fn)` calls `fn(view)` with a `ReadView` (consistent reads),
@@ -26,6 +26,7 @@ from agent_memory.store.shared.facts import FactReads, Facts, Summaries, Summary
 from agent_memory.store.shared.inbox import Inbox, InboxReads
 from agent_memory.store.shared.jobs import JobReads, Jobs
 from agent_memory.store.shared.keys import ApiKeyReads, ApiKeys, LlmRouteReads, LlmRoutes
+from agent_memory.store.shared.maintenance import Maintenance, MaintenanceReads
 from agent_memory.store.shared.messages import MessageReads, Messages
 from agent_memory.store.shared.messages import Versions as VersionReads
 from agent_memory.store.shared.recall import RecallReads
@@ -34,14 +35,6 @@ from agent_memory.store.shared.search import Search, SearchReads
 from agent_memory.store.shared.sessions import SessionReads, Sessions
 from agent_memory.store.shared.vectors import VectorReads, Vectors
 from agent_memory.store.shared.watches import Watches, WatchReads
-from agent_memory.store.types import (
-    ForgetCutoff,
-    ForgetReceipt,
-    PurgeStep,
-    SearchKind,
-    SearchState,
-    StorageStats,
-)
 
 T = TypeVar("T")
 
@@ -59,82 +52,6 @@ class Leases(Protocol):
     def acquire(self, name: str, ttl_ms: int) -> bool:
         """Hold `name` for `ttl_ms` from now if nobody else holds it (a holder extends it);
         whether this instance holds it. One process alone always does."""
-        ...
-
-
-# maintenance: forgetting, retention, space
-
-
-class MaintenanceReads(Protocol):
-    def schema(self) -> list[str]:
-        """The migrations the database has, in order."""
-        ...
-
-    def counts(self) -> dict[str, int]:
-        """Rows held of each main kind (messages, sessions, facts, summaries, jobs, inbox)."""
-        ...
-
-    def storage_stats(self) -> StorageStats: ...
-
-    def search_state(self) -> SearchState: ...
-
-    def forget_cutoff(
-        self, user_id: str, character_id: str, agent_id: str | None = None
-    ) -> ForgetCutoff | None:
-        """When the pair, its whole user or the agent run was last forgotten, None if never:
-        what was said before it is never stored again. In a write transaction on a shared database, a forget
-        of the user under way is waited for (and nothing forgets it until commit)."""
-        ...
-
-
-class Maintenance(MaintenanceReads, Protocol):
-    def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
-        """Delete everything held for a pair, or for a user when `character_id` is None
-        (a pair's forget keeps the user's user-wide facts), and record the time of the forget
-        (`forget_cutoff`). Raw events keep their id, so a redelivery is still recognised, but
-        lose their text. `Store.checkpoint` afterwards makes the deletion reach the file."""
-        ...
-
-    def mark_reset(self, user_id: str, character_id: str) -> None:
-        """Record that the pair's summary and learned facts are rebuilt from now (a session's words
-        left the pair): a condense that read the pair before drops its result (`reset_at`)."""
-        ...
-
-    def reset_at(self, user_id: str, character_id: str) -> int | None:
-        """When the pair's learned memory was last reset (`mark_reset`), None if never; in a write
-        transaction on a shared database, a reset under way is waited for."""
-        ...
-
-    def purge_messages(
-        self,
-        *,
-        after: tuple[str, str] | None,
-        now_ms: int,
-        keep_latest: int,
-        max_age_ms: int,
-        budget: int,
-    ) -> PurgeStep:
-        """Delete up to `budget` messages beyond the pairs' limits that a summary covers,
-        pair by pair in key order after `after`."""
-        ...
-
-    def purge_raw_events(self, *, older_than_ms: int, budget: int) -> int:
-        """Delete up to `budget` processed raw events received before `older_than_ms`."""
-        ...
-
-    def purge_metrics(self, *, older_than_ms: int, budget: int) -> int: ...
-
-    def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
-        """One bounded step of rewriting an index without its deleted entries; False when
-        there is nothing left to merge."""
-        ...
-
-    def search_scrubbed(self, owed: int, dead_rows: int) -> None:
-        """A full merge finished: what was owed when it began is paid."""
-        ...
-
-    def reclaim_space(self, pages: int) -> int:
-        """Give up to `pages` free pages back to the file system; returns how many."""
         ...
 
 

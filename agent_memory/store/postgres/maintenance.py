@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from psycopg import errors, sql
 
 from agent_memory.store.postgres.common import Connection, Repository, dialect, now_ms
-from agent_memory.store.shared.maintenance import FORGETS, HELD, Purges, cutoff_keys
+from agent_memory.store.shared.maintenance import FORGETS, HELD, Maintenance, cutoff_keys
 from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ _FORGET_CUTOFF = f"SELECT max(forgot_ms) AS at, bool_or(key = ?) AS run FROM {FO
 REWRITE_WORK_MEM = "128MB"
 
 
-class PostgresMaintenance(Repository, Purges):
+class PostgresMaintenance(Repository, Maintenance):
     """Forget, bounded purges and the figures of the database; `scrub` rewrites what forget owes."""
 
     __slots__ = ()

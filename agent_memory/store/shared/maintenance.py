@@ -15,7 +15,14 @@ from typing import Literal
 
 from agent_memory.core.clock import now_ms
 from agent_memory.store.shared.sql import Repository
-from agent_memory.store.types import ForgetReceipt, PurgeStep
+from agent_memory.store.types import (
+    ForgetCutoff,
+    ForgetReceipt,
+    PurgeStep,
+    SearchKind,
+    SearchState,
+    StorageStats,
+)
 
 
 @dataclass(frozen=True)
@@ -87,9 +94,39 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-class Purges(Repository):
-    """What both backends forget, count and purge alike: purges in bounded steps, each in its
-    own short transaction.
+class MaintenanceReads(Repository):
+    """The database's figures, and when a user, pair or agent run was last forgotten."""
+
+    __slots__ = ()
+
+    def counts(self) -> dict[str, int]:
+        """Rows held of each main kind (messages, sessions, facts, summaries, jobs, inbox)."""
+        return {table: self.sql.count(f"SELECT count(*) FROM {table}") for table in COUNTED}
+
+    @abstractmethod
+    def schema(self) -> list[str]:
+        """The migrations the database has, in order."""
+
+    @abstractmethod
+    def storage_stats(self) -> StorageStats:
+        """The database's size, and how much of it could be given back."""
+
+    @abstractmethod
+    def search_state(self) -> SearchState:
+        """What the search index still owes a forget, and how far recall has indexed."""
+
+    @abstractmethod
+    def forget_cutoff(
+        self, user_id: str, character_id: str, agent_id: str | None = None
+    ) -> ForgetCutoff | None:
+        """When the pair, its whole user or the agent run was last forgotten, None if never:
+        what was said before it is never stored again. In a write transaction on a shared database, a forget
+        of the user under way is waited for (and nothing forgets it until commit)."""
+
+
+class Maintenance(MaintenanceReads):
+    """What both backends forget and purge alike (purges in bounded steps, each in its own
+    short transaction); how the deletion reaches the files is the backend's.
 
     The rule that protects memory: a message is removed only when its id is at or below its
     pair's summary watermark, i.e. a committed summary covers it (ids are never reused).
@@ -98,7 +135,10 @@ class Purges(Repository):
     __slots__ = ()
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
-        """Delete everything held for a pair, or for a user when `character_id` is None."""
+        """Delete everything held for a pair, or for a user when `character_id` is None
+        (a pair's forget keeps the user's user-wide facts), and record the time of the forget
+        (`forget_cutoff`). Raw events keep their id, so a redelivery is still recognised, but
+        lose their text. `Store.checkpoint` afterwards makes the deletion reach the file."""
         where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
         params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
         agent_ids = self._sessions(where, params, user_id)
@@ -149,11 +189,9 @@ class Purges(Repository):
         """Drop the forgotten pairs' index bookkeeping, and make the deleted text (`indexed`
         search index rows) leave the files or owe that; True when it is owed."""
 
-    def counts(self) -> dict[str, int]:
-        return {table: self.sql.count(f"SELECT count(*) FROM {table}") for table in COUNTED}
-
     def mark_reset(self, user_id: str, character_id: str) -> None:
-        """Record that what was learned of the pair is being rebuilt from now (`reset_at`)."""
+        """Record that the pair's summary and learned facts are rebuilt from now (a session's words
+        left the pair): a condense that read the pair before drops its result (`reset_at`)."""
         key = _digest("reset", user_id, character_id)
         # Under the lock a condense's commit reads the mark under: it waits for this commit.
         self.sql.locked(key, RESET_LOCK_SEED, "SELECT 1 AS held")
@@ -164,8 +202,8 @@ class Purges(Repository):
         )
 
     def reset_at(self, user_id: str, character_id: str) -> int | None:
-        """When the pair's learned memory was last reset, None if never; a reset under way is
-        waited for (PostgreSQL)."""
+        """When the pair's learned memory was last reset (`mark_reset`), None if never; in a write
+        transaction on a shared database, a reset under way is waited for."""
         key = _digest("reset", user_id, character_id)
         row = self.sql.locked(key, RESET_LOCK_SEED, f"SELECT forgot_ms FROM {FORGETS} WHERE key = ?", (key,))
         return None if row is None else int(row["forgot_ms"])
@@ -263,3 +301,16 @@ class Purges(Repository):
             "(SELECT agent_id, turn_id, metric FROM agent_metrics WHERE at_ms < ? LIMIT ?)",
             (older_than_ms, budget),
         )
+
+    @abstractmethod
+    def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
+        """One bounded step of rewriting an index without its deleted entries; False when
+        there is nothing left to merge."""
+
+    @abstractmethod
+    def search_scrubbed(self, owed: int, dead_rows: int) -> None:
+        """A full merge finished: what was owed when it began is paid."""
+
+    @abstractmethod
+    def reclaim_space(self, pages: int) -> int:
+        """Give up to `pages` free pages back to the file system; returns how many."""

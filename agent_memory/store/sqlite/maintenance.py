@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_memory.store.shared.maintenance import FORGETS, HELD, Purges, cutoff_keys
+from agent_memory.store.shared.maintenance import FORGETS, HELD, Maintenance, cutoff_keys
 from agent_memory.store.sqlite.common import Repository
 from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
 
@@ -54,7 +54,7 @@ NO_SHRINK_ADVICE = (
 )
 
 
-class SQLiteMaintenance(Repository, Purges):
+class SQLiteMaintenance(Repository, Maintenance):
     """Forget, bounded purges, the search index's upkeep and giving space back."""
 
     __slots__ = ()
