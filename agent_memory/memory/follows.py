@@ -72,7 +72,7 @@ class Follows:
 
     async def unfollow(self, agent_id: str, reason: str = "stopped by request") -> bool:
         """Stop following an agent; False if it was not being followed."""
-        return await self.store.write(lambda tx: tx.watches.unfollow(agent_id, reason))
+        return await self.store.write(lambda tx: tx.watches.unfollow(agent_id, reason) is not None)
 
     async def due_follows(self, stamp: int, limit: int) -> tuple[list[Watch], list[Watch]]:
         """Followed agents whose poll is due at `stamp`, and those whose refresh is; each at most

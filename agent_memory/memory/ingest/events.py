@@ -115,7 +115,10 @@ class Ingestor:
         agent_id = session.agent_id
         changes: SessionChanges = {"updated_ms": now_ms()}
         if event.kind == "history":
-            outcome = merge(tx, self.settings, session, event.messages, stamp, ended=True, cutoff=cutoff)
+            # The session's new counts go in the update below, with the rest of what changed.
+            outcome = merge(
+                tx, self.settings, session, event.messages, stamp, ended=True, cutoff=cutoff, into=changes
+            )
             outcome = self.speakers.keep_apart(tx, session, event, stamp, outcome, ended=True)
             # The whole transcript comes after the run stopped, whether or not `left` came yet.
             if session.status == "running":
@@ -154,8 +157,8 @@ class Ingestor:
     def stop_following(self, tx: Transaction, session: Session, reason: str) -> None:
         """Stop following a run whose call ended: what its agent held itself, kept out of the
         summary while a refresh could push it back (`memory.jobs.held_from`), is condensed now."""
-        watch = tx.watches.get(session.agent_id)
-        if tx.watches.unfollow(session.agent_id, reason) and watch is not None and watch.refreshes:
+        watch = tx.watches.unfollow(session.agent_id, reason)
+        if watch is not None and watch.refreshes:
             schedule_condense(tx, self.settings, session.user_id, session.character_id, 0, ended=True)
 
     @staticmethod

@@ -138,14 +138,14 @@ class Watches(WatchReads):
         self.sql.set("watched_agents", "agent_id", agent_id, changes)
         return "updated"
 
-    def unfollow(self, agent_id: str, reason: str) -> bool:
-        return (
-            self.sql.run(
-                "UPDATE watched_agents SET status = 'stopped', stop_reason = ?, push_due_ms = NULL, "
-                "updated_ms = ? WHERE agent_id = ? AND status = 'watching'",
-                (reason, now_ms(), agent_id),
-            )
-            == 1
+    def unfollow(self, agent_id: str, reason: str) -> Watch | None:
+        """Stop following an agent: the watch, stopped (None: it was not followed); one
+        statement, as ingest stops following a run on every transcript."""
+        return self.sql.record(
+            Watch,
+            "UPDATE watched_agents SET status = 'stopped', stop_reason = ?, push_due_ms = NULL, "
+            f"updated_ms = ? WHERE agent_id = ? AND status = 'watching' RETURNING {WATCH_COLUMNS}",
+            (reason, now_ms(), agent_id),
         )
 
     def polled(self, agent_id: str, *, next_poll_ms: int, error: str | None) -> None:
