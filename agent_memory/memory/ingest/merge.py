@@ -20,7 +20,7 @@ from agent_memory.memory.ingest.arrivals import (
 from agent_memory.memory.jobs import schedule_condense
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
-from agent_memory.store.types import ForgetCutoff, NewMessage
+from agent_memory.store.types import ForgetCutoff, NewMessage, SessionChanges
 
 log = logging.getLogger(__package__)  # ingest logs as one (docs/memory.md quotes its lines)
 
@@ -35,11 +35,13 @@ def merge(
     ended: bool = False,
     cutoff: ForgetCutoff | None = None,
     discrete: bool = False,
+    into: SessionChanges | None = None,
 ) -> Outcome:
     """Merge one window of a session's transcript into what is stored of it; `ended`: the
     call is over (its whole transcript), so no more turns are coming to wait for; `cutoff`:
     when the pair was last forgotten (what was said before it is left out); `discrete`: each
-    message names itself (HistoryWindow.discrete)."""
+    message names itself (HistoryWindow.discrete); `into`: the caller's own changes to the
+    session, which it writes after: the session's new counts go there (one update, not two)."""
     agent_id = session.agent_id
     messages, unspoken = without_forgotten_speakers(tx, session, messages)
     base_ms = session.start_ms or stamp
@@ -76,9 +78,11 @@ def merge(
     tx.messages.insert(new_rows)
     gaps = placed.gap_count
     if new_rows or gaps != session.gap_count:
-        tx.sessions.update(
-            agent_id, {"message_count": session.message_count + len(new_rows), "gap_count": gaps}
-        )
+        counts: SessionChanges = {"message_count": session.message_count + len(new_rows), "gap_count": gaps}
+        if into is None:
+            tx.sessions.update(agent_id, counts)
+        else:
+            into.update(counts)
     if placed.new_gap:
         log.warning(
             "session %s: a window of %d messages overlaps nothing stored; gap recorded",
