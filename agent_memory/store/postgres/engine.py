@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
 import os
 import random
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import IsolationLevel, errors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
@@ -82,6 +84,8 @@ INDEX_EVERY_S = 0.2
 INDEX_CHUNK = 500
 # Messages a search or recall indexes before it reads, so that it sees what was just stored.
 SEARCH_CATCH_UP = 20_000
+# Savepoint names, one per block (`PostgresTransaction.savepoint`).
+_savepoints = itertools.count(1)
 _RETRYABLE = (errors.DeadlockDetected, errors.SerializationFailure)
 # The server going away: admin shutdown, crash shutdown, starting up (besides class 08, connection).
 _SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
@@ -148,9 +152,21 @@ class PostgresTransaction(PostgresView):
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        """Undo only what the block wrote if it raises."""
-        with self.conn.transaction():
+        """Undo only what the block wrote if it raises.
+
+        Not released when the block ends well: the commit ends it with the rest, and a RELEASE
+        is one more round trip on every callback (ingest applies each event in one). Its name is
+        its own, so an outer block's rollback goes back to the outer block's start.
+        """
+        name = f"am_{next(_savepoints)}".encode()
+        cursor = self.conn.shared_cursor()
+        cursor.execute(b"SAVEPOINT " + name)
+        try:
             yield
+        except BaseException:
+            if self.conn.info.transaction_status != TransactionStatus.UNKNOWN:
+                cursor.execute(b"ROLLBACK TO SAVEPOINT " + name)
+            raise
 
 
 class PostgresStore:
