@@ -370,6 +370,10 @@ async def measure(
         if warm:
             _, _, warm_errors, warm_wall = await post_spread(urls, warm, args.concurrency)
             print(f"warm-up: {len(warm)} callbacks in {warm_wall:.2f} s, {len(warm_errors)} errors")
+            if args.whole_cost and isinstance(database, Path):
+                # The warm-up's own indexing and condensing (due seconds later) is not the burst's.
+                settled = await wait_until_idle(database, servers[0], 0.0, args.idle_timeout)
+                print(f"warm-up settled: idle after {settled['seconds']:.1f} s")
         cpu_server_0 = sum(server.cpu_seconds() for server in servers)
         cpu_db_0, cpu_self_0 = tree_cpu_seconds(database_pids), self_cpu_seconds()
         noise = Noise(*(server.pid for server in servers), *database_pids)
