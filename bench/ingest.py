@@ -211,8 +211,11 @@ async def wait_until_idle(db: Path, server: Server, cpu_0: float, timeout: float
         await asyncio.sleep(0.25)
         now, cpu = time.perf_counter(), server.cpu_seconds()
         window.append((now, cpu))
-        window = [(t, c) for t, c in window if now - t <= 2.0]
-        quiet = now - window[0][0] >= 1.9 and (cpu - window[0][1]) / (now - window[0][0]) < 0.02
+        # The newest sample at least 2 s old starts the window: polls a little over 0.25 s apart
+        # (always, on a busy machine) would otherwise never span the 2 s and never see idle.
+        while len(window) > 1 and now - window[1][0] >= 2.0:
+            window.pop(0)
+        quiet = now - window[0][0] >= 2.0 and (cpu - window[0][1]) / (now - window[0][0]) < 0.02
         if quiet and not index_lag(db) and not open_jobs(db, 60_000):
             idle = True
             # The quiet seconds are not part of the work: count up to the start of the window.
@@ -373,7 +376,9 @@ async def measure(
             if args.whole_cost and isinstance(database, Path):
                 # The warm-up's own indexing and condensing (due seconds later) is not the burst's.
                 settled = await wait_until_idle(database, servers[0], 0.0, args.idle_timeout)
-                print(f"warm-up settled: idle after {settled['seconds']:.1f} s")
+                print(
+                    f"warm-up settled: {'idle' if settled['idle'] else 'NOT idle'} after {settled['seconds']:.1f} s"
+                )
         cpu_server_0 = sum(server.cpu_seconds() for server in servers)
         cpu_db_0, cpu_self_0 = tree_cpu_seconds(database_pids), self_cpu_seconds()
         noise = Noise(*(server.pid for server in servers), *database_pids)
