@@ -57,6 +57,14 @@ class Caller:
     # What tells this call's requests from other calls' (None: nothing does).
     run: str | None
 
+    @classmethod
+    def in_call(
+        cls, user_id: str | None, character_id: str, session: str | None, route: LlmRoute | None
+    ) -> Caller:
+        """A caller whose requests are told apart by their call's session, else by their route's key."""
+        run = session or (route.key_hash if route is not None else None)
+        return cls(user_id, character_id, session, run)
+
 
 @dataclass(frozen=True, slots=True)
 class Refused:
@@ -93,6 +101,17 @@ class Adapter(Protocol):
         """One message of the request as a transcript item (None: not conversation; text: why
         it could not be read)."""
         ...
+
+
+class OpenAIChat:
+    """What an adapter whose platform sends plain OpenAI chat messages (Vapi, ElevenLabs) does
+    with them: renders them as sent and reads them with `chat_item`."""
+
+    def render(self, messages: list[Any], known: list[Any] | None = None) -> list[dict[str, Any]]:
+        return plain_messages(messages)
+
+    def item(self, message: Any) -> Item:
+        return chat_item(message)
 
 
 class ChatRequest(BaseModel):

@@ -25,18 +25,16 @@ from aiohttp import web
 from pydantic import ConfigDict
 
 from agent_memory.core.domain import LlmRoute
-from agent_memory.memory.per_turn import Item
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.calls import call_identity, session_key
 from agent_memory.platforms.llm_endpoint import (
     OUR_PARAMS,
     Caller,
     ChatRequest,
+    OpenAIChat,
     Refused,
     as_object,
-    chat_item,
     completion_route,
-    plain_messages,
 )
 from agent_memory.settings import Settings
 from agent_memory.web.declare import Route
@@ -77,7 +75,7 @@ class ElevenLabsChatRequest(ChatRequest):
     )
 
 
-class ElevenLabsAdapter:
+class ElevenLabsAdapter(OpenAIChat):
     """What the shared endpoint needs to know of ElevenLabs' requests."""
 
     key_advice = (
@@ -109,14 +107,7 @@ class ElevenLabsAdapter:
         )
         conversation = _text(_first(places, "conversation_id", "system__conversation_id"))
         session = session_key(PLATFORM, conversation) if conversation else None
-        run = session or (route.key_hash if route is not None else None)
-        return Caller(identity.user_id, identity.character_id, session, run)
-
-    def render(self, messages: list[Any], known: list[Any] | None = None) -> list[dict[str, Any]]:
-        return plain_messages(messages)
-
-    def item(self, message: Any) -> Item:
-        return chat_item(message)
+        return Caller.in_call(identity.user_id, identity.character_id, session, route)
 
 
 def _text(value: Any) -> str | None:
