@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import random
 import sys
 import time
@@ -48,7 +47,7 @@ from _common import (
     work_directory,
 )
 from ingest import SECRET, wait_until_idle
-from llm_proxy import QUESTIONS, Timed, fake_reply, serve_upstream, stream_call
+from llm_proxy import QUESTIONS, Timed, fake_reply, fake_upstream, stream_call
 from null_servers import NullServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -272,19 +271,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
     args = parser.parse_args()
-    queue: multiprocessing.Queue = multiprocessing.Queue()
-    fake = multiprocessing.Process(
-        target=serve_upstream,
-        args=(queue, args.chunks, args.first_token_ms / 1000, args.chunk_ms / 1000),
-        daemon=True,
-    )
-    fake.start()
-    try:
-        with work_directory("agent-memory-endpoint-", keep=args.keep) as workdir:
-            summary = asyncio.run(run(args, queue.get(timeout=30), workdir))
-    finally:
-        fake.kill()
-        fake.join()
+    with fake_upstream(args) as port, work_directory("agent-memory-endpoint-", keep=args.keep) as workdir:
+        summary = asyncio.run(run(args, port, workdir))
     print_summary(summary)
     return 0 if not summary["errors"] else 1
 

@@ -35,6 +35,8 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,24 @@ def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+@contextmanager
+def fake_upstream(args: argparse.Namespace) -> Iterator[Any]:
+    """The fake model in a process of its own (`--chunks`, `--first-token-ms`, `--chunk-ms`),
+    started before any event loop so that it gets a clean one; yields what it listens on."""
+    queue: multiprocessing.Queue = multiprocessing.Queue()
+    fake = multiprocessing.Process(
+        target=serve_upstream,
+        args=(queue, args.chunks, args.first_token_ms / 1000, args.chunk_ms / 1000),
+        daemon=True,
+    )
+    fake.start()
+    try:
+        yield queue.get(timeout=30)
+    finally:
+        fake.kill()
+        fake.join()
 
 
 def serve_upstream(port_queue: multiprocessing.Queue, chunks: int, first_s: float, gap_s: float) -> None:
@@ -512,19 +532,8 @@ def main() -> int:
     )
     parser.add_argument("--chunk-ms", type=float, default=15, help="between the fake model's chunks")
     args = parser.parse_args()
-    # Started before any event loop: the fake model's process gets a clean one of its own.
-    queue: multiprocessing.Queue = multiprocessing.Queue()
-    fake = multiprocessing.Process(
-        target=serve_upstream,
-        args=(queue, args.chunks, args.first_token_ms / 1000, args.chunk_ms / 1000),
-        daemon=True,
-    )
-    fake.start()
-    try:
-        summary = asyncio.run(run(args, queue.get(timeout=30)))
-    finally:
-        fake.kill()
-        fake.join()
+    with fake_upstream(args) as port:
+        summary = asyncio.run(run(args, port))
     print_summary(summary)
     return 0 if not summary["errors"] else 1
 
