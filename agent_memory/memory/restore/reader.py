@@ -11,6 +11,7 @@ from typing import IO, Any
 
 from agent_memory.core.jsonutil import MAX_JSON_DEPTH, refuse_deep
 from agent_memory.errors import InvalidField, InvalidJSON
+from agent_memory.store.shared.export import EXPORT_KINDS
 
 # Opens the document anew for each pass (a file, or a request's body).
 Source = Callable[[], IO[str]]
@@ -72,21 +73,8 @@ class Piece:
 class ExportReader:
     """The pieces of an export document, read from a text stream a chunk at a time."""
 
-    LISTS = frozenset(
-        (
-            "sessions",
-            "messages",
-            "summaries",
-            "facts",
-            "fact_history",
-            "bindings",
-            "channel_bindings",
-            "jobs",
-            "followed_agents",
-            "metrics",
-            "raw_callbacks",
-        )
-    )
+    # The export's lists, streamed record by record.
+    LISTS = EXPORT_KINDS
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream

@@ -55,6 +55,8 @@ _OF_RUNS = {
     "raw_callbacks": f"SELECT {RAW_COLUMNS} FROM inbox WHERE {{among}} AND status <> 'forgotten' "
     "ORDER BY received_ms, notice_id{c}",
 }
+# Every kind of record an export lists, under its key.
+EXPORT_KINDS: frozenset[str] = frozenset((*_OF_USER, *_OF_RUNS))
 # Columns stored as JSON text, and flags stored as integers, by kind.
 _JSON = {
     "sessions": ("labels",),
