@@ -20,7 +20,7 @@ Reported: p50/p99 time to first token and to last token of both, the added time 
 token, how many forwarded requests carried recalled memory, the endpoint's recall counters
 (how many were brief, past the deadline, failed), and the server's memory per open
 stream (RSS with 5x `--streams` streams held open, less RSS with `--streams`, divided by the
-difference), and RSS before the first and the last timed round (nothing kept per call).
+difference), and RSS before each timed round (nothing kept per call: a long `--rounds` run is a soak).
 
 The last line printed is a JSON summary.
 """
@@ -350,6 +350,7 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
             noise = Noise(server.pid)
             cpu_0, main_0 = server.cpu_seconds(), process_cpu_seconds(server.pid)
             client_0 = self_cpu_seconds()
+            timed_0 = time.perf_counter()
             call = args.streams
             proxy_s = 0.0
             for number in range(args.rounds):
@@ -392,6 +393,8 @@ async def time_calls(args: argparse.Namespace, path: Path, workdir: Path, upstre
             }
         result["rss_first_round_mib"] = idle[0] / 2**20
         result["rss_last_round_mib"] = idle[-1] / 2**20
+        result["rss_rounds_mib"] = [round(b / 2**20, 1) for b in idle]
+        result["timed_s"] = time.perf_counter() - timed_0
         result["rss_open_mib"] = statistics.median(busy) / 2**20 if busy else None
     finally:
         result["server_exit"] = server.stop()
@@ -482,10 +485,12 @@ async def run(args: argparse.Namespace, upstream: str) -> dict[str, Any]:
         "with_memory": seen["with_memory"],
         "recalls": recalls,
         "endpoint_calls": proxied,
+        "timed_s": round(result["timed_s"], 1),
         "kib_per_open_stream": round(result["kib_per_stream"], 1),
         "rss_mib": {
             "first_round": round(result["rss_first_round_mib"], 1),
             "last_round": round(result["rss_last_round_mib"], 1),
+            "before_each_round": result["rss_rounds_mib"],
             f"held_{args.streams}": round(result["rss_held_mib"], 1),
             f"held_{5 * args.streams}": round(result["rss_held_5x_mib"], 1),
         },
