@@ -32,6 +32,7 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
+from agent_memory.memory.ingest import merge as merging
 from agent_memory.memory.ingest.arrivals import in_order
 from agent_memory.memory.live_calls import BriefPairs
 from agent_memory.memory.reading import Reading, recall_in
@@ -910,6 +911,83 @@ async def test_a_sliding_window_is_read_once_per_message_and_rendered_and_stored
         return contents if len(contents) >= len(lines) else None
 
     assert await wait_for(all_stored) == lines
+
+
+def aligning(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each window the merges place by aligning it (`place_window`), as they go."""
+    windows: list[int] = []
+    real = merging.place_window
+
+    def spy(stored: Any, incoming: Any, *args: Any) -> Any:
+        windows.append(len(incoming))
+        return real(stored, incoming, *args)
+
+    monkeypatch.setattr(merging, "place_window", spy)
+    return windows
+
+
+async def slide(
+    service: Service, upstream: FakeUpstreamLLM, agent_id: str, lines: list[str], end: int
+) -> None:
+    """The call's request that ends with line `end - 1` (the last 5 lines: Agora's full window),
+    once the window before it is stored (its reply held)."""
+    window = [
+        {"role": "system", "content": "You are Luna."},
+        *[said(i, lines[i]) for i in range(max(0, end - 5), end)],
+    ]
+    body = {"messages": window, "stream": True, "model": "m", "agent_id": agent_id, **PARAMS}
+    upstream.script(Script(words=[lines[end] if end < len(lines) else "Biscuit."]))
+    assert (await sse_events(await post(service, body)))[-1] == "[DONE]"
+
+    async def merged() -> bool:
+        return len(await stored(service, agent_id)) >= end
+
+    await wait_for(merged)
+
+
+async def test_a_window_that_adds_to_its_call_merges_only_what_it_adds(
+    start_service: Any, upstream: FakeUpstreamLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each request repeats the call's window but for what it adds at its end (the reply as heard
+    # and the new question): only those two are merged, after the session's newest message, with
+    # no window aligned again; a request that adds nothing is not merged at all.
+    service = await start(start_service, upstream, llm_reply_settle_s=3600)
+    aligned = aligning(monkeypatch)
+    lines = ["my dog is Biscuit", "A lovely name.", "yes", "Noted.", "she is a corgi", "Sweet!",
+             "yes", "Right.", "she likes the beach", "Fun!", "what is her name?"]  # fmt: skip
+    for end in range(1, len(lines) + 1, 2):
+        await slide(service, upstream, "A-END", lines, end)
+    assert aligned == [1]  # the call's first window, into an empty session
+    assert [m.content for m in await stored(service, "A-END")] == lines
+    # The platform's window shrinks to its last three messages: nothing new.
+    window = [said(i, lines[i]) for i in range(len(lines) - 3, len(lines))]
+    unchanged = (await stats(service))["unchanged_windows"]
+    upstream.script(Script(words=["Biscuit."]))
+    body = {"messages": window, "stream": True, "model": "m", "agent_id": "A-END", **PARAMS}
+    assert (await sse_events(await post(service, body)))[-1] == "[DONE]"
+    assert (await stats(service))["unchanged_windows"] == unchanged + 1
+    assert aligned == [1]
+    assert [m.content for m in await stored(service, "A-END")] == lines
+
+
+async def test_a_window_after_a_webhook_merged_its_call_is_merged_whole_and_stored_once(
+    start_service: Any, upstream: FakeUpstreamLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Agora's 103 (or a poll) merges the call between two requests, the reply the next request
+    # carries included: the session is no longer as the endpoint left it, so that request's
+    # window is aligned whole, and nothing is stored twice.
+    service = await start(start_service, upstream, llm_reply_settle_s=3600)
+    aligned = aligning(monkeypatch)
+    lines = ["my dog is Biscuit", "A lovely name.", "she is a corgi", "Sweet!", "she likes the beach",
+             "Fun!", "what is her name?"]  # fmt: skip
+    for end in (1, 3):
+        await slide(service, upstream, "A-HOOK", lines, end)
+    contents = [said(i, lines[i]) for i in range(4)]
+    await deliver(service, agent_event(103, "A-HOOK", labels=dict(PARAMS), contents=contents))
+    for end in (5, 7):
+        await slide(service, upstream, "A-HOOK", lines, end)
+    assert aligned == [1, 4, 5]  # the first window, the 103, then the window after it, whole
+    assert [m.content for m in await stored(service, "A-HOOK")] == lines
 
 
 async def test_a_forget_drops_what_the_endpoint_kept_of_a_live_calls_messages(

@@ -135,6 +135,16 @@ class HistoryWindow:
     discrete: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class KnownEnd:
+    """What a run's window repeats of the one last merged: its first `repeated` messages end
+    that window, which left the session at `counts` (messages, gaps). While the session still is
+    so and its newest message is the last of them, only the messages after them are merged."""
+
+    repeated: int
+    counts: tuple[int, int]
+
+
 @dataclass(slots=True)
 class RawEvent:
     """A callback as received, recorded once (the inbox) whatever becomes of it."""
@@ -164,6 +174,8 @@ class Outcome:
     detail: str | None = None
     # Items left out as said before a forget of their user (or pair): never stored again.
     forgotten: int = 0
+    # A merged window's session as the merge left it: its message and gap counts (None: not told).
+    counts: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

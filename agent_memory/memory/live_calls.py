@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 from agent_memory.core.clock import now_ms
-from agent_memory.core.events import HistoryWindow
+from agent_memory.core.events import HistoryWindow, KnownEnd, Outcome
 from agent_memory.errors import StoreUnavailable
 from agent_memory.memory.service import Memory
 
@@ -95,18 +95,29 @@ class HeldReplies:
             self.merge(held[0])
         self.settled(session)
 
-    def merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
-        """Merge a window in the background (then `done()`); never fails the answer, errors are logged."""
-        task = asyncio.get_running_loop().create_task(self._merge(window, done))
+    def merge(
+        self,
+        window: HistoryWindow,
+        done: Callable[[Outcome], None] | None = None,
+        known: KnownEnd | None = None,
+    ) -> None:
+        """Merge a window in the background (then `done(outcome)`), only what follows `known`
+        where that holds; never fails the answer, errors are logged."""
+        task = asyncio.get_running_loop().create_task(self._merge(window, done, known))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _merge(self, window: HistoryWindow, done: Callable[[], None] | None = None) -> None:
+    async def _merge(
+        self,
+        window: HistoryWindow,
+        done: Callable[[Outcome], None] | None = None,
+        known: KnownEnd | None = None,
+    ) -> None:
         try:
-            outcome = await self.memory.merge_window(window, now_ms())
+            outcome = await self.memory.merge_window(window, now_ms(), known=known)
             self.stats.recorded += outcome.new_messages
             if done is not None:
-                done()
+                done(outcome)
         except StoreUnavailable as exc:
             # The call's next request (or its transcript) carries these turns again.
             self.stats.record_errors += 1

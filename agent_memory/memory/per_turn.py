@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_memory.core.clock import now_ms
-from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage
+from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage, KnownEnd
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
 from agent_memory.errors import StoreUnavailable
 from agent_memory.logs import pair_ref
@@ -137,6 +137,8 @@ class LastRequest:
     stored: Sequence[IncomingMessage] | None = None
     # What the platform's rendering read of each message (None: nothing kept).
     reads: list[Any] | None = None
+    # The session's message and gap counts as that merge left them (None: not told).
+    counts: tuple[int, int] | None = None
 
 
 def _message_key(message: Any) -> int | None:
@@ -220,27 +222,44 @@ class Windows:
         ]
         self.stats.messages_read += sum(index is None for index in found)
         # What was stored holds only while the call is still kept (a forget drops it meanwhile).
-        stored = last.stored if last is not None and self._last.get(session) is last else None
+        kept_last = last is not None and self._last.get(session) is last
+        stored = last.stored if last is not None and kept_last else None
+        counts = last.counts if last is not None and kept_last else None
         if session not in self._last and len(self._last) >= self.held:
             self._last.clear()
-        self._last[session] = LastRequest(messages, items, labels, stored, turn.reads)
+        self._last[session] = LastRequest(messages, items, labels, stored, turn.reads, counts)
         return items
 
-    def unchanged(self, session: str, said: Sequence[IncomingMessage]) -> bool:
-        """Whether `said` is the window last stored for the call, item for item."""
-        last = self._last.get(session)
-        stored = last.stored if last is not None else None
-        return (
-            stored is not None
-            and len(stored) == len(said)
-            and all(a is b for a, b in zip(stored, said, strict=True))
-        )
+    def repeated(
+        self, session: str, said: Sequence[IncomingMessage]
+    ) -> tuple[int | None, tuple[int, int] | None]:
+        """How many of `said`'s first items end the window last stored for the call, item for
+        item (None: it does not start so, or nothing is stored; all of them: nothing new), and
+        the session's counts as that window's merge left them.
 
-    def stored(self, session: str, said: Sequence[IncomingMessage]) -> None:
-        """The call's window `said` was merged."""
+        A call's window slides: its start falls away as the conversation grows, and what it
+        adds comes at its end.
+        """
+        last = self._last.get(session)
+        if last is None or last.stored is None:
+            return None, None
+        stored = last.stored
+        if not said or not stored:
+            return (0 if not said and not stored else None), last.counts
+        first = said[0]
+        start = next((index for index, item in enumerate(stored) if item is first), None)
+        if start is None:
+            return None, None
+        count = len(stored) - start
+        if count > len(said) or any(a is not b for a, b in zip(stored[start:], said, strict=False)):
+            return None, None
+        return count, last.counts
+
+    def stored(self, session: str, said: Sequence[IncomingMessage], counts: tuple[int, int] | None) -> None:
+        """The call's window `said` was merged, leaving its session at `counts`."""
         last = self._last.get(session)
         if last is not None:
-            last.stored = said
+            last.stored, last.counts = said, counts
 
     def drop(self, session: str) -> None:
         self._last.pop(session, None)
@@ -453,11 +472,15 @@ class PerTurn:
         turn.window = window
         session = turn.session
         self.replies.drop(session)
-        if self.windows.unchanged(session, window.messages) and not window.skipped:
+        said = window.messages
+        repeated, counts = self.windows.repeated(session, said) if not window.skipped else (None, None)
+        if repeated == len(said):
             self.stats.unchanged_windows += 1  # stored as it is: a repeated request
             return
-        said = window.messages
-        self.replies.merge(window, lambda: self.windows.stored(session, said))
+        # Only what follows the window last stored is merged, while the session is as that
+        # merge left it (checked where it is written); else the whole window.
+        known = KnownEnd(repeated, counts) if repeated and counts is not None else None
+        self.replies.merge(window, lambda outcome: self.windows.stored(session, said, outcome.counts), known)
 
     def reply(self, turn: Turn, text: str, *, interrupted: bool, said_ms: int | None) -> None:
         """The reply the caller got, held until the call's next request (or recorded at once)."""

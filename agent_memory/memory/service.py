@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.domain import InboxEntry, InboxStatus
-from agent_memory.core.events import HistoryWindow, Outcome, RawEvent, SessionEvent
+from agent_memory.core.events import HistoryWindow, KnownEnd, Outcome, RawEvent, SessionEvent
 from agent_memory.embed import Embedder
 from agent_memory.errors import Conflict
 from agent_memory.memory.admin import Admin
@@ -95,12 +95,18 @@ class Memory:
         return sorted(entries, key=lambda entry: (entry.received_ms, entry.event_id))[:limit]
 
     async def merge_window(
-        self, window: HistoryWindow, stamp: int, *, then: Callable[[Transaction], object] | None = None
+        self,
+        window: HistoryWindow,
+        stamp: int,
+        *,
+        then: Callable[[Transaction], object] | None = None,
+        known: KnownEnd | None = None,
     ) -> Outcome:
-        """Merge a running agent's history window; `then(tx)` runs in the same transaction."""
+        """Merge a running agent's history window; `then(tx)` runs in the same transaction;
+        `known`: what the window repeats of the run's window last merged (`Ingestor.merge_window`)."""
 
         def merge(tx: Transaction) -> Outcome:
-            outcome = self._ingestor.merge_window(tx, window, stamp)
+            outcome = self._ingestor.merge_window(tx, window, stamp, known)
             if then is not None:
                 then(tx)
             return outcome

@@ -7,9 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agent_memory.core.alignment import key_of
 from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import ChannelBinding, InboxEntry, Session
-from agent_memory.core.events import HistoryWindow, Outcome, RawEvent, SessionEvent, storable
+from agent_memory.core.domain import ChannelBinding, InboxEntry, MessageFingerprint, Session
+from agent_memory.core.events import TURN, HistoryWindow, KnownEnd, Outcome, RawEvent, SessionEvent, storable
+from agent_memory.memory.ingest.arrivals import arrival
 from agent_memory.memory.ingest.merge import merge
 from agent_memory.memory.ingest.sessions import Sessions
 from agent_memory.memory.ingest.speakers import Speakers
@@ -21,6 +23,36 @@ from agent_memory.store.types import ForgetReceipt, SessionChanges
 log = logging.getLogger(__package__)  # ingest logs as one (docs/memory.md quotes its lines)
 
 MAX_DETAIL_NOTES = 20
+
+
+def stored_end(
+    tx: Transaction, session: Session, window: HistoryWindow, known: KnownEnd, stamp: int
+) -> MessageFingerprint | None:
+    """The session's newest message when the window's first `known.repeated` messages end the
+    run's window last merged and nothing changed the session since (its counts are as that merge
+    left them, its newest message is the last of them): the messages after them are new and
+    follow it. None when that does not hold, or the rest could not be placed alone exactly as
+    the whole window would be: a speaker of another pair in it (their words are kept apart
+    against the whole window), or a new message without a time of its own (`in_order` dates it
+    by those before it)."""
+    messages, repeated = window.messages, known.repeated
+    if (
+        window.discrete
+        or window.skipped
+        or not 0 < repeated < len(messages)
+        or (session.message_count, session.gap_count) != known.counts
+    ):
+        return None
+    owner = session.rtc_uid
+    if any(m.role == "user" and m.kind == TURN and m.speaker and m.speaker != owner for m in messages):
+        return None
+    if any(m.ts_ms is None and m.elapsed_ms is None for m in messages[repeated:]):
+        return None
+    tail = tx.messages.tail(session.agent_id, 1)
+    if not tail:
+        return None
+    last = arrival(messages[repeated - 1], session.start_ms or stamp)
+    return tail[0] if key_of(tail[0]) == key_of(last) else None
 
 
 def set_aside(outcome: Outcome, skipped: Sequence[str], what: str) -> Outcome:
@@ -174,9 +206,16 @@ class Ingestor:
             event.advice or "its credentials are about to expire",
         )
 
-    def merge_window(self, tx: Transaction, window: HistoryWindow, stamp: int) -> Outcome:
-        """Merge a history window read from the platform while the agent runs."""
+    def merge_window(
+        self, tx: Transaction, window: HistoryWindow, stamp: int, known: KnownEnd | None = None
+    ) -> Outcome:
+        """Merge a history window read from the platform while the agent runs; `known`: what it
+        repeats of the run's window last merged (only what follows is merged, when that holds)."""
         session, cutoff = self.sessions.session_to_write(tx, window, stamp)
+        newest = stored_end(tx, session, window, known, stamp) if known is not None else None
+        if newest is not None and known is not None:
+            fresh = window.messages[known.repeated :]
+            return merge(tx, self.settings, session, fresh, stamp, cutoff=cutoff, after=newest)
         outcome = merge(
             tx, self.settings, session, window.messages, stamp, cutoff=cutoff, discrete=window.discrete
         )

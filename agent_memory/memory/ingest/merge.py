@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from agent_memory.core.alignment import Placement, align, enrichment, keys_of, place_items, place_window
 from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import MessageChanges, Session
+from agent_memory.core.domain import MessageChanges, MessageFingerprint, Session
 from agent_memory.core.events import TURN, IncomingMessage, Outcome
 from agent_memory.memory.embedding import schedule_embedding
 from agent_memory.memory.ingest.arrivals import (
@@ -36,17 +36,20 @@ def merge(
     cutoff: ForgetCutoff | None = None,
     discrete: bool = False,
     into: SessionChanges | None = None,
+    after: MessageFingerprint | None = None,
 ) -> Outcome:
     """Merge one window of a session's transcript into what is stored of it; `ended`: the
     call is over (its whole transcript), so no more turns are coming to wait for; `cutoff`:
     when the pair was last forgotten (what was said before it is left out); `discrete`: each
     message names itself (HistoryWindow.discrete); `into`: the caller's own changes to the
-    session, which it writes after: the session's new counts go there (one update, not two)."""
+    session, which it writes after: the session's new counts go there (one update, not two);
+    `after`: the session's newest message, which every message of the window is known to follow
+    at once (`Ingestor.merge_window` checked it): they are placed after it, not aligned."""
     agent_id = session.agent_id
     messages, unspoken = without_forgotten_speakers(tx, session, messages)
     base_ms = session.start_ms or stamp
     incoming = in_order(messages, base_ms)
-    placed = place(tx, session, incoming, discrete)
+    placed = place(tx, session, incoming, discrete, after)
     forgotten = 0
     if cutoff is not None:
         kept = said_after(messages, incoming, placed, cutoff)
@@ -55,7 +58,7 @@ def merge(
             # Placed again without them, as if they had never been sent.
             incoming = [incoming[index] for index in kept]
             placed = (
-                place(tx, session, incoming, discrete)
+                place(tx, session, incoming, discrete, after)
                 if incoming
                 else Placement([], None, session.gap_count, False)
             )
@@ -101,13 +104,25 @@ def merge(
         user_id=session.user_id,
         character_id=session.character_id,
         forgotten=forgotten + unspoken,
+        counts=(session.message_count + len(new_rows), gaps),
     )
 
 
-def place(tx: Transaction, session: Session, incoming: list[Arrival], discrete: bool = False) -> Placement:
+def place(
+    tx: Transaction,
+    session: Session,
+    incoming: list[Arrival],
+    discrete: bool = False,
+    after: MessageFingerprint | None = None,
+) -> Placement:
     """Place a window against the stored tail when that explains it, else the whole session;
-    messages that each name themselves, one by one against the whole session."""
+    messages that each name themselves, one by one against the whole session; messages known
+    to follow the session's newest, `after`, right after it."""
     agent_id, count = session.agent_id, session.message_count
+    if after is not None:
+        return Placement(
+            [(after.seq + 1 + j, None, False) for j in range(len(incoming))], None, session.gap_count, False
+        )
     if discrete:
         return place_items(tx.messages.fingerprints(agent_id) if count else [], incoming)
     if not count:
