@@ -32,9 +32,11 @@ from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import LlmRoute
 from agent_memory.core.events import IncomingMessage
 from agent_memory.core.secrets import hash_key
+from agent_memory.core.textcache import held_texts
 from agent_memory.memory.ingest import merge as merging
 from agent_memory.memory.ingest.arrivals import in_order
 from agent_memory.memory.live_calls import BriefPairs
+from agent_memory.memory.per_turn import SHORT_TURN_WORDS, normal, recall_query, text_of
 from agent_memory.memory.reading import Reading, recall_in
 from agent_memory.platforms.agora.custom_llm import to_openai_messages
 from agent_memory.platforms.agora.keys import POLLER
@@ -988,6 +990,67 @@ async def test_a_window_after_a_webhook_merged_its_call_is_merged_whole_and_stor
         await slide(service, upstream, "A-HOOK", lines, end)
     assert aligned == [1, 4, 5]  # the first window, the 103, then the window after it, whole
     assert [m.content for m in await stored(service, "A-HOOK")] == lines
+
+
+def test_the_question_and_what_a_request_holds_read_as_from_its_whole_window() -> None:
+    # Only the last user turns are read for the question, and each content is folded on its own
+    # (cached): both as reading the whole window at once.
+    def question(messages: list[Any]) -> str:
+        said = [
+            text_of(m.get("content")).strip()
+            for m in messages
+            if isinstance(m, dict) and m.get("role") == "user"
+        ]
+        said = [text for text in said if text]
+        if len(said) > 1 and len(said[-1].split()) < SHORT_TURN_WORDS:
+            return f"{said[-2]}\n{said[-1]}"
+        return said[-1] if said else ""
+
+    def held(messages: list[Any]) -> str:
+        return normal.__wrapped__(" ".join(text_of(m.get("content")) for m in messages))
+
+    user, bot = "user", "assistant"
+    windows: list[list[Any]] = [
+        [],
+        [{"role": "system", "content": "You are Luna."}],
+        [{"role": user, "content": "  Where is the STRASSE?  "}],
+        [{"role": user, "content": "my dog is called Biscuit"}, {"role": bot, "content": "Nice!"},
+         {"role": user, "content": "yes"}],
+        [{"role": user, "content": "tell me about the trip"}, {"role": user, "content": "   "},
+         {"role": bot, "content": ""}, {"role": user, "content": "ok\u2003then"}],
+        [{"role": user, "content": [{"type": "text", "text": "Straße\tand"}, {"type": "text", "text": "İstanbul"}]},
+         "not a message", {"role": bot, "content": None}, {"role": user, "content": "why so?"}],
+        [{"role": user, "content": "a b c d e"}, {"role": user, "content": "f g h i j"}],
+    ]  # fmt: skip
+    for window in windows:
+        assert recall_query(window) == question(window), window
+        already = " ".join(
+            part for m in window if isinstance(m, dict) if (part := normal(text_of(m.get("content"))))
+        )
+        assert already == held([m for m in window if isinstance(m, dict)]), window
+
+
+async def test_a_forget_empties_what_the_endpoint_folded_of_a_calls_words(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    # What a request holds is folded once per text and kept for the call's next requests: a
+    # forget leaves none of it in the process.
+    service = await start(start_service, upstream)
+    past = [said(0, "my locker code is Qzvxwjkq4471"), said(1, "Noted: Qzvxwjkq4471.")]
+    await deliver(service, agent_event(103, "A-PAST", labels=dict(PARAMS), contents=past))
+    status, body = await service.api("GET", "/v1/users/u-ana/characters/luna/recall?q=locker%20code")
+    assert status == 200 and body["memories"], body
+    window = [{"role": "system", "content": "You are Luna."}, said(2, "what is my locker code again?")]
+    upstream.script(Script(words=["It is Qzvxwjkq4471."]))
+    response = await post(
+        service, {"messages": window, "stream": True, "model": "m", "agent_id": "A-NOW", **PARAMS}
+    )
+    assert response.headers["X-Agent-Memory-Memories"] != "0"
+    assert (await sse_events(response))[-1] == "[DONE]"
+    assert normal.cache_info().currsize > 0
+    status, _ = await service.api("DELETE", "/v1/users/u-ana")
+    assert status == 200
+    assert held_texts() == 0
 
 
 async def test_a_forget_drops_what_the_endpoint_kept_of_a_live_calls_messages(

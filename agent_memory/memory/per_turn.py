@@ -23,6 +23,7 @@ from typing import Any
 from agent_memory.core.clock import now_ms
 from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage, KnownEnd
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
+from agent_memory.core.textcache import text_cache
 from agent_memory.errors import StoreUnavailable
 from agent_memory.logs import pair_ref
 from agent_memory.memory.live_calls import BRIEF_PAIRS_HELD, BriefPairs, HeldReplies, ProxyStats
@@ -40,6 +41,7 @@ MISS_LOG_EVERY_S = 10.0
 _SPACES = re.compile(r"\s+")
 
 
+@text_cache(4096)  # a call's messages come again in each of its requests, memories too
 def normal(text: str) -> str:
     """Text as compared for "already said": spaces folded, case folded."""
     return _SPACES.sub(" ", text).strip().casefold()
@@ -56,17 +58,17 @@ def text_of(content: Any) -> str:
 
 def recall_query(messages: Sequence[Any]) -> str:
     """The latest user turn, with the user turn before it when the latest is short."""
-    said = [
-        text_of(m.get("content")).strip()
-        for m in messages
-        if isinstance(m, Mapping) and m.get("role") == "user"
-    ]
-    said = [text for text in said if text]
+    said: list[str] = []  # the last two, newest first (a call's window holds dozens)
+    for m in reversed(messages):
+        if isinstance(m, Mapping) and m.get("role") == "user" and (text := text_of(m.get("content")).strip()):
+            said.append(text)
+            if len(said) == 2 or len(text.split()) >= SHORT_TURN_WORDS:
+                break
     if not said:
         return ""
-    if len(said) > 1 and len(said[-1].split()) < SHORT_TURN_WORDS:
-        return f"{said[-2]}\n{said[-1]}"
-    return said[-1]
+    if len(said) > 1:
+        return f"{said[1]}\n{said[0]}"
+    return said[0]
 
 
 def memory_message(memories: Sequence[RecalledMemory], already: str) -> tuple[str, int]:
@@ -425,7 +427,8 @@ class PerTurn:
         """The messages with the recalled memories the request does not already hold, and how many."""
         if found is None or not found.memories:
             return messages, 0
-        already = normal(" ".join(text_of(m.get("content")) for m in messages))
+        # As `normal` of the joined contents, each content folded once (and again only when new).
+        already = " ".join(part for m in messages if (part := normal(text_of(m.get("content")))))
         memory, injected = memory_message(found.memories, already)
         self.stats.memories_injected += injected
         return with_memory(messages, memory), injected
