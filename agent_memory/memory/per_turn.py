@@ -189,8 +189,10 @@ class Windows:
     Every request of a call carries the whole conversation so far; read anew, a 32-message
     window cost about 1 ms of the event loop (Agora's, bench/llm_proxy.py). The messages a
     request repeats unchanged from the call's last one are taken as read then; only the rest is
-    read, and a window that adds nothing to the one last stored is not merged again. Kept until
-    the call goes quiet (its reply settles), a forget of its pair, or `held` calls.
+    read; a window that adds nothing to the one last stored is not merged again, and of one that
+    starts with its end only what follows is (`KnownEnd`: the writer checks the session is still
+    as that merge left it, else merges the whole window). Kept until the call goes quiet (its
+    reply settles), a forget of its pair, or `held` calls.
     """
 
     def __init__(self, stats: ProxyStats, held: int = BRIEF_PAIRS_HELD) -> None:
