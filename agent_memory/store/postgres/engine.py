@@ -84,6 +84,8 @@ INDEX_EVERY_S = 0.2
 INDEX_CHUNK = 500
 # Messages a search or recall indexes before it reads, so that it sees what was just stored.
 SEARCH_CATCH_UP = 20_000
+# A write transaction's first statement, sent with its first read (`PostgresStore._transaction`).
+_BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
 # Savepoint names, one per block (`PostgresTransaction.savepoint`).
 _savepoints = itertools.count(1)
 _RETRYABLE = (errors.DeadlockDetected, errors.SerializationFailure)
@@ -158,14 +160,23 @@ class PostgresTransaction(PostgresView):
         is one more round trip on every callback (ingest applies each event in one). Its name is
         its own, so an outer block's rollback goes back to the outer block's start.
         """
+        conn = self.conn
         name = f"am_{next(_savepoints)}".encode()
-        cursor = self.conn.shared_cursor()
-        cursor.execute(b"SAVEPOINT " + name)
+        kept = conn.kept()
+        since, batches = len(kept) if kept is not None else 0, conn.deferred_batches
+        if not conn.defer(b"SAVEPOINT " + name):
+            conn.shared_cursor().execute(b"SAVEPOINT " + name)
         try:
             yield
+            # What the block kept is sent now: its errors are the block's, undone by its rollback.
+            conn.send_deferred()
         except BaseException:
-            if self.conn.info.transaction_status != TransactionStatus.UNKNOWN:
-                cursor.execute(b"ROLLBACK TO SAVEPOINT " + name)
+            if kept is not None and conn.deferred_batches == batches:
+                conn.drop_deferred(since)  # the SAVEPOINT and the block's statements were never sent
+            else:
+                conn.drop_deferred()
+                if conn.info.transaction_status != TransactionStatus.UNKNOWN:
+                    conn.shared_cursor().execute(b"ROLLBACK TO SAVEPOINT " + name)
             raise
 
 
@@ -239,6 +250,8 @@ class PostgresStore:
                 IsolationLevel.REPEATABLE_READ if read_only else IsolationLevel.READ_COMMITTED
             )
             conn.read_only = read_only
+            # A write sends its own BEGIN, with its first read (`_transaction`).
+            conn.autocommit = not read_only
 
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.url,
@@ -296,8 +309,8 @@ class PostgresStore:
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             pool = self._pool_of(self._writes)
             try:
-                with pool.connection() as conn, conn.transaction():
-                    return fn(PostgresTransaction(conn, self.instance))
+                with pool.connection() as conn:
+                    return self._transaction(conn, fn)
             except _RETRYABLE as exc:
                 if attempt == WRITE_ATTEMPTS:
                     raise StoreUnavailable(f"a write kept conflicting with others: {exc}") from exc
@@ -306,16 +319,29 @@ class PostgresStore:
                 raise self._failure(exc) from exc
         raise AssertionError("unreachable")
 
+    def _transaction(self, conn: Connection, fn: Callable[[PostgresTransaction], T]) -> T:
+        """`fn(tx)` in one transaction on an autocommit connection: BEGIN, and what `fn` writes
+        without reading, go with its next read (`Connection.defer`), the last writes with COMMIT."""
+        conn.begin_deferred(_BEGIN)
+        try:
+            result = fn(PostgresTransaction(conn, self.instance))
+            conn.commit_deferred()
+        except BaseException:
+            conn.end_deferred()
+            if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                try:
+                    conn.rollback()
+                except psycopg.Error:
+                    pass  # a broken connection: the pool discards it
+            raise
+        return result
+
     def run_outside_transaction(self, fn: Callable[[Connection], T]) -> T:
         """`fn(conn)` on a writer connection in autocommit mode (VACUUM cannot run in a transaction)."""
         pool = self._pool_of(self._writes)
         try:
-            with pool.connection() as conn:
-                conn.autocommit = True
-                try:
-                    return fn(conn)
-                finally:
-                    conn.autocommit = False
+            with pool.connection() as conn:  # writers' connections are in autocommit mode
+                return fn(conn)
         except psycopg.OperationalError as exc:
             raise self._failure(exc) from exc
 
