@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -146,9 +147,13 @@ class Connection(psycopg.Connection[DictRow]):
         self.send_deferred()
         return super().execute(*args, **kwargs)
 
-    def transaction(self, *args: Any, **kwargs: Any) -> Any:
+    @contextmanager
+    def transaction(self, *args: Any, **kwargs: Any) -> Iterator[psycopg.Transaction]:
         self.send_deferred()
-        return super().transaction(*args, **kwargs)
+        with super().transaction(*args, **kwargs) as block:
+            yield block
+            # Before psycopg's RELEASE: what the block kept is the block's (its errors roll it back).
+            self.send_deferred()
 
 
 # A Python list is adapted to an array element by element in Python: long lists on hot paths

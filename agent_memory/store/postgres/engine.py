@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import IsolationLevel, errors
+from psycopg import errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
@@ -79,13 +79,21 @@ CONNECT_OPTIONS: dict[str, Any] = {
 }
 # While PostgreSQL is down, a probe connects this often to see whether it is back.
 PROBE_EVERY_S = 0.25
-# The recall index is brought up to date in the background this often, this much at a time.
+# The recall index is brought up to date in the background, this much at a time, once this
+# instance's writes have paused for INDEX_IDLE_AFTER_S (looked at every INDEX_EVERY_S): as on
+# SQLite, a burst of callbacks is not slowed by the stemming (Python, on the service's cores),
+# which is done after it. While writes never pause, a chunk every BUSY_INDEX_EVERY_S, so the
+# index falls behind slowly instead of not at all; a recall or search catches it up first.
 INDEX_EVERY_S = 0.2
+INDEX_IDLE_AFTER_S = 0.05
+BUSY_INDEX_EVERY_S = 1.0
 INDEX_CHUNK = 500
 # Messages a search or recall indexes before it reads, so that it sees what was just stored.
 SEARCH_CATCH_UP = 20_000
 # A write transaction's first statement, sent with its first read (`PostgresStore._transaction`).
 _BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
+# A read's: one snapshot for all its statements, taken at its first statement.
+_READ_BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # Savepoint names, one per block (`PostgresTransaction.savepoint`).
 _savepoints = itertools.count(1)
 _RETRYABLE = (errors.DeadlockDetected, errors.SerializationFailure)
@@ -117,6 +125,16 @@ class _Outage:
 
 def _index_chunk(tx: PostgresTransaction) -> int:
     return tx.recall.catch_up(INDEX_CHUNK)
+
+
+def index_due(now: float, last_write: float, last_indexed: float) -> bool | None:
+    """Whether the background indexer runs now: True until caught up (writes have paused), False
+    for one chunk (writes keep coming, and the last chunk is a while ago), None not yet."""
+    if now - last_write >= INDEX_IDLE_AFTER_S:
+        return True
+    if now - last_indexed >= BUSY_INDEX_EVERY_S:
+        return False
+    return None
 
 
 def redact(url: str) -> str:
@@ -194,6 +212,8 @@ class PostgresStore:
         self._writers = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="pg-write")
         self._stop = threading.Event()
         self._indexer: threading.Thread | None = None
+        # When a write of this instance (not the indexer's) last began, and the indexer last ran.
+        self._last_write = self._last_indexed = 0.0
         self._rng = random.Random()
         # The circuit: set while PostgreSQL is down; the prober waits for `_tripped`.
         self._outage: _Outage | None = None
@@ -246,12 +266,9 @@ class PostgresStore:
 
     def _pool(self, name: str, *, read_only: bool, size: int, wait_s: float) -> ConnectionPool[Connection]:
         def configure(conn: Connection) -> None:
-            conn.isolation_level = (
-                IsolationLevel.REPEATABLE_READ if read_only else IsolationLevel.READ_COMMITTED
-            )
-            conn.read_only = read_only
-            # A write sends its own BEGIN, with its first read (`_transaction`).
-            conn.autocommit = not read_only
+            conn.read_only = read_only  # the repositories ask (`PostgresSql.locked`)
+            # Each transaction sends its own BEGIN, with its first statement (`_transaction`).
+            conn.autocommit = True
 
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.url,
@@ -291,8 +308,8 @@ class PostgresStore:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
         pool = self._pool_of(self._reads)
         try:
-            with pool.connection() as conn, conn.transaction():
-                return fn(PostgresView(conn, self.instance))
+            with pool.connection() as conn:
+                return self._transaction(conn, _READ_BEGIN, lambda: fn(PostgresView(conn, self.instance)))
         except psycopg.OperationalError as exc:
             raise self._failure(exc) from exc
 
@@ -301,6 +318,7 @@ class PostgresStore:
     async def write(self, fn: Callable[[PostgresTransaction], T]) -> T:
         """Run `fn(tx)` in a transaction of its own; returns once it is committed."""
         loop = asyncio.get_running_loop()
+        self._last_write = time.monotonic()
         # In the caller's context, so that what `fn` logs carries the caller's request id.
         return await loop.run_in_executor(self._writers, contextvars.copy_context().run, self.write_now, fn)
 
@@ -310,7 +328,9 @@ class PostgresStore:
             pool = self._pool_of(self._writes)
             try:
                 with pool.connection() as conn:
-                    return self._transaction(conn, fn)
+                    return self._transaction(
+                        conn, _BEGIN, lambda: fn(PostgresTransaction(conn, self.instance))
+                    )
             except _RETRYABLE as exc:
                 if attempt == WRITE_ATTEMPTS:
                     raise StoreUnavailable(f"a write kept conflicting with others: {exc}") from exc
@@ -319,12 +339,13 @@ class PostgresStore:
                 raise self._failure(exc) from exc
         raise AssertionError("unreachable")
 
-    def _transaction(self, conn: Connection, fn: Callable[[PostgresTransaction], T]) -> T:
-        """`fn(tx)` in one transaction on an autocommit connection: BEGIN, and what `fn` writes
-        without reading, go with its next read (`Connection.defer`), the last writes with COMMIT."""
-        conn.begin_deferred(_BEGIN)
+    @staticmethod
+    def _transaction(conn: Connection, begin: bytes, fn: Callable[[], T]) -> T:
+        """`fn()` in one transaction on an autocommit connection: `begin`, and what `fn` sends
+        without reading its result, go with its next read (`Connection.defer`), the last with COMMIT."""
+        conn.begin_deferred(begin)
         try:
-            result = fn(PostgresTransaction(conn, self.instance))
+            result = fn()
             conn.commit_deferred()
         except BaseException:
             conn.end_deferred()
@@ -434,8 +455,13 @@ class PostgresStore:
             if self._outage is not None:
                 continue  # said once, when the circuit tripped
             try:
-                while not self._stop.is_set() and self.write_now(_index_chunk) == INDEX_CHUNK:
-                    pass
+                due = index_due(time.monotonic(), self._last_write, self._last_indexed)
+                while due is not None and not self._stop.is_set():
+                    self._last_indexed = time.monotonic()
+                    if self.write_now(_index_chunk) < INDEX_CHUNK or not due:
+                        break
+                    # More is queued: indexed on while writes stay paused, else after them.
+                    due = True if time.monotonic() - self._last_write >= INDEX_IDLE_AFTER_S else None
             except DatabaseDown:
                 pass
             except Exception:
