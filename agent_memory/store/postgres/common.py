@@ -166,22 +166,6 @@ def int_array(values: Iterable[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-def array_literal(values: Iterable[str | int | None]) -> str:
-    """Strings (each quoted), integers and NULLs as an array literal, for a `%s::<type>[]` parameter."""
-    return (
-        "{"
-        + ",".join(
-            "NULL"
-            if value is None
-            else str(value)
-            if value.__class__ is int
-            else f'"{value.translate(_QUOTE)}"'  # type: ignore[union-attr]
-            for value in values
-        )
-        + "}"
-    )
-
-
 def text_array(values: Iterable[str]) -> str:
     """Strings as an array literal (each quoted), for a `%s::text[]` parameter or a COPY column."""
     quoted = [value.translate(_QUOTE) for value in values]
@@ -222,20 +206,6 @@ _BUMP_ONE = (
     b"INSERT INTO memory_versions (user_id, character_id, version) VALUES (%s, %s, nextval('memory_clock')) "
     b"ON CONFLICT (user_id, character_id) DO UPDATE SET version = nextval('memory_clock')"
 )
-
-
-# Tables whose new rows may go as one array per column (`PostgresSql.insert_rows`): each column's type.
-_ARRAY_TYPES = {
-    "messages": {
-        "agent_id": "text", "user_id": "text", "character_id": "text", "seq": "integer", "role": "text",
-        "kind": "text", "content": "text", "turn_id": "bigint", "ts_ms": "bigint", "at_ms": "bigint",
-        "source": "text", "speaker": "text", "interrupted": "integer", "interrupt_ms": "bigint",
-        "original": "text", "fp": "text", "gap_before": "integer", "extra": "text", "created_ms": "bigint",
-        "images": "text",
-    },
-}  # fmt: skip
-# Past this many rows, a window goes by COPY (its two round trips are then worth it).
-KEPT_ROWS = 200
 
 
 class PostgresSql(Sql):
@@ -295,16 +265,6 @@ class PostgresSql(Sql):
         return int(next(iter(row.values()))) if row else 0
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        types = _ARRAY_TYPES.get(table)
-        if types is not None and len(rows) <= KEPT_ROWS and self.conn.kept() is not None:
-            # A callback's window: one INSERT of one array per column, kept for the next round
-            # trip (COPY takes two of its own and goes with no other statement). unnest yields
-            # the rows in order, and ids follow it.
-            arrays = [array_literal(column) for column in zip(*rows, strict=True)]
-            casts = ", ".join(f"%s::{types[name]}[]" for name in columns)
-            query = f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({casts})"
-            self.conn.defer(self.conn.bind(query.encode(), arrays))
-            return
         # One COPY, rows in order (ids follow it): adapting a row is done in C.
         with self.conn.shared_cursor().copy(
             f"COPY {table} ({', '.join(columns)}) FROM STDIN".encode()
