@@ -143,8 +143,15 @@ async def post_all(
     return latencies, accepted, errors, wall
 
 
-def index_lag(db: Path) -> int | None:
-    """Messages not yet in the search index, if the schema defers indexing (else None)."""
+def index_lag(db: Path | str) -> int | None:
+    """Messages not yet in the search index, if the schema defers indexing (else None); on
+    PostgreSQL, those queued for the recall index (indexed once the instances' writes pause)."""
+    if isinstance(db, str):
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            row = pg.execute("SELECT count(*) FROM recall_pending").fetchone()
+        return int(row[0]) if row else 0
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
         row = conn.execute("SELECT value FROM search_state WHERE name = 'messages_indexed_upto'").fetchone()
@@ -158,12 +165,12 @@ def index_lag(db: Path) -> int | None:
         conn.close()
 
 
-async def wait_for_index(db: Path, server: Server, timeout: float) -> dict[str, Any] | None:
-    """After the burst: how long, and how much server CPU, the deferred search indexing takes."""
+async def wait_for_index(db: Path | str, servers: list[Server], timeout: float) -> dict[str, Any] | None:
+    """After the burst: how long, and how much server CPU, the deferred indexing takes."""
     behind = index_lag(db)
     if behind is None:
         return None
-    started, cpu_0 = time.perf_counter(), server.cpu_seconds()
+    started, cpu_0 = time.perf_counter(), sum(server.cpu_seconds() for server in servers)
     lag = behind
     while lag and time.perf_counter() - started < timeout:
         await asyncio.sleep(0.05)
@@ -172,7 +179,7 @@ async def wait_for_index(db: Path, server: Server, timeout: float) -> dict[str, 
         "behind": behind,
         "left": lag,
         "seconds": time.perf_counter() - started,
-        "cpu_s": server.cpu_seconds() - cpu_0,
+        "cpu_s": sum(server.cpu_seconds() for server in servers) - cpu_0,
     }
 
 
@@ -395,11 +402,7 @@ async def measure(
         cpu_server = sum(server.cpu_seconds() for server in servers) - cpu_server_0
         cpu_db = tree_cpu_seconds(database_pids) - cpu_db_0
         cpu_client = self_cpu_seconds() - cpu_self_0
-        indexing = (
-            await wait_for_index(database, servers[0], args.index_timeout)
-            if isinstance(database, Path)
-            else None
-        )
+        indexing = None if null else await wait_for_index(database, servers, args.index_timeout)
         whole = (
             await wait_until_idle(database, servers[0], cpu_server_0, args.idle_timeout)
             if args.whole_cost and isinstance(database, Path)
@@ -432,7 +435,7 @@ async def measure(
     if indexing is not None:
         per = indexing["cpu_s"] / max(indexing["behind"], 1) * 1e6
         left = f", {indexing['left']:,} still left" if indexing["left"] else ""
-        print(f"  search index    {indexing['behind']:,} messages behind at the end of the burst; "
+        print(f"  {'recall index' if database_pids else 'search index'}    {indexing['behind']:,} messages behind at the end of the burst; "
               f"caught up in {indexing['seconds']:.2f} s using {indexing['cpu_s']:.2f} CPU-s "
               f"({per:.1f} us/message){left}")  # fmt: skip
     print(f"  server exit     {exit_codes} after SIGTERM")

@@ -4,7 +4,8 @@ No HTTP and no background indexing: bench/ingest.py's signed 32-message callback
 first, then applied one after another with `Ingestor.accept` in `PostgresStore.write_now` on a
 throwaway cluster (fsync off: a commit's wait is not CPU). This process's CPU and the
 postmaster's and its backends' are read around each round; the median round is reported, and
-the statements the service sent per callback. `--drop "DROP INDEX messages_trgm"` measures what
+the queries the service sent per callback (`statements_per_callback`: each query one round trip,
+COPY two; statements kept for the next round trip go in one query with it). `--drop "DROP INDEX messages_trgm"` measures what
 a piece of the schema costs. The store is `BENCH_SERVER_REPO`'s when set (bench/compare.py).
 
     python bench/pg_ingest_tx.py [--callbacks 400] [--rounds 3] [--drop SQL]
@@ -95,7 +96,7 @@ def main() -> int:
             server.append((tree_cpu_seconds([cluster.pid()]) - server_before) / args.callbacks * 1e3)
             statements.append(sent[0] / args.callbacks)
             print(f"round {round_ + 1}: service {service[-1]:.3f} ms, PostgreSQL {server[-1]:.3f} ms CPU "
-                  f"per callback, {statements[-1]:.2f} statements", flush=True)  # fmt: skip
+                  f"per callback, {statements[-1]:.2f} queries (round trips)", flush=True)  # fmt: skip
         store.close()
     finally:
         cluster.stop()

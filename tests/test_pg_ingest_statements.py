@@ -1,8 +1,11 @@
-"""What a 103 costs PostgreSQL in statements: each is a round trip, ~0.1 ms of the service's
-Python and some of the server's CPU, on every callback (issue 28)."""
+"""What a 103 costs PostgreSQL in round trips and statements: each round trip is ~0.1 ms of the
+service's CPU (psycopg's execute, the loopback send, the wake-up), each statement some of the
+server's, on every callback (issue 28)."""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +15,17 @@ import pytest
 from conftest import Service, agent_event, turns
 from psycopg import _connection_base
 
+from agent_memory.core.domain import Session
+from agent_memory.store import Store
+
 LABELS = {"user_id": "u-cost", "character_id": "c"}
+# Where one statement of a round trip's query ends and the next begins (the test's texts hold no "; ").
+NEXT_STATEMENT = re.compile(r"; (?=BEGIN|SAVEPOINT|SELECT|INSERT|UPDATE|DELETE|COMMIT|WITH|COPY)")
+
+
+def each_statement(round_trips: list[str]) -> list[str]:
+    """The statements the round trips sent, in order."""
+    return [statement for sent in round_trips for statement in NEXT_STATEMENT.split(sent)]
 
 
 @pytest.fixture
@@ -22,7 +35,8 @@ def backend() -> str:
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement the service's write threads send, in order (transaction control included)."""
+    """Every query the service's write threads send, in order (transaction control included):
+    a round trip each (COPY two)."""
     sent: list[str] = []
 
     def note(query: Any) -> None:
@@ -56,23 +70,94 @@ async def test_a_new_runs_transcript_updates_its_session_once_and_reads_no_watch
 ) -> None:
     status, body = await service.callback(agent_event(103, "A-COST", labels=LABELS, contents=turns(32)))
     assert (status, body["status"]) == (200, "done"), body
-    session_updates = [sql for sql in statements if sql.startswith("UPDATE sessions")]
+    sent = each_statement(statements)
+    session_updates = [sql for sql in sent if sql.startswith("UPDATE sessions")]
     # Its new counts go with its status and stop time: one UPDATE, not two.
     assert len(session_updates) == 1, session_updates
     assert "message_count" in session_updates[0] and "status" in session_updates[0]
     # The watch is unfollowed in one statement (RETURNING what the caller needs), not read first.
-    assert not [sql for sql in statements if sql.startswith("SELECT") and "FROM watched_agents" in sql]
-    # The event's savepoint ends with the commit: no RELEASE round trip.
-    assert not [sql for sql in statements if sql.startswith("RELEASE")], statements
-    # The whole callback, 16 statements before: begin, the inbox read under its lock, the
-    # savepoint, the session read under its lock, the new session, the forget cut-off under the
-    # user's lock, the pair's version, the messages (COPY), the condense job, the session's
-    # update, the watch, the inbox row, commit.
-    assert len(statements) <= 13, statements
+    assert not [sql for sql in sent if sql.startswith("SELECT") and "FROM watched_agents" in sql]
+    # The event's savepoint ends with the commit: no RELEASE.
+    assert not [sql for sql in sent if sql.startswith("RELEASE")], sent
+    # The locks are still taken, each before the read it guards, and the transaction committed.
+    assert [sql.split("(")[0] for sql in sent if "pg_advisory_xact_lock" in sql] == [
+        "SELECT pg_advisory_xact_lock",  # the event's, before the inbox is read
+        "SELECT pg_advisory_xact_lock",  # the session's, before it is read
+        "SELECT pg_advisory_xact_lock_shared",  # the user's, before the forget cut-off is read
+    ]
+    assert sent[0].startswith("BEGIN") and sent[-1] == "COMMIT"
+    # The whole callback: 16 queries in session 12, 13 in session 13, each a round trip. Now
+    # what is written without being read goes with the next read or the commit: BEGIN with the
+    # inbox read under its lock; the savepoint with the session read under its lock; the new
+    # session with the forget cut-off read under the user's lock; the pair's version; the
+    # messages (COPY, two round trips, alone by psycopg's rule); the condense job and the
+    # session's update with the watch (RETURNING); the inbox row with COMMIT.
+    assert len(statements) <= 7, statements
     redelivered = await service.callback(agent_event(103, "A-COST", labels=LABELS, contents=turns(32)))
     assert redelivered[1]["status"] == "duplicate"
     messages = await service.store.read(lambda view: view.messages.of_session("A-COST"))
     session = await service.store.read(lambda view: view.sessions.get("A-COST"))
-    assert session is not None
+    inbox = await service.store.read(lambda view: view.inbox.get("A-COST:103"))
+    assert session is not None and inbox is not None and inbox.status == "done"
     assert len(messages) == session.message_count == 32
     assert session.status == "stopped"
+
+
+def run_of(agent_id: str) -> Session:
+    return Session(
+        agent_id=agent_id, user_id="u-kept", character_id="c", identity_source="labels", status="running"
+    )
+
+
+async def agents(store: Store) -> set[str]:
+    rows = await store.read(lambda view: view.conn.execute(b"SELECT agent_id FROM sessions").fetchall())
+    return {row["agent_id"] for row in rows}
+
+
+async def test_statements_kept_for_the_next_round_trip_keep_the_transactions_guarantees(store: Store) -> None:
+    """What a write keeps to send later is undone with its block, or with its transaction, as if sent at once."""
+
+    def kept_then_raised(tx: Any) -> None:
+        with contextlib.suppress(RuntimeError), tx.savepoint():
+            tx.sessions.insert(run_of("never-sent"))  # kept, with the SAVEPOINT, when the block raises
+            raise RuntimeError
+        tx.sessions.insert(run_of("after-block"))
+
+    def sent_then_raised(tx: Any) -> None:
+        with contextlib.suppress(RuntimeError), tx.savepoint():
+            tx.sessions.insert(run_of("sent"))
+            assert tx.sessions.get("sent") is not None  # a read: sent, and seen within the transaction
+            raise RuntimeError
+        tx.sessions.insert(run_of("after-sent-block"))
+
+    def refused(tx: Any) -> None:
+        with pytest.raises(psycopg.errors.UniqueViolation), tx.savepoint():
+            tx.sessions.insert(run_of("after-block"))  # refused by the server when the block ends
+        tx.sessions.insert(run_of("after-refused"))
+
+    def failed(tx: Any) -> None:
+        tx.sessions.insert(run_of("in-failed-write"))
+        raise RuntimeError("the write fails after keeping a statement")
+
+    await store.write(kept_then_raised)
+    await store.write(sent_then_raised)
+    await store.write(refused)
+    with pytest.raises(RuntimeError):
+        await store.write(failed)
+    await store.write(lambda tx: tx.sessions.insert(run_of("only-kept")))  # BEGIN, INSERT, COMMIT at once
+    assert await agents(store) == {"after-block", "after-sent-block", "after-refused", "only-kept"}
+
+
+async def test_an_events_write_refused_by_the_server_fails_that_event_alone(service: Service) -> None:
+    """A write kept for later and refused when sent fails its event (rolled back to the event's
+    savepoint), and the raw event is still recorded, as when each write was sent at once."""
+    await service.store.write(
+        lambda tx: tx.conn.execute(b"ALTER TABLE jobs ADD CONSTRAINT refused CHECK (user_id <> 'u-refused')")
+    )
+    labels = {"user_id": "u-refused", "character_id": "c"}
+    status, body = await service.callback(agent_event(103, "A-REFUSED", labels=labels, contents=turns(4)))
+    assert (status, body["status"]) == (200, "failed"), body
+    inbox = await service.store.read(lambda view: view.inbox.get("A-REFUSED:103"))
+    assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
+    assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
+    assert await service.store.read(lambda view: view.messages.of_session("A-REFUSED")) == []

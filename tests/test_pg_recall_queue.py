@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import psycopg
 import pytest
-from conftest import Service, agent_event, said
+from conftest import Service, agent_event, said, wait_for
 
 from agent_memory.store.postgres import PostgresStore, PostgresTransaction, engine
 
@@ -77,3 +77,36 @@ def test_the_drain_is_planned_afresh_each_time(db_path: str) -> None:
         store.close()
     # psycopg prepares a statement run 5 times, and PostgreSQL may then keep one generic plan for it.
     assert not [statement for statement in prepared if "DELETE FROM recall_pending" in statement], prepared
+
+
+def test_the_background_indexer_waits_for_this_instances_writes_to_pause() -> None:
+    """As SQLite's writer does: a burst's turns are stemmed after it, not between its callbacks
+    (True: index until caught up); while writes never pause, one chunk now and then (False);
+    otherwise not yet (None)."""
+    write = 100.0
+    assert engine.index_due(write + engine.INDEX_IDLE_AFTER_S / 2, write, write - 0.1) is None
+    assert (
+        engine.index_due(write + engine.INDEX_IDLE_AFTER_S / 2, write, write - engine.BUSY_INDEX_EVERY_S)
+        is False
+    )
+    assert engine.index_due(write + 2 * engine.INDEX_IDLE_AFTER_S, write, write) is True
+
+
+async def test_turns_stored_are_indexed_in_the_background_once_writes_pause(
+    service: Service, db_path: str
+) -> None:
+    """No recall needed: once the callbacks stop, the queue drains by itself."""
+    for index in range(3):
+        contents = said(f"My sister plays the oboe number {index}.", "Lovely!")
+        assert (await service.callback(agent_event(103, f"BG-{index}", labels=LABELS, contents=contents)))[
+            0
+        ] == 200
+
+    def drained() -> bool:
+        with psycopg.connect(db_path) as conn:
+            row = conn.execute("SELECT count(*) FROM recall_pending").fetchone()
+        return row is not None and row[0] == 0
+
+    await wait_for(drained, failure="the recall queue was not drained once the writes paused")
+    body = await recall(service, "oboe")
+    assert "oboe" in texts(body) and body["index_lag"] == 0

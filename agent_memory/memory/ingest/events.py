@@ -97,7 +97,7 @@ class Ingestor:
         # Written once, with its final status: an update would rewrite (and zero) the raw body.
         # A body holding what was said before a forget is not kept (its id is: a redelivery
         # is still recognised), as the forget blanked those it found.
-        tx.inbox.insert(
+        tx.inbox.keep(
             InboxEntry(
                 event_id=raw.event_id,
                 event_type=storable(raw.event_type) or 0,

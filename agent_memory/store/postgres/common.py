@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import abc
+from psycopg._queries import PostgresClientQuery
+from psycopg.adapt import Transformer
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from agent_memory.core.clock import now_ms
@@ -32,24 +37,123 @@ R = TypeVar("R")
 
 
 class Connection(psycopg.Connection[DictRow]):
-    """A pooled connection, keeping the cursors its statements reuse."""
+    """A pooled connection, keeping the cursors its statements reuse and the statements it has
+    not sent yet.
+
+    Each statement sent on its own costs the service a round trip's CPU (~0.1 ms: psycopg's
+    execute, the loopback send and the wake-up), whatever the statement. In a write transaction
+    (`begin_deferred`), a statement whose result nobody reads (BEGIN, SAVEPOINT, most writes)
+    is bound here and kept (`defer`), then sent in one simple-protocol query with the next
+    statement whose result is read, or with the COMMIT. Whatever executes on this connection
+    sends the kept statements first (`execute`, `transaction`, the shared cursors), so the
+    order of statements is the order they were asked in.
+    """
 
     # Making a cursor (it copies the connection's adapters) costs about as much CPU as a small
     # statement's round trip: statements whose small result is read at once share one.
     _shared: psycopg.Cursor[DictRow] | None = None
     _shared_client: psycopg.ClientCursor[DictRow] | None = None
+    _binder: abc.Transformer | None = None
+    # Statements bound and not sent yet (None: not in a write transaction that keeps them).
+    _deferred: list[bytes] | None = None
+    # How many times kept statements were sent or dropped (a savepoint asks whether its own was).
+    deferred_batches = 0
 
     def shared_cursor(self) -> psycopg.Cursor[DictRow]:
         """The reused cursor: each execute replaces its result, so read that first."""
+        self.send_deferred()
         if self._shared is None:
             self._shared = self.cursor()
         return self._shared
 
-    def shared_client_cursor(self) -> psycopg.ClientCursor[DictRow]:
+    def _client(self) -> psycopg.ClientCursor[DictRow]:
         """The reused cursor that binds parameters itself (several statements in one query)."""
         if self._shared_client is None:
             self._shared_client = psycopg.ClientCursor(self, row_factory=dict_row)
         return self._shared_client
+
+    # statements kept for the next round trip
+
+    def begin_deferred(self, begin: bytes) -> None:
+        """Start keeping statements: the write transaction's `begin` is the first (autocommit
+        connection: nothing is sent until a result is read, or until `commit_deferred`)."""
+        self._deferred = [begin]
+
+    def bind(self, query: bytes, params: Sequence[Any] | None) -> bytes:
+        """`query` with its parameters bound as literals, ready to be sent with others."""
+        if params is None:
+            return query
+        binder = self._binder
+        if binder is None:
+            binder = self._binder = Transformer(self)
+        # As a ClientCursor binds (psycopg's own literals), without a cursor's result state.
+        bound = PostgresClientQuery(binder)
+        bound.convert(query, params)
+        return bound.query
+
+    def defer(self, statement: bytes) -> bool:
+        """Keep a bound statement for the next round trip; False (nothing kept) outside a write
+        transaction that keeps them: the caller sends it now."""
+        if self._deferred is None:
+            return False
+        self._deferred.append(statement)
+        return True
+
+    def kept(self) -> list[bytes] | None:
+        """The statements kept and not sent (None: this connection keeps none)."""
+        return self._deferred
+
+    def drop_deferred(self, since: int = 0) -> None:
+        """Forget the kept statements from index `since` on (a block that raised wrote nothing)."""
+        if self._deferred is not None:
+            del self._deferred[since:]
+            self.deferred_batches += 1
+
+    def send_deferred(self) -> None:
+        """Send the kept statements now, if any (before a statement that cannot go with them)."""
+        if self._deferred:
+            self.with_deferred()
+
+    def with_deferred(self, *statements: bytes) -> psycopg.ClientCursor[DictRow]:
+        """Send the kept statements and then `statements` (bound) in one query; the cursor is
+        at the last one's result."""
+        batch = [*(self._deferred or ()), *statements]
+        if self._deferred is not None:
+            self._deferred = []  # sent, whatever the server answers
+            self.deferred_batches += 1
+        cursor = self._client()
+        cursor.execute(b"; ".join(batch))
+        for _ in range(len(batch) - 1):
+            cursor.nextset()
+        return cursor
+
+    def commit_deferred(self) -> None:
+        """Send the kept statements with COMMIT; nothing at all if only BEGIN was kept."""
+        kept = self._deferred
+        try:
+            # Only BEGIN kept, nothing sent: there is no transaction to commit.
+            if kept is not None and (len(kept) > 1 or self.info.transaction_status != TransactionStatus.IDLE):
+                self.with_deferred(b"COMMIT")
+        finally:
+            self._deferred = None
+
+    def end_deferred(self) -> None:
+        """Stop keeping statements, dropping any kept (the transaction failed: it is rolled back)."""
+        self._deferred = None
+
+    # whatever else executes here sends the kept statements first
+
+    def execute(self, *args: Any, **kwargs: Any) -> psycopg.Cursor[DictRow]:
+        self.send_deferred()
+        return super().execute(*args, **kwargs)
+
+    @contextmanager
+    def transaction(self, *args: Any, **kwargs: Any) -> Iterator[psycopg.Transaction]:
+        self.send_deferred()
+        with super().transaction(*args, **kwargs) as block:
+            yield block
+            # Before psycopg's RELEASE: what the block kept is the block's (its errors roll it back).
+            self.send_deferred()
 
 
 # A Python list is adapted to an array element by element in Python: long lists on hot paths
@@ -116,10 +220,16 @@ class PostgresSql(Sql):
         self.instance = instance
 
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[DictRow]:
+        conn = self.conn
+        if conn.kept():
+            # Statements are kept: this one goes with them, in one round trip.
+            return conn.with_deferred(conn.bind(dialect(sql), params))
         # The reusable cursor: what a statement returns is read at once.
-        return self.conn.shared_cursor().execute(dialect(sql), params)
+        return conn.shared_cursor().execute(dialect(sql), params)
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        if self.conn.kept():
+            return list(self._execute(sql, params).fetchall())
         # A cursor of its own: a long result would otherwise stay in memory until the next statement.
         return list(self.conn.execute(dialect(sql), params).fetchall())
 
@@ -127,7 +237,8 @@ class PostgresSql(Sql):
         return self._execute(sql, params).fetchone()
 
     def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
-        return [make(*row.values()) for row in self.conn.execute(dialect(sql), params)]
+        rows = self._execute(sql, params) if self.conn.kept() else self.conn.execute(dialect(sql), params)
+        return [make(*row.values()) for row in rows]
 
     def build(self, make: Callable[..., R], row: Row) -> R:
         return make(*row.values())
@@ -138,6 +249,13 @@ class PostgresSql(Sql):
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self._execute(sql, params).rowcount
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        # Kept for the next round trip in a write transaction; errors surface there, within
+        # the same savepoint block (`PostgresTransaction.savepoint` sends what it kept).
+        conn = self.conn
+        if not conn.defer(conn.bind(dialect(sql), params)):
+            self.run(sql, params)
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.conn.shared_cursor().executemany(dialect(sql), rows)
@@ -160,12 +278,16 @@ class PostgresSql(Sql):
         # The clock is read again once the row is locked (DO UPDATE runs after the lock is
         # taken): a transaction that waited for another's bump commits a higher version, so a
         # version never goes back and never stays put over a change.
-        if len(ordered) == 1:  # the usual case: no arrays to adapt
-            self.conn.shared_cursor().execute(_BUMP_ONE, ordered[0])
-        elif ordered:
-            self.conn.shared_cursor().execute(
-                _BUMP, ([user for user, _ in ordered], [character for _, character in ordered])
-            )
+        if not ordered:
+            return
+        query, params = (
+            (_BUMP_ONE, ordered[0])  # the usual case: no arrays to adapt
+            if len(ordered) == 1
+            else (_BUMP, ([user for user, _ in ordered], [character for _, character in ordered]))
+        )
+        # Kept for the next round trip: the COPY of the messages it guards sends it first.
+        if not self.conn.defer(self.conn.bind(query, params)):
+            self.conn.shared_cursor().execute(query, params)
 
     def database(self) -> str:
         info = self.conn.info
@@ -185,10 +307,9 @@ class PostgresSql(Sql):
         read's snapshot is taken after the lock is granted, so it sees what the holder before
         committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1). Reads need none.
         """
-        if self.conn.read_only:
+        conn = self.conn
+        if conn.read_only:
             return self.one(sql, params)
-        cursor = self.conn.shared_client_cursor()
-        query = f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d})); ".encode() + dialect(sql)
-        cursor.execute(query, (key, *params))
-        cursor.nextset()
-        return cursor.fetchone()
+        lock = conn.bind(f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d}))".encode(), (key,))
+        # With whatever statements are kept (BEGIN, a SAVEPOINT), in the same round trip.
+        return conn.with_deferred(lock, conn.bind(dialect(sql), params)).fetchone()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import IsolationLevel, errors
+from psycopg import errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
@@ -79,11 +79,21 @@ CONNECT_OPTIONS: dict[str, Any] = {
 }
 # While PostgreSQL is down, a probe connects this often to see whether it is back.
 PROBE_EVERY_S = 0.25
-# The recall index is brought up to date in the background this often, this much at a time.
+# The recall index is brought up to date in the background, this much at a time, once this
+# instance's writes have paused for INDEX_IDLE_AFTER_S (looked at every INDEX_EVERY_S): as on
+# SQLite, a burst of callbacks is not slowed by the stemming (Python, on the service's cores),
+# which is done after it. While writes never pause, a chunk every BUSY_INDEX_EVERY_S, so the
+# index falls behind slowly instead of not at all; a recall or search catches it up first.
 INDEX_EVERY_S = 0.2
+INDEX_IDLE_AFTER_S = 0.05
+BUSY_INDEX_EVERY_S = 1.0
 INDEX_CHUNK = 500
 # Messages a search or recall indexes before it reads, so that it sees what was just stored.
 SEARCH_CATCH_UP = 20_000
+# A write transaction's first statement, sent with its first read (`PostgresStore._transaction`).
+_BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
+# A read's: one snapshot for all its statements, taken at its first statement.
+_READ_BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # Savepoint names, one per block (`PostgresTransaction.savepoint`).
 _savepoints = itertools.count(1)
 _RETRYABLE = (errors.DeadlockDetected, errors.SerializationFailure)
@@ -115,6 +125,16 @@ class _Outage:
 
 def _index_chunk(tx: PostgresTransaction) -> int:
     return tx.recall.catch_up(INDEX_CHUNK)
+
+
+def index_due(now: float, last_write: float, last_indexed: float) -> bool | None:
+    """Whether the background indexer runs now: True until caught up (writes have paused), False
+    for one chunk (writes keep coming, and the last chunk is a while ago), None not yet."""
+    if now - last_write >= INDEX_IDLE_AFTER_S:
+        return True
+    if now - last_indexed >= BUSY_INDEX_EVERY_S:
+        return False
+    return None
 
 
 def redact(url: str) -> str:
@@ -158,14 +178,23 @@ class PostgresTransaction(PostgresView):
         is one more round trip on every callback (ingest applies each event in one). Its name is
         its own, so an outer block's rollback goes back to the outer block's start.
         """
+        conn = self.conn
         name = f"am_{next(_savepoints)}".encode()
-        cursor = self.conn.shared_cursor()
-        cursor.execute(b"SAVEPOINT " + name)
+        kept = conn.kept()
+        since, batches = len(kept) if kept is not None else 0, conn.deferred_batches
+        if not conn.defer(b"SAVEPOINT " + name):
+            conn.shared_cursor().execute(b"SAVEPOINT " + name)
         try:
             yield
+            # What the block kept is sent now: its errors are the block's, undone by its rollback.
+            conn.send_deferred()
         except BaseException:
-            if self.conn.info.transaction_status != TransactionStatus.UNKNOWN:
-                cursor.execute(b"ROLLBACK TO SAVEPOINT " + name)
+            if kept is not None and conn.deferred_batches == batches:
+                conn.drop_deferred(since)  # the SAVEPOINT and the block's statements were never sent
+            else:
+                conn.drop_deferred()
+                if conn.info.transaction_status != TransactionStatus.UNKNOWN:
+                    conn.shared_cursor().execute(b"ROLLBACK TO SAVEPOINT " + name)
             raise
 
 
@@ -183,6 +212,8 @@ class PostgresStore:
         self._writers = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="pg-write")
         self._stop = threading.Event()
         self._indexer: threading.Thread | None = None
+        # When a write of this instance (not the indexer's) last began, and the indexer last ran.
+        self._last_write = self._last_indexed = 0.0
         self._rng = random.Random()
         # The circuit: set while PostgreSQL is down; the prober waits for `_tripped`.
         self._outage: _Outage | None = None
@@ -235,10 +266,9 @@ class PostgresStore:
 
     def _pool(self, name: str, *, read_only: bool, size: int, wait_s: float) -> ConnectionPool[Connection]:
         def configure(conn: Connection) -> None:
-            conn.isolation_level = (
-                IsolationLevel.REPEATABLE_READ if read_only else IsolationLevel.READ_COMMITTED
-            )
-            conn.read_only = read_only
+            conn.read_only = read_only  # the repositories ask (`PostgresSql.locked`)
+            # Each transaction sends its own BEGIN, with its first statement (`_transaction`).
+            conn.autocommit = True
 
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.url,
@@ -278,8 +308,8 @@ class PostgresStore:
         """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
         pool = self._pool_of(self._reads)
         try:
-            with pool.connection() as conn, conn.transaction():
-                return fn(PostgresView(conn, self.instance))
+            with pool.connection() as conn:
+                return self._transaction(conn, _READ_BEGIN, lambda: fn(PostgresView(conn, self.instance)))
         except psycopg.OperationalError as exc:
             raise self._failure(exc) from exc
 
@@ -288,6 +318,7 @@ class PostgresStore:
     async def write(self, fn: Callable[[PostgresTransaction], T]) -> T:
         """Run `fn(tx)` in a transaction of its own; returns once it is committed."""
         loop = asyncio.get_running_loop()
+        self._last_write = time.monotonic()
         # In the caller's context, so that what `fn` logs carries the caller's request id.
         return await loop.run_in_executor(self._writers, contextvars.copy_context().run, self.write_now, fn)
 
@@ -296,8 +327,10 @@ class PostgresStore:
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             pool = self._pool_of(self._writes)
             try:
-                with pool.connection() as conn, conn.transaction():
-                    return fn(PostgresTransaction(conn, self.instance))
+                with pool.connection() as conn:
+                    return self._transaction(
+                        conn, _BEGIN, lambda: fn(PostgresTransaction(conn, self.instance))
+                    )
             except _RETRYABLE as exc:
                 if attempt == WRITE_ATTEMPTS:
                     raise StoreUnavailable(f"a write kept conflicting with others: {exc}") from exc
@@ -306,16 +339,30 @@ class PostgresStore:
                 raise self._failure(exc) from exc
         raise AssertionError("unreachable")
 
+    @staticmethod
+    def _transaction(conn: Connection, begin: bytes, fn: Callable[[], T]) -> T:
+        """`fn()` in one transaction on an autocommit connection: `begin`, and what `fn` sends
+        without reading its result, go with its next read (`Connection.defer`), the last with COMMIT."""
+        conn.begin_deferred(begin)
+        try:
+            result = fn()
+            conn.commit_deferred()
+        except BaseException:
+            conn.end_deferred()
+            if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                try:
+                    conn.rollback()
+                except psycopg.Error:
+                    pass  # a broken connection: the pool discards it
+            raise
+        return result
+
     def run_outside_transaction(self, fn: Callable[[Connection], T]) -> T:
         """`fn(conn)` on a writer connection in autocommit mode (VACUUM cannot run in a transaction)."""
         pool = self._pool_of(self._writes)
         try:
-            with pool.connection() as conn:
-                conn.autocommit = True
-                try:
-                    return fn(conn)
-                finally:
-                    conn.autocommit = False
+            with pool.connection() as conn:  # writers' connections are in autocommit mode
+                return fn(conn)
         except psycopg.OperationalError as exc:
             raise self._failure(exc) from exc
 
@@ -408,8 +455,13 @@ class PostgresStore:
             if self._outage is not None:
                 continue  # said once, when the circuit tripped
             try:
-                while not self._stop.is_set() and self.write_now(_index_chunk) == INDEX_CHUNK:
-                    pass
+                due = index_due(time.monotonic(), self._last_write, self._last_indexed)
+                while due is not None and not self._stop.is_set():
+                    self._last_indexed = time.monotonic()
+                    if self.write_now(_index_chunk) < INDEX_CHUNK or not due:
+                        break
+                    # More is queued: indexed on while writes stay paused, else after them.
+                    due = True if time.monotonic() - self._last_write >= INDEX_IDLE_AFTER_S else None
             except DatabaseDown:
                 pass
             except Exception:

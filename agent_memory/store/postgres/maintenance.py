@@ -111,15 +111,12 @@ class PostgresMaintenance(Repository, Maintenance):
         if self.conn.read_only:
             row = self.sql.one(_FORGET_CUTOFF, params)
         else:
-            cursor = self.conn.shared_client_cursor()
-            cursor.execute(
-                dialect(
-                    f"SELECT pg_advisory_xact_lock_shared(hashtextextended(?, {USER_LOCK_SEED:d})); {_FORGET_CUTOFF}"
-                ),
-                (user_id, *params),
-            )
-            cursor.nextset()
-            row = cursor.fetchone()
+            conn = self.conn
+            lock = dialect(f"SELECT pg_advisory_xact_lock_shared(hashtextextended(?, {USER_LOCK_SEED:d}))")
+            # The read's snapshot is taken once the lock is granted; with what is kept, one round trip.
+            row = conn.with_deferred(
+                conn.bind(lock, (user_id,)), conn.bind(dialect(_FORGET_CUTOFF), params)
+            ).fetchone()
         return None if row is None or row["at"] is None else ForgetCutoff(int(row["at"]), bool(row["run"]))
 
     # forgetting

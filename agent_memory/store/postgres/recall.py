@@ -102,10 +102,11 @@ class PostgresRecall(Repository, Remembered):
 
     def _timeouts(self, statement_ms: int, *, lock_ms: int | None = None) -> None:
         """Bound this transaction's statements (and lock waits) from here on; never the session's."""
+        # Sent with the next statement: set before it runs, and no round trip of its own.
         if lock_ms is None:
-            self.sql.run("SELECT set_config('statement_timeout', ?, true)", (str(statement_ms),))
+            self.sql.send("SELECT set_config('statement_timeout', ?, true)", (str(statement_ms),))
             return
-        self.sql.run(
+        self.sql.send(
             "SELECT set_config('statement_timeout', ?, true), set_config('lock_timeout', ?, true)",
             (str(statement_ms), str(lock_ms)),
         )

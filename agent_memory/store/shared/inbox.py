@@ -58,6 +58,15 @@ class Inbox(InboxReads):
         )
         return inserted == 1
 
+    def keep(self, entry: InboxEntry) -> None:
+        """Record a raw event that no one else records meanwhile (ingest holds its lock since
+        `has`): the row may go with the commit (`Sql.send`)."""
+        self.sql.send(
+            f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (notice_id) DO NOTHING",
+            values_of(entry),
+        )
+
     def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None:
         self.sql.run("UPDATE inbox SET status = ?, error = ? WHERE notice_id = ?", (status, error, event_id))
 

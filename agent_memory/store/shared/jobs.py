@@ -102,7 +102,7 @@ class Jobs(JobReads):
         due = now if new_messages >= max_messages else now + delay_ms
         least, greatest = self.sql.least, self.sql.greatest
         inserted = (kind, user_id, character_id, due, now, new_messages, now, now)
-        self.sql.run(
+        self.sql.send(
             _INSERT + "pending_messages = j.pending_messages + excluded.pending_messages, "
             "updated_ms = excluded.updated_ms, due_ms = CASE WHEN j.status <> 'pending' OR j.attempts > 0 THEN j.due_ms "
             "WHEN j.pending_messages + excluded.pending_messages >= ? THEN ? "

@@ -92,13 +92,13 @@ class Sessions(SessionReads):
     __slots__ = ()
 
     def insert(self, session: Session) -> None:
-        self.sql.run(
+        self.sql.send(
             f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_SESSION_MARKS})",
             tuple(_columns(session).values()),
         )
 
     def update(self, agent_id: str, changes: SessionChanges) -> None:
-        self.sql.set("sessions", "agent_id", agent_id, _columns(changes))
+        self.sql.set("sessions", "agent_id", agent_id, _columns(changes), send=True)
 
     def move(self, agent_id: str, user_id: str, character_id: str) -> int:
         """Give a session and its messages to another pair; returns the messages moved.

@@ -129,12 +129,22 @@ class Sql(ABC):
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """The single integer a `count(*)` query answers."""
 
-    def set(self, table: str, key: str, value: Any, changes: Mapping[str, Any]) -> int:
-        """`UPDATE table SET changes WHERE key = value` (column names are ours, never input)."""
+    def set(self, table: str, key: str, value: Any, changes: Mapping[str, Any], *, send: bool = False) -> int:
+        """`UPDATE table SET changes WHERE key = value` (column names are ours, never input);
+        how many rows, unless `send` (its count unread: `send`), then 0."""
         if not changes:
             return 0
         assignments = ", ".join(f"{column} = ?" for column in changes)
-        return self.run(f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value))
+        statement, params = f"UPDATE {table} SET {assignments} WHERE {key} = ?", (*changes.values(), value)
+        if send:
+            self.send(statement, params)
+            return 0
+        return self.run(statement, params)
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run a write whose result is not read; a backend may send it with its next statement
+        (PostgreSQL: one round trip fewer), its error then raised there, in the same transaction."""
+        self.run(sql, params)
 
 
 def values_of(record: Any) -> tuple[Any, ...]:
