@@ -778,3 +778,40 @@ async def test_a_larger_budget_buys_more_distinct_memories(service) -> None:
     small = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=500)
     large = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=1000)
     assert len(large["memories"]) > max(len(small["memories"]), CANDIDATES)
+
+
+def test_how_long_ago_and_what_date_ask_for_a_date_and_name_no_words_to_match() -> None:
+    assert "long" not in dict(weighted_terms("How long ago did I move?"))
+    assert "ago" not in dict(weighted_terms("How many weeks ago did I move?"))
+    assert "date" not in dict(weighted_terms("On what date did I run the race?"))
+    assert "哪天" not in dict(weighted_terms("我们哪天住进新家的？"))
+    assert "move" in dict(weighted_terms("How long ago did I move?"))
+    # Said as a word of its own, "long" is asked for.
+    assert "long" in dict(weighted_terms("Did I do the long walk?"))
+
+
+async def test_a_how_long_ago_question_is_not_answered_by_the_long_way_home(service) -> None:
+    moved = "We got the keys to the new flat yesterday, it's all boxes."
+    lines = [*small_talk(8), moved, "Congrats!"]
+    for name in ("Tom", "Ana", "Gus", "Ravi"):
+        lines += [*small_talk(6), f"{name} and I walked the long way home.", "Nice."]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "How long ago did I move?")
+    assert body["memories"][0]["text"].startswith(moved)
+
+
+async def test_near_repeats_of_one_line_do_not_crowd_out_a_different_memory(service) -> None:
+    # Thirty short lines say "home" with nearly the same words; the one that says something
+    # else about home is longer (BM25 ranks it last) and was said first (recency too).
+    different = (
+        "Home for me is the little room above the bakery on Mill Street, with the blue door and noisy pipes."
+    )
+    names = ("Tom", "Ana", "Gus", "Ravi", "Lena", "Kofi")
+    times = ("at lunch", "tonight", "after work", "earlier", "around noon")
+    lines = [different, "Sounds cosy."]
+    for name in names:
+        for when in times:
+            lines += [f"{name} and I walked the long way home {when}.", "Nice."]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "Tell me about home.", max_tokens=200)
+    assert different in texts(body)
