@@ -62,18 +62,18 @@ RECENCY_WEIGHT = 0.1
 # A memory that says nearly what one ranked above it says weighs less: its score times
 # (1 - REPEAT_DISCOUNT x the share of their words they share), for the best `DIVERSE_TOP`.
 REPEAT_DISCOUNT = 0.8
-DIVERSE_TOP = 60
+DIVERSE_TOP = 40
+DIVERSE_HELD = 20  # ...each compared with the best this many (their cost grows as the product)
 RECENCY_HALF_LIFE_MS = 30 * 24 * 3600 * 1000
 # Hits scoring under this share of the best are noise, not memories.
 MIN_RELATIVE_SCORE = 0.15
 CONTEXT_MAX_TOKENS = 40
 CANDIDATES = 20
-# A candidate per this many tokens of budget, at least `CANDIDATES`: a larger budget is spent
-# on more distinct memories, not left empty.
+# A candidate per this many tokens of budget, at least `RANKED`: a larger budget is spent on
+# more distinct memories, not left empty; and more are ranked than fit, so that near repeats
+# of one line (`REPEAT_DISCOUNT`) are not all there is to show.
 TOKENS_PER_CANDIDATE = 20
-# ...and the index is asked for this many times as many turns: near repeats of one line
-# (`REPEAT_DISCOUNT`) must not be all that is ranked.
-RANKED_PER_CANDIDATE = 3
+RANKED = 60
 # A turn longer than this is shown as its first sentence and the sentences that match the
 # question (the rest marked " … "), so the budget buys more distinct memories.
 LONG_TURN_TOKENS = 60
@@ -200,7 +200,7 @@ class Recall:
 
 def candidates_for(max_tokens: int) -> int:
     """How many turns to rank for a budget of `max_tokens`."""
-    return max(CANDIDATES, max_tokens // TOKENS_PER_CANDIDATE) * RANKED_PER_CANDIDATE
+    return max(RANKED, max_tokens // TOKENS_PER_CANDIDATE)
 
 
 @text_cache(1024)
@@ -377,13 +377,24 @@ def _diverse(found: list[Scored]) -> list[Scored]:
     """`found` (best first) with each memory discounted by how much it says the same words as
     one ranked above it (the share of their words they share, times `REPEAT_DISCOUNT`): ten
     turns saying nearly the same thing do not crowd out the one that says something else."""
-    held: list[frozenset[str]] = []
+    bits: dict[str, int] = {}
+    held: list[tuple[int, int]] = []  # each text's words as bits of an int, and how many
     out: list[Scored] = []
     for score, at_ms, text, source in found[:DIVERSE_TOP]:
-        said = frozenset(cached_terms(text))
-        near = max((len(said & other) / len(said | other) for other in held), default=0.0) if said else 0.0
-        held.append(said)
-        out.append((round(score * (1 - REPEAT_DISCOUNT * near), 4), at_ms, text, source))
+        said = 0
+        for term in cached_terms(text):
+            said |= 1 << bits.setdefault(term, len(bits))
+        size = said.bit_count()
+        near = max(
+            (
+                (said & other).bit_count() / (size + count - (said & other).bit_count())
+                for other, count in held
+            ),
+            default=0.0,
+        )
+        if len(held) < DIVERSE_HELD:
+            held.append((said, size))
+        out.append((score * (1 - REPEAT_DISCOUNT * near), at_ms, text, source))
     out.sort(key=lambda entry: (-entry[0], -entry[1]))
     return out + found[DIVERSE_TOP:]
 
