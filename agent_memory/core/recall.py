@@ -394,7 +394,7 @@ def _diverse(found: list[Scored]) -> list[Scored]:
         )
         if len(held) < DIVERSE_HELD:
             held.append((said, size))
-        out.append((score * (1 - REPEAT_DISCOUNT * near), at_ms, text, source))
+        out.append((round(score * (1 - REPEAT_DISCOUNT * near), 4), at_ms, text, source))
     out.sort(key=lambda entry: (-entry[0], -entry[1]))
     return out + found[DIVERSE_TOP:]
 
