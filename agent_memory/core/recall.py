@@ -73,7 +73,7 @@ CANDIDATES = 20
 # more distinct memories, not left empty; and more are ranked than fit, so that near repeats
 # of one line (`REPEAT_DISCOUNT`) are not all there is to show.
 TOKENS_PER_CANDIDATE = 20
-RANKED = 60
+RANKED = 40
 # A turn longer than this is shown as its first sentence and the sentences that match the
 # question (the rest marked " … "), so the budget buys more distinct memories.
 LONG_TURN_TOKENS = 60
