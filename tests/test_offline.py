@@ -11,7 +11,7 @@ from conftest import stored_message
 
 from agent_memory.condense.base import CondenseInput, CondenseResult, FactAdd, FactIn
 from agent_memory.condense.facts_offline import introductions, message_facts, remember_requests
-from agent_memory.condense.life import PROFILE_HEADING, THREADS_HEADING
+from agent_memory.condense.life import PROFILE_HEADING, THREADS_HEADING, is_profile
 from agent_memory.condense.offline import (
     LABEL,
     MAX_BULLETS,
@@ -548,6 +548,28 @@ async def test_carried_digests_are_trimmed_evenly_then_the_oldest_goes() -> None
     said_days = [line[len("- [") : len("- [2023-05-08")] for line in profile[2:]]
     assert said_days and said_days == sorted(said_days) and said_days[0] < days[0]
     assert all("I met my sister Hannah" in line or "my boss Erik" in line for line in profile[2:])
+
+
+async def test_the_profile_keeps_the_users_life_not_people_named_by_their_job_or_after_work() -> None:
+    # An occupation said of someone ("going to be a midwife") is a life; a person named by
+    # their job ("my dentist", "the plumber"), "after work" and the post office are not.
+    summary: str | None = None
+    for day in range(30):
+        session = dialogue(
+            "How was your day?", f"Day {day}: my dentist sprained an ankle on the stairs, what a day.",
+            "Oh no.", f"Day {day}: Pablo the plumber and I walked the long way home after work.",
+            "Nice.", f"Day {day}: Lena at the post office found a wallet on the tram.",
+            "Wow.", f"Day {day}: My cousin Maya is going to be a midwife, we're all so proud.",
+            at_ms=SAID + day * 86_400_000, agent_id=f"run-{day}",
+        )  # fmt: skip
+        summary = (await run_offline(session, summary)).summary
+    assert summary is not None
+    first_header = next(line for line in summary.splitlines() if line.endswith("exchanges):"))
+    profile = summary[: summary.index(first_header)].splitlines()[2:]
+    assert profile and all("Maya is going to be a midwife" in line for line in profile), profile
+    # Chinese: kin said as kin, not a neighbour's courtesy title (陈姐); 下班 is the end of a day.
+    assert not is_profile("邻居陈姐下班后送来一块蛋糕。")
+    assert is_profile("我姐姐在培训当调酒师。") and is_profile("今天在书店又连上了两个班。")
 
 
 async def test_long_previous_summary_is_bounded_oldest_dropped_first() -> None:

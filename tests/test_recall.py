@@ -528,6 +528,11 @@ async def test_everyday_related_words_stand_in_for_each_other(service) -> None:
         ("Another double shift at the bakery today, my feet hurt.", "Where do I work?"),
         ("I bought tulips at the flower stall.", "What did I buy?"),
         ("我们终于从救助站领养了一只兔子。", "我的宠物是什么？"),
+        ("They put me on the early rota at the pharmacy again.", "Where am I employed?"),
+        ("A rescue rabbit, Pickle, is asleep on my feet.", "What's the name of the creature I took in?"),
+        ("Turns out I'm badly allergic to horses.", "Would a pony ride be a good gift for me?"),
+        ("Back in Galway where I grew up nobody locked their doors.", "Which town am I originally from?"),
+        ("When I'm sad only a big bowl of laksa fixes it.", "What cheers me up when I'm low?"),
     ],
 )
 async def test_a_question_worded_apart_from_its_answer_finds_it(service, turn: str, question: str) -> None:
@@ -778,3 +783,40 @@ async def test_a_larger_budget_buys_more_distinct_memories(service) -> None:
     small = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=500)
     large = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=1000)
     assert len(large["memories"]) > max(len(small["memories"]), CANDIDATES)
+
+
+def test_how_long_ago_and_what_date_ask_for_a_date_and_name_no_words_to_match() -> None:
+    assert "long" not in dict(weighted_terms("How long ago did I move?"))
+    assert "ago" not in dict(weighted_terms("How many weeks ago did I move?"))
+    assert "date" not in dict(weighted_terms("On what date did I run the race?"))
+    assert "哪天" not in dict(weighted_terms("我们哪天住进新家的？"))
+    assert "move" in dict(weighted_terms("How long ago did I move?"))
+    # Said as a word of its own, "long" is asked for.
+    assert "long" in dict(weighted_terms("Did I do the long walk?"))
+
+
+async def test_a_how_long_ago_question_is_not_answered_by_the_long_way_home(service) -> None:
+    moved = "We got the keys to the new flat yesterday, it's all boxes."
+    lines = [*small_talk(8), moved, "Congrats!"]
+    for name in ("Tom", "Ana", "Gus", "Ravi"):
+        lines += [*small_talk(6), f"{name} and I walked the long way home.", "Nice."]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "How long ago did I move?")
+    assert body["memories"][0]["text"].startswith(moved)
+
+
+async def test_near_repeats_of_one_line_do_not_crowd_out_a_different_memory(service) -> None:
+    # Thirty short lines say "home" with nearly the same words; the one that says something
+    # else about home is longer (BM25 ranks it last) and was said first (recency too).
+    different = (
+        "Home for me is the little room above the bakery on Mill Street, with the blue door and noisy pipes."
+    )
+    names = ("Tom", "Ana", "Gus", "Ravi", "Lena", "Kofi")
+    times = ("at lunch", "tonight", "after work", "earlier", "around noon")
+    lines = [different, "Sounds cosy."]
+    for name in names:
+        for when in times:
+            lines += [f"{name} and I walked the long way home {when}.", "Nice."]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "Tell me about home.", max_tokens=200)
+    assert different in texts(body)

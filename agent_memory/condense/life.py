@@ -45,7 +45,10 @@ EN_PROFILE = re.compile(
     r"|grandmother|grandpa|grandfather|wife|husband|partner|boyfriend|girlfriend|fianc[ée]e?|son|daughter"
     r"|kids?|children|baby|family|best friend|friend"
     rf"|pets?|{EN_SPECIES}|adopt(?:ed|ion)?|rescue[d]?|shelter|vet"
-    rf"|work(?:s|ed|ing)?|jobs?|shifts?|office|boss|colleagues?|career|hired|promot(?:ed|ion)|retired|{EN_JOBS}"
+    # An occupation said of someone ("to be a nurse", "works as a chef"), not a person named by it
+    # ("my dentist", "the plumber"); "after work" is a time of day, the post office a place.
+    r"|(?<!after )(?<!before )work(?:s|ed|ing)?|jobs?|shifts?|(?<!post )office|boss|colleagues?|career|hired"
+    rf"|promot(?:ed|ion)|retired|(?:a|an|as) (?:\w+ )?(?:{EN_JOBS})"
     r"|grew up|born|hometown|home town|live[sd]?|moved|moving|flat|apartment|house|neighbourhood|neighborhood"
     r"|love|loves|favou?rite|prefer|hate|can't stand|comfort|always|whenever|every (?:day|week|morning)"
     r"|club|team|league|coach|training|practi[cs]e|hobby|learning"
@@ -54,9 +57,11 @@ EN_PROFILE = re.compile(
     re.IGNORECASE,
 )
 ZH_PROFILE = re.compile(
-    "妈|爸|父母|姐|哥|弟|妹|表|堂|叔|姨|舅|奶奶|爷爷|外婆|外公|老公|老婆|丈夫|妻子|对象|男朋友|女朋友|孩子|儿子|女儿|家人|朋友"
+    # Kin said as kin (我姐, 姐姐, 表姐), not as the courtesy title of a neighbour (陈姐, 刘叔, 张奶奶).
+    "我(?:的)?(?:妈|爸|姐|哥|弟|妹|叔|姨|舅|奶奶|爷爷|外婆|外公)|妈妈|爸爸|姐姐|哥哥|弟弟|妹妹|父母|表|堂"
+    "|老公|老婆|丈夫|妻子|对象|男朋友|女朋友|孩子|儿子|女儿|家人|朋友"
     "|宠物|猫|狗|兔|鸟|鱼|领养|收养|救助站"
-    "|上班|工作|班|公司|单位|同事|老板|职业|入职|升职|退休"
+    "|上班|工作|(?<!下)班|公司|单位|同事|老板|职业|入职|升职|退休"
     "|老家|长大|出生|住在|搬家|搬到|房子"
     "|喜欢|最爱|讨厌|治愈|安慰|每天|每周|总是"
     "|俱乐部|教练|训练|练|联赛|爱好"

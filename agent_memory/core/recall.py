@@ -59,14 +59,21 @@ RARE_COUNT = 3  # ...and above this many turns, for a short memory
 RELATED_SHARE = 0.01
 RELATED_COUNT = 20  # ...and in more than this many, for a memory of a few thousand turns
 RECENCY_WEIGHT = 0.1
+# A memory that says nearly what one ranked above it says weighs less: its score times
+# (1 - REPEAT_DISCOUNT x the share of their words they share), for the best `DIVERSE_TOP`.
+REPEAT_DISCOUNT = 0.8
+DIVERSE_TOP = 40
+DIVERSE_HELD = 20  # ...each compared with the best this many (their cost grows as the product)
 RECENCY_HALF_LIFE_MS = 30 * 24 * 3600 * 1000
 # Hits scoring under this share of the best are noise, not memories.
 MIN_RELATIVE_SCORE = 0.15
 CONTEXT_MAX_TOKENS = 40
 CANDIDATES = 20
-# A candidate per this many tokens of budget, at least `CANDIDATES`: a larger budget is spent
-# on more distinct memories, not left empty.
+# A candidate per this many tokens of budget, at least `RANKED`: a larger budget is spent on
+# more distinct memories, not left empty; and more are ranked than fit, so that near repeats
+# of one line (`REPEAT_DISCOUNT`) are not all there is to show.
 TOKENS_PER_CANDIDATE = 20
+RANKED = 40
 # A turn longer than this is shown as its first sentence and the sentences that match the
 # question (the rest marked " … "), so the budget buys more distinct memories.
 LONG_TURN_TOKENS = 60
@@ -83,6 +90,15 @@ WHEN_WEIGHT = 1.5
 _WHEN = re.compile(
     r"\b(?:when|what (?:date|day|month|year|time)|which (?:date|day|month|year)|how long ago"
     r"|how many (?:days|weeks|months|years) ago)\b|什么时候|哪天|哪一天|几号|几月|日期|多久|多长时间|いつ|언제",
+    re.IGNORECASE,
+)
+# The words that say what kind of answer is wanted ("how long ago", "on what date", 哪天, 多久以前)
+# name no content: "long" would find "the long way home", 哪天 the bigrams around it. They are
+# left out of the question's terms (the question stays a when-question: `asks_when` reads it whole).
+_SCAFFOLD = re.compile(
+    r"\bhow (?:long|many (?:days|weeks|months|years|times)|much time)(?: ago| before| after| back)?\b"
+    r"|\b(?:what|which) (?:date|day|month|year|time of (?:the )?year)\b|\b(?:days|weeks|months|years) ago\b"
+    r"|什么时候|哪一?天|几号|几月|多久(?:以前|之前)?|多长时间(?:以前|之前)?|什么日期|哪个月",
     re.IGNORECASE,
 )
 
@@ -184,7 +200,7 @@ class Recall:
 
 def candidates_for(max_tokens: int) -> int:
     """How many turns to rank for a budget of `max_tokens`."""
-    return max(CANDIDATES, max_tokens // TOKENS_PER_CANDIDATE)
+    return max(RANKED, max_tokens // TOKENS_PER_CANDIDATE)
 
 
 @text_cache(1024)
@@ -193,6 +209,7 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
     related to one asked (`core.terms.RELATED`) count less. Cached: a recall reads them twice
     (to rank and to fit), and a call asks about what was just said again."""
     weights: dict[str, float] = {}
+    q = _SCAFFOLD.sub(" , ", q)
     words = q.split()
     for position, word in enumerate(words):
         for term in terms(word):
@@ -349,8 +366,37 @@ def rank(
         for score, at_ms, text, source in scored
     ]
     found.sort(key=lambda entry: (-entry[0], -entry[1]))
+    # Hits under the floor are noise; near repeats above it are put lower, not dropped.
+    floor = found[0][0] * MIN_RELATIVE_SCORE if found else 0.0
+    found = _diverse([entry for entry in found if entry[0] >= floor])
     pinned = [RecalledMemory("fact", f.text, f.updated_ms, 0.0, None, id=f.id, always=True) for f in always]
     return pinned + _distinct(found)
+
+
+def _diverse(found: list[Scored]) -> list[Scored]:
+    """`found` (best first) with each memory discounted by how much it says the same words as
+    one ranked above it (the share of their words they share, times `REPEAT_DISCOUNT`): ten
+    turns saying nearly the same thing do not crowd out the one that says something else."""
+    bits: dict[str, int] = {}
+    held: list[tuple[int, int]] = []  # each text's words as bits of an int, and how many
+    out: list[Scored] = []
+    for score, at_ms, text, source in found[:DIVERSE_TOP]:
+        said = 0
+        for term in cached_terms(text):
+            said |= 1 << bits.setdefault(term, len(bits))
+        size = said.bit_count()
+        near = max(
+            (
+                (said & other).bit_count() / (size + count - (said & other).bit_count())
+                for other, count in held
+            ),
+            default=0.0,
+        )
+        if len(held) < DIVERSE_HELD:
+            held.append((said, size))
+        out.append((round(score * (1 - REPEAT_DISCOUNT * near), 4), at_ms, text, source))
+    out.sort(key=lambda entry: (-entry[0], -entry[1]))
+    return out + found[DIVERSE_TOP:]
 
 
 def _scored(
@@ -390,13 +436,10 @@ def _statement_terms(text: str, day_ms: int) -> Mapping[str, tuple[int, ...]]:
 
 
 def _distinct(found: Sequence[Scored]) -> list[RecalledMemory]:
-    """The memories of `found` (best first) above the floor, each text once."""
-    floor = found[0][0] * MIN_RELATIVE_SCORE if found else 0.0
+    """The memories of `found` (best first), each text once."""
     kept: list[RecalledMemory] = []
     seen: dict[str, int] = {}
     for score, at_ms, text, source in found:
-        if score < floor:
-            break  # sorted: every one after scores less
         key = statement_key(text)
         index = seen.get(key)
         if index is None:
