@@ -528,11 +528,6 @@ async def test_everyday_related_words_stand_in_for_each_other(service) -> None:
         ("Another double shift at the bakery today, my feet hurt.", "Where do I work?"),
         ("I bought tulips at the flower stall.", "What did I buy?"),
         ("我们终于从救助站领养了一只兔子。", "我的宠物是什么？"),
-        ("They put me on the early rota at the pharmacy again.", "Where am I employed?"),
-        ("A rescue rabbit, Pickle, is asleep on my feet.", "What's the name of the creature I took in?"),
-        ("Turns out I'm badly allergic to horses.", "Would a pony ride be a good gift for me?"),
-        ("Back in Galway where I grew up nobody locked their doors.", "Which town am I originally from?"),
-        ("When I'm sad only a big bowl of laksa fixes it.", "What cheers me up when I'm low?"),
     ],
 )
 async def test_a_question_worded_apart_from_its_answer_finds_it(service, turn: str, question: str) -> None:
