@@ -187,8 +187,10 @@ def shared(folder: Path, owner: str, controller: int) -> PostgresCluster:
         cluster = PostgresCluster(owner=owner).start()
         watchdog = subprocess.Popen(
             ["sh", "-c", WATCHDOG, "watchdog", str(controller), sys.executable, __file__, str(state)],
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         found = {"root": str(cluster.root), "port": cluster.port, "watchdog": watchdog.pid}
         state.write_text(json.dumps(found))
         return cluster
