@@ -11,6 +11,8 @@ import inspect
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 from fakes.agora_server import FakeAgora
-from postgres_server import PostgresCluster, bindir
+from postgres_server import PostgresCluster, bindir, shared, stop_shared
 
 from agent_memory.core.domain import InboxEntry, Message, Session, Watch
 from agent_memory.platforms.agora.keys import POLLER
@@ -128,20 +130,45 @@ def backend() -> str:
     return "sqlite"
 
 
+# The run's own folder, where its processes meet to share one PostgreSQL server (postgres_server.shared).
+RUN_FOLDER = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's controller (the only process under `-n 0`) makes the run's folder."""
+    if not hasattr(config, "workerinput"):
+        config.stash[RUN_FOLDER] = tempfile.mkdtemp(prefix="agent-memory-run-")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: each worker is told the run's folder and its controller's process id."""
+    node.workerinput["run_folder"] = node.config.stash[RUN_FOLDER]
+    node.workerinput["controller"] = os.getpid()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller stops the shared server once every worker is done (or has crashed)."""
+    if RUN_FOLDER in config.stash:
+        folder = Path(config.stash[RUN_FOLDER])
+        stop_shared(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[PostgresCluster]:
-    """One PostgreSQL server for the whole run, started on first use."""
+def pg_cluster(pytestconfig: pytest.Config) -> PostgresCluster:
+    """The run's one PostgreSQL server, started on first use by whichever worker needs it first;
+    each worker makes databases of its own in it."""
     if bindir() is None:
         # CI installs the server (.ci/run); a developer's machine without one runs SQLite alone.
         message = "PostgreSQL server binaries (initdb) not found: install the postgresql package"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    cluster = PostgresCluster().start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    worker = getattr(pytestconfig, "workerinput", None)
+    if worker is None:
+        return shared(Path(pytestconfig.stash[RUN_FOLDER]), "main", os.getpid())
+    return shared(Path(worker["run_folder"]), worker["workerid"], worker["controller"])
 
 
 @pytest.fixture

@@ -2,19 +2,24 @@
 
 Tests and benchmarks start one (no container runtime): `initdb` a fresh cluster, serve it on
 a free loopback port, hand out databases, delete it all at the end. PostgreSQL refuses to run
-as root, so as root its commands run as the `postgres` user.
+as root, so as root its commands run as the `postgres` user. A test run's processes share one
+server (`shared`): the first to need it starts it, the run's controller stops it (`stop_shared`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -42,7 +47,9 @@ def free_port() -> int:
 class PostgresCluster:
     """One server: `start()`, `database()` for a fresh migrated database, `stop()`."""
 
-    def __init__(self, *, durable: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, *, durable: bool = False, port: int | None = None, root: Path | None = None, owner: str = ""
+    ) -> None:
         binaries = bindir()
         if binaries is None:
             raise RuntimeError("PostgreSQL server binaries not found: install the postgresql package")
@@ -50,8 +57,11 @@ class PostgresCluster:
         # Tests trade durability for speed; a benchmark measures what a deployment would run.
         self.durable = durable
         self.port = port or free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="agent-memory-pg-"))
+        self.root = root or Path(tempfile.mkdtemp(prefix="agent-memory-pg-"))
         self.data = self.root / "data"
+        # Which process of a run this handle serves: its databases' names carry it, so that the
+        # processes sharing one server never ask for the same name.
+        self.owner = owner
         self._names = itertools.count(1)
         self._template_ready = False
 
@@ -118,7 +128,8 @@ class PostgresCluster:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def create(self, name: str, *, template: str | None = None) -> str:
-        """Create database `name` (a copy of `template`); returns its URL."""
+        """Create a database named after `name` (a copy of `template`); returns its URL."""
+        name = f"{name}_{self.owner}" if self.owner else name
         with psycopg.connect(self.url(), autocommit=True) as conn:
             clause = f" TEMPLATE {template}" if template else ""
             conn.execute(f'CREATE DATABASE "{name}"{clause}'.encode())
@@ -127,12 +138,21 @@ class PostgresCluster:
     def database(self) -> str:
         """A fresh database with every migration applied (copied from a migrated template)."""
         if not self._template_ready:
-            from agent_memory.store.postgres import migrations
-
-            with psycopg.connect(self.create(TEMPLATE)) as conn:
-                migrations.apply(conn)
+            self._make_template()
             self._template_ready = True
         return self.create(f"test_{next(self._names)}", template=TEMPLATE)
+
+    def _make_template(self) -> None:
+        """The migrated template, made once per server by whichever process sharing it asks first."""
+        from agent_memory.store.postgres import migrations
+
+        with locked(self.root / "template.lock"), psycopg.connect(self.url(), autocommit=True) as conn:
+            query = "SELECT 1 FROM pg_database WHERE datname = %s"
+            if conn.execute(query, (TEMPLATE,)).fetchone() is not None:
+                return
+            conn.execute(f"CREATE DATABASE {TEMPLATE}".encode())
+            with psycopg.connect(self.url(TEMPLATE)) as template:
+                migrations.apply(template)
 
     def stop(self) -> None:
         try:
@@ -145,3 +165,55 @@ class PostgresCluster:
             ["rm", "-rf", str(self.root)], start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file at `path` (made if missing) for the block."""
+    with open(path, "a") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def shared(folder: Path, owner: str, controller: int) -> PostgresCluster:
+    """The test run's one server: started by the first of its processes to ask, under a lock in
+    `folder` (the run's own), and found there by the others. A watchdog stops it if process
+    `controller` (the run's, which calls `stop_shared` at its end) dies without doing so."""
+    state = folder / "postgres.json"
+    with locked(folder / "postgres.lock"):
+        if state.exists():
+            found = json.loads(state.read_text())
+            return PostgresCluster(root=Path(found["root"]), port=found["port"], owner=owner)
+        cluster = PostgresCluster(owner=owner).start()
+        watchdog = subprocess.Popen(
+            ["sh", "-c", WATCHDOG, "watchdog", str(controller), sys.executable, __file__, str(state)],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        found = {"root": str(cluster.root), "port": cluster.port, "watchdog": watchdog.pid}
+        state.write_text(json.dumps(found))
+        return cluster
+
+
+# Waits for the run's controller to end, then stops the server (`python postgres_server.py STATE`).
+WATCHDOG = 'pid=$1; shift; while kill -0 "$pid" 2>/dev/null; do sleep 1; done; exec "$@"'
+
+
+def stop_shared(folder: Path, *, watchdog: bool = True) -> None:
+    """Stop the run's shared server, if one was started (and its watchdog, unless it is the caller)."""
+    state = folder / "postgres.json"
+    with locked(folder / "postgres.lock"):
+        if not state.exists():
+            return
+        found = json.loads(state.read_text())
+        state.unlink()
+    if watchdog:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(found["watchdog"], signal.SIGTERM)
+    PostgresCluster(root=Path(found["root"]), port=found["port"]).stop()
+
+
+if __name__ == "__main__":  # the watchdog's last step: the controller left nothing to clean up
+    stop_shared(Path(sys.argv[1]).parent, watchdog=False)
+    shutil.rmtree(Path(sys.argv[1]).parent, ignore_errors=True)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import agent_event
+from conftest import agent_event, seed_sqlite
 
 from agent_memory.core.events import (
     HistoryWindow,
@@ -29,7 +29,8 @@ def settings(tmp_path: Any) -> Settings:
 
 
 @pytest.fixture
-def store(settings: Settings) -> Any:
+def store(settings: Settings, migrated_sqlite: bytes) -> Any:
+    seed_sqlite(settings, migrated_sqlite)  # a copy of a migrated database, not the migrations again
     store = open_store(settings)
     yield store
     store.close()

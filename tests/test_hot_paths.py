@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -35,19 +36,33 @@ def test_align_votes_as_same_message_does() -> None:
     rng = random.Random(3)
     placed = 0
     for _ in range(20_000):
-        fps = [f"f{i}" for i in range(rng.randint(1, 4))]
-
-        def key(fps: list[str] = fps) -> Key | str:
-            if rng.random() < 0.1:
-                return rng.choice(fps)
-            role = rng.choice(["user", "~user", "assistant", "~assistant"])
-            return (rng.choice(fps), rng.choice([None, 1, 2]), rng.choice([None, 1, 2]), role)
-
-        stored = [key() for _ in range(rng.randint(0, 8))]
-        window = [key() for _ in range(rng.randint(0, 5))]
-        assert align(stored, window) == plain_align(stored, window), (stored, window)
-        placed += align(stored, window) is not None
+        keys, weights = KEYS[rng.randint(1, 4)]
+        stored = rng.choices(keys, cum_weights=weights, k=rng.randint(0, 8))
+        window = rng.choices(keys, cum_weights=weights, k=rng.randint(0, 5))
+        found = align(stored, window)
+        assert found == plain_align(stored, window), (stored, window)
+        placed += found is not None
     assert placed > 5_000
+
+
+def key_space(count: int) -> tuple[list[Key | str], list[float]]:
+    """Every key over `count` fingerprints, with cumulative weights: a bare fingerprint one time in
+    ten, else a (fingerprint, turn, position, role) tuple, each equally likely within its kind
+    (drawn with one `choices` per list: drawing each field apart took most of the test's time)."""
+    fps = [f"f{i}" for i in range(count)]
+    roles = ["user", "~user", "assistant", "~assistant"]
+    tuples: list[Key | str] = [
+        (fp, turn, position, role)
+        for fp in fps
+        for turn in (None, 1, 2)
+        for position in (None, 1, 2)
+        for role in roles
+    ]
+    weights = [0.1 / len(fps)] * len(fps) + [0.9 / len(tuples)] * len(tuples)
+    return [*fps, *tuples], list(itertools.accumulate(weights))
+
+
+KEYS = {count: key_space(count) for count in range(1, 5)}
 
 
 def plain_scored(summaries: Sequence[Summary], idfs: Mapping[str, float]) -> list[recall.Scored]:
