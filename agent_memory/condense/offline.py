@@ -47,7 +47,16 @@ from agent_memory.condense.life import (
 from agent_memory.condense.statements import statement_facts
 from agent_memory.condense.statements.chinese import ZH_EVENTS, ZH_JOBS
 from agent_memory.condense.statements.english import EN_EVENT, EN_JOB
-from agent_memory.condense.text import ELLIPSIS, QUESTION, Language, clip, detect_language, sentences
+from agent_memory.condense.text import (
+    ELLIPSIS,
+    QUESTION,
+    Caseless,
+    Language,
+    clip,
+    detect_language,
+    fold_ascii,
+    sentences,
+)
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day, format_minute
 from agent_memory.core.dates import annotate, resolve
@@ -123,6 +132,10 @@ OTHERS_NEWS = re.compile(
 )
 # A capitalised word after a lower-case word or comma is likely a name (not a sentence start).
 NAME_LIKE = re.compile(r"(?<=[a-z,;]\s)[A-Z][a-z]+")
+# Salience's case-insensitive patterns, matched on the text lower-cased once (`Caseless`).
+_DATE_WORDS, _FIRST_PERSON, _EN_EVENT, _EN_JOB, _FEELINGS = map(
+    Caseless, (DATE_WORDS, FIRST_PERSON, EN_EVENT, EN_JOB, FEELINGS)
+)
 
 
 def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
@@ -141,20 +154,21 @@ def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
 def _salience(text: str, at_ms: int) -> int:
     """`salience` without the bonus for names the user's facts give."""
     score = min(count_tokens(text), 60)
+    folded = fold_ascii(text)
     if DIGITS.search(text):
         score += 15
     today = format_day(at_ms)
-    if DATE_WORDS.search(text) or any(m.label != today for m in resolve(text, at_ms)):
+    if _DATE_WORDS.search(text, folded) or any(m.label != today for m in resolve(text, at_ms)):
         score += 15
-    if FIRST_PERSON.search(text):
+    if _FIRST_PERSON.search(text, folded):
         score += 20
     if NAME_LIKE.search(text):
         score += 10
-    if EN_EVENT.search(text) or ZH_EVENTS.search(text):
+    if _EN_EVENT.search(text, folded) or ZH_EVENTS.search(text):
         score += 10
-    if EN_JOB.search(text) or re.search(ZH_JOBS, text):
+    if _EN_JOB.search(text, folded) or re.search(ZH_JOBS, text):
         score += 10
-    if FEELINGS.search(text):
+    if _FEELINGS.search(text, folded):
         score += 10
     if OTHERS_NEWS.match(text):
         score -= 15
