@@ -19,10 +19,22 @@ from agent_memory.condense.statements.english import (
     en_statement,
 )
 from agent_memory.condense.statements.korean import KO_HYPOTHETICAL, KO_STATEMENTS, ko_statement
-from agent_memory.condense.text import HAN, HANGUL, LATIN, QUESTION, clause_so_far, sentences
+from agent_memory.condense.text import (
+    HAN,
+    HANGUL,
+    LATIN,
+    QUESTION,
+    Caseless,
+    clause_so_far,
+    fold_ascii,
+    sentences,
+)
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
 from agent_memory.core.textcache import text_cache
+
+# Asked of every sentence, matched on it lower-cased (`Caseless`).
+_EN_SELF, _EN_EVENT = Caseless(EN_SELF), Caseless(EN_EVENT)
 
 
 def _when(sentence: str, match: re.Match[str], at_ms: int) -> str:
@@ -82,7 +94,8 @@ def _sentence_facts(sentence: str, at_ms: int) -> tuple[str, ...]:
     found: list[tuple[int, str]] = []
     # Each English pattern (and event clause) has the user speak of themselves: "I", "we" or "my",
     # a whole word; a sentence with none of them (most of the other speaker's) is passed by.
-    if LATIN.search(stripped) and not EN_ASKING.match(stripped) and EN_SELF.search(stripped):
+    folded = fold_ascii(stripped)
+    if LATIN.search(stripped) and not EN_ASKING.match(stripped) and _EN_SELF.search(stripped, folded):
         found += _restated(
             stripped,
             at_ms,
@@ -94,7 +107,7 @@ def _sentence_facts(sentence: str, at_ms: int) -> tuple[str, ...]:
             EN_FINDERS,
         )
         # The clause must hold an event word, so the sentence must.
-        event = en_event(stripped, at_ms) if EN_EVENT.search(stripped) else None
+        event = en_event(stripped, at_ms) if _EN_EVENT.search(stripped, folded) else None
         if event:
             found.append(event)
     if HAN.search(stripped):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from typing import Any
 
 from agent_memory.condense.text import clause_so_far, fold_ascii
@@ -317,6 +316,7 @@ EN_STATEMENT_NEEDS = [
     EN_NEEDS[kind] if kind != "pet" else (EN_I_OR_WE if "adopted" in pattern.pattern else EN_MY)
     for kind, pattern in EN_STATEMENTS
 ]
+Finder = Callable[[str], Iterator[re.Match[str]]]
 # Where EN_START can begin (a superset): a sentence's start, at , ; : ! and at its linking words.
 # `re` finds no first character in EN_START to skip ahead by, so a pattern beginning with it is
 # tried at every position of a sentence (~30 us each); only these positions can begin a match.
@@ -340,9 +340,12 @@ def clause_starts(sentence: str, any_case: bool) -> tuple[int, ...] | None:
     return tuple(starts)
 
 
-def clause_matches(pattern: re.Pattern[str], sentence: str) -> Iterator[re.Match[str]]:
-    """`pattern.finditer(sentence)` (the same matches) for a pattern beginning with EN_START."""
-    starts = clause_starts(sentence, bool(pattern.flags & re.IGNORECASE))
+def clause_matches(
+    pattern: re.Pattern[str], sentence: str, any_case: bool = False
+) -> Iterator[re.Match[str]]:
+    """`pattern.finditer(sentence)` (the same matches) for a pattern beginning with EN_START;
+    `any_case`: the pattern is IGNORECASE."""
+    starts = clause_starts(sentence, any_case)
     if starts is None:
         yield from pattern.finditer(sentence)
         return
@@ -356,11 +359,39 @@ def clause_matches(pattern: re.Pattern[str], sentence: str) -> Iterator[re.Match
             yield match
 
 
-def finder(pattern: re.Pattern[str]) -> Callable[[str], Iterator[re.Match[str]]]:
-    """How to find `pattern`'s matches in a sentence: by its clause starts when it begins with EN_START."""
-    if pattern.pattern.startswith(EN_START):
-        return partial(clause_matches, pattern)
-    return pattern.finditer
+# Words each pattern of EN_STATEMENTS beginning with EN_START spells out (one of each group),
+# in its case (lower-cased for an IGNORECASE pattern): a plain `in` rules out most sentences
+# before any pattern is tried. By kind; the pet pattern that begins with EN_START names the pet.
+EN_LITERALS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "job": (("I'm", "I am"),),
+    "works_as": (("work",), (" as ",)),
+    "works_at": (("work",), (" at ", " for ")),
+    "lives": (("liv",), (" in ",)),
+    "from": (("I'm", "I am"), ("from ",)),
+    "moved": (("moved", "relocated"),),
+    "pet": (("called ", "named ", "name is "),),
+    "has": (("have", "'ve got", "own"),),
+    "allergic": (("allergic to ",),),
+    "allergy": (("allerg",),),
+    "hobby": (("taken up", "took up", "picked up", "started "),),
+}
+
+
+def finder(pattern: re.Pattern[str], literals: tuple[tuple[str, ...], ...] = ()) -> Finder:
+    """How to find `pattern`'s matches in a sentence: none when it lacks one of a group of
+    `literals`; by its clause starts when it begins with EN_START."""
+    if not pattern.pattern.startswith(EN_START):
+        assert not literals
+        return pattern.finditer
+    any_case = bool(pattern.flags & re.IGNORECASE)
+
+    def find(sentence: str) -> Iterator[re.Match[str]]:
+        text = fold_ascii(sentence) if any_case else sentence
+        if text is not None and not all(any(word in text for word in group) for group in literals):
+            return iter(())
+        return clause_matches(pattern, sentence, any_case)
+
+    return find
 
 
 # A clause about the user's own dated event: "my sister's wedding is this Saturday",
@@ -373,7 +404,10 @@ EN_EVENT_CLAUSE = re.compile(
 )
 assert EN_EVENT_CLAUSE.pattern.startswith(EN_START)
 # How each of EN_STATEMENTS is found in a sentence, in its order.
-EN_FINDERS = [finder(pattern) for _, pattern in EN_STATEMENTS]
+EN_FINDERS = [
+    finder(pattern, EN_LITERALS[kind] if pattern.pattern.startswith(EN_START) else ())
+    for kind, pattern in EN_STATEMENTS
+]
 # "We got a new pet! A puppy named Rex.": the second sentence names the first one's pet.
 EN_NEW_PET = re.compile(
     r"\b(?:I|[Ww]e) (?:have|'ve got|got|adopted|rescued|bought)\b[^.!?]*\b(?:pet|another|second|new)\b"
