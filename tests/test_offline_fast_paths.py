@@ -18,7 +18,8 @@ from agent_memory.condense.facts_offline import (
     ZH_NAME,
     may_hold,
 )
-from agent_memory.condense.life import EN_PROFILE
+from agent_memory.condense.life import EN_PROFILE, event_words
+from agent_memory.condense.statements.chinese import ZH_EVENTS
 from agent_memory.condense.statements.english import (
     EN_EVENT,
     EN_EVENT_CLAUSE,
@@ -192,3 +193,14 @@ def test_resolve_gives_a_list_of_its_own_each_time() -> None:
     first = resolve("see you tomorrow", 1_763_000_000_000)
     first.clear()
     assert [m.expression for m in resolve("see you tomorrow", 1_763_000_000_000)] == ["tomorrow"]
+
+
+def test_event_words_are_the_plain_findalls() -> None:
+    rng = random.Random(7)
+    seen = 0
+    for _ in range(6_000):
+        text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
+        plain = {m.lower() for m in EN_EVENT.findall(text)} | set(ZH_EVENTS.findall(text))
+        assert event_words(text) == plain, text
+        seen += bool(plain)
+    assert seen > 1_000
