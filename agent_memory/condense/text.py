@@ -21,6 +21,8 @@ LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
 def detect_language(texts: Iterable[str]) -> Language:
     """The conversation's script: Chinese, Japanese or Korean when mostly CJK, else "en"."""
     text = "".join(texts)
+    if text.isascii():
+        return "en"  # no CJK character is ASCII
     hangul, kana, han = len(HANGUL.findall(text)), len(KANA.findall(text)), len(HAN.findall(text))
     cjk = hangul + kana + han
     # One CJK character carries about as much as a short Latin word (~3 letters).
