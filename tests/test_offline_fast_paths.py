@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import unicodedata
 from collections import Counter
 from functools import partial
 
@@ -31,6 +32,7 @@ from agent_memory.condense.statements.english import (
 )
 from agent_memory.condense.text import Caseless, fold_ascii, sentences
 from agent_memory.core.dates import resolve
+from agent_memory.core.facts import fact_key
 
 # Words the patterns look for, words that only look like them, and the characters re's
 # IGNORECASE matches to ASCII letters (İ ı ſ K) or that the patterns must see past.
@@ -204,3 +206,21 @@ def test_event_words_are_the_plain_findalls() -> None:
         assert event_words(text) == plain, text
         seen += bool(plain)
     assert seen > 1_000
+
+
+def plain_fact_key(text: str) -> str:
+    """`fact_key` as it was written first: NFKC, casefold, every separator through the Unicode database."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    spaced = "".join(ch if unicodedata.category(ch)[0] in "LMNS" else " " for ch in folded)
+    return " ".join(spaced.split())
+
+
+def test_fact_key_is_the_plain_key() -> None:
+    rng = random.Random(13)
+    alphabet = [chr(code) for code in range(128)] + list("ＣＡＴé İıſK我的猫。，！ \u00a0\u3000ﬁ")
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert fact_key(text) == plain_fact_key(text), repr(text)
+    for _ in range(5_000):
+        text = random_text(rng)
+        assert fact_key(text) == plain_fact_key(text), repr(text)
