@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from agent_memory.condense.base import FactAdd, Scope
 from agent_memory.condense.statements import sentence_facts
 from agent_memory.condense.statements.english import en_third_person, pet_followup
-from agent_memory.condense.text import QUESTION, clip, sentences
+from agent_memory.condense.text import QUESTION, clip, fold_ascii, sentences
 from agent_memory.core.dates import annotate
 from agent_memory.core.facts import MAX_FACT_CHARS, undated_key
 
@@ -165,11 +165,24 @@ def _ja_request(sentence: str) -> tuple[str, Scope] | None:
 
 
 REQUEST_EXTRACTORS = (_en_request, _zh_request, _ko_request, _ja_request)
+# What every request and every introduction holds (the verb of each *_REMEMBER; the words of
+# each *_NAME), in text lower-cased: a text with none of them is passed by without trying their
+# patterns sentence by sentence (most are; salience asks this of every statement).
+REQUEST_WORDS = ("remember", "forget", "remind", "记", "忘", "기억", "잊지", "覚えて")
+INTRODUCTION_WORDS = ("my name is", "call me", "我", "이름은", "私の名前は")
+
+
+def may_hold(text: str, words: tuple[str, ...]) -> bool:
+    """Whether `text` may hold one of `words`, in any case (`fold_ascii`)."""
+    folded = fold_ascii(text)
+    return folded is None or any(word in folded for word in words)
 
 
 def remember_requests(text: str) -> list[tuple[str, Scope]]:
     """Facts the user explicitly asked to be remembered in `text`, in order."""
     found: list[tuple[str, Scope]] = []
+    if not may_hold(text, REQUEST_WORDS):
+        return found
     for sentence in sentences(text):
         for extract in REQUEST_EXTRACTORS:
             fact = extract(sentence)
@@ -182,6 +195,8 @@ def remember_requests(text: str) -> list[tuple[str, Scope]]:
 def introductions(text: str) -> list[tuple[str, Scope]]:
     """Facts from self-introductions: "my name is X", "call me X", "我叫X", "제 이름은 X"."""
     found: list[tuple[str, Scope]] = []
+    if not may_hold(text, INTRODUCTION_WORDS):
+        return found
     for match in EN_NAME.finditer(text):
         name = match.group("name") or match.group("nick")
         first = name.split()[0]
@@ -202,8 +217,13 @@ def message_facts(text: str, at_ms: int) -> list[tuple[str, Scope]]:
     """The facts one user message states, with relative dates resolved against `at_ms`."""
     found = list(introductions(text))
     previous = ""
+    requests = may_hold(text, REQUEST_WORDS)
     for sentence in sentences(text):
-        request = next((fact for extract in REQUEST_EXTRACTORS if (fact := extract(sentence))), None)
+        request = (
+            next((fact for extract in REQUEST_EXTRACTORS if (fact := extract(sentence))), None)
+            if requests
+            else None
+        )
         if request is not None:
             found.append((annotate(request[0], at_ms), request[1]))
         else:  # a sentence asking to remember something is restated once, as asked

@@ -20,7 +20,7 @@ from datetime import date
 
 from agent_memory.condense.statements.chinese import ZH_EVENTS
 from agent_memory.condense.statements.english import EN_EVENT, EN_JOBS, EN_SPECIES
-from agent_memory.condense.text import QUESTION
+from agent_memory.condense.text import QUESTION, Caseless, fold_ascii
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
 from agent_memory.core.textcache import text_cache
@@ -86,9 +86,18 @@ def is_life_event(bullet: str) -> bool:
     return bool(event_words(bullet)) and DATE_NOTE.search(bullet) is not None
 
 
+# Matched on the text lower-cased (`Caseless`): what it finds there is each word lower-cased.
+_EN_EVENT = Caseless(EN_EVENT)
+assert EN_EVENT.groups == 0, "findall gives whole matches"
+
+
 def event_words(text: str) -> set[str]:
     """The events a text speaks of ("interview", 面试), lowercased."""
-    return {m.lower() for m in EN_EVENT.findall(text)} | set(ZH_EVENTS.findall(text))
+    folded = fold_ascii(text)
+    english = (
+        (m.lower() for m in EN_EVENT.findall(text)) if folded is None else _EN_EVENT.folded.findall(folded)
+    )
+    return {*english, *ZH_EVENTS.findall(text)}
 
 
 def future_date(text: str, at_ms: int) -> str | None:

@@ -47,7 +47,16 @@ from agent_memory.condense.life import (
 from agent_memory.condense.statements import statement_facts
 from agent_memory.condense.statements.chinese import ZH_EVENTS, ZH_JOBS
 from agent_memory.condense.statements.english import EN_EVENT, EN_JOB
-from agent_memory.condense.text import ELLIPSIS, QUESTION, Language, clip, detect_language, sentences
+from agent_memory.condense.text import (
+    ELLIPSIS,
+    QUESTION,
+    Caseless,
+    Language,
+    clip,
+    detect_language,
+    fold_ascii,
+    sentences,
+)
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day, format_minute
 from agent_memory.core.dates import annotate, resolve
@@ -123,6 +132,11 @@ OTHERS_NEWS = re.compile(
 )
 # A capitalised word after a lower-case word or comma is likely a name (not a sentence start).
 NAME_LIKE = re.compile(r"(?<=[a-z,;]\s)[A-Z][a-z]+")
+# Salience's case-insensitive patterns, matched on the text lower-cased once (`Caseless`).
+# DATE_WORDS has no common beginning for `re` to skip ahead by: its alternatives begin with
+# these (a month, a weekday or a word, a digit, or one of the CJK words).
+_DATE_WORDS = Caseless(DATE_WORDS, first=r"[jfmasondtwb\d星周明后下生요내다생曜来誕]")
+_FIRST_PERSON, _EN_EVENT, _EN_JOB, _FEELINGS = map(Caseless, (FIRST_PERSON, EN_EVENT, EN_JOB, FEELINGS))
 
 
 def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
@@ -141,20 +155,21 @@ def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
 def _salience(text: str, at_ms: int) -> int:
     """`salience` without the bonus for names the user's facts give."""
     score = min(count_tokens(text), 60)
+    folded = fold_ascii(text)
     if DIGITS.search(text):
         score += 15
     today = format_day(at_ms)
-    if DATE_WORDS.search(text) or any(m.label != today for m in resolve(text, at_ms)):
+    if _DATE_WORDS.search(text, folded) or any(m.label != today for m in resolve(text, at_ms)):
         score += 15
-    if FIRST_PERSON.search(text):
+    if _FIRST_PERSON.search(text, folded):
         score += 20
     if NAME_LIKE.search(text):
         score += 10
-    if EN_EVENT.search(text) or ZH_EVENTS.search(text):
+    if _EN_EVENT.search(text, folded) or ZH_EVENTS.search(text):
         score += 10
-    if EN_JOB.search(text) or re.search(ZH_JOBS, text):
+    if _EN_JOB.search(text, folded) or re.search(ZH_JOBS, text):
         score += 10
-    if FEELINGS.search(text):
+    if _FEELINGS.search(text, folded):
         score += 10
     if OTHERS_NEWS.match(text):
         score -= 15
@@ -378,6 +393,26 @@ def fits(
     return lines_tokens(lines) <= max_tokens and len("\n".join(lines)) <= max_chars
 
 
+@dataclass
+class _Tally:
+    """Tokens (as `lines_tokens` counts them), characters and number of some lines."""
+
+    tokens: int = 0
+    chars: int = 0
+    lines: int = 0
+
+    def add(self, line: str, sign: int = 1) -> None:
+        """Count `line` in (`sign` 1) or out (-1)."""
+        self.tokens += sign * (count_tokens(line) + 1)
+        self.chars += sign * len(line)
+        self.lines += sign
+
+    def fits(self, max_tokens: int, max_chars: int) -> bool:
+        """What `fits` says of the lines counted."""
+        joined = self.chars + self.lines - 1 if self.lines else 0
+        return self.tokens <= max_tokens and joined <= max_chars
+
+
 def fit_digests(
     digests: list[Digest],
     reserved: Sequence[str],
@@ -400,12 +435,17 @@ def fit_digests(
             scores[bullet] = bullet_score(bullet, names)
         return scores[bullet]
 
-    def total() -> list[str]:
-        return [
-            *reserved,
-            *section_lines(PROFILE_HEADING, profile or ()),
-            *(line for digest in digests for line in digest.lines()),
-        ]
+    # What `fits` would count of the summary's lines (reserved, profile, digests) and what
+    # `lines_tokens(profile)` gives, kept as lines come and go: counting every line again after
+    # each bullet dropped made trimming a long summary quadratic.
+    whole, profile_tally = _Tally(), _Tally()
+    for line in [*reserved, *section_lines(PROFILE_HEADING, profile or ())]:
+        whole.add(line)
+    for line in profile or ():
+        profile_tally.add(line)
+    for digest in digests:
+        for line in digest.lines():
+            whole.add(line)
 
     def keep(bullet: str, digest: Digest) -> None:
         body = bullet.removeprefix(BULLET)
@@ -415,16 +455,26 @@ def fit_digests(
         if not (is_profile(body) or is_life_event(body)):
             return
         keys.add(key)
-        profile.append(dated(digest.header[: len("2025-01-01")], body))
+        if not profile:
+            whole.add(PROFILE_HEADING)
+        line = dated(digest.header[: len("2025-01-01")], body)
+        whole.add(line)
+        profile_tally.add(line)
+        profile.append(line)
         profile.sort(key=lambda line: line[: len("- [2025-01-01]")])  # stable: in the order said
 
     def drop_weakest_of_profile() -> None:
         assert profile
         weakest = min(range(len(profile)), key=lambda i: (score(profile[i]), i))
-        keys.discard(bullet_key(profile.pop(weakest)))
+        line = profile.pop(weakest)
+        keys.discard(bullet_key(line))
+        whole.add(line, -1)
+        profile_tally.add(line, -1)
+        if not profile:
+            whole.add(PROFILE_HEADING, -1)
 
-    while not fits(total(), max_tokens, max_chars) or (profile and lines_tokens(profile) > profile_room):
-        if profile and (lines_tokens(profile) > profile_room or not digests):
+    while not whole.fits(max_tokens, max_chars) or (profile and profile_tally.tokens > profile_room):
+        if profile and (profile_tally.tokens > profile_room or not digests):
             drop_weakest_of_profile()
             continue
         if not digests:
@@ -433,9 +483,13 @@ def fit_digests(
         bullets = digests[fullest].bullets
         if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets):
             weakest = min(range(len(bullets)), key=lambda i: (score(bullets[i]), -i))
-            keep(bullets.pop(weakest), digests[fullest])
+            bullet = bullets.pop(weakest)
+            whole.add(bullet, -1)
+            keep(bullet, digests[fullest])
         else:
             gone = digests.pop(0)
+            for line in gone.lines():
+                whole.add(line, -1)
             for bullet in gone.bullets:
                 keep(bullet, gone)
     return digests

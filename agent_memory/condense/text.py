@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable
 from typing import Literal
 
@@ -20,6 +21,8 @@ LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
 def detect_language(texts: Iterable[str]) -> Language:
     """The conversation's script: Chinese, Japanese or Korean when mostly CJK, else "en"."""
     text = "".join(texts)
+    if text.isascii():
+        return "en"  # no CJK character is ASCII
     hangul, kana, han = len(HANGUL.findall(text)), len(KANA.findall(text)), len(HAN.findall(text))
     cjk = hangul + kana + han
     # One CJK character carries about as much as a short Latin word (~3 letters).
@@ -66,3 +69,46 @@ def clause_so_far(sentence: str, match: re.Match[str]) -> str:
     """The sentence up to the end of the clause the match ends in: what may qualify it."""
     after = CLAUSE_BREAK.search(sentence, match.end())
     return sentence[: after.start() if after else len(sentence)]
+
+
+# -- case-insensitive patterns, matched case-sensitively -----------------------------------
+# `re.IGNORECASE` compares characters one by one through Unicode case folding and keeps `re`
+# from skipping ahead by a pattern's first characters: three to five times dearer than the
+# same pattern matched case-sensitively on the text lower-cased. Beyond A-Z, re matches these
+# to ASCII letters (İ ı to i, ſ to s, K to k); a text holding one is matched the slow way.
+_FOLDS_TO_ASCII = frozenset("\u0130\u0131\u017f\u212a")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_ESCAPE = re.compile(r"\\.")
+_INLINE_FLAGS = re.compile(r"\(\?[aiLmsux-]")
+
+
+def fold_ascii(text: str) -> str | None:
+    """`text` with its ASCII letters lower-cased (one character for one, so offsets hold), or
+    None when it holds a character IGNORECASE matches to an ASCII letter by another rule."""
+    if text.isascii():
+        return text.lower()
+    if not _FOLDS_TO_ASCII.isdisjoint(text):
+        return None
+    return text.translate(_ASCII_LOWER)
+
+
+class Caseless:
+    """An IGNORECASE pattern whose letters are lower-case ASCII (other scripts have no case),
+    searched case-sensitively in text folded by `fold_ascii`: the same answers, cheaper; `first`
+    (a character class) holds every character a match can begin with."""
+
+    def __init__(self, pattern: re.Pattern[str], first: str = "") -> None:
+        source = _ESCAPE.sub("", pattern.pattern)
+        assert pattern.flags & re.IGNORECASE and not _INLINE_FLAGS.search(source), pattern.pattern
+        # Cased characters other than a-z would need folding too ("É" to "é"): not done here.
+        assert all(char.lower() == char.upper() or "a" <= char <= "z" for char in source), pattern.pattern
+        self.pattern = pattern
+        # `first`: a character class of every character a match can begin with, in the text
+        # lower-cased; tested first, it lets `re` pass most positions without trying the rest.
+        source = f"(?={first})(?:{pattern.pattern})" if first else pattern.pattern
+        self.folded = re.compile(source, pattern.flags & ~re.IGNORECASE)
+
+    def search(self, text: str, folded: str | None) -> bool:
+        """Whether the pattern matches anywhere in `text`, whose `fold_ascii` is `folded`."""
+        found = self.pattern.search(text) if folded is None else self.folded.search(folded)
+        return found is not None

@@ -541,6 +541,13 @@ def day_of(at_ms: int) -> date:
 
 def resolve(text: str, at_ms: int) -> list[DateMention]:
     """The relative time expressions in `text` with their dates, said at `at_ms` (UTC), in order."""
+    return list(_resolve(text, at_ms))
+
+
+# The offline condenser dates a statement as it scores it and again as it quotes it, at the
+# same time: kept until then (a job's statements are each said at their own time).
+@text_cache(1024)
+def _resolve(text: str, at_ms: int) -> tuple[DateMention, ...]:
     day = day_of(at_ms)
     mentions: list[DateMention] = []
     end = 0
@@ -552,7 +559,7 @@ def resolve(text: str, at_ms: int) -> list[DateMention]:
         label = _RESOLVERS[name](match, day)
         if label is not None:
             mentions.append(DateMention(text[match.start() : end], match.start(), end, label))
-    return mentions
+    return tuple(mentions)
 
 
 @text_cache(8192)  # recall dates the same turns again at every question

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from agent_memory.condense.statements.chinese import ZH_HYPOTHETICAL, ZH_STATEMENTS, zh_event, zh_statement
 from agent_memory.condense.statements.english import (
     EN_ASKING,
     EN_EVENT,
+    EN_FINDERS,
     EN_HYPOTHETICAL,
     EN_NEGATION,
     EN_SELF,
@@ -18,10 +19,22 @@ from agent_memory.condense.statements.english import (
     en_statement,
 )
 from agent_memory.condense.statements.korean import KO_HYPOTHETICAL, KO_STATEMENTS, ko_statement
-from agent_memory.condense.text import HAN, HANGUL, LATIN, QUESTION, clause_so_far, sentences
+from agent_memory.condense.text import (
+    HAN,
+    HANGUL,
+    LATIN,
+    QUESTION,
+    Caseless,
+    clause_so_far,
+    fold_ascii,
+    sentences,
+)
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
 from agent_memory.core.textcache import text_cache
+
+# Asked of every sentence, matched on it lower-cased (`Caseless`).
+_EN_SELF, _EN_EVENT = Caseless(EN_SELF), Caseless(EN_EVENT)
 
 
 def _when(sentence: str, match: re.Match[str], at_ms: int) -> str:
@@ -38,10 +51,12 @@ def _restated(
     qualifier: re.Pattern[str] | None = None,
     negation: re.Pattern[str] | None = None,
     needs: Sequence[re.Pattern[str] | None] = (),
+    finders: Sequence[Callable[[str], Iterator[re.Match[str]]]] = (),
 ) -> list[tuple[int, str]]:
     """Each match of `patterns` restated as a fact, with where it starts; a match `negation`
     finds in, or whose clause `qualifier` finds in (a hypothetical), is none. `needs[i]`: what
-    the sentence must hold for `patterns[i]` to be tried (a cheap search that fails fast)."""
+    the sentence must hold for `patterns[i]` to be tried (a cheap search that fails fast);
+    `finders[i]`: how its matches are found, when not by `finditer`."""
     day = format_day(at_ms)
     found: list[tuple[int, str]] = []
     passed: dict[re.Pattern[str], bool] = {}
@@ -52,7 +67,7 @@ def _restated(
                 passed[need] = need.search(sentence) is not None
             if not passed[need]:
                 continue
-        for match in pattern.finditer(sentence):
+        for match in (finders[index] if finders else pattern.finditer)(sentence):
             if negation and negation.search(match.group(0)):
                 continue
             if qualifier and qualifier.search(clause_so_far(sentence, match)):
@@ -79,12 +94,20 @@ def _sentence_facts(sentence: str, at_ms: int) -> tuple[str, ...]:
     found: list[tuple[int, str]] = []
     # Each English pattern (and event clause) has the user speak of themselves: "I", "we" or "my",
     # a whole word; a sentence with none of them (most of the other speaker's) is passed by.
-    if LATIN.search(stripped) and not EN_ASKING.match(stripped) and EN_SELF.search(stripped):
+    folded = fold_ascii(stripped)
+    if LATIN.search(stripped) and not EN_ASKING.match(stripped) and _EN_SELF.search(stripped, folded):
         found += _restated(
-            stripped, at_ms, EN_STATEMENTS, en_statement, EN_HYPOTHETICAL, EN_NEGATION, EN_STATEMENT_NEEDS
+            stripped,
+            at_ms,
+            EN_STATEMENTS,
+            en_statement,
+            EN_HYPOTHETICAL,
+            EN_NEGATION,
+            EN_STATEMENT_NEEDS,
+            EN_FINDERS,
         )
         # The clause must hold an event word, so the sentence must.
-        event = en_event(stripped, at_ms) if EN_EVENT.search(stripped) else None
+        event = en_event(stripped, at_ms) if _EN_EVENT.search(stripped, folded) else None
         if event:
             found.append(event)
     if HAN.search(stripped):

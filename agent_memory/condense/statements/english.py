@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from agent_memory.condense.text import clause_so_far
+from agent_memory.condense.text import clause_so_far, fold_ascii
 from agent_memory.core.dates import annotate, resolve
+from agent_memory.core.textcache import text_cache
 
 # -- English first person made third person ------------------------------------------------
 # Verbs whose third-person form we fix after "I" becomes "the user"; others are left alone.
@@ -315,6 +316,84 @@ EN_STATEMENT_NEEDS = [
     EN_NEEDS[kind] if kind != "pet" else (EN_I_OR_WE if "adopted" in pattern.pattern else EN_MY)
     for kind, pattern in EN_STATEMENTS
 ]
+Finder = Callable[[str], Iterator[re.Match[str]]]
+# Where EN_START can begin (a superset): a sentence's start, at , ; : ! and at its linking words.
+# `re` finds no first character in EN_START to skip ahead by, so a pattern beginning with it is
+# tried at every position of a sentence (~30 us each); only these positions can begin a match.
+_CLAUSE_MARK_OR_WORD = re.compile(r"[,;:!]|(?:and|but|so|because|since|now)\s")
+_BOUNDARY = re.compile(r"\b")
+
+
+@text_cache(8)  # asked by each of EN_STATEMENTS in turn of the same sentence
+def clause_starts(sentence: str, any_case: bool) -> tuple[int, ...] | None:
+    """Where EN_START can begin in `sentence`, in order (its linking words in any case when
+    `any_case`); None when that cannot be told from the text lower-cased (`fold_ascii`)."""
+    text = fold_ascii(sentence) if any_case else sentence
+    if text is None:
+        return None
+    starts = [0]
+    for found in _CLAUSE_MARK_OR_WORD.finditer(text):
+        start = found.start()
+        # A linking word begins a word (EN_START's \b): "and" inside "sand" is none.
+        if text[start] in ",;:!" or _BOUNDARY.match(text, start):
+            starts.append(start)
+    return tuple(starts)
+
+
+def clause_matches(
+    pattern: re.Pattern[str], sentence: str, any_case: bool = False
+) -> Iterator[re.Match[str]]:
+    """`pattern.finditer(sentence)` (the same matches) for a pattern beginning with EN_START;
+    `any_case`: the pattern is IGNORECASE."""
+    starts = clause_starts(sentence, any_case)
+    if starts is None:
+        yield from pattern.finditer(sentence)
+        return
+    end = 0
+    for start in starts:
+        if start < end:
+            continue  # inside the last match (or tried already), as finditer goes on after it
+        match = pattern.match(sentence, start)
+        if match is not None:
+            end = max(match.end(), start + 1)
+            yield match
+
+
+# Words each pattern of EN_STATEMENTS beginning with EN_START spells out (one of each group),
+# in its case (lower-cased for an IGNORECASE pattern): a plain `in` rules out most sentences
+# before any pattern is tried. By kind; the pet pattern that begins with EN_START names the pet.
+EN_LITERALS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "job": (("I'm", "I am"),),
+    "works_as": (("work",), (" as ",)),
+    "works_at": (("work",), (" at ", " for ")),
+    "lives": (("liv",), (" in ",)),
+    "from": (("I'm", "I am"), ("from ",)),
+    "moved": (("moved", "relocated"),),
+    "pet": (("called ", "named ", "name is "),),
+    "has": (("have", "'ve got", "own"),),
+    "allergic": (("allergic to ",),),
+    "allergy": (("allerg",),),
+    "hobby": (("taken up", "took up", "picked up", "started "),),
+}
+
+
+def finder(pattern: re.Pattern[str], literals: tuple[tuple[str, ...], ...] = ()) -> Finder:
+    """How to find `pattern`'s matches in a sentence: none when it lacks one of a group of
+    `literals`; by its clause starts when it begins with EN_START."""
+    if not pattern.pattern.startswith(EN_START):
+        assert not literals
+        return pattern.finditer
+    any_case = bool(pattern.flags & re.IGNORECASE)
+
+    def find(sentence: str) -> Iterator[re.Match[str]]:
+        text = fold_ascii(sentence) if any_case else sentence
+        if text is not None and not all(any(word in text for word in group) for group in literals):
+            return iter(())
+        return clause_matches(pattern, sentence, any_case)
+
+    return find
+
+
 # A clause about the user's own dated event: "my sister's wedding is this Saturday",
 # "I have a job interview tomorrow", "I ran my first half marathon yesterday".
 EN_EVENT_CLAUSE = re.compile(
@@ -323,6 +402,12 @@ EN_EVENT_CLAUSE = re.compile(
     rf"|visited|flew|start|started|will have|gave|played|sang|danced|completed)\b[^,;!?]*?))"
     r"(?=\s*(?:[,;!?.]|$|\b(?:and I|but|so|because|which|and it|and my)\b))"
 )
+assert EN_EVENT_CLAUSE.pattern.startswith(EN_START)
+# How each of EN_STATEMENTS is found in a sentence, in its order.
+EN_FINDERS = [
+    finder(pattern, EN_LITERALS[kind] if pattern.pattern.startswith(EN_START) else ())
+    for kind, pattern in EN_STATEMENTS
+]
 # "We got a new pet! A puppy named Rex.": the second sentence names the first one's pet.
 EN_NEW_PET = re.compile(
     r"\b(?:I|[Ww]e) (?:have|'ve got|got|adopted|rescued|bought)\b[^.!?]*\b(?:pet|another|second|new)\b"
@@ -407,7 +492,7 @@ def _their(text: str) -> str:
 
 def en_event(sentence: str, at_ms: int) -> tuple[int, str] | None:
     """A dated event the user states about themselves, restated with its date resolved."""
-    for match in EN_EVENT_CLAUSE.finditer(sentence):
+    for match in clause_matches(EN_EVENT_CLAUSE, sentence):
         clause = match.group("clause").strip()
         words = clause.split()
         if not 3 <= len(words) <= 18 or EN_NEGATION.search(clause) or not EN_EVENT.search(clause):

@@ -1,0 +1,226 @@
+"""The offline condenser's fast paths find what their plain forms find (issue 28: cheaper, same output)."""
+
+from __future__ import annotations
+
+import random
+import re
+import unicodedata
+from collections import Counter
+from functools import partial
+
+from agent_memory.condense import offline
+from agent_memory.condense.facts_offline import (
+    EN_NAME,
+    INTRODUCTION_WORDS,
+    JA_NAME,
+    KO_NAME,
+    REQUEST_EXTRACTORS,
+    REQUEST_WORDS,
+    ZH_NAME,
+    may_hold,
+)
+from agent_memory.condense.life import EN_PROFILE, event_words
+from agent_memory.condense.statements.chinese import ZH_EVENTS
+from agent_memory.condense.statements.english import (
+    EN_EVENT,
+    EN_EVENT_CLAUSE,
+    EN_FINDERS,
+    EN_JOB,
+    EN_START,
+    EN_STATEMENTS,
+    clause_matches,
+)
+from agent_memory.condense.text import Caseless, fold_ascii, sentences
+from agent_memory.core.dates import resolve
+from agent_memory.core.facts import fact_key
+
+# Words the patterns look for, words that only look like them, and the characters re's
+# IGNORECASE matches to ASCII letters (İ ı ſ K) or that the patterns must see past.
+_WORDS = (
+    "I I'm I've am a an my My MY we We and And AND but so So because since now Now nurse teacher "
+    "senior engineer at in for from live living moved to Paris New York cat dog Miso named called "
+    "name is call me remember Remember don't forget remind REMIND us that about allergic allergy to "
+    "peanuts have got two kids sister Anna favourite food pizza taken up started learning yoga "
+    "wedding birthday interview tomorrow next week monday Jan 3 1st 12 love hate excited sand "
+    "oh well yeah actually mine i'll going ran went my name is call me "
+    "我 叫 小明 记住 记得 别忘了 明天 生日 喜欢 이름은 민수 예요 기억해 줘 잊지 마 私の名前は 覚えておいて "
+    "İ ı ſ K é , ; : ! . ? - 'm"
+)
+PHRASES = (
+    "my name is",
+    "My name is",
+    "call me",
+    "我叫",
+    "我的名字是",
+    "제 이름은",
+    "私の名前は",
+    "don't forget",
+)
+WORDS = [*_WORDS.split(" "), *PHRASES]
+# Clauses the statement patterns restate, and what may join or begin them.
+CLAUSES = (
+    "I'm a senior engineer at Google",
+    "I work at Google",
+    "I'm working for Acme",
+    "I work as a nurse in Boston",
+    "I live in Paris",
+    "we moved to New York",
+    "I'm originally from Lyon",
+    "I have two kids",
+    "I'm allergic to peanuts",
+    "I have a nut allergy",
+    "I've taken up yoga",
+    "my sister's wedding is tomorrow",
+    "I have an interview next week",
+    "we have a dog",
+    "I adopted a cat named Miso",
+    "I am going to Rome on monday",
+    "I ran a marathon yesterday",
+)
+JOINS = (
+    ", ",
+    "; ",
+    " and ",
+    " but ",
+    " so ",
+    " because ",
+    " since ",
+    " now ",
+    "! ",
+    " AND ",
+    ", and ",
+    ": ",
+    " sand ",
+)
+FILLERS = ("", "", "Oh, ", "well ", "Actually, ", "So ", "yeah and ", "and ")
+
+
+def random_text(rng: random.Random) -> str:
+    words = [rng.choice(WORDS) for _ in range(rng.randint(1, 14))]
+    if rng.random() < 0.2:
+        words = [word.upper() if rng.random() < 0.3 else word for word in words]
+    if rng.random() < 0.3:
+        return "".join(words)  # CJK is written without spaces
+    text = ""
+    for word in words:
+        text += word if word in ",;:!.?" or not text else " " + word
+    return text
+
+
+def random_statement(rng: random.Random) -> str:
+    text = rng.choice(FILLERS) + rng.choice(CLAUSES)
+    for _ in range(rng.randint(0, 2)):
+        text += rng.choice(JOINS) + rng.choice(CLAUSES)
+    if rng.random() < 0.2:
+        text = text.upper() if rng.random() < 0.5 else text.lower()
+    return text + rng.choice(("", ".", "!", " now"))
+
+
+def test_caseless_patterns_answer_as_their_ignorecase_patterns() -> None:
+    rng = random.Random(28)
+    patterns = [
+        offline.DATE_WORDS,
+        offline.FIRST_PERSON,
+        offline.FEELINGS,
+        EN_EVENT,
+        EN_JOB,
+    ]
+    caseless = [Caseless(pattern) for pattern in patterns]
+    found = 0
+    for _ in range(6_000):
+        text = random_text(rng) if rng.random() < 0.7 else random_statement(rng)
+        folded = fold_ascii(text)
+        for pattern, fast in zip(patterns, caseless, strict=True):
+            assert fast.search(text, folded) == (pattern.search(text) is not None), (pattern.pattern, text)
+            found += fast.search(text, folded)
+    assert found > 5_000
+
+
+def test_caseless_refuses_a_pattern_it_would_get_wrong() -> None:
+    for pattern in (
+        EN_PROFILE,  # "fiancée"
+        re.compile("abc"),  # not IGNORECASE
+        re.compile("Abc", re.IGNORECASE),  # an upper-case letter
+        re.compile("café", re.IGNORECASE),  # a cased letter beyond ASCII
+        re.compile("(?-i:abc)", re.IGNORECASE),  # an inline flag
+    ):
+        try:
+            Caseless(pattern)
+        except AssertionError:
+            continue
+        raise AssertionError(f"Caseless took {pattern.pattern!r}")
+
+
+def test_fold_ascii_keeps_offsets_and_leaves_the_slow_path_to_case_equivalents() -> None:
+    assert fold_ascii("My Cat 我") == "my cat 我"
+    for odd in ("\u0130", "\u0131", "\u017f", "\u212a"):
+        assert fold_ascii(f"Kelvin {odd}") is None
+
+
+def spans(matches: object) -> list[tuple[object, ...]]:
+    return [(match.span(), match.groupdict()) for match in matches]  # type: ignore[attr-defined]
+
+
+def test_statement_finders_find_what_finditer_finds() -> None:
+    rng = random.Random(11)
+    finders = [*EN_FINDERS, partial(clause_matches, EN_EVENT_CLAUSE)]
+    patterns = [*(pattern for _, pattern in EN_STATEMENTS), EN_EVENT_CLAUSE]
+    assert sum(pattern.pattern.startswith(EN_START) for pattern in patterns) >= 10
+    found: Counter[str] = Counter()
+    for _ in range(4_000):
+        sentence = random_text(rng) if rng.random() < 0.5 else random_statement(rng)
+        for pattern, find in zip(patterns, finders, strict=True):
+            expected = spans(pattern.finditer(sentence))
+            assert spans(find(sentence)) == expected, (pattern.pattern[:60], sentence)
+            found[pattern.pattern] += bool(expected)
+    # Every pattern beginning with EN_START was seen to match, its literals and starts kept.
+    assert all(found[p.pattern] > 20 for p in patterns if p.pattern.startswith(EN_START)), found.values()
+
+
+def test_requests_and_introductions_hold_the_words_their_prefilter_asks_for() -> None:
+    rng = random.Random(5)
+    requests = introductions = 0
+    for _ in range(20_000):
+        text = random_text(rng)
+        if any(extract(sentence) for sentence in sentences(text) for extract in REQUEST_EXTRACTORS):
+            requests += 1
+            assert may_hold(text, REQUEST_WORDS), text
+        if any(pattern.search(text) for pattern in (EN_NAME, ZH_NAME, KO_NAME, JA_NAME)):
+            introductions += 1
+            assert may_hold(text, INTRODUCTION_WORDS), text
+    assert requests > 200 and introductions > 200
+
+
+def test_resolve_gives_a_list_of_its_own_each_time() -> None:
+    first = resolve("see you tomorrow", 1_763_000_000_000)
+    first.clear()
+    assert [m.expression for m in resolve("see you tomorrow", 1_763_000_000_000)] == ["tomorrow"]
+
+
+def test_event_words_are_the_plain_findalls() -> None:
+    rng = random.Random(7)
+    seen = 0
+    for _ in range(6_000):
+        text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
+        plain = {m.lower() for m in EN_EVENT.findall(text)} | set(ZH_EVENTS.findall(text))
+        assert event_words(text) == plain, text
+        seen += bool(plain)
+    assert seen > 1_000
+
+
+def plain_fact_key(text: str) -> str:
+    """`fact_key` as it was written first: NFKC, casefold, every separator through the Unicode database."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    spaced = "".join(ch if unicodedata.category(ch)[0] in "LMNS" else " " for ch in folded)
+    return " ".join(spaced.split())
+
+
+def test_fact_key_is_the_plain_key() -> None:
+    rng = random.Random(13)
+    alphabet = [chr(code) for code in range(128)] + list("ＣＡＴé İıſK我的猫。，！ \u00a0\u3000ﬁ")
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert fact_key(text) == plain_fact_key(text), repr(text)
+    for _ in range(5_000):
+        text = random_text(rng)
+        assert fact_key(text) == plain_fact_key(text), repr(text)
