@@ -14,11 +14,11 @@ import time
 from collections.abc import Iterable, Sequence
 
 from agent_memory.core.domain import Message
+from agent_memory.core.postings import Docs, PairPostings, PostingsCache
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
-from agent_memory.store.shared.postings import Docs, PairPostings, PostingsCache
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
