@@ -3,52 +3,13 @@ the agents followed now, and callbacks per day."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from agent_memory.core.domain import Session, Watch
+from agent_memory.core.clock import DAY_MS
+from agent_memory.core.domain import ConsoleSession, RunningCall, Session, UserEntry, UserPage, Watch
 from agent_memory.store.shared.messages import SPOKEN
+from agent_memory.store.shared.search import like_pattern
 from agent_memory.store.shared.sessions import SESSION_COLUMNS, session_of
 from agent_memory.store.shared.sql import Repository
 from agent_memory.store.shared.watches import QUALIFIED
-
-DAY_MS = 86_400_000
-
-
-@dataclass(frozen=True, slots=True)
-class ConsoleSession:
-    """A console sign-in: its token and the key it was opened with, both by hash."""
-
-    token_hash: str
-    key_hash: str
-    created_ms: int
-    expires_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class UserEntry:
-    """A user as the list shows it: its characters, calls and when last seen."""
-
-    user_id: str
-    characters: list[str]
-    calls: int
-    last_seen_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class UserPage:
-    """A page of users in id order, and where the next page starts (None: this is the last)."""
-
-    users: list[UserEntry]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunningCall:
-    """A followed agent still running and its session (None until its first event is stored)."""
-
-    watch: Watch
-    session: Session | None
-
 
 CONSOLE_COLUMNS = "token_hash, key_hash, created_ms, expires_ms"
 
@@ -98,12 +59,6 @@ _PAIRS = (
 )
 
 
-def like_pattern(text: str) -> str:
-    """A LIKE pattern matching `text` anywhere, its wildcards taken literally (escape `\\`)."""
-    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 class ConsoleReads(Repository):
     """Reads across users the console lists (no other route needs them)."""
 
@@ -115,7 +70,7 @@ class ConsoleReads(Repository):
         where, params = [], []
         if q:
             where.append("lower(user_id) LIKE ? ESCAPE '\\'")
-            params.append(like_pattern(q))
+            params.append(like_pattern(q.lower()))
         if after is not None:
             where.append(f"user_id{c} > ?")
             params.append(after)

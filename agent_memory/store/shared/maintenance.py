@@ -14,15 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent_memory.core.clock import now_ms
+from agent_memory.core.search import SearchKind
 from agent_memory.store.shared.sql import Repository
-from agent_memory.store.types import (
-    ForgetCutoff,
-    ForgetReceipt,
-    PurgeStep,
-    SearchKind,
-    SearchState,
-    StorageStats,
-)
+from agent_memory.store.types import ForgetCutoff, ForgetReceipt, PurgeStep, SearchState, StorageStats
 
 
 @dataclass(frozen=True)

@@ -18,20 +18,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_memory.core.recall import bm25, weighted_terms
-from agent_memory.core.search import Scored, query_terms, scored_rows, several_words, snippet, term_patterns
-from agent_memory.core.terms import terms as terms_of
-from agent_memory.store.shared.facts import USER_WIDE, fact_scope
-from agent_memory.store.shared.recall import RecallReads
-from agent_memory.store.shared.sql import Repository
-from agent_memory.store.types import (
+from agent_memory.core.search import (
     SEARCH_KINDS,
     MentionRole,
     Mentions,
+    Scored,
     SearchHit,
     SearchKind,
     SearchMethod,
     UserSearch,
+    hit,
+    query_terms,
+    scored_rows,
+    search_answer,
+    several_words,
+    term_patterns,
 )
+from agent_memory.core.terms import terms as terms_of
+from agent_memory.store.shared.facts import USER_WIDE, fact_scope
+from agent_memory.store.shared.recall import RecallReads
+from agent_memory.store.shared.sql import Repository
 
 MIN_FTS_CHARS = 3  # a trigram index cannot match less
 # The most recent matches of each kind that are ranked; older ones beyond this are not.
@@ -57,22 +63,6 @@ def like_pattern(term: str) -> str:
     """`%term%` for LIKE ... ESCAPE '\\', with the term's own wildcards escaped."""
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
-
-
-def hit(
-    kind: SearchKind, id_: int, character_id: str, text: str, at_ms: int, patterns: Sequence[re.Pattern[str]]
-) -> SearchHit:
-    """A search result of one row, not yet ranked."""
-    return {
-        "kind": kind,
-        "id": id_,
-        "character_id": character_id,
-        "snippet": snippet(text, patterns),
-        "text": text,
-        "at_ms": at_ms,
-        "rank": 0,
-        "score": 0.0,
-    }
 
 
 def ranked_hits(scored: Sequence[Scored], patterns: Sequence[re.Pattern[str]], limit: int) -> list[SearchHit]:
@@ -132,28 +122,6 @@ def by_words(
         item["rank"], item["score"] = position, round(score, 6)
         results.append(item)
     return search_answer(user_id, character_id, q, words, "words", truncated=False, results=results)
-
-
-def search_answer(
-    user_id: str,
-    character_id: str | None,
-    q: str,
-    terms: list[str],
-    method: SearchMethod,
-    *,
-    truncated: bool,
-    results: list[SearchHit],
-) -> UserSearch:
-    """A user search's answer."""
-    return {
-        "user_id": user_id,
-        "character_id": character_id,
-        "q": q,
-        "terms": terms,
-        "method": method,
-        "truncated": truncated,
-        "results": results,
-    }
 
 
 def sources(summary_key: str) -> dict[SearchKind, Kind]:

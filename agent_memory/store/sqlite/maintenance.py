@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent_memory.core.search import SearchKind
 from agent_memory.store.shared.maintenance import FORGETS, HELD, Maintenance, cutoff_keys
 from agent_memory.store.sqlite.common import Repository
-from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
+from agent_memory.store.types import ForgetCutoff, SearchState, StorageStats
 
 __all__ = ["HELD", "NOT_HELD", "SQLiteMaintenance"]
 
