@@ -32,7 +32,7 @@ from agent_memory.core.domain import Message
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.postgres.common import Repository, int_array, text_array
-from agent_memory.store.shared.messages import READ_COLUMNS, message_named, message_of
+from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
@@ -315,22 +315,7 @@ class PostgresRecall(Repository, Remembered):
         scores: dict[int, float] = {}
         for pair in stats.pairs:
             scores.update(self._scores(pair, stats, limit))
-        best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
-        messages = {message.id: message for message in self._messages(best)}
-        return [TurnHit(messages[doc], scores[doc]) for doc in best if doc in messages]
-
-    def messages(self, ids: Sequence[int]) -> list[Message]:
-        """The messages with these ids, in the order asked (missing ones left out)."""
-        found = {message.id: message for message in self._messages(ids)}
-        return [found[i] for i in ids if i in found]
-
-    def _messages(self, ids: Sequence[int]) -> list[Message]:
-        if not ids:
-            return []
-        return [
-            message_named(row)
-            for row in self.sql.all(f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(?)", (list(ids),))
-        ]
+        return self._hits(scores, limit)
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session, all in one

@@ -13,12 +13,17 @@ from agent_memory.store.shared.sql import Repository as SharedRepository
 from agent_memory.store.shared.sql import Row, Sql
 
 # Storage time and JSON are core's; re-exported for the repositories.
-__all__ = ["CHUNK", "Repository", "SQLiteSql", "dumps", "loads_object", "marks", "now_ms"]
+__all__ = ["CHUNK", "Repository", "SQLiteSql", "dumps", "fts_phrase", "loads_object", "marks", "now_ms"]
 
 R = TypeVar("R")
 
 # Ids per `IN (...)`, below SQLite's variable limit.
 CHUNK = 500
+
+
+def fts_phrase(term: str) -> str:
+    """A term as an FTS5 string: matched as a substring by the trigram tokenizer, whole by recall's."""
+    return '"' + term.replace('"', '""') + '"'
 
 
 def marks(count: int) -> str:

@@ -26,7 +26,7 @@ from agent_memory.store.shared.recall import (
     SHORTLIST_FACTOR,
     Remembered,
 )
-from agent_memory.store.sqlite.common import CHUNK, Repository, marks
+from agent_memory.store.sqlite.common import CHUNK, Repository, fts_phrase, marks
 from agent_memory.store.sqlite.pairs import ensure_pairs
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
@@ -42,10 +42,6 @@ _NEIGHBOURS = (
 
 def _pair_term(pair: int, term: str) -> str:
     return f"{pair}_{term}"
-
-
-def _phrase(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
 
 
 class SQLiteRecall(Repository, Remembered):
@@ -292,7 +288,7 @@ class SQLiteRecall(Repository, Remembered):
             "SELECT ? AS w, rowid AS doc FROM recall_fts WHERE recall_fts MATCH ?" for _ in present
         )
         params: list[object] = [
-            value for term, weight in present for value in (weight, _phrase(_pair_term(pair, term)))
+            value for term, weight in present for value in (weight, fts_phrase(_pair_term(pair, term)))
         ]
         # First the turns with the most (weighted) words of the question, in SQLite; then the
         # shortlist's lengths: with binary term frequency a turn's BM25 is that sum times one
@@ -343,27 +339,11 @@ class SQLiteRecall(Repository, Remembered):
                     shortlist=limit * SHORTLIST_FACTOR,
                 )
             )
-        best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
-        if not best:
-            return []
-        rows = self.conn.execute(
-            f"SELECT {READ_COLUMNS} FROM messages WHERE id IN ({marks(len(best))})", best
-        )
-        owners = self._owners
-        messages = {
-            message.id: message
-            for message in map(message_of, rows)
-            if (message.user_id, message.character_id) in owners
-        }
-        return [TurnHit(messages[doc], scores[doc]) for doc in best if doc in messages]
+        return self._hits(scores, limit)
 
-    def messages(self, ids: Sequence[int]) -> list[Message]:
-        """The messages with these ids, in the order asked (missing ones left out)."""
-        if not ids:
-            return []
-        rows = self.conn.execute(f"SELECT {READ_COLUMNS} FROM messages WHERE id IN ({marks(len(ids))})", ids)
-        found = {message.id: message for message in map(message_of, rows)}
-        return [found[i] for i in ids if i in found]
+    def _owns(self, message: Message) -> bool:
+        # A copy held in memory answers by id: a turn it names must still be one of the asked pairs'.
+        return (message.user_id, message.character_id) in self._owners
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session (a statement
