@@ -40,6 +40,7 @@ from agent_memory.store.shared.recall import (
     SHORTLIST_FACTOR,
     Remembered,
 )
+from agent_memory.store.shared.sql import pair_scope
 
 # Each statement of a catch-up (drain, index) gives up past this: its work is bounded (a few
 # thousand rows), so only a stuck or runaway one reaches it.
@@ -217,12 +218,10 @@ class PostgresRecall(Repository, Remembered):
 
     def lag(self, user_id: str, character_id: str | None) -> int:
         """How many of the scope's turns are stored but not in the index yet."""
-        scope, params = (
-            ("", (user_id,)) if character_id is None else (" AND m.character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id, "m.")
         return self.sql.count(
             "SELECT count(*) FROM recall_pending p JOIN messages m ON m.id = p.id "
-            f"WHERE m.user_id = ?{scope} AND m.kind = 'turn'",
+            f"WHERE {scope} AND m.kind = 'turn'",
             params,
         )
 
@@ -234,11 +233,9 @@ class PostgresRecall(Repository, Remembered):
         Recall's first statement: the rest of its read is bounded from here (SET LOCAL, this read only).
         """
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
-        scope, params = (
-            ("", (user_id,)) if character_id is None else (" AND character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id)
         rows = self.sql.all(
-            f"SELECT pair, docs, total_length FROM recall_pairs WHERE user_id = ?{scope} ORDER BY pair",
+            f"SELECT pair, docs, total_length FROM recall_pairs WHERE {scope} ORDER BY pair",
             params,
         )
         pairs = [row["pair"] for row in rows]

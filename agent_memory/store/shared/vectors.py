@@ -23,7 +23,7 @@ from agent_memory.core.vectors import (
     unit_rows,
 )
 from agent_memory.store.shared.messages import READ_COLUMNS, SPOKEN, message_of
-from agent_memory.store.shared.sql import Repository, Row
+from agent_memory.store.shared.sql import Repository, Row, pair_scope
 
 # Spoken turns with something to embed (whitespace says nothing).
 EMBEDDABLE = f"{SPOKEN} AND trim(content) <> ''"
@@ -61,12 +61,8 @@ class VectorReads(Repository):
 
     def count(self, user_id: str, character_id: str | None = None) -> int:
         """Vectors held for a pair, or for all of a user's pairs."""
-        if character_id is None:
-            return self.sql.count("SELECT count(*) FROM message_vectors WHERE user_id = ?", (user_id,))
-        return self.sql.count(
-            "SELECT count(*) FROM message_vectors WHERE user_id = ? AND character_id = ?",
-            (user_id, character_id),
-        )
+        where, params = pair_scope(user_id, character_id)
+        return self.sql.count(f"SELECT count(*) FROM message_vectors WHERE {where}", params)
 
     def nearest(
         self, user_id: str, character_id: str | None, query: Sequence[float], model: str, k: int

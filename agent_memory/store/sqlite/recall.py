@@ -26,6 +26,7 @@ from agent_memory.store.shared.recall import (
     SHORTLIST_FACTOR,
     Remembered,
 )
+from agent_memory.store.shared.sql import pair_scope
 from agent_memory.store.sqlite.common import CHUNK, Repository, fts_phrase, marks
 from agent_memory.store.sqlite.pairs import ensure_pairs
 
@@ -145,11 +146,9 @@ class SQLiteRecall(Repository, Remembered):
 
     def lag(self, user_id: str, character_id: str | None) -> int:
         """How many of the scope's turns are stored but not in the index yet."""
-        scope, params = (
-            ("", (user_id,)) if character_id is None else (" AND character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id)
         row = self.conn.execute(
-            "SELECT count(*) FROM messages WHERE kind = 'turn' AND user_id = ?" + scope + " AND (id > "
+            f"SELECT count(*) FROM messages WHERE kind = 'turn' AND {scope} AND (id > "
             "(SELECT value FROM search_state WHERE name = 'recall_indexed_upto') "
             "OR id IN (SELECT id FROM recall_pending))",
             params,
@@ -161,11 +160,7 @@ class SQLiteRecall(Repository, Remembered):
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
         # The pairs with their figures in one statement (each one more is a trip through SQLite).
-        scope, params = (
-            ("p.user_id = ?", (user_id,))
-            if character_id is None
-            else ("p.user_id = ? AND p.character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id, "p.")
         found = self.conn.execute(
             "SELECT p.id, r.docs, r.total_length, r.changes, p.user_id, p.character_id FROM search_pairs p "
             f"LEFT JOIN recall_pairs r ON r.pair = p.id WHERE {scope}",
