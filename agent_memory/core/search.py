@@ -12,7 +12,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
-from agent_memory.core.recall import idf, okapi
+from agent_memory.core.domain import Fact, Summary
+from agent_memory.core.recall import TermStats, TurnHit, bm25, idf, okapi
 from agent_memory.core.terms import terms as terms_of
 
 # What search looks through, and whose messages a mention query counts.
@@ -211,3 +212,45 @@ def search_answer(
         "truncated": truncated,
         "results": results,
     }
+
+
+def words_answer(
+    user_id: str,
+    character_id: str | None,
+    q: str,
+    stats: TermStats,
+    *,
+    turns: Sequence[TurnHit],
+    facts: Sequence[Fact],
+    summaries: Sequence[Summary],
+    limit: int,
+) -> UserSearch:
+    """A search of several words: the turns recall ranked, and the facts and summaries scored
+    on the same BM25 scale (`stats`), best (then newest) first."""
+    words = [word for word in query_terms(q) if terms_of(word)]
+    patterns = term_patterns(words)
+    scored: list[tuple[float, int, SearchHit]] = []
+    for turn in turns:
+        message = turn.message
+        item = hit("message", message.id, message.character_id, message.content, message.at_ms, patterns)
+        item["agent_id"], item["role"] = message.agent_id, message.role
+        scored.append((turn.score, message.at_ms, item))
+    for fact in facts:
+        score = bm25(fact.text, stats.idfs, stats.average_length)
+        if score > 0:
+            # A user-wide fact names no character ("").
+            item = hit("fact", fact.id, fact.character_id or "", fact.text, fact.updated_ms, patterns)
+            item["scope"], item["pinned"] = fact.scope, fact.pinned
+            scored.append((score, fact.updated_ms, item))
+    for summary in summaries:
+        score = bm25(summary.text, stats.idfs, stats.average_length)
+        if score > 0:
+            at, text = summary.updated_ms, summary.text
+            item = hit("summary", summary.watermark_id, summary.character_id, text, at, patterns)
+            scored.append((score, at, item))
+    scored.sort(key=lambda item: (-item[0], -item[1]))
+    results = []
+    for position, (score, _, item) in enumerate(scored[:limit], 1):
+        item["rank"], item["score"] = position, round(score, 6)
+        results.append(item)
+    return search_answer(user_id, character_id, q, words, "words", truncated=False, results=results)
