@@ -7,13 +7,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from agent_memory.core.clock import now_ms
-from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.store.shared.sql import Repository as SharedRepository
 from agent_memory.store.shared.sql import Row, Sql
-
-# Storage time and JSON are core's; re-exported for the repositories.
-__all__ = ["CHUNK", "Repository", "SQLiteSql", "dumps", "fts_phrase", "loads_object", "marks", "now_ms"]
 
 R = TypeVar("R")
 
