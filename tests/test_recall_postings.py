@@ -15,12 +15,12 @@ from test_embeddings import store_turns
 from test_recall import MAY_8
 from test_recall import recall as http_recall
 
+from agent_memory.core import postings
 from agent_memory.core.recall import Recall, weighted_terms
 from agent_memory.core.textcache import held_texts
 from agent_memory.memory.reading import recall_in
 from agent_memory.settings import Settings
 from agent_memory.store import Store, open_store
-from agent_memory.store.shared import postings
 from agent_memory.store.sqlite.recall import POSTINGS, forget_held
 
 WORDS = [

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agent_memory.core import postings
 from agent_memory.core.domain import (
     CONDENSE,
     ChannelBinding,
@@ -24,7 +25,6 @@ from agent_memory.core.domain import (
 from agent_memory.core.recall import weighted_terms
 from agent_memory.settings import Settings
 from agent_memory.store import NotBrief, ReadsHere, Store, Transaction, open_store
-from agent_memory.store.shared import postings
 from agent_memory.store.shared.facts import fact_character
 from agent_memory.store.sqlite import SQLiteStore, SQLiteView
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD

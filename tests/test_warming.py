@@ -12,7 +12,7 @@ from fakes.upstream_llm import FakeUpstreamLLM
 from test_live import join_body
 from test_llm_proxy import post, start, stats
 
-from agent_memory.store.shared.postings import Docs, PostingsCache
+from agent_memory.core.postings import Docs, PostingsCache
 from agent_memory.web.keys import MEMORY
 
 LABELS = {"user_id": "u-ana", "character_id": "luna"}

@@ -21,13 +21,13 @@ from agent_memory.core.domain import JobStatus
 from agent_memory.core.limits import USERS_LIMIT
 from agent_memory.core.recall import DEFAULT_MAX_TOKENS as DEFAULT_RECALL_TOKENS
 from agent_memory.core.recall import RecallScope
+from agent_memory.core.search import SEARCH_KINDS, SearchKind
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.errors import InvalidField
 from agent_memory.memory.restore import file_source, text_source
 from agent_memory.memory.service import Memory
 from agent_memory.platforms.api.messages import MessagesBody, add_messages
 from agent_memory.settings import Settings
-from agent_memory.store.types import SEARCH_KINDS, SearchKind
 from agent_memory.web.answers import (
     CharacterStats,
     Export,

@@ -7,9 +7,9 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.cli.common import print_json, settings_from, when, with_memory, with_store
 from agent_memory.core.clock import now_ms
@@ -31,6 +31,9 @@ from agent_memory.web.answers import (
     ChannelBindingOut,
     KeyOut,
 )
+
+if TYPE_CHECKING:  # imported where migrate-db runs: it loads psycopg
+    from agent_memory.store.transfer import TransferReport
 
 CONDENSE_PROGRESS_S = 5.0
 
@@ -335,7 +338,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate_db(args: argparse.Namespace) -> int:
-    from agent_memory.store.transfer import describe, migrate_db
+    from agent_memory.store.transfer import migrate_db
 
     def progress(line: str) -> None:
         print(f"\r{line:<60}", end="", file=sys.stderr)
@@ -345,3 +348,16 @@ def cmd_migrate_db(args: argparse.Namespace) -> int:
     for line in describe(report):
         print(line)
     return 0 if report.ok else 1
+
+
+def describe(report: TransferReport) -> Iterable[str]:
+    """The report as lines: each table's rows and checksums on both sides, then the verdict."""
+    yield f"{'table':<18} {'sqlite rows':>12} {'postgres rows':>14}  {'checksum (sqlite = postgres)':<34}"
+    for check in report.tables:
+        same = check.source_checksum if check.ok else f"{check.source_checksum} != {check.target_checksum}"
+        yield (
+            f"{check.table:<18} {check.source_rows:>12,} {check.target_rows:>14,}  {same}"
+            f"  {'ok' if check.ok else 'MISMATCH'}"
+        )
+    verdict = "verified: every table matches" if report.ok else "NOT verified: some tables differ"
+    yield f"{verdict}; {report.turns_indexed:,} turns indexed for recall in {report.seconds:.1f}s"

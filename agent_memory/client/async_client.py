@@ -17,8 +17,8 @@ from agent_memory.client.transport import DEFAULT_BACKOFF, Params, Transport, pa
 from agent_memory.core.clock import Backoff
 from agent_memory.core.domain import FactScope, JobStatus
 from agent_memory.core.recall import RecallScope
+from agent_memory.core.search import MentionRole, SearchKind
 from agent_memory.errors import ApiError
-from agent_memory.store.types import MentionRole, SearchKind
 from agent_memory.web.answers import (
     ChannelBindingAnswer,
     ChannelBound,

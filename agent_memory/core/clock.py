@@ -25,6 +25,7 @@ MICROSECONDS_ABOVE = 10**14
 # The last millisecond a date can name (9999-12-31 23:59:59.999 UTC): a time after it cannot be
 # formatted, and from a platform it can only be a fault (a bit flip, a wrong unit, a fuzzer).
 LAST_MS = 253_402_300_799_999
+DAY_MS = 86_400_000
 # 2**62 s is far past any cap; the bound only keeps the float power finite.
 _MAX_DOUBLINGS = 62
 
@@ -75,7 +76,7 @@ def impossible_time(value: Any) -> bool:
 
 def format_day(ms: int) -> str:
     """`2026-11-03` (UTC)."""
-    return _day(ms // 86_400_000)
+    return _day(ms // DAY_MS)
 
 
 @lru_cache(maxsize=4096)

@@ -1,4 +1,5 @@
-"""The stored domain: sessions, messages, facts, summaries, jobs, watches, bindings, raw events.
+"""The stored domain: sessions, messages, facts, summaries, jobs, watches, bindings, raw events,
+console sign-ins and the console's lists.
 
 These are what a store's repositories return (`agent_memory.store.protocols`), whatever the
 backend. They are immutable records (`core.records.record`), built straight from database
@@ -11,7 +12,7 @@ watch's system messages, travel as text and are parsed only when asked for.
 from __future__ import annotations
 
 import json
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypedDict
 
 from agent_memory.core.events import IdentitySource, MessageKind, MetricRow, OutcomeStatus
@@ -24,6 +25,7 @@ __all__ = [
     "ApiKey",
     "Binding",
     "ChannelBinding",
+    "ConsoleSession",
     "Fact",
     "FactChange",
     "FactOrigin",
@@ -42,10 +44,13 @@ __all__ = [
     "MessageFingerprint",
     "MessageKind",
     "MetricRow",
+    "RunningCall",
     "Session",
     "SessionStatus",
     "Summary",
     "SummaryMethod",
+    "UserEntry",
+    "UserPage",
     "Watch",
     "WatchOrigin",
     "WatchResult",
@@ -394,6 +399,42 @@ class InboxEntry:
     label_user: str | None = None
     label_character: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSession:
+    """A console sign-in: its token and the key it was opened with, both by hash."""
+
+    token_hash: str
+    key_hash: str
+    created_ms: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserEntry:
+    """A user as the list shows it: its characters, calls and when last seen."""
+
+    user_id: str
+    characters: list[str]
+    calls: int
+    last_seen_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UserPage:
+    """A page of users in id order, and where the next page starts (None: this is the last)."""
+
+    users: list[UserEntry]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningCall:
+    """A followed agent still running and its session (None until its first event is stored)."""
+
+    watch: Watch
+    session: Session | None
 
 
 def _parsed_object(text: str | None) -> dict[str, Any]:

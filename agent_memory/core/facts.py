@@ -1,4 +1,5 @@
-"""Remembered facts: the one key that says two facts are the same, the one limit, the one sanitiser.
+"""Remembered facts: the one key that says two facts are the same, the one limit, the one sanitiser,
+and where a new fact goes among those held (`place_fact`).
 
 Every path that stores or compares facts uses these: the API's pinned facts, the store's
 uniqueness (`facts.norm`), the LLM condenser's sanitiser and the offline condenser.
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
+from typing import Literal
 
+from agent_memory.core.domain import Fact, FactScope
 from agent_memory.errors import InvalidField
 
 # The longest fact kept, whoever says it (the API, the LLM or the offline condenser).
@@ -136,3 +140,30 @@ def fact_subject(text: str) -> str | None:
     if own is not None:
         return own.group("what").replace("favourite", "favorite")
     return next((name for name, pattern in _SUBJECTS if pattern.search(about)), None)
+
+
+Placement = Literal["same", "supersede", "new"]
+
+
+def place_fact(
+    text: str, scope: FactScope, pinned: bool, held: Sequence[Fact]
+) -> tuple[Placement, Fact | None]:
+    """Where a new fact goes among the current facts its pair sees (oldest first): the fact
+    that already says it (`near_key`), the fact about the same subject it supersedes
+    (`fact_subject`), or a new one.
+
+    A user-wide fact is only the same as, or supersedes, a user-wide one (it must reach every
+    character); a fact the model found never supersedes a pinned one (what was said by hand
+    stays until said otherwise by hand).
+    """
+    reachable = [fact for fact in held if scope == "character" or fact.scope == "user"]
+    key = near_key(text)
+    same = next((fact for fact in reachable if near_key(fact.text) == key), None)
+    if same is not None:
+        return "same", same
+    subject = fact_subject(text)
+    if subject is not None:
+        for fact in reversed(reachable):  # the newest, should two already disagree
+            if (pinned or not fact.pinned) and fact_subject(fact.text) == subject:
+                return "supersede", fact
+    return "new", None

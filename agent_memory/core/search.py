@@ -10,10 +10,19 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
-from agent_memory.core.recall import idf, okapi
+from agent_memory.core.domain import Fact, Summary
+from agent_memory.core.recall import TermStats, TurnHit, bm25, idf, okapi
 from agent_memory.core.terms import terms as terms_of
+
+# What search looks through, and whose messages a mention query counts.
+SearchKind = Literal["message", "fact", "summary"]
+SEARCH_KINDS: Final[tuple[SearchKind, ...]] = ("message", "fact", "summary")
+MentionRole = Literal["user", "assistant", "any"]
+# fts: through the trigram index; substring: a bounded scan (words under three characters).
+SearchMethod = Literal["fts", "substring", "words"]
+MENTION_ROLES: Final[tuple[MentionRole, ...]] = ("user", "assistant", "any")
 
 MAX_TERMS = 16
 SNIPPET_CHARS = 96
@@ -111,3 +120,137 @@ def scored_rows(
         score = okapi(zip(tfs, idfs, strict=True), len(row["text"]), avg_length)
         scored.append((score, row["at_ms"] or 0, {"kind": kind, **row}))
     return scored
+
+
+class SearchHit(TypedDict):
+    """One search result: a message, fact or summary (the fields after `score` by kind)."""
+
+    kind: SearchKind
+    id: int
+    character_id: str
+    snippet: str
+    text: str
+    at_ms: int | None
+    rank: int
+    score: float
+    agent_id: NotRequired[str]
+    role: NotRequired[str]
+    scope: NotRequired[Literal["user", "character"]]
+    pinned: NotRequired[bool]
+
+
+class UserSearch(TypedDict):
+    """A user's matches, best first, and how they were found."""
+
+    user_id: str
+    character_id: str | None
+    q: str
+    terms: list[str]
+    method: SearchMethod
+    # More matched than were ranked: the oldest were left out.
+    truncated: bool
+    results: list[SearchHit]
+
+
+class MentionUser(TypedDict):
+    """One user whose messages contain the phrase."""
+
+    user_id: str
+    messages: int
+    first_ms: int | None
+    last_ms: int | None
+    characters: list[str]
+
+
+class Mentions(TypedDict):
+    """Which users' messages contain a phrase (the substring method says how far it read)."""
+
+    q: str
+    role: MentionRole
+    character_id: str | None
+    method: SearchMethod
+    total_users: int
+    total_messages: int
+    users: list[MentionUser]
+    scanned_messages: NotRequired[int]
+    complete: NotRequired[bool]
+
+
+def hit(
+    kind: SearchKind, id_: int, character_id: str, text: str, at_ms: int, patterns: Sequence[re.Pattern[str]]
+) -> SearchHit:
+    """A search result of one row, not yet ranked."""
+    return {
+        "kind": kind,
+        "id": id_,
+        "character_id": character_id,
+        "snippet": snippet(text, patterns),
+        "text": text,
+        "at_ms": at_ms,
+        "rank": 0,
+        "score": 0.0,
+    }
+
+
+def search_answer(
+    user_id: str,
+    character_id: str | None,
+    q: str,
+    terms: list[str],
+    method: SearchMethod,
+    *,
+    truncated: bool,
+    results: list[SearchHit],
+) -> UserSearch:
+    """A user search's answer."""
+    return {
+        "user_id": user_id,
+        "character_id": character_id,
+        "q": q,
+        "terms": terms,
+        "method": method,
+        "truncated": truncated,
+        "results": results,
+    }
+
+
+def words_answer(
+    user_id: str,
+    character_id: str | None,
+    q: str,
+    stats: TermStats,
+    *,
+    turns: Sequence[TurnHit],
+    facts: Sequence[Fact],
+    summaries: Sequence[Summary],
+    limit: int,
+) -> UserSearch:
+    """A search of several words: the turns recall ranked, and the facts and summaries scored
+    on the same BM25 scale (`stats`), best (then newest) first."""
+    words = [word for word in query_terms(q) if terms_of(word)]
+    patterns = term_patterns(words)
+    scored: list[tuple[float, int, SearchHit]] = []
+    for turn in turns:
+        message = turn.message
+        item = hit("message", message.id, message.character_id, message.content, message.at_ms, patterns)
+        item["agent_id"], item["role"] = message.agent_id, message.role
+        scored.append((turn.score, message.at_ms, item))
+    for fact in facts:
+        score = bm25(fact.text, stats.idfs, stats.average_length)
+        if score > 0:
+            # A user-wide fact names no character ("").
+            item = hit("fact", fact.id, fact.character_id or "", fact.text, fact.updated_ms, patterns)
+            item["scope"], item["pinned"] = fact.scope, fact.pinned
+            scored.append((score, fact.updated_ms, item))
+    for summary in summaries:
+        score = bm25(summary.text, stats.idfs, stats.average_length)
+        if score > 0:
+            at, text = summary.updated_ms, summary.text
+            item = hit("summary", summary.watermark_id, summary.character_id, text, at, patterns)
+            scored.append((score, at, item))
+    scored.sort(key=lambda item: (-item[0], -item[1]))
+    results = []
+    for position, (score, _, item) in enumerate(scored[:limit], 1):
+        item["rank"], item["score"] = position, round(score, 6)
+        results.append(item)
+    return search_answer(user_id, character_id, q, words, "words", truncated=False, results=results)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import now_ms
+from agent_memory.core.search import SEARCH_KINDS, MentionRole, Mentions, SearchKind, UserSearch
 from agent_memory.core.textcache import forget_texts
 from agent_memory.errors import NotFound
 from agent_memory.logs import pair_ref
@@ -16,15 +17,7 @@ from agent_memory.memory.reading import ContextCache
 from agent_memory.memory.restore import Importer, ImportReport, Source
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction
-from agent_memory.store.types import (
-    SEARCH_KINDS,
-    ForgetReceipt,
-    MentionRole,
-    Mentions,
-    Report,
-    SearchKind,
-    UserSearch,
-)
+from agent_memory.store.types import ForgetReceipt, Report
 
 log = logging.getLogger(__name__)
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import Message, Session
+from agent_memory.core.clock import DAY_MS, now_ms
+from agent_memory.core.domain import Message, RunningCall, Session, UserEntry, UserPage
 from agent_memory.errors import NotFound
 from agent_memory.store import ReadView, Store
-from agent_memory.store.shared.console import DAY_MS, RunningCall, UserEntry, UserPage
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent_memory.core.clock import now_ms
-from agent_memory.core.domain import ApiKey, KeyScope, LlmRoute
+from agent_memory.core.domain import ApiKey, ConsoleSession, KeyScope, LlmRoute
 from agent_memory.core.secrets import hash_key, new_api_key
 from agent_memory.errors import NotFound
 from agent_memory.store import ReadView, Store, Transaction
-from agent_memory.store.shared.console import ConsoleSession
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,10 +33,11 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from agent_memory.core.clock import now_ms
+from agent_memory.core.search import SEARCH_KINDS, SearchKind
 from agent_memory.memory.schedule import JOB_DEFAULTS, my_turn
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction
-from agent_memory.store.types import SEARCH_KINDS, PurgeStep, SearchKind
+from agent_memory.store.types import PurgeStep
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -366,16 +366,3 @@ def _verify(target: str, copied: dict[str, _Copied], say: Progress) -> list[Tabl
 def _scalar(conn: psycopg.Connection[Any], query: sql.Composed | bytes) -> int:
     row = conn.execute(query).fetchone()
     return int(row[0]) if row else 0
-
-
-def describe(report: TransferReport) -> Iterable[str]:
-    """The report as lines: each table's rows and checksums on both sides, then the verdict."""
-    yield f"{'table':<18} {'sqlite rows':>12} {'postgres rows':>14}  {'checksum (sqlite = postgres)':<34}"
-    for check in report.tables:
-        same = check.source_checksum if check.ok else f"{check.source_checksum} != {check.target_checksum}"
-        yield (
-            f"{check.table:<18} {check.source_rows:>12,} {check.target_rows:>14,}  {same}"
-            f"  {'ok' if check.ok else 'MISMATCH'}"
-        )
-    verdict = "verified: every table matches" if report.ok else "NOT verified: some tables differ"
-    yield f"{verdict}; {report.turns_indexed:,} turns indexed for recall in {report.seconds:.1f}s"

@@ -8,17 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from agent_memory.core.domain import IdentitySource, MessageKind, SessionStatus
-
-# What search looks through, and whose messages a mention query counts.
-SearchKind = Literal["message", "fact", "summary"]
-SEARCH_KINDS: Final[tuple[SearchKind, ...]] = ("message", "fact", "summary")
-MentionRole = Literal["user", "assistant", "any"]
-# fts: through the trigram index; substring: a bounded scan (words under three characters).
-SearchMethod = Literal["fts", "substring", "words"]
-MENTION_ROLES: Final[tuple[MentionRole, ...]] = ("user", "assistant", "any")
 
 # Statistics and exports are reports: nested JSON objects the API returns as they are.
 Report = dict[str, Any]
@@ -111,57 +103,3 @@ class SearchState(TypedDict):
     dead_rows: int
     scrub_owed: int
     messages_indexed_upto: int
-
-
-class SearchHit(TypedDict):
-    """One search result: a message, fact or summary (the fields after `score` by kind)."""
-
-    kind: SearchKind
-    id: int
-    character_id: str
-    snippet: str
-    text: str
-    at_ms: int | None
-    rank: int
-    score: float
-    agent_id: NotRequired[str]
-    role: NotRequired[str]
-    scope: NotRequired[Literal["user", "character"]]
-    pinned: NotRequired[bool]
-
-
-class UserSearch(TypedDict):
-    """A user's matches, best first, and how they were found."""
-
-    user_id: str
-    character_id: str | None
-    q: str
-    terms: list[str]
-    method: SearchMethod
-    # More matched than were ranked: the oldest were left out.
-    truncated: bool
-    results: list[SearchHit]
-
-
-class MentionUser(TypedDict):
-    """One user whose messages contain the phrase."""
-
-    user_id: str
-    messages: int
-    first_ms: int | None
-    last_ms: int | None
-    characters: list[str]
-
-
-class Mentions(TypedDict):
-    """Which users' messages contain a phrase (the substring method says how far it read)."""
-
-    q: str
-    role: MentionRole
-    character_id: str | None
-    method: SearchMethod
-    total_users: int
-    total_messages: int
-    users: list[MentionUser]
-    scanned_messages: NotRequired[int]
-    complete: NotRequired[bool]

@@ -15,9 +15,9 @@ from pydantic.json_schema import SkipJsonSchema
 from agent_memory.core.domain import JobStatus, KeyScope
 from agent_memory.core.facts import MAX_FACT_CHARS
 from agent_memory.core.limits import MAX_CHANNEL_BYTES, MAX_MS, MAX_PERSONA_CHARS, MAX_QUERY_CHARS
+from agent_memory.core.search import MENTION_ROLES, SEARCH_KINDS, MentionRole, SearchKind
 from agent_memory.errors import BadRequest, InvalidField
 from agent_memory.memory.condensing import JOB_STATUSES
-from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS, MentionRole, SearchKind
 from agent_memory.web.http import int_query
 
 ChoiceT = TypeVar("ChoiceT", bound=str)

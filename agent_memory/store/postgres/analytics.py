@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent_memory.store.shared.analytics import PERCENTILES, Analytics
+from agent_memory.core.stats import PERCENTILES
+from agent_memory.store.shared.analytics import Analytics
 
 
 class PostgresAnalytics(Analytics):

@@ -15,23 +15,8 @@ from psycopg.adapt import Transformer
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
-from agent_memory.core.clock import now_ms
-from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.store.shared.sql import Repository as SharedRepository
 from agent_memory.store.shared.sql import Row, Sql
-
-# Storage time and JSON are core's; re-exported for the repositories.
-__all__ = [
-    "Connection",
-    "Instance",
-    "PostgresSql",
-    "Repository",
-    "dumps",
-    "int_array",
-    "loads_object",
-    "now_ms",
-    "text_array",
-]
 
 R = TypeVar("R")
 

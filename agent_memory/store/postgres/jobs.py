@@ -1,10 +1,7 @@
-"""How PostgreSQL's instances claim jobs: with leases (the rest is store/shared/jobs.py).
+"""How PostgreSQL's instances claim jobs: with leases (the rule and the rest are store/shared/jobs.py).
 
-A claim writes the claiming instance and how long its claim holds (`lease_owner`,
-`lease_until_ms`); the holder renews it while the job runs. A job left `running` under a
-lease that ran out (its instance died) is claimable again by any instance. Times are the
-instances' clocks, as every due time is, so the instances' clocks must agree (NTP) to
-well within the lease.
+Lease times are the instances' clocks, as every due time is, so the instances' clocks must
+agree (NTP) to well within the lease.
 """
 
 from __future__ import annotations

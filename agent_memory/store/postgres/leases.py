@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from agent_memory.store.postgres.common import Repository, now_ms
+from agent_memory.core.clock import now_ms
+from agent_memory.store.postgres.common import Repository
 
 
 class PostgresLeases(Repository):

@@ -23,9 +23,11 @@ from collections.abc import Sequence
 
 from psycopg import errors, sql
 
-from agent_memory.store.postgres.common import Connection, Repository, dialect, now_ms
+from agent_memory.core.clock import now_ms
+from agent_memory.core.search import SearchKind
+from agent_memory.store.postgres.common import Connection, Repository, dialect
 from agent_memory.store.shared.maintenance import FORGETS, HELD, Maintenance, cutoff_keys
-from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
+from agent_memory.store.types import ForgetCutoff, SearchState, StorageStats
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from agent_memory.core.domain import Message
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.postgres.common import Repository, int_array, text_array
-from agent_memory.store.shared.messages import READ_COLUMNS, message_named, message_of
+from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
@@ -40,6 +40,7 @@ from agent_memory.store.shared.recall import (
     SHORTLIST_FACTOR,
     Remembered,
 )
+from agent_memory.store.shared.sql import pair_scope
 
 # Each statement of a catch-up (drain, index) gives up past this: its work is bounded (a few
 # thousand rows), so only a stuck or runaway one reaches it.
@@ -217,12 +218,10 @@ class PostgresRecall(Repository, Remembered):
 
     def lag(self, user_id: str, character_id: str | None) -> int:
         """How many of the scope's turns are stored but not in the index yet."""
-        scope, params = (
-            ("", (user_id,)) if character_id is None else (" AND m.character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id, "m.")
         return self.sql.count(
             "SELECT count(*) FROM recall_pending p JOIN messages m ON m.id = p.id "
-            f"WHERE m.user_id = ?{scope} AND m.kind = 'turn'",
+            f"WHERE {scope} AND m.kind = 'turn'",
             params,
         )
 
@@ -234,11 +233,9 @@ class PostgresRecall(Repository, Remembered):
         Recall's first statement: the rest of its read is bounded from here (SET LOCAL, this read only).
         """
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
-        scope, params = (
-            ("", (user_id,)) if character_id is None else (" AND character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id)
         rows = self.sql.all(
-            f"SELECT pair, docs, total_length FROM recall_pairs WHERE user_id = ?{scope} ORDER BY pair",
+            f"SELECT pair, docs, total_length FROM recall_pairs WHERE {scope} ORDER BY pair",
             params,
         )
         pairs = [row["pair"] for row in rows]
@@ -315,22 +312,7 @@ class PostgresRecall(Repository, Remembered):
         scores: dict[int, float] = {}
         for pair in stats.pairs:
             scores.update(self._scores(pair, stats, limit))
-        best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
-        messages = {message.id: message for message in self._messages(best)}
-        return [TurnHit(messages[doc], scores[doc]) for doc in best if doc in messages]
-
-    def messages(self, ids: Sequence[int]) -> list[Message]:
-        """The messages with these ids, in the order asked (missing ones left out)."""
-        found = {message.id: message for message in self._messages(ids)}
-        return [found[i] for i in ids if i in found]
-
-    def _messages(self, ids: Sequence[int]) -> list[Message]:
-        if not ids:
-            return []
-        return [
-            message_named(row)
-            for row in self.sql.all(f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(?)", (list(ids),))
-        ]
+        return self._hits(scores, limit)
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session, all in one

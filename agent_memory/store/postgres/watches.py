@@ -1,11 +1,5 @@
-"""How PostgreSQL's instances split followed agents: by leases (the rest is store/shared/watches.py).
-
-A followed agent is held by one instance (`lease_owner`) until `lease_until_ms`: first the
-instance that started following it, then whichever polls it. Its holder polls it, and each
-poll extends the lease past the next poll, so an agent stays with a live instance; when that
-instance dies, the lease runs out a lease after the agent's next poll was due and the next
-instance to claim it takes it over.
-"""
+"""How PostgreSQL's instances split followed agents: by leases (`lease_owner`, `lease_until_ms`;
+the rule and the rest are store/shared/watches.py)."""
 
 from __future__ import annotations
 

@@ -1,43 +1,29 @@
-"""What the statistics mean, and the pure helpers that shape a report, whichever backend counts.
-
-Definitions (the HTTP answers and `agent-memory stats` repeat them):
-- sessions: agent runs (rows of `sessions`), whatever their status.
-- messages: messages ever taken in (the sessions' `message_count`, which retention does not
-  lower); `messages_stored`: those still held.
-- talk time: the sum over sessions of `stop_ms - start_ms`, where both are known and the run
-  lasted at most a day (longer ones carry placeholder times).
-- interruption rate: stored assistant messages marked interrupted / stored assistant messages.
-- llm_failure rate: stored assistant messages whose source is `llm_failure` (or the older
-  spelling `llm failure`) / stored assistant messages.
-- latency percentiles: nearest rank (the value at rank ceil(p * n) of the sorted values),
-  per metric as Agora names it (111 `metrics[]`: asr_ttlw, llm_ttfb, llm_ttfs, tts_ttfb;
-  112 `turns[].metrics`: e2e_latency_ms and each segment of segmented_latency_ms; 112 turn
-  timing: turn_duration_ms, speech_duration_ms, playback_duration_ms), and per stage, one
-  value per turn: asr = asr_ttlw; llm = llm_ttfb, else llm_ttft, else llm_ttfa; tts =
-  tts_ttfb; end_to_end = e2e_latency_ms (measured by Agora, 112), else total_delay (111),
-  else asr + llm + tts of that turn (Agora's own sum, without its optional AIVAD/BHVS
-  delays: a lower bound). Each stage says how many of its values were derived.
-- message counts and rates count spoken turns; tool calls and tool results the LLM made
-  are `tool_items`.
-- callbacks: raw callbacks received in the window that failed (nothing applied) or were
-  partial (some parts set aside); `agent-memory reprocess` applies them again.
-- last active: the latest session stop (or start, while running) or stored message time.
-- unidentified sessions: sessions no label or binding tied to a user, kept under `rtc:<uid>`
-  or `channel:<name>` (identity_source rtc or channel) / sessions.
-"""
+"""Statistics counted in SQL, whichever backend; what they mean, and a report's shape, is core.stats's."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_memory.core.domain import MetricRow
 from agent_memory.core.events import FALLBACK_SOURCES
+from agent_memory.core.stats import (
+    MAX_SESSION_MS,
+    PERCENTILES,
+    STAGE_METRICS,
+    STAGES,
+    Latencies,
+    Row,
+    last_active,
+    nearest_rank,
+    rate,
+    stage_stats,
+    talked,
+    with_minutes,
+)
 from agent_memory.store.shared.sql import Repository, Sql
 from agent_memory.store.types import Report
 
-PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 # Identity sources that are only a fallback (see ingest.resolve_identity), as an SQL list.
 UNIDENTIFIED_SOURCES = ", ".join(f"'{source}'" for source in FALLBACK_SOURCES)
 # A speaker's own session of a shared call (`<agent_id>~<uid>`, memory/ingest/speakers.py
@@ -55,24 +41,12 @@ NOT_A_COPY = f" AND NOT ({SPEAKER_COPY})"
 NOT_COPIED = f" AND m.agent_id NOT IN (SELECT s.agent_id FROM sessions s WHERE {SPEAKER_COPY})"
 FAVOURITES = 5
 TOP = 10
-# Duration of a session when both ends are known, in order and plausible: an agent run
-# longer than a day says its times are placeholders (Agora's own examples carry start_ts
-# 1000), and one such run must not swamp everyone's talk time.
-MAX_SESSION_MS = 24 * 3600 * 1000
 # One session's talk time, in SQL both backends speak (over sessions `s`).
 TALK_MS = (
     "CASE WHEN s.start_ms IS NOT NULL AND s.stop_ms IS NOT NULL AND s.stop_ms > s.start_ms "
     f"AND s.stop_ms - s.start_ms <= {MAX_SESSION_MS} THEN s.stop_ms - s.start_ms ELSE 0 END"
 )
 
-# One value per turn and stage, in order of preference (see the module's definitions).
-STAGES: dict[str, tuple[str, ...]] = {
-    "asr": ("asr_ttlw",),
-    "llm": ("llm_ttfb", "llm_ttft", "llm_ttfa"),
-    "tts": ("tts_ttfb",),
-    "end_to_end": ("e2e_latency_ms", "total_delay"),
-}
-STAGE_METRICS = tuple(dict.fromkeys(name for names in STAGES.values() for name in names))
 # Each stage's value of one turn, as columns of a query grouped by (agent, turn), over metrics `a`.
 _PICK = {name: f"max(a.value_ms) FILTER (WHERE a.metric = '{name}')" for name in STAGE_METRICS}
 STAGE_COLUMNS = ", ".join(
@@ -80,10 +54,6 @@ STAGE_COLUMNS = ", ".join(
     + f" AS {stage}"
     for stage, names in STAGES.items()
 )
-
-# A latency report: per metric or stage, count, mean, min, percentiles and max.
-Latencies = dict[str, dict[str, Any]]
-Row = dict[str, Any]
 
 
 def window(column: str, since_ms: int | None, until_ms: int | None) -> tuple[str, list[Any]]:
@@ -109,74 +79,6 @@ def metrics_source(
         where += " AND s.character_id = ?"
         params.append(character_id)
     return source, where, params
-
-
-def stage_stats(turns: Iterable[Sequence[float | None]]) -> Latencies:
-    """The summary of each stage over turns of (asr, llm, tts, end_to_end) values."""
-    values: dict[str, list[float]] = {stage: [] for stage in STAGES}
-    derived = 0
-    for asr, llm, tts, end_to_end in turns:
-        for stage, value in (("asr", asr), ("llm", llm), ("tts", tts)):
-            if value is not None:
-                values[stage].append(value)
-        if end_to_end is None and asr is not None and llm is not None and tts is not None:
-            end_to_end, derived = asr + llm + tts, derived + 1
-        if end_to_end is not None:
-            values["end_to_end"].append(end_to_end)
-    stats = {stage: summary(found) for stage, found in values.items() if found}
-    if "end_to_end" in stats:
-        stats["end_to_end"]["derived"] = derived
-    return stats
-
-
-def summary(values: list[float]) -> dict[str, Any]:
-    """count, mean, min, nearest-rank percentiles and max of some values, in ms."""
-    ordered = sorted(values)
-    entry: dict[str, Any] = {
-        "count": len(ordered),
-        "mean": round(sum(ordered) / len(ordered), 2),
-        "min": ordered[0],
-    }
-    for label, fraction in PERCENTILES:
-        entry[label] = ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
-    entry["max"] = ordered[-1]
-    return entry
-
-
-def rate(count: int, of: int) -> dict[str, Any]:
-    """A count, what it is out of, and the share (None when there is nothing to divide)."""
-    return {"count": count, "of": of, "rate": round(count / of, 4) if of else None}
-
-
-def minutes(ms: int) -> float:
-    """Milliseconds as minutes, two decimals."""
-    return round(ms / 60_000, 2)
-
-
-def last_active(sessions: Row, stored: Row) -> int | None:
-    """The latest known session time or stored message time of aggregate rows."""
-    known = [stamp for stamp in (sessions["last_session_ms"], stored["last_message_ms"]) if stamp is not None]
-    return max(known) if known else None
-
-
-def with_minutes(rows: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Rows holding `talk_ms`, each with its minutes too."""
-    return [{**row, "minutes_talked": minutes(row["talk_ms"])} for row in rows]
-
-
-def talked(sessions: Row, stored: Row) -> dict[str, Any]:
-    """Messages, the stored-message counts and their two rates, and talk time of aggregate rows."""
-    return {
-        "messages": sessions["messages"],
-        "messages_stored": stored["messages_stored"],
-        "user_messages": stored["user_messages"],
-        "assistant_messages": stored["assistant_messages"],
-        "tool_items": stored["tool_items"],
-        "interruptions": rate(stored["interrupted"], stored["assistant_messages"]),
-        "llm_failures": rate(stored["llm_failures"], stored["assistant_messages"]),
-        "talk_ms": sessions["talk_ms"],
-        "minutes_talked": minutes(sessions["talk_ms"]),
-    }
 
 
 _ASSISTANT = "m.kind = 'turn' AND m.role = 'assistant'"
@@ -243,7 +145,7 @@ class AnalyticsReads(Repository):
         for label, fraction in PERCENTILES:
             found = self.sql.one(
                 f"SELECT a.value_ms AS v {source} WHERE a.metric = ?{where} ORDER BY a.value_ms LIMIT 1 OFFSET ?",
-                (row["metric"], *params, max(1, math.ceil(fraction * row["n"])) - 1),
+                (row["metric"], *params, nearest_rank(fraction, row["n"])),
             )
             ranks[label] = found["v"] if found is not None else None
         return ranks

@@ -3,52 +3,13 @@ the agents followed now, and callbacks per day."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from agent_memory.core.domain import Session, Watch
+from agent_memory.core.clock import DAY_MS
+from agent_memory.core.domain import ConsoleSession, RunningCall, Session, UserEntry, UserPage, Watch
 from agent_memory.store.shared.messages import SPOKEN
+from agent_memory.store.shared.search import like_pattern
 from agent_memory.store.shared.sessions import SESSION_COLUMNS, session_of
-from agent_memory.store.shared.sql import Repository
+from agent_memory.store.shared.sql import Repository, pair_scope
 from agent_memory.store.shared.watches import QUALIFIED
-
-DAY_MS = 86_400_000
-
-
-@dataclass(frozen=True, slots=True)
-class ConsoleSession:
-    """A console sign-in: its token and the key it was opened with, both by hash."""
-
-    token_hash: str
-    key_hash: str
-    created_ms: int
-    expires_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class UserEntry:
-    """A user as the list shows it: its characters, calls and when last seen."""
-
-    user_id: str
-    characters: list[str]
-    calls: int
-    last_seen_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class UserPage:
-    """A page of users in id order, and where the next page starts (None: this is the last)."""
-
-    users: list[UserEntry]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunningCall:
-    """A followed agent still running and its session (None until its first event is stored)."""
-
-    watch: Watch
-    session: Session | None
-
 
 CONSOLE_COLUMNS = "token_hash, key_hash, created_ms, expires_ms"
 
@@ -98,12 +59,6 @@ _PAIRS = (
 )
 
 
-def like_pattern(text: str) -> str:
-    """A LIKE pattern matching `text` anywhere, its wildcards taken literally (escape `\\`)."""
-    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 class ConsoleReads(Repository):
     """Reads across users the console lists (no other route needs them)."""
 
@@ -115,7 +70,7 @@ class ConsoleReads(Repository):
         where, params = [], []
         if q:
             where.append("lower(user_id) LIKE ? ESCAPE '\\'")
-            params.append(like_pattern(q))
+            params.append(like_pattern(q.lower()))
         if after is not None:
             where.append(f"user_id{c} > ?")
             params.append(after)
@@ -202,8 +157,7 @@ class ConsoleReads(Repository):
 
     def holdings(self, user_id: str, character_id: str | None) -> dict[str, int]:
         """How many calls, messages, facts and summaries a user (or one pair) has: what a forget takes."""
-        pair = "user_id = ?" + (" AND character_id = ?" if character_id is not None else "")
-        params = (user_id,) if character_id is None else (user_id, character_id)
+        pair, params = pair_scope(user_id, character_id)
         held = {
             table: self.sql.count(f"SELECT count(*) FROM {table} WHERE {pair}", params)
             for table in ("sessions", "messages", "facts", "summaries")
@@ -216,16 +170,13 @@ class ConsoleReads(Repository):
     def _turns_as_guest(self, user_id: str, character_id: str | None) -> int:
         """The turns a user (or pair) said as a guest of other users' shared calls, which a forget
         takes from those calls' sessions: found through their own sessions `<call>~<uid>`."""
-        params = (user_id,) if character_id is None else (user_id, character_id)
-
-        def of(alias: str) -> str:
-            return f"{alias}.user_id = ?" + ("" if character_id is None else f" AND {alias}.character_id = ?")
-
+        guest, params = pair_scope(user_id, character_id, "s.")
+        host = pair_scope(user_id, character_id, "r.")[0]
         return self.sql.count(
             "SELECT count(*) FROM sessions s "
             "JOIN sessions r ON r.agent_id = substr(s.agent_id, 1, length(s.agent_id) - length(s.rtc_uid) - 1) "
             "JOIN messages m ON m.agent_id = r.agent_id AND m.speaker = s.rtc_uid "
-            f"WHERE {of('s')} AND s.agent_id = r.agent_id || '~' || s.rtc_uid "
-            f"AND m.role = 'user' AND m.{SPOKEN} AND NOT ({of('r')})",
+            f"WHERE {guest} AND s.agent_id = r.agent_id || '~' || s.rtc_uid "
+            f"AND m.role = 'user' AND m.{SPOKEN} AND NOT ({host})",
             (*params, *params),
         )

@@ -126,8 +126,8 @@ class Export(Repository):
 
     def _per_agent(self, sql: str, agent_ids: Sequence[str]) -> Rows:
         """Run `sql` (its `{among}` the agent id condition) over agent ids, in chunks the backend can bind."""
-        rows: Rows = []
-        for start in range(0, len(agent_ids), self.sql.list_max):
-            among, params = self.sql.among("agent_id", agent_ids[start : start + self.sql.list_max])
-            rows += self._rows(sql.replace("{among}", among), params)
-        return rows
+        return [
+            row
+            for among, params in self.sql.chunks("agent_id", agent_ids)
+            for row in self._rows(sql.replace("{among}", among), params)
+        ]

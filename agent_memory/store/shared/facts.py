@@ -3,19 +3,18 @@
 Facts are unique per (user, character column, key), the key being core.facts' one form of
 "says the same thing", computed here so that no caller can store another. A user-wide fact
 is stored with the empty character: this module is the one place that knows it (`USER_WIDE`,
-`fact_scope`, `fact_character`); search, recall and export ask it. It also decides where a
-new fact goes (`place_fact`): onto the one that already says it, over the one about the same
+`fact_scope`, `fact_character`); search, recall and export ask it. A new fact goes where
+`core.facts.place_fact` says: onto the one that already says it, over the one about the same
 subject (whose text is kept in `fact_history`), or in a row of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import Fact, FactChange, FactOrigin, FactScope, FactVersion, Summary
-from agent_memory.core.facts import fact_key, fact_subject, near_key
+from agent_memory.core.facts import fact_key, place_fact
 from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.errors import Conflict
 from agent_memory.store.shared.sql import Duplicate, Repository, Row
@@ -40,33 +39,6 @@ def fact_character(scope: FactScope, character_id: str) -> str:
 
 # Columns of a fact's past texts (`fact_history`), in the order both backends read them.
 HISTORY_COLUMNS = "fact_id, text, origin, valid_from, valid_to, change"
-Placement = Literal["same", "supersede", "new"]
-
-
-def place_fact(
-    text: str, scope: FactScope, pinned: bool, held: Sequence[Fact]
-) -> tuple[Placement, Fact | None]:
-    """Where a new fact goes among the current facts its pair sees (oldest first): the fact
-    that already says it (`core.facts.near_key`), the fact about the same subject it
-    supersedes (`core.facts.fact_subject`), or a new one.
-
-    A user-wide fact is only the same as, or supersedes, a user-wide one (it must reach every
-    character); a fact the model found never supersedes a pinned one (what was said by hand
-    stays until said otherwise by hand).
-    """
-    reachable = [fact for fact in held if scope == "character" or fact.scope == "user"]
-    key = near_key(text)
-    same = next((fact for fact in reachable if near_key(fact.text) == key), None)
-    if same is not None:
-        return "same", same
-    subject = fact_subject(text)
-    if subject is not None:
-        for fact in reversed(reachable):  # the newest, should two already disagree
-            if (pinned or not fact.pinned) and fact_subject(fact.text) == subject:
-                return "supersede", fact
-    return "new", None
-
-
 FACT_COLUMNS = "id, user_id, character_id, text, pinned, origin, created_ms, updated_ms, valid_from"
 SUMMARY_COLUMNS = (
     "user_id, character_id, text, watermark_id, covered_until_ms, message_count, method, model, "

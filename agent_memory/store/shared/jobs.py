@@ -143,18 +143,11 @@ class Jobs(JobReads):
 
     def fail(self, job_id: int, error: str, *, retry_at_ms: int | None) -> None:
         """Count a failed attempt: pending again at `retry_at_ms`, or dead when that is None."""
-        if retry_at_ms is None:
-            self.sql.run(
-                "UPDATE jobs SET status = 'dead', attempts = attempts + 1, last_error = ?, "
-                f"updated_ms = ?{self._free} WHERE id = ?",
-                (error, now_ms(), job_id),
-            )
-        else:
-            self.sql.run(
-                "UPDATE jobs SET status = 'pending', attempts = attempts + 1, last_error = ?, "
-                f"due_ms = ?, updated_ms = ?{self._free} WHERE id = ?",
-                (error, retry_at_ms, now_ms(), job_id),
-            )
+        self.sql.run(
+            "UPDATE jobs SET status = ?, attempts = attempts + 1, last_error = ?, due_ms = coalesce(?, due_ms), "
+            f"updated_ms = ?{self._free} WHERE id = ?",
+            ("dead" if retry_at_ms is None else "pending", error, retry_at_ms, now_ms(), job_id),
+        )
 
     def postpone(self, job_id: int, due_ms: int) -> None:
         """Pending again at `due_ms` without counting an attempt (its run was superseded)."""

@@ -14,15 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agent_memory.core.clock import now_ms
-from agent_memory.store.shared.sql import Repository
-from agent_memory.store.types import (
-    ForgetCutoff,
-    ForgetReceipt,
-    PurgeStep,
-    SearchKind,
-    SearchState,
-    StorageStats,
-)
+from agent_memory.core.search import SearchKind
+from agent_memory.store.shared.sql import Repository, pair_scope
+from agent_memory.store.types import ForgetCutoff, ForgetReceipt, PurgeStep, SearchState, StorageStats
 
 
 @dataclass(frozen=True)
@@ -139,8 +133,7 @@ class Maintenance(MaintenanceReads):
         (a pair's forget keeps the user's user-wide facts), and record the time of the forget
         (`forget_cutoff`). Raw events keep their id, so a redelivery is still recognised, but
         lose their text. `Store.checkpoint` afterwards makes the deletion reach the file."""
-        where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
-        params: tuple[str, ...] = (user_id,) if character_id is None else (user_id, character_id)
+        where, params = pair_scope(user_id, character_id)
         agent_ids = self._sessions(where, params, user_id)
         # The cut-off every later write checks (ingest's merge, condensing): what was said before
         # it never comes back, from a held reply, a poll, a late callback or a reprocess.
@@ -173,11 +166,10 @@ class Maintenance(MaintenanceReads):
     def _by_agent(self, statement: str, agent_ids: Sequence[str], also: str = "") -> int:
         """`statement` on the rows of these agent runs (`also` holding), as many at once as the
         backend binds; returns how many rows it changed."""
-        changed = 0
-        for start in range(0, len(agent_ids), self.sql.list_max):
-            among, values = self.sql.among("agent_id", agent_ids[start : start + self.sql.list_max])
-            changed += self.sql.run(f"{statement} WHERE {among}{also}", values)
-        return changed
+        return sum(
+            self.sql.run(f"{statement} WHERE {among}{also}", values)
+            for among, values in self.sql.chunks("agent_id", agent_ids)
+        )
 
     @abstractmethod
     def _sessions(self, where: str, params: Sequence[str], user_id: str) -> list[str]:
@@ -254,8 +246,7 @@ class Maintenance(MaintenanceReads):
                 )
             chosen = sorted(ids)[:room]
             if chosen:
-                for start in range(0, len(chosen), self.sql.list_max):
-                    among, values = self.sql.among("id", chosen[start : start + self.sql.list_max])
+                for among, values in self.sql.chunks("id", chosen):
                     self.sql.run(f"DELETE FROM messages WHERE {among}", values)
                 self.sql.bump([key])
             deleted += len(chosen)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -38,11 +38,6 @@ def message_of(row: Sequence[Any]) -> Message:
     values[13] = bool(values[13])  # interrupted
     values[16] = bool(values[16])  # gap_before
     return Message(*values)
-
-
-def message_named(row: Mapping[str, Any]) -> Message:
-    """A `READ_COLUMNS` row (by name, in order) as a message."""
-    return message_of(tuple(row.values()))
 
 
 def _message(*row: Any) -> Message:

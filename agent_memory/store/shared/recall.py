@@ -16,6 +16,7 @@ from agent_memory.store.shared.facts import (
     fact_of,
     summary_of,
 )
+from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.sql import Repository
 
 # A term in more of a pair's turns than this says little and costs a long posting list.
@@ -75,9 +76,33 @@ class RecallReads(Protocol):
 
 
 class Remembered(Repository):
-    """What recall shows beside turns, in its scope (a pair, or all of a user's pairs: None)."""
+    """What recall shows of its scope (a pair, or all of a user's pairs: None) besides ranking turns."""
 
     __slots__ = ()
+
+    def messages(self, ids: Sequence[int]) -> list[Message]:
+        """The messages with these ids, in the order asked (missing ones left out)."""
+        if not ids:
+            return []
+        among, values = self.sql.among("id", ids)
+        found = {
+            message.id: message
+            for message in self.sql.records(
+                lambda *row: message_of(row), f"SELECT {READ_COLUMNS} FROM messages WHERE {among}", values
+            )
+        }
+        return [found[i] for i in ids if i in found]
+
+    def _hits(self, scores: dict[int, float], limit: int) -> list[TurnHit]:
+        """The best `limit` scored turns (then the newest), best first, of the scope's pairs."""
+        best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
+        return [
+            TurnHit(message, scores[message.id]) for message in self.messages(best) if self._owns(message)
+        ]
+
+    def _owns(self, message: Message) -> bool:
+        """Whether a scored turn is one of the scope's (a backend whose scores may be stale says)."""
+        return True
 
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
         """The facts in scope: a pair's and the user-wide ones, or all of the user's."""

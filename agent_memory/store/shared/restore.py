@@ -45,12 +45,11 @@ class Restore(Repository):
 
     def session_owners(self, agent_ids: Sequence[str]) -> dict[str, str]:
         """Which user holds each of these agent runs' sessions (those held at all)."""
-        owners: dict[str, str] = {}
-        for start in range(0, len(agent_ids), self.sql.list_max):
-            among, params = self.sql.among("agent_id", agent_ids[start : start + self.sql.list_max])
-            for row in self.sql.all(f"SELECT agent_id, user_id FROM sessions WHERE {among}", params):
-                owners[row["agent_id"]] = row["user_id"]
-        return owners
+        return {
+            row["agent_id"]: row["user_id"]
+            for among, params in self.sql.chunks("agent_id", agent_ids)
+            for row in self.sql.all(f"SELECT agent_id, user_id FROM sessions WHERE {among}", params)
+        }
 
     def hold_session(self, agent_id: str) -> None:
         """Hold the agent run's lock until commit, as ingest's merge does (one writer needs none)."""

@@ -17,21 +17,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_memory.core.recall import bm25, weighted_terms
-from agent_memory.core.search import Scored, query_terms, scored_rows, several_words, snippet, term_patterns
-from agent_memory.core.terms import terms as terms_of
-from agent_memory.store.shared.facts import USER_WIDE, fact_scope
-from agent_memory.store.shared.recall import RecallReads
-from agent_memory.store.shared.sql import Repository
-from agent_memory.store.types import (
+from agent_memory.core.recall import weighted_terms
+from agent_memory.core.search import (
     SEARCH_KINDS,
     MentionRole,
     Mentions,
+    Scored,
     SearchHit,
     SearchKind,
     SearchMethod,
     UserSearch,
+    hit,
+    query_terms,
+    scored_rows,
+    search_answer,
+    several_words,
+    term_patterns,
+    words_answer,
 )
+from agent_memory.store.shared.facts import USER_WIDE, fact_scope
+from agent_memory.store.shared.recall import RecallReads
+from agent_memory.store.shared.sql import Repository
 
 MIN_FTS_CHARS = 3  # a trigram index cannot match less
 # The most recent matches of each kind that are ranked; older ones beyond this are not.
@@ -57,22 +63,6 @@ def like_pattern(term: str) -> str:
     """`%term%` for LIKE ... ESCAPE '\\', with the term's own wildcards escaped."""
     escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
-
-
-def hit(
-    kind: SearchKind, id_: int, character_id: str, text: str, at_ms: int, patterns: Sequence[re.Pattern[str]]
-) -> SearchHit:
-    """A search result of one row, not yet ranked."""
-    return {
-        "kind": kind,
-        "id": id_,
-        "character_id": character_id,
-        "snippet": snippet(text, patterns),
-        "text": text,
-        "at_ms": at_ms,
-        "rank": 0,
-        "score": 0.0,
-    }
 
 
 def ranked_hits(scored: Sequence[Scored], patterns: Sequence[re.Pattern[str]], limit: int) -> list[SearchHit]:
@@ -101,59 +91,16 @@ def by_words(
 ) -> UserSearch:
     """Several words: messages from the recall index, facts and summaries on the same BM25 scale."""
     stats = recall.term_stats(user_id, character_id, weighted_terms(q))
-    words = [word for word in query_terms(q) if terms_of(word)]
-    patterns = term_patterns(words)
-    scored: list[tuple[float, int, SearchHit]] = []
-    if "message" in kinds and stats.idfs:
-        for turn in recall.turns(stats, limit):
-            message = turn.message
-            item = hit("message", message.id, message.character_id, message.content, message.at_ms, patterns)
-            item["agent_id"], item["role"] = message.agent_id, message.role
-            scored.append((turn.score, message.at_ms, item))
-    if "fact" in kinds:
-        for fact in recall.facts(user_id, character_id):
-            score = bm25(fact.text, stats.idfs, stats.average_length)
-            if score > 0:
-                item = hit(
-                    "fact", fact.id, fact.character_id or USER_WIDE, fact.text, fact.updated_ms, patterns
-                )
-                item["scope"], item["pinned"] = fact.scope, fact.pinned
-                scored.append((score, fact.updated_ms, item))
-    if "summary" in kinds:
-        for summary in recall.summaries(user_id, character_id):
-            score = bm25(summary.text, stats.idfs, stats.average_length)
-            if score > 0:
-                at, text = summary.updated_ms, summary.text
-                item = hit("summary", summary.watermark_id, summary.character_id, text, at, patterns)
-                scored.append((score, at, item))
-    scored.sort(key=lambda item: (-item[0], -item[1]))
-    results = []
-    for position, (score, _, item) in enumerate(scored[:limit], 1):
-        item["rank"], item["score"] = position, round(score, 6)
-        results.append(item)
-    return search_answer(user_id, character_id, q, words, "words", truncated=False, results=results)
-
-
-def search_answer(
-    user_id: str,
-    character_id: str | None,
-    q: str,
-    terms: list[str],
-    method: SearchMethod,
-    *,
-    truncated: bool,
-    results: list[SearchHit],
-) -> UserSearch:
-    """A user search's answer."""
-    return {
-        "user_id": user_id,
-        "character_id": character_id,
-        "q": q,
-        "terms": terms,
-        "method": method,
-        "truncated": truncated,
-        "results": results,
-    }
+    return words_answer(
+        user_id,
+        character_id,
+        q,
+        stats,
+        turns=recall.turns(stats, limit) if "message" in kinds and stats.idfs else [],
+        facts=recall.facts(user_id, character_id) if "fact" in kinds else [],
+        summaries=recall.summaries(user_id, character_id) if "summary" in kinds else [],
+        limit=limit,
+    )
 
 
 def sources(summary_key: str) -> dict[SearchKind, Kind]:

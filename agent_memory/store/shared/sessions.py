@@ -15,7 +15,7 @@ from typing import Any
 from agent_memory.core.domain import IdentitySource, Session
 from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.store.shared.messages import MESSAGE_COLUMNS
-from agent_memory.store.shared.sql import Repository
+from agent_memory.store.shared.sql import Repository, pair_scope
 from agent_memory.store.types import SessionChanges
 
 SESSION_COLUMNS = (
@@ -64,8 +64,7 @@ class SessionReads(Repository):
     def speaking_in(self, user_id: str, character_id: str | None) -> list[tuple[str, str]]:
         """The shared calls a user (or pair) spoke in as a guest: (the call's session, the
         speaker's uid) of each of their own sessions `<agent_id>~<uid>` (memory/ingest/speakers.py)."""
-        where = "user_id = ?" if character_id is None else "user_id = ? AND character_id = ?"
-        params = (user_id,) if character_id is None else (user_id, character_id)
+        where, params = pair_scope(user_id, character_id)
         rows = self.sql.all(
             f"SELECT agent_id, rtc_uid FROM sessions WHERE {where} AND rtc_uid IS NOT NULL", params
         )

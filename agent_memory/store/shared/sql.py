@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import fields
 from typing import Any, TypeVar
 
-__all__ = ["Duplicate", "Repository", "Row", "Sql"]
+__all__ = ["Duplicate", "Repository", "Row", "Sql", "pair_scope", "values_of"]
 
 R = TypeVar("R")
 # A row by column name: `row["id"]`, `**row`.
@@ -77,6 +77,11 @@ class Sql(ABC):
     @abstractmethod
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """`column` is one of `values`: the condition and its parameters."""
+
+    def chunks(self, column: str, values: Sequence[Any]) -> Iterator[tuple[str, list[Any]]]:
+        """`among` over `values`, as many at once as the backend binds (`list_max`)."""
+        for start in range(0, len(values), self.list_max):
+            yield self.among(column, values[start : start + self.list_max])
 
     @abstractmethod
     def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -145,6 +150,13 @@ class Sql(ABC):
         """Run a write whose result is not read; a backend may send it with its next statement
         (PostgreSQL: one round trip fewer), its error then raised there, in the same transaction."""
         self.run(sql, params)
+
+
+def pair_scope(user_id: str, character_id: str | None, alias: str = "") -> tuple[str, tuple[str, ...]]:
+    """`user_id = ?` of a user's rows, or with `character_id = ?` of one pair's, and its parameters."""
+    if character_id is None:
+        return f"{alias}user_id = ?", (user_id,)
+    return f"{alias}user_id = ? AND {alias}character_id = ?", (user_id, character_id)
 
 
 def values_of(record: Any) -> tuple[Any, ...]:

@@ -157,15 +157,14 @@ class Watches(WatchReads):
             "updated_ms": stamp,
             **self._lease(next_poll_ms),
         }
+        assignments = ", ".join(f"{column} = ?" for column in changes)
         if error is None:
-            assignments = ", ".join(f"{column} = ?" for column in changes)
             self.sql.run(
                 f"UPDATE watched_agents SET {assignments}, last_poll_ms = ?, polls = polls + 1, failures = 0, "
                 "last_error = NULL WHERE agent_id = ?",
                 (*changes.values(), stamp, agent_id),
             )
         else:
-            assignments = ", ".join(f"{column} = ?" for column in changes)
             self.sql.run(
                 f"UPDATE watched_agents SET {assignments}, failures = failures + 1, last_error = ? WHERE agent_id = ?",
                 (*changes.values(), error, agent_id),

@@ -7,18 +7,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from agent_memory.core.clock import now_ms
-from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.store.shared.sql import Repository as SharedRepository
 from agent_memory.store.shared.sql import Row, Sql
-
-# Storage time and JSON are core's; re-exported for the repositories.
-__all__ = ["CHUNK", "Repository", "SQLiteSql", "dumps", "loads_object", "marks", "now_ms"]
 
 R = TypeVar("R")
 
 # Ids per `IN (...)`, below SQLite's variable limit.
 CHUNK = 500
+
+
+def fts_phrase(term: str) -> str:
+    """A term as an FTS5 string: matched as a substring by the trigram tokenizer, whole by recall's."""
+    return '"' + term.replace('"', '""') + '"'
 
 
 def marks(count: int) -> str:

@@ -183,7 +183,6 @@ class SQLiteStore:
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
         self._reader_lock = threading.Lock()
-        self.commits = 0
         self._last_indexed = 0.0
 
     @property
@@ -346,7 +345,6 @@ class SQLiteStore:
                                 work.outcome = (True, work.fn(tx))
                         except Exception as exc:
                             work.outcome = (False, exc)
-                self.commits += 1
             except Exception as exc:
                 log.exception("commit of %d writes failed", len(transactional))
                 failure = StoreUnavailable(f"the database could not commit: {exc}")

@@ -1,18 +1,14 @@
-"""Forgetting, retention and space: what makes deletion real and keeps the database bounded.
-
-Every retention step does a bounded amount of work so that `agent_memory.memory.retention`
-can run each in its own short write transaction and the writer is never held for long.
-The rule that protects memory: a message is removed only when its id is at or below its
-pair's summary watermark, i.e. a committed summary covers it.
-"""
+"""Forgetting, retention and space on SQLite: what makes deletion real in the file (the rest, and
+the rules forget and retention keep, are store/shared/maintenance.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent_memory.core.search import SearchKind
 from agent_memory.store.shared.maintenance import FORGETS, HELD, Maintenance, cutoff_keys
 from agent_memory.store.sqlite.common import Repository
-from agent_memory.store.types import ForgetCutoff, SearchKind, SearchState, StorageStats
+from agent_memory.store.types import ForgetCutoff, SearchState, StorageStats
 
 __all__ = ["HELD", "NOT_HELD", "SQLiteMaintenance"]
 

@@ -14,11 +14,11 @@ import time
 from collections.abc import Iterable, Sequence
 
 from agent_memory.core.domain import Message
+from agent_memory.core.postings import Docs, PairPostings, PostingsCache
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
-from agent_memory.store.shared.postings import Docs, PairPostings, PostingsCache
 from agent_memory.store.shared.recall import (
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
@@ -26,7 +26,8 @@ from agent_memory.store.shared.recall import (
     SHORTLIST_FACTOR,
     Remembered,
 )
-from agent_memory.store.sqlite.common import CHUNK, Repository, marks
+from agent_memory.store.shared.sql import pair_scope
+from agent_memory.store.sqlite.common import CHUNK, Repository, fts_phrase, marks
 from agent_memory.store.sqlite.pairs import ensure_pairs
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
@@ -42,10 +43,6 @@ _NEIGHBOURS = (
 
 def _pair_term(pair: int, term: str) -> str:
     return f"{pair}_{term}"
-
-
-def _phrase(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
 
 
 class SQLiteRecall(Repository, Remembered):
@@ -149,11 +146,9 @@ class SQLiteRecall(Repository, Remembered):
 
     def lag(self, user_id: str, character_id: str | None) -> int:
         """How many of the scope's turns are stored but not in the index yet."""
-        scope, params = (
-            ("", (user_id,)) if character_id is None else (" AND character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id)
         row = self.conn.execute(
-            "SELECT count(*) FROM messages WHERE kind = 'turn' AND user_id = ?" + scope + " AND (id > "
+            f"SELECT count(*) FROM messages WHERE kind = 'turn' AND {scope} AND (id > "
             "(SELECT value FROM search_state WHERE name = 'recall_indexed_upto') "
             "OR id IN (SELECT id FROM recall_pending))",
             params,
@@ -165,11 +160,7 @@ class SQLiteRecall(Repository, Remembered):
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
         # The pairs with their figures in one statement (each one more is a trip through SQLite).
-        scope, params = (
-            ("p.user_id = ?", (user_id,))
-            if character_id is None
-            else ("p.user_id = ? AND p.character_id = ?", (user_id, character_id))
-        )
+        scope, params = pair_scope(user_id, character_id, "p.")
         found = self.conn.execute(
             "SELECT p.id, r.docs, r.total_length, r.changes, p.user_id, p.character_id FROM search_pairs p "
             f"LEFT JOIN recall_pairs r ON r.pair = p.id WHERE {scope}",
@@ -292,7 +283,7 @@ class SQLiteRecall(Repository, Remembered):
             "SELECT ? AS w, rowid AS doc FROM recall_fts WHERE recall_fts MATCH ?" for _ in present
         )
         params: list[object] = [
-            value for term, weight in present for value in (weight, _phrase(_pair_term(pair, term)))
+            value for term, weight in present for value in (weight, fts_phrase(_pair_term(pair, term)))
         ]
         # First the turns with the most (weighted) words of the question, in SQLite; then the
         # shortlist's lengths: with binary term frequency a turn's BM25 is that sum times one
@@ -343,27 +334,11 @@ class SQLiteRecall(Repository, Remembered):
                     shortlist=limit * SHORTLIST_FACTOR,
                 )
             )
-        best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
-        if not best:
-            return []
-        rows = self.conn.execute(
-            f"SELECT {READ_COLUMNS} FROM messages WHERE id IN ({marks(len(best))})", best
-        )
-        owners = self._owners
-        messages = {
-            message.id: message
-            for message in map(message_of, rows)
-            if (message.user_id, message.character_id) in owners
-        }
-        return [TurnHit(messages[doc], scores[doc]) for doc in best if doc in messages]
+        return self._hits(scores, limit)
 
-    def messages(self, ids: Sequence[int]) -> list[Message]:
-        """The messages with these ids, in the order asked (missing ones left out)."""
-        if not ids:
-            return []
-        rows = self.conn.execute(f"SELECT {READ_COLUMNS} FROM messages WHERE id IN ({marks(len(ids))})", ids)
-        found = {message.id: message for message in map(message_of, rows)}
-        return [found[i] for i in ids if i in found]
+    def _owns(self, message: Message) -> bool:
+        # A copy held in memory answers by id: a turn it names must still be one of the asked pairs'.
+        return (message.user_id, message.character_id) in self._owners
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session (a statement

@@ -15,16 +15,11 @@ from typing import Any
 
 from agent_memory.store.shared.facts import USER_WIDE
 from agent_memory.store.shared.search import MAX_CANDIDATES, Kind, Search, sources
-from agent_memory.store.sqlite.common import Repository
+from agent_memory.store.sqlite.common import Repository, fts_phrase
 from agent_memory.store.sqlite.pairs import ensure_pairs
 from agent_memory.store.sqlite.recall import SQLiteRecall
 
 SOURCES = sources("rowid")
-
-
-def fts_phrase(term: str) -> str:
-    """A term as an FTS5 string: matched as a substring by the trigram tokenizer."""
-    return '"' + term.replace('"', '""') + '"'
 
 
 class SQLiteSearch(Repository, Search):

@@ -9,9 +9,9 @@ from pydantic.config import JsonDict
 
 from agent_memory.core.domain import (
     FactScope,
+    UserPage,
 )
-from agent_memory.store.shared.console import UserPage
-from agent_memory.store.types import MentionRole, SearchMethod
+from agent_memory.core.search import MentionRole, SearchMethod
 from agent_memory.web.answers.base import Answer, Object, Omitted
 
 # insights: search, statistics, export, purge

@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agent_memory.store.shared.console import DAY_MS
+from agent_memory.core.clock import DAY_MS
 
 WIDTH: Final = 360
 BAR: Final = 14

@@ -22,10 +22,10 @@ from aiohttp import web
 
 from agent_memory.core.jsonutil import refuse_deep
 from agent_memory.core.limits import MAX_QUERY_CHARS, MENTIONS_LIMIT, SEARCH_LIMIT, USERS_LIMIT
+from agent_memory.core.search import MENTION_ROLES, SEARCH_KINDS
 from agent_memory.errors import BadRequest, InvalidField
 from agent_memory.memory.restore import text_source
 from agent_memory.memory.retention import PurgeReport
-from agent_memory.store.types import MENTION_ROLES, SEARCH_KINDS
 from agent_memory.web import answers as a
 from agent_memory.web.declare import (
     CHARACTER_FILTER,
