@@ -516,21 +516,28 @@ async def test_a_long_conversation_keeps_its_dated_events_within_budget() -> Non
     assert result == await run_offline(long_conversation())
 
 
-async def test_carried_digests_are_trimmed_evenly_then_the_oldest_goes() -> None:
+async def thirty_days(*lines: str) -> str:
+    """The summary after thirty daily calls of `lines` (the user's marked "Day N: "), each
+    condensed onto the one before, every one of them within the budget."""
     summary: str | None = None
     for day in range(30):
-        session = dialogue(
-            "How was your day?", f"Day {day}: I met my sister Hannah at the museum in Oslo yesterday.",
-            "Nice.", f"Day {day}: I finished the report for my boss Erik, it took five hours.",
-            "Good.", f"Day {day}: My flight to Rome was great and I'm so relaxed.",
-            "Fun!", f"Day {day}: I cooked ramen with eggs and spinach for dinner.",
-            at_ms=SAID + day * 86_400_000, agent_id=f"run-{day}",
-        )  # fmt: skip
-        result = await run_offline(session, summary)
-        summary = result.summary
+        said = [line if n % 2 == 0 else f"Day {day}: {line}" for n, line in enumerate(lines)]
+        session = dialogue(*said, at_ms=SAID + day * 86_400_000, agent_id=f"run-{day}")
+        summary = (await run_offline(session, summary)).summary
         assert within_budget(summary)
+    assert summary is not None
+    return summary
 
-    assert summary is not None and summary.count(LABEL) == 1
+
+async def test_carried_digests_are_trimmed_evenly_then_the_oldest_goes() -> None:
+    summary = await thirty_days(
+        "How was your day?", "I met my sister Hannah at the museum in Oslo yesterday.",
+        "Nice.", "I finished the report for my boss Erik, it took five hours.",
+        "Good.", "My flight to Rome was great and I'm so relaxed.",
+        "Fun!", "I cooked ramen with eggs and spinach for dinner.",
+    )  # fmt: skip
+
+    assert summary.count(LABEL) == 1
     headers = [line for line in summary.splitlines() if line.endswith("exchanges):")]
     days = [line[: len("2023-05-08")] for line in headers]
     # The newest sessions are kept, oldest first, and none was skipped in between.
@@ -553,17 +560,12 @@ async def test_carried_digests_are_trimmed_evenly_then_the_oldest_goes() -> None
 async def test_the_profile_keeps_the_users_life_not_people_named_by_their_job_or_after_work() -> None:
     # An occupation said of someone ("going to be a midwife") is a life; a person named by
     # their job ("my dentist", "the plumber"), "after work" and the post office are not.
-    summary: str | None = None
-    for day in range(30):
-        session = dialogue(
-            "How was your day?", f"Day {day}: my dentist sprained an ankle on the stairs, what a day.",
-            "Oh no.", f"Day {day}: Pablo the plumber and I walked the long way home after work.",
-            "Nice.", f"Day {day}: Lena at the post office found a wallet on the tram.",
-            "Wow.", f"Day {day}: My cousin Maya is going to be a midwife, we're all so proud.",
-            at_ms=SAID + day * 86_400_000, agent_id=f"run-{day}",
-        )  # fmt: skip
-        summary = (await run_offline(session, summary)).summary
-    assert summary is not None
+    summary = await thirty_days(
+        "How was your day?", "my dentist sprained an ankle on the stairs, what a day.",
+        "Oh no.", "Pablo the plumber and I walked the long way home after work.",
+        "Nice.", "Lena at the post office found a wallet on the tram.",
+        "Wow.", "My cousin Maya is going to be a midwife, we're all so proud.",
+    )  # fmt: skip
     first_header = next(line for line in summary.splitlines() if line.endswith("exchanges):"))
     profile = summary[: summary.index(first_header)].splitlines()[2:]
     assert profile and all("Maya is going to be a midwife" in line for line in profile), profile

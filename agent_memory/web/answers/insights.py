@@ -35,7 +35,7 @@ class SearchHitOut(Answer):
 
 
 class UserSearchAnswer(Answer):
-    """A user's matches, best first (store/types.py UserSearch)."""
+    """A user's matches, best first (core/search.py UserSearch)."""
 
     user_id: str
     character_id: str | None
@@ -55,7 +55,7 @@ class MentionUserOut(Answer):
 
 
 class MentionsAnswer(Answer):
-    """Which users' messages contain a phrase (store/types.py Mentions)."""
+    """Which users' messages contain a phrase (core/search.py Mentions)."""
 
     q: str
     role: MentionRole
