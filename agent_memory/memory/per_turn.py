@@ -226,9 +226,9 @@ class Windows:
         ]
         self.stats.messages_read += sum(index is None for index in found)
         # What was stored holds only while the call is still kept (a forget drops it meanwhile).
-        kept_last = last is not None and self._last.get(session) is last
-        stored = last.stored if last is not None and kept_last else None
-        counts = last.counts if last is not None and kept_last else None
+        still = last if last is not None and self._last.get(session) is last else None
+        stored = still.stored if still is not None else None
+        counts = still.counts if still is not None else None
         if session not in self._last and len(self._last) >= self.held:
             self._last.clear()
         self._last[session] = LastRequest(messages, items, labels, stored, turn.reads, counts)
