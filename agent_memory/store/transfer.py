@@ -26,6 +26,7 @@ from psycopg import sql
 from agent_memory.errors import BadRequest, Conflict
 from agent_memory.settings import Settings
 from agent_memory.store.factory import open_store
+from agent_memory.store.postgres.engine import PostgresStore
 from agent_memory.store.protocols import Store
 
 Progress = Callable[[str], None]
@@ -191,7 +192,10 @@ def migrate_db(
         raise BadRequest(f"--to must be a postgresql:// URL, not {target!r}")
     # Both schemas brought up to date, as the service would at start.
     open_store(Settings(db_path=path)).close()
-    store = open_store(Settings(db_path=target))
+    # Without the background indexer: this command indexes the copy itself and counts it (the
+    # indexer, racing it, left nothing to count and the progress said no turn was indexed).
+    store = PostgresStore(target, index=False)
+    store.open()
     try:
         copied = _copy(path, target, replace=replace, say=say)
         indexed = asyncio.run(_index(store, say))
