@@ -22,6 +22,7 @@ ENVIRONMENT: dict[str, str] = {
     "lease_s": "AGENT_MEMORY_LEASE_S",
     "host": "AGENT_MEMORY_HOST",
     "port": "AGENT_MEMORY_PORT",
+    "workers": "AGENT_MEMORY_WORKERS",
     "api_token": "AGENT_MEMORY_API_TOKEN",
     "allow_open_api": "AGENT_MEMORY_ALLOW_OPEN_API",
     "trusted_proxies": "AGENT_MEMORY_TRUSTED_PROXIES",
@@ -100,6 +101,7 @@ FLAGS: dict[str, str] = {
     "db_path": "--db",
     "host": "--host",
     "port": "--port",
+    "workers": "--workers",
     "allow_open_api": "--allow-open-api",
     "insecure_webhooks": "--insecure-dev-webhooks",
     "log_level": "--log-level",
@@ -148,6 +150,10 @@ class Settings(BaseModel):
     """Address to listen on."""
     port: int = Field(8080, ge=0, le=65535)
     """Port to listen on."""
+    # Processes are how one service uses more than one core (each has its own GIL); on SQLite
+    # one process writes, so more than one needs PostgreSQL (cli/workers.py).
+    workers: int = Field(1, ge=1, le=64)
+    """`serve`'s processes on the one port, PostgreSQL only: the kernel spreads connections over them, and one that dies is started again."""
     # The admin key of /v1 (scoped keys: POST /v1/keys). Unset, /v1 is open: serve refuses that
     # on an address other than loopback unless allow_open_api says it is meant.
     api_token: str | None = None

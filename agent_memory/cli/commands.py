@@ -78,6 +78,11 @@ COMMANDS: tuple[Command, ...] = (
             Arg("--host", help="address to listen on (AGENT_MEMORY_HOST, 127.0.0.1)"),
             Arg("--port", type=int, help="port (AGENT_MEMORY_PORT, 8080)"),
             Arg(
+                "--workers",
+                type=bounded("workers", 1, 64),
+                help="processes serving the port, PostgreSQL only (AGENT_MEMORY_WORKERS, 1)",
+            ),
+            Arg(
                 "--allow-open-api",
                 action="store_true",
                 help="serve /v1 without AGENT_MEMORY_API_TOKEN on a non-loopback --host (a trusted network only; "

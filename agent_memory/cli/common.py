@@ -40,6 +40,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         db_path=getattr(args, "db", None),
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
+        workers=getattr(args, "workers", None),
         insecure_webhooks=True if getattr(args, "insecure_dev_webhooks", False) else None,
         allow_open_api=True if getattr(args, "allow_open_api", False) else None,
         log_level=getattr(args, "log_level", None),

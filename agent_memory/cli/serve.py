@@ -11,6 +11,7 @@ import sys
 import time
 
 from agent_memory.cli.common import check_database, log, settings_from
+from agent_memory.cli.workers import supervise, worker_number, workers_problem
 from agent_memory.errors import (
     NotConfigured,
 )
@@ -20,13 +21,15 @@ from agent_memory.logs import configure_logging
 SWITCH_INTERVAL_S = 0.001
 
 
-def check_listen(host: str, port: int) -> None:
+def check_listen(host: str, port: int, *, reuse_port: bool = False) -> None:
     """Raise the OSError that listening on host:port would meet, before the database opens."""
     for family, kind, proto, _, address in socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     ):
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+            if reuse_port:  # a worker, beside the others on the port
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(address)
 
 
@@ -102,9 +105,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     configure_logging(settings.log_level, settings.log_format)
+    problem = workers_problem(settings)
+    if problem:
+        log.error("%s", problem)
+        return 2
+    worker = worker_number()
     try:
         # Said before the database opens and jobs start, not as a traceback once they have.
-        check_listen(settings.host, settings.port)
+        check_listen(settings.host, settings.port, reuse_port=worker is not None)
     except OSError as exc:
         log.error("%s", listen_problem(exc, settings.host, settings.port))
         return 2
@@ -113,15 +121,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except NotConfigured as exc:
         log.error("%s", exc.message)
         return 2
-    if warning:
+    if warning and worker is None:
         log.warning("%s", warning)
+    if settings.workers > 1 and worker is None:
+        return supervise(settings)
     note = check_database(settings)
     if note:
         log.info("%s", note)
     tune_interpreter()
     loop, loop_name = serving_loop(settings.event_loop)
     log.info(
-        "agent-memory on http://%s:%d, database %s, condensing with %s, event loop %s",
+        "agent-memory%s on http://%s:%d, database %s, condensing with %s, event loop %s",
+        f" worker {worker} of {settings.workers}" if worker is not None else "",
         settings.host,
         settings.port,
         settings.database,
@@ -135,6 +146,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info("agent-memory on port %d is shutting down: finishing what is in flight", settings.port)
 
     app.on_shutdown.append(stopping)
-    web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None, loop=loop)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        access_log=None,
+        loop=loop,
+        reuse_port=worker is not None,
+    )
     log.info("agent-memory stopped after %.0f s", time.monotonic() - started)
     return 0
