@@ -17,7 +17,8 @@ from test_search import fixture_messages
 
 from agent_memory.cli import main as cli_main
 from agent_memory.core.domain import Summary
-from agent_memory.core.recall import CANDIDATES, HEADING, asks_when, fit, rank, snippet, weighted_terms
+from agent_memory.core.recall import CANDIDATES, HEADING, asks_when, rank, weighted_terms
+from agent_memory.core.recall_fit import fit, snippet
 from agent_memory.core.terms import RELATED_WEIGHT, compound_parts, query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.settings import Settings

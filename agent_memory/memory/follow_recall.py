@@ -27,7 +27,8 @@ from typing import Any
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import Watch
 from agent_memory.core.events import HistoryWindow, Outcome
-from agent_memory.core.recall import RecalledMemory, context_line, memory_line, text_key
+from agent_memory.core.recall import RecalledMemory, text_key
+from agent_memory.core.recall_fit import context_line, memory_line
 from agent_memory.core.styles import DEFAULT_STYLE, shape_system_messages
 from agent_memory.core.tokens import count_message_tokens, count_tokens
 from agent_memory.errors import AgentMemoryError, Conflict, NotFound

@@ -22,7 +22,8 @@ from typing import Any
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage, KnownEnd
-from agent_memory.core.recall import HEADING, Recall, RecalledMemory, context_line, memory_line
+from agent_memory.core.recall import HEADING, Recall, RecalledMemory
+from agent_memory.core.recall_fit import context_line, memory_line
 from agent_memory.core.textcache import text_cache
 from agent_memory.errors import StoreUnavailable
 from agent_memory.logs import pair_ref

@@ -28,11 +28,11 @@ from agent_memory.core.recall import (
     TurnHit,
     asks_when,
     candidates_for,
-    fit,
     fuse,
     rank,
     weighted_terms,
 )
+from agent_memory.core.recall_fit import fit
 from agent_memory.core.styles import DEFAULT_STYLE
 from agent_memory.embed import Embedder
 from agent_memory.errors import DatabaseDown, InvalidField, StoreUnavailable

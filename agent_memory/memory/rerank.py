@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from agent_memory.core.recall import HEADING, Recall, context_line, memory_line
+from agent_memory.core.recall import HEADING, Recall
+from agent_memory.core.recall_fit import context_line, memory_line
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.errors import LLMBadOutput, LLMError
 
