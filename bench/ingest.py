@@ -357,11 +357,13 @@ async def measure(
     warm: list[tuple[str, bytes, dict[str, str]]],
     workdir: Path,
     database_pids: list[int],
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """Ingest the callbacks through `instances` servers on `database`; the figures of that run."""
+    """Ingest the callbacks through `instances` servers (of `workers` processes) on `database`."""
     env = {
         **(WHOLE_COST_ENV if args.whole_cost else SERVER_ENV),
         "AGENT_MEMORY_METRICS": "1" if args.metrics == "on" else "0",
+        "AGENT_MEMORY_WORKERS": str(workers),
     }
     null = database == NULL
     servers: list[Any] = (
@@ -374,7 +376,7 @@ async def measure(
     )
     try:
         for server in servers:
-            await server.wait_healthy()
+            await server.wait_healthy(30.0 * workers)  # each worker imports and opens on its own
         urls = [f"{server.url}/webhooks/agora" for server in servers]
         print(f"\n[{label}] {instances} server(s) {', '.join(str(s.pid) for s in servers)} on {database}")
         if warm:
@@ -560,6 +562,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         f"postgres x{count}", url, count, args, callbacks, warm, workdir, [cluster.pid()]
                     )
                 )
+            for count in (int(n) for n in args.workers.split(",") if n):
+                url = cluster.database()
+                label = f"postgres w{count}"
+                results.append(
+                    await measure(
+                        label, url, 1, args, callbacks, warm, workdir, [cluster.pid()], workers=count
+                    )
+                )
     finally:
         if cluster is not None:
             cluster.stop()
@@ -632,6 +642,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--instances", default="1", help="PostgreSQL: comma-separated instance counts, e.g. 1,2"
+    )
+    parser.add_argument(
+        "--workers",
+        default="",
+        help="PostgreSQL: then one server with each of these comma-separated `serve --workers` counts, e.g. 2",
     )
     args = parser.parse_args()
     with work_directory("agent-memory-bench-", keep=args.keep) as workdir:

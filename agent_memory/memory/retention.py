@@ -34,7 +34,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.search import SEARCH_KINDS, SearchKind
-from agent_memory.memory.schedule import JOB_DEFAULTS, my_turn
+from agent_memory.memory.schedule import JOB_DEFAULTS, my_turn, stops_quietly
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction
 from agent_memory.store.types import PurgeStep
@@ -130,14 +130,17 @@ class Retention:
         # so a restart does not purge while clients are still reconnecting.
         self.scheduler = AsyncIOScheduler(job_defaults=JOB_DEFAULTS)
         self.scheduler.add_job(
-            self._scheduled_purge,
+            stops_quietly(self._scheduled_purge, "retention-purge"),
             "interval",
             seconds=sweep_s,
             id="retention-purge",
             next_run_time=datetime.now() + timedelta(seconds=min(sweep_s, FIRST_RUN_AFTER_S)),
         )
         self.scheduler.add_job(
-            self._scheduled_scrub, "interval", seconds=self._scrub_every_s, id="search-scrub"
+            stops_quietly(self._scheduled_scrub, "search-scrub"),
+            "interval",
+            seconds=self._scrub_every_s,
+            id="search-scrub",
         )
         self.scheduler.start()
 
