@@ -47,12 +47,16 @@ async def test_workers_share_the_port_take_each_callback_once_and_one_that_dies_
         started.append(server)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             await server.wait_healthy(session, 60)
-            await wait_for(lambda: len(children(server.proc.pid)) == 2, 30, failure="two workers did not start")
+            await wait_for(
+                lambda: len(children(server.proc.pid)) == 2, 30, failure="two workers did not start"
+            )
             workers = children(server.proc.pid)
 
             # Each run's 103 sent twice, at once: one transcript each, whichever worker takes it.
             events = [
-                agent_event(103, f"run-{n}", labels={"user_id": f"u-{n}", "character_id": "c"}, contents=turns(4))
+                agent_event(
+                    103, f"run-{n}", labels={"user_id": f"u-{n}", "character_id": "c"}, contents=turns(4)
+                )
                 for n in range(12)
             ]
             answers = await asyncio.gather(*(post(session, server.url, event) for event in events + events))
@@ -68,7 +72,9 @@ async def test_workers_share_the_port_take_each_callback_once_and_one_that_dies_
                 failure="the killed worker was not started again",
             )
             await server.wait_healthy(session, 60)
-            later = agent_event(103, "run-late", labels={"user_id": "u-late", "character_id": "c"}, contents=turns(2))
+            later = agent_event(
+                103, "run-late", labels={"user_id": "u-late", "character_id": "c"}, contents=turns(2)
+            )
             status, _ = await post(session, server.url, later)
             assert status == 200
             assert stored(database) == (13, 50)
@@ -84,8 +90,19 @@ async def test_workers_share_the_port_take_each_callback_once_and_one_that_dies_
 
 def test_more_than_one_worker_on_sqlite_is_refused_naming_the_setting(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("AGENT_MEMORY_")}
-    command = [sys.executable, "-m", "agent_memory.cli", "serve", "--db", str(tmp_path / "m.db"), "--workers", "2"]
-    done = subprocess.run(command, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    command = [
+        sys.executable,
+        "-m",
+        "agent_memory.cli",
+        "serve",
+        "--db",
+        str(tmp_path / "m.db"),
+        "--workers",
+        "2",
+    ]
+    done = subprocess.run(
+        command, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
     assert "needs PostgreSQL" in done.stderr and "AGENT_MEMORY_WORKERS" in done.stderr
     assert not (tmp_path / "m.db").exists()
