@@ -17,8 +17,9 @@ from conftest import CONVERSATIONS, TOKEN, agent_event, condense, deliver, load_
 
 from agent_memory.cli import main
 from agent_memory.core.domain import LlmRoute
+from agent_memory.store.shared.maintenance import SERVICE
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
-from agent_memory.store.transfer import COPIED, OWN, REBUILT, SERVICE, SQLITE_ONLY, Checksum
+from agent_memory.store.transfer import COPIED, OWN, REBUILT, SQLITE_ONLY, Checksum
 
 WORDS = re.compile(r"\w{4,}")
 

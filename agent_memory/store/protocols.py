@@ -58,90 +58,58 @@ class Leases(Protocol):
 # the view, the transaction and the store
 
 
-class ReadView(Protocol):
-    """Read-only repositories over one consistent connection."""
+class ReadView:
+    """Read-only repositories over one consistent connection (each repository's read half)."""
 
-    @property
-    def sessions(self) -> SessionReads: ...
-    @property
-    def messages(self) -> MessageReads: ...
-    @property
-    def facts(self) -> FactReads: ...
-    @property
-    def summaries(self) -> SummaryReads: ...
-    @property
-    def jobs(self) -> JobReads: ...
-    @property
-    def inbox(self) -> InboxReads: ...
-    @property
-    def watches(self) -> WatchReads: ...
-    @property
-    def bindings(self) -> BindingReads: ...
-    @property
-    def llm_routes(self) -> LlmRouteReads: ...
-    @property
-    def api_keys(self) -> ApiKeyReads: ...
-    @property
-    def search(self) -> SearchReads: ...
-    @property
-    def recall(self) -> RecallReads: ...
-    @property
-    def versions(self) -> VersionReads: ...
-    @property
-    def vectors(self) -> VectorReads: ...
-    @property
-    def analytics(self) -> AnalyticsReads: ...
-    @property
-    def export(self) -> Export: ...
-    @property
-    def restore(self) -> Restore: ...
-    @property
-    def maintenance(self) -> MaintenanceReads: ...
-    @property
-    def console_sessions(self) -> ConsoleSessionReads: ...
-    @property
-    def console(self) -> ConsoleReads: ...
+    # Classes, not protocols: a Transaction names the same repositories in their full form, and
+    # a protocol's member may narrow its type only as a property. A backend's view is a
+    # `store.shared.view.SharedView`, which is a Transaction.
+
+    sessions: SessionReads
+    messages: MessageReads
+    facts: FactReads
+    summaries: SummaryReads
+    jobs: JobReads
+    inbox: InboxReads
+    watches: WatchReads
+    bindings: BindingReads
+    llm_routes: LlmRouteReads
+    api_keys: ApiKeyReads
+    search: SearchReads
+    recall: RecallReads
+    versions: VersionReads
+    vectors: VectorReads
+    analytics: AnalyticsReads
+    export: Export
+    restore: Restore
+    maintenance: MaintenanceReads
+    console_sessions: ConsoleSessionReads
+    console: ConsoleReads
 
 
-class Transaction(ReadView, Protocol):
+class Transaction(ReadView):
     """The writable repositories inside one transaction."""
 
-    @property
-    def sessions(self) -> Sessions: ...
-    @property
-    def messages(self) -> Messages: ...
-    @property
-    def facts(self) -> Facts: ...
-    @property
-    def summaries(self) -> Summaries: ...
-    @property
-    def jobs(self) -> Jobs: ...
-    @property
-    def inbox(self) -> Inbox: ...
-    @property
-    def watches(self) -> Watches: ...
-    @property
-    def bindings(self) -> Bindings: ...
-    @property
-    def llm_routes(self) -> LlmRoutes: ...
-    @property
-    def api_keys(self) -> ApiKeys: ...
-    @property
-    def search(self) -> Search: ...
-    @property
-    def vectors(self) -> Vectors: ...
-    @property
-    def analytics(self) -> Analytics: ...
-    @property
-    def maintenance(self) -> Maintenance: ...
-    @property
-    def console_sessions(self) -> ConsoleSessions: ...
-    @property
-    def leases(self) -> Leases: ...
+    sessions: Sessions
+    messages: Messages
+    facts: Facts
+    summaries: Summaries
+    jobs: Jobs
+    inbox: Inbox
+    watches: Watches
+    bindings: Bindings
+    llm_routes: LlmRoutes
+    api_keys: ApiKeys
+    search: Search
+    vectors: Vectors
+    analytics: Analytics
+    maintenance: Maintenance
+    console_sessions: ConsoleSessions
+    leases: Leases
 
     def savepoint(self) -> AbstractContextManager[None]:
         """Undo only what the block wrote if it raises."""
-        ...
+        raise NotImplementedError
 
 
 class Store(Protocol):

@@ -52,10 +52,6 @@ COPIED = (
     "forgets",
     "console_sessions",
 )
-# Of those, the service's own (its API keys and console sign-ins, by hash) and forgets' cut-offs
-# (hashes, which keep a forget final in the new database too): nothing a user said, so copied
-# but never forgotten.
-SERVICE = ("api_keys", "forgets", "console_sessions")
 # PostgreSQL tables rebuilt from messages by the backend (its recall index), and those that
 # are each database's own (schema, counters, leases, owed scrubs).
 REBUILT = ("recall_pairs", "recall_docs", "recall_pending")

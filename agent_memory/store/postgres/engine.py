@@ -40,16 +40,18 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from agent_memory.core.clock import Backoff
 from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store.postgres import migrations
-from agent_memory.store.postgres.analytics import PostgresAnalytics
 from agent_memory.store.postgres.common import Connection, Instance, PostgresSql
-from agent_memory.store.postgres.jobs import PostgresJobs
-from agent_memory.store.postgres.leases import PostgresLeases
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
 from agent_memory.store.postgres.recall import PostgresRecall, forget_held
+from agent_memory.store.postgres.repositories import (
+    PostgresAnalytics,
+    PostgresJobs,
+    PostgresLeases,
+    PostgresSessions,
+    PostgresVectors,
+    PostgresWatches,
+)
 from agent_memory.store.postgres.search import PostgresSearch
-from agent_memory.store.postgres.sessions import PostgresSessions
-from agent_memory.store.postgres.vectors import PostgresVectors
-from agent_memory.store.postgres.watches import PostgresWatches
 from agent_memory.store.shared.view import SharedView
 
 __all__ = ["PostgresStore", "PostgresTransaction", "PostgresView"]
@@ -150,6 +152,8 @@ def instance_name() -> str:
 class PostgresView(SharedView):
     """The repositories over one pooled connection, inside the caller's transaction."""
 
+    recall: PostgresRecall
+
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(sql := PostgresSql(conn, instance), analytics=PostgresAnalytics)
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
@@ -168,7 +172,7 @@ class PostgresTransaction(PostgresView):
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(conn, instance)
-        self.leases = PostgresLeases(conn, instance)
+        self.leases = PostgresLeases(self.sql)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

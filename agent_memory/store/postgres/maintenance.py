@@ -26,7 +26,7 @@ from psycopg import errors, sql
 from agent_memory.core.clock import now_ms
 from agent_memory.core.search import SearchKind
 from agent_memory.store.postgres.common import Connection, Repository, dialect
-from agent_memory.store.shared.maintenance import FORGETS, HELD, Maintenance, cutoff_keys
+from agent_memory.store.shared.maintenance import FORGETS, HELD, SERVICE, Maintenance, cutoff_keys
 from agent_memory.store.types import ForgetCutoff, SearchState, StorageStats
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,7 @@ NOT_HELD = (
     "store_state",
     "leases",
     "scrub_owed",
-    "api_keys",  # the service's own keys
-    "console_sessions",  # operator sign-ins: token and key by hash, no user's data
-    FORGETS,  # when users were forgotten, by hash: what makes a forget final
+    *SERVICE,
 )
 # A table up to this size (with its TOAST and indexes) is rewritten by the scrub right after
 # the forget: a few seconds under its lock. A larger one is rewritten once its oldest owed

@@ -38,7 +38,7 @@ from agent_memory.store.shared.recall import (
     FREQUENCY_TTL_S,
     MAX_POSTINGS,
     SHORTLIST_FACTOR,
-    Remembered,
+    RecallReads,
 )
 from agent_memory.store.shared.sql import pair_scope
 
@@ -72,7 +72,7 @@ def pair_term(pair: int, term: str) -> str:
     return f"{pair}:{term}"
 
 
-class PostgresRecall(Repository, Remembered):
+class PostgresRecall(Repository, RecallReads):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
     __slots__ = ()
@@ -217,7 +217,6 @@ class PostgresRecall(Repository, Remembered):
         return bool(self.sql.count("SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"))
 
     def lag(self, user_id: str, character_id: str | None) -> int:
-        """How many of the scope's turns are stored but not in the index yet."""
         scope, params = pair_scope(user_id, character_id, "m.")
         return self.sql.count(
             "SELECT count(*) FROM recall_pending p JOIN messages m ON m.id = p.id "
@@ -271,15 +270,6 @@ class PostgresRecall(Repository, Remembered):
             if found[key]:
                 _frequencies[(database, *key)] = (now + FREQUENCY_TTL_S, found[key])
         return found
-
-    def warm(self, user_id: str, character_id: str) -> bool:
-        """Nothing to warm in this process: every recall reads the index in PostgreSQL, whose
-        shared buffers any instance's reads keep warm for all."""
-        return False
-
-    def held(self, user_id: str, character_id: str) -> bool:
-        """No pair's index is held in this process (see `warm`)."""
-        return False
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
         """BM25 of the pair's turns: the best `limit`, by message id.

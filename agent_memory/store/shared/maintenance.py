@@ -64,6 +64,10 @@ _BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 # It also keeps when each pair's learned memory was last reset (`mark_reset`), under keys of
 # their own kind, which no forget cut-off reads.
 FORGETS = "forgets"
+# Tables of the service's own that hold no user's data, on every backend: its keys, operator
+# sign-ins (token and key by hash), and when users were forgotten (by hash: what makes a forget
+# final). A backend's NOT_HELD lists them with its own bookkeeping; migrate-db copies them.
+SERVICE = ("api_keys", "console_sessions", FORGETS)
 # PostgreSQL's advisory lock seed of a pair's reset mark (sessions 0, inbox events 1, users 2).
 RESET_LOCK_SEED = 3
 

@@ -3,8 +3,8 @@ that both rank a question's turns alike."""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Protocol
 
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.recall import TermStats, TurnHit
@@ -28,57 +28,43 @@ FREQUENCY_CACHE_SIZE = 100_000
 SHORTLIST_FACTOR = 4
 
 
-class RecallReads(Protocol):
-    """The word index of spoken turns, as recall reads it."""
+class RecallReads(Repository):
+    """The word index of spoken turns, as recall reads it: ranking is the backend's, what recall
+    shows of its scope besides (a pair, or all of a user's pairs: None) is written here once."""
 
+    __slots__ = ()
+
+    @abstractmethod
     def behind(self) -> bool:
         """Whether messages are stored that the recall index has not taken in yet."""
-        ...
 
+    @abstractmethod
     def lag(self, user_id: str, character_id: str | None) -> int:
-        """How many of the scope's turns (a pair's, or all the user's: None) are not indexed yet."""
-        ...
+        """How many of the scope's turns are stored but not in the index yet."""
 
+    @abstractmethod
     def term_stats(
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
     ) -> TermStats:
-        """BM25's statistics of a question's terms over a pair's turns (all the user's pairs: None)."""
-        ...
+        """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
 
     def warm(self, user_id: str, character_id: str) -> bool:
-        """Hold the pair's recall index in this process's memory now (a call is starting);
-        True when it was read, False when already held or there is nothing to hold here."""
-        ...
+        """Hold the pair's recall index in this process's memory now (a call is starting); True
+        when it was read, False when already held or nothing is held here (a backend whose
+        index is read where it lies: PostgreSQL's shared buffers stay warm for every instance)."""
+        return False
 
     def held(self, user_id: str, character_id: str) -> bool:
         """Whether this process holds the pair's recall index in memory."""
-        ...
+        return False
 
+    @abstractmethod
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
         """The best-matching turns in the scope of `stats`, best first."""
-        ...
 
+    @abstractmethod
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session, by its id."""
-        ...
-
-    def messages(self, ids: Sequence[int]) -> list[Message]:
-        """The messages with these ids, in the order asked (missing ones left out)."""
-        ...
-
-    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
-        """The facts in scope: a pair's and the user-wide ones, or all of the user's (None)."""
-        ...
-
-    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
-        """The summary of a pair, or of each of the user's pairs (None)."""
-        ...
-
-
-class Remembered(Repository):
-    """What recall shows of its scope (a pair, or all of a user's pairs: None) besides ranking turns."""
-
-    __slots__ = ()
 
     def messages(self, ids: Sequence[int]) -> list[Message]:
         """The messages with these ids, in the order asked (missing ones left out)."""
@@ -105,14 +91,14 @@ class Remembered(Repository):
         return True
 
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
-        """The facts in scope: a pair's and the user-wide ones, or all of the user's."""
+        """The facts in scope: a pair's and the user-wide ones, or all of the user's (None)."""
         if character_id is not None:
             return FactReads(self.sql).of_pair(user_id, character_id)
         rows = self.sql.all(f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = ? ORDER BY id", (user_id,))
         return [fact_of(row) for row in rows]
 
     def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
-        """The summary of a pair, or of each of the user's pairs (by character)."""
+        """The summary of a pair, or of each of the user's pairs (None; by character)."""
         if character_id is not None:
             summary = SummaryReads(self.sql).get(user_id, character_id)
             return [summary] if summary is not None else []

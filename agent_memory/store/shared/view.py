@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent_memory.store.protocols import Transaction
 from agent_memory.store.shared.analytics import Analytics
 from agent_memory.store.shared.bindings import Bindings
 from agent_memory.store.shared.console import ConsoleReads, ConsoleSessions
@@ -14,7 +15,7 @@ from agent_memory.store.shared.restore import Restore
 from agent_memory.store.shared.sql import Sql
 
 
-class SharedView:
+class SharedView(Transaction):
     """The repositories both backends run alike; a backend's view adds its own (sessions, jobs,
     watches, vectors, search, recall, maintenance) beside them."""
 

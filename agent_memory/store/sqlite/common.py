@@ -21,6 +21,18 @@ def fts_phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+def ensure_pairs(conn: sqlite3.Connection, after_id: int, upto_id: int) -> None:
+    """Give every pair of the messages with ids in (after_id, upto_id] an index id (the search
+    and the recall indexes share them)."""
+    conn.execute(
+        "INSERT INTO search_pairs (user_id, character_id) "
+        "SELECT DISTINCT user_id, character_id FROM messages m WHERE id > ? AND id <= ? "
+        "AND NOT EXISTS (SELECT 1 FROM search_pairs p WHERE p.user_id = m.user_id "
+        "AND p.character_id = m.character_id)",
+        (after_id, upto_id),
+    )
+
+
 def marks(count: int) -> str:
     """`?, ?, ...` for `count` parameters."""
     return ", ".join("?" * count)

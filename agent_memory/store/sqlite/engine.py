@@ -29,16 +29,18 @@ from sqlite_utils import Database
 from agent_memory.errors import StoreUnavailable
 from agent_memory.store.shared.view import SharedView
 from agent_memory.store.sqlite.common import SQLiteSql
-from agent_memory.store.sqlite.facts import SQLiteFacts
-from agent_memory.store.sqlite.jobs import SQLiteJobs
-from agent_memory.store.sqlite.leases import SQLiteLeases
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.migrations import migrations
-from agent_memory.store.sqlite.recall import forget_held
+from agent_memory.store.sqlite.recall import SQLiteRecall, forget_held
+from agent_memory.store.sqlite.repositories import (
+    SQLiteFacts,
+    SQLiteJobs,
+    SQLiteLeases,
+    SQLiteSessions,
+    SQLiteVectors,
+    SQLiteWatches,
+)
 from agent_memory.store.sqlite.search import SQLiteSearch
-from agent_memory.store.sqlite.sessions import SQLiteSessions
-from agent_memory.store.sqlite.vectors import SQLiteVectors
-from agent_memory.store.sqlite.watches import SQLiteWatches
 
 __all__ = ["SQLiteStore", "SQLiteTransaction", "SQLiteView"]
 
@@ -91,6 +93,9 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
 class SQLiteView(SharedView):
     """The repositories over one connection: a reader's (query_only), or the writer's."""
 
+    search: SQLiteSearch
+    recall: SQLiteRecall
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(sql := SQLiteSql(conn), facts=SQLiteFacts)
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
@@ -129,7 +134,7 @@ class SQLiteTransaction(SQLiteView):
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        self.leases = SQLiteLeases(conn)
+        self.leases = SQLiteLeases(self.sql)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

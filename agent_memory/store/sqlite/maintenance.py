@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent_memory.core.search import SearchKind
-from agent_memory.store.shared.maintenance import FORGETS, HELD, Maintenance, cutoff_keys
+from agent_memory.store.shared.maintenance import FORGETS, HELD, SERVICE, Maintenance, cutoff_keys
 from agent_memory.store.sqlite.common import Repository
 from agent_memory.store.types import ForgetCutoff, SearchState, StorageStats
 
@@ -27,9 +27,7 @@ NOT_HELD = (
     "recall_pending",
     "recall_terms",
     "memory_clock",
-    "api_keys",  # the service's own keys
-    "console_sessions",  # operator sign-ins: token and key by hash, no user's data
-    FORGETS,  # when users were forgotten, by hash: what makes a forget final
+    *SERVICE,
 )
 # A forget optimizes the search index on the spot while the index is this small (rows of
 # its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above

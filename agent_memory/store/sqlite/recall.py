@@ -24,11 +24,10 @@ from agent_memory.store.shared.recall import (
     FREQUENCY_TTL_S,
     MAX_POSTINGS,
     SHORTLIST_FACTOR,
-    Remembered,
+    RecallReads,
 )
 from agent_memory.store.shared.sql import pair_scope
-from agent_memory.store.sqlite.common import CHUNK, Repository, fts_phrase, marks
-from agent_memory.store.sqlite.pairs import ensure_pairs
+from agent_memory.store.sqlite.common import CHUNK, Repository, ensure_pairs, fts_phrase, marks
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
 POSTINGS = PostingsCache()
@@ -45,7 +44,7 @@ def _pair_term(pair: int, term: str) -> str:
     return f"{pair}_{term}"
 
 
-class SQLiteRecall(Repository, Remembered):
+class SQLiteRecall(Repository, RecallReads):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
     __slots__ = ("_copies", "_key", "_owners", "_path", "brief")
@@ -145,7 +144,6 @@ class SQLiteRecall(Repository, Remembered):
         return bool(row[0])
 
     def lag(self, user_id: str, character_id: str | None) -> int:
-        """How many of the scope's turns are stored but not in the index yet."""
         scope, params = pair_scope(user_id, character_id)
         row = self.conn.execute(
             f"SELECT count(*) FROM messages WHERE kind = 'turn' AND {scope} AND (id > "

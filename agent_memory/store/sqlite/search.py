@@ -15,8 +15,7 @@ from typing import Any
 
 from agent_memory.store.shared.facts import USER_WIDE
 from agent_memory.store.shared.search import MAX_CANDIDATES, Kind, Search, sources
-from agent_memory.store.sqlite.common import Repository, fts_phrase
-from agent_memory.store.sqlite.pairs import ensure_pairs
+from agent_memory.store.sqlite.common import Repository, ensure_pairs, fts_phrase
 from agent_memory.store.sqlite.recall import SQLiteRecall
 
 SOURCES = sources("rowid")
