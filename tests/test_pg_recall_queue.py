@@ -84,12 +84,11 @@ def test_the_background_indexer_waits_for_this_instances_writes_to_pause() -> No
     (True: index until caught up); while writes never pause, one chunk now and then (False);
     otherwise not yet (None)."""
     write = 100.0
-    assert engine.index_due(write + engine.INDEX_IDLE_AFTER_S / 2, write, write - 0.1) is None
+    assert engine.index_due(write + engine.IDLE_AFTER_S / 2, write, write - 0.1) is None
     assert (
-        engine.index_due(write + engine.INDEX_IDLE_AFTER_S / 2, write, write - engine.BUSY_INDEX_EVERY_S)
-        is False
+        engine.index_due(write + engine.IDLE_AFTER_S / 2, write, write - engine.BUSY_INDEX_EVERY_S) is False
     )
-    assert engine.index_due(write + 2 * engine.INDEX_IDLE_AFTER_S, write, write) is True
+    assert engine.index_due(write + 2 * engine.IDLE_AFTER_S, write, write) is True
 
 
 async def test_turns_stored_are_indexed_in_the_background_once_writes_pause(

@@ -14,7 +14,10 @@ of `agent_memory.store.types`; how those are encoded in tables is the backend's 
 
 from __future__ import annotations
 
+import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -31,7 +34,7 @@ from agent_memory.store.shared.messages import MessageReads, Messages
 from agent_memory.store.shared.messages import Versions as VersionReads
 from agent_memory.store.shared.recall import RecallReads
 from agent_memory.store.shared.restore import Restore
-from agent_memory.store.shared.search import Search, SearchReads
+from agent_memory.store.shared.search import SearchReads
 from agent_memory.store.shared.sessions import SessionReads, Sessions
 from agent_memory.store.shared.vectors import VectorReads, Vectors
 from agent_memory.store.shared.watches import Watches, WatchReads
@@ -100,7 +103,6 @@ class Transaction(ReadView):
     bindings: Bindings
     llm_routes: LlmRoutes
     api_keys: ApiKeys
-    search: Search
     vectors: Vectors
     analytics: Analytics
     maintenance: Maintenance
@@ -112,44 +114,49 @@ class Transaction(ReadView):
         raise NotImplementedError
 
 
-class Store(Protocol):
-    """A database: functions run on a view or in a durable transaction."""
+class Store(ABC):
+    """A database: functions run on a view or in a durable transaction; a backend's engine."""
+
+    # The threads `read` runs its functions on (the backend's, as many as its read connections).
+    _readers: ThreadPoolExecutor
 
     @property
+    @abstractmethod
     def location(self) -> str:
         """Where the data lives (a path, or a URL without credentials)."""
-        ...
 
+    @abstractmethod
     def open(self) -> None:
         """Create or migrate the database and get ready for work."""
-        ...
 
-    def close(self) -> None: ...
+    @abstractmethod
+    def close(self) -> None:
+        """Finish the work under way, stop the store's threads and close its connections."""
 
     async def read(self, fn: Callable[[ReadView], T]) -> T:
-        """`fn(view)`, off the event loop."""
-        ...
+        """`fn(view)` on a reader thread, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._readers, self.read_now, fn)
 
+    @abstractmethod
     def read_now(self, fn: Callable[[ReadView], T]) -> T:
         """`fn(view)` on the calling thread (CLI commands and benchmarks)."""
-        ...
 
+    @abstractmethod
     async def write(self, fn: Callable[[Transaction], T]) -> T:
         """`fn(tx)` in a transaction; returns once it is durably committed."""
-        ...
 
+    @abstractmethod
     async def checkpoint(self) -> tuple[int, int, int]:
         """Make what was deleted leave the files now (busy, log pages, pages written back)."""
-        ...
 
+    @abstractmethod
     def forget_held(self) -> None:
         """Drop what this process holds in memory of the recall index (after a forget has
         committed: a read racing the forget would otherwise bring its words back)."""
-        ...
 
+    @abstractmethod
     async def catch_up_search(self) -> int:
         """Bring the search index up to date (bounded), so a search sees what was just stored."""
-        ...
 
 
 @runtime_checkable

@@ -285,16 +285,22 @@ class PostgresSql(Sql):
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         return f"{column} = ANY(?)", [list(values)]
 
-    def locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> Row | None:
+    def locked(
+        self, key: str, seed: int, sql: str, params: Sequence[Any] = (), *, shared: bool = False
+    ) -> Row | None:
         """`one` once this transaction holds the advisory lock of (`key`, `seed`), in one round trip.
 
         Both go in one simple-protocol query (parameters bound here), as two statements: the
         read's snapshot is taken after the lock is granted, so it sees what the holder before
-        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1). Reads need none.
+        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3);
+        a shared lock waits only for an exclusive one. Reads need none.
         """
         conn = self.conn
         if conn.read_only:
             return self.one(sql, params)
-        lock = conn.bind(f"SELECT pg_advisory_xact_lock(hashtextextended(%s, {seed:d}))".encode(), (key,))
+        kind = "_shared" if shared else ""
+        lock = conn.bind(
+            f"SELECT pg_advisory_xact_lock{kind}(hashtextextended(%s, {seed:d}))".encode(), (key,)
+        )
         # With whatever statements are kept (BEGIN, a SAVEPOINT), in the same round trip.
         return conn.with_deferred(lock, conn.bind(dialect(sql), params)).fetchone()

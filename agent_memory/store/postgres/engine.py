@@ -52,6 +52,8 @@ from agent_memory.store.postgres.repositories import (
     PostgresWatches,
 )
 from agent_memory.store.postgres.search import PostgresSearch
+from agent_memory.store.protocols import Store
+from agent_memory.store.shared.recall import BUSY_INDEX_EVERY_S, IDLE_AFTER_S, SEARCH_CATCH_UP
 from agent_memory.store.shared.view import SharedView
 
 __all__ = ["PostgresStore", "PostgresTransaction", "PostgresView"]
@@ -81,17 +83,10 @@ CONNECT_OPTIONS: dict[str, Any] = {
 }
 # While PostgreSQL is down, a probe connects this often to see whether it is back.
 PROBE_EVERY_S = 0.25
-# The recall index is brought up to date in the background, this much at a time, once this
-# instance's writes have paused for INDEX_IDLE_AFTER_S (looked at every INDEX_EVERY_S): as on
-# SQLite, a burst of callbacks is not slowed by the stemming (Python, on the service's cores),
-# which is done after it. While writes never pause, a chunk every BUSY_INDEX_EVERY_S, so the
-# index falls behind slowly instead of not at all; a recall or search catches it up first.
+# The indexer looks this often whether writes paused (store/shared/recall.py), and indexes
+# this many turns at a time.
 INDEX_EVERY_S = 0.2
-INDEX_IDLE_AFTER_S = 0.05
-BUSY_INDEX_EVERY_S = 1.0
 INDEX_CHUNK = 500
-# Messages a search or recall indexes before it reads, so that it sees what was just stored.
-SEARCH_CATCH_UP = 20_000
 # A write transaction's first statement, sent with its first read (`PostgresStore._transaction`).
 _BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
 # A read's: one snapshot for all its statements, taken at its first statement.
@@ -132,7 +127,7 @@ def _index_chunk(tx: PostgresTransaction) -> int:
 def index_due(now: float, last_write: float, last_indexed: float) -> bool | None:
     """Whether the background indexer runs now: True until caught up (writes have paused), False
     for one chunk (writes keep coming, and the last chunk is a while ago), None not yet."""
-    if now - last_write >= INDEX_IDLE_AFTER_S:
+    if now - last_write >= IDLE_AFTER_S:
         return True
     if now - last_indexed >= BUSY_INDEX_EVERY_S:
         return False
@@ -202,7 +197,7 @@ class PostgresTransaction(PostgresView):
             raise
 
 
-class PostgresStore:
+class PostgresStore(Store):
     """The PostgreSQL implementation of the store: `open`, `read`, `write`, `checkpoint`, `close`."""
 
     def __init__(self, url: str, *, lease_s: float = 30.0, pool_size: int = 8, index: bool = True) -> None:
@@ -303,13 +298,8 @@ class PostgresStore:
 
     # reads
 
-    async def read(self, fn: Callable[[PostgresView], T]) -> T:
-        """Run `fn(view)` on a reader thread, in one snapshot."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, self.read_now, fn)
-
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
-        """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
+        """Run `fn(view)` on the calling thread in one snapshot (CLI and benchmarks)."""
         pool = self._pool_of(self._reads)
         try:
             with pool.connection() as conn:
@@ -370,9 +360,7 @@ class PostgresStore:
         except psycopg.OperationalError as exc:
             raise self._failure(exc) from exc
 
-    def forget_held(self) -> None:
-        """Drop what this process holds in memory of the recall index."""
-        forget_held()
+    forget_held = staticmethod(forget_held)
 
     async def checkpoint(self) -> tuple[int, int, int]:
         """Make what was deleted leave the table files now (see PostgresMaintenance.scrub)."""
@@ -465,7 +453,7 @@ class PostgresStore:
                     if self.write_now(_index_chunk) < INDEX_CHUNK or not due:
                         break
                     # More is queued: indexed on while writes stay paused, else after them.
-                    due = True if time.monotonic() - self._last_write >= INDEX_IDLE_AFTER_S else None
+                    due = True if time.monotonic() - self._last_write >= IDLE_AFTER_S else None
             except DatabaseDown:
                 pass
             except Exception:

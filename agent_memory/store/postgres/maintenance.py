@@ -25,9 +25,9 @@ from psycopg import errors, sql
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.search import SearchKind
-from agent_memory.store.postgres.common import Connection, Repository, dialect
-from agent_memory.store.shared.maintenance import FORGETS, HELD, SERVICE, Maintenance, cutoff_keys
-from agent_memory.store.types import ForgetCutoff, SearchState, StorageStats
+from agent_memory.store.postgres.common import Connection, Repository
+from agent_memory.store.shared.maintenance import HELD, SERVICE, USER_LOCK_SEED, Maintenance
+from agent_memory.store.types import SearchState, StorageStats
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ HORIZON_WAIT_S = 5.0
 LOCK_TIMEOUT = "5s"
 # pg_advisory_lock key held while scrubbing ("agmscrub" as 8 bytes).
 SCRUB_LOCK = 0x61676D7363727562
-# The seed of a user's advisory lock (sessions' are 0, inbox events' 1): a forget holds it
-# exclusively, every merge shared while it checks the cut-off and writes.
-USER_LOCK_SEED = 2
-_FORGET_CUTOFF = f"SELECT max(forgot_ms) AS at, bool_or(key = ?) AS run FROM {FORGETS} WHERE key IN (?, ?, ?)"
 # Memory for rebuilding the indexes (the trigram GIN indexes build much faster with more).
 REWRITE_WORK_MEM = "128MB"
 
@@ -74,7 +70,6 @@ class PostgresMaintenance(Repository, Maintenance):
     # figures
 
     def schema(self) -> list[str]:
-        """The migrations the database has, in order."""
         return [row["name"] for row in self.sql.all("SELECT name FROM agent_memory_migrations ORDER BY name")]
 
     def storage_stats(self) -> StorageStats:
@@ -99,25 +94,6 @@ class PostgresMaintenance(Repository, Maintenance):
         assert row is not None
         # Retention's dead rows are autovacuum's: the trigram indexes have no segments to merge.
         return {"dead_rows": 0, "scrub_owed": int(row["owed"]), "messages_indexed_upto": int(row["upto"])}
-
-    def forget_cutoff(
-        self, user_id: str, character_id: str, agent_id: str | None = None
-    ) -> ForgetCutoff | None:
-        """When the pair, its whole user or the agent run was last forgotten, None if never; in
-        a write transaction, under the user's lock shared (a forget of the user under way is
-        waited for, and none starts until commit), read after the lock is granted."""
-        user, pair, run = cutoff_keys(user_id, character_id, agent_id)
-        params = (run, user, pair, run)
-        if self.conn.read_only:
-            row = self.sql.one(_FORGET_CUTOFF, params)
-        else:
-            conn = self.conn
-            lock = dialect(f"SELECT pg_advisory_xact_lock_shared(hashtextextended(?, {USER_LOCK_SEED:d}))")
-            # The read's snapshot is taken once the lock is granted; with what is kept, one round trip.
-            row = conn.with_deferred(
-                conn.bind(lock, (user_id,)), conn.bind(dialect(_FORGET_CUTOFF), params)
-            ).fetchone()
-        return None if row is None or row["at"] is None else ForgetCutoff(int(row["at"]), bool(row["run"]))
 
     # forgetting
 

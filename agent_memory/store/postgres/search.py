@@ -11,14 +11,14 @@ from typing import Any
 
 from agent_memory.store.postgres.common import Connection, Instance, Repository
 from agent_memory.store.postgres.recall import PostgresRecall
-from agent_memory.store.shared.search import MAX_CANDIDATES, Kind, Search, like_pattern, sources
+from agent_memory.store.shared.search import MAX_CANDIDATES, Kind, SearchReads, like_pattern, sources
 
 # A summary has no id of its own: its watermark stands in, as in a ranked (several words) search.
 SOURCES = sources("watermark_id")
 _ORDER = {"message": "t.id", "fact": "t.id", "summary": "t.updated_ms"}
 
 
-class PostgresSearch(Repository, Search):
+class PostgresSearch(Repository, SearchReads):
     """Search through the trigram indexes (and bounded substring scans for short words)."""
 
     __slots__ = ("recall",)
@@ -51,7 +51,3 @@ class PostgresSearch(Repository, Search):
 
     def _phrase(self, phrase: str) -> tuple[str, list[Any]]:
         return "FROM messages m WHERE m.content ILIKE ?", [like_pattern(phrase)]
-
-    def catch_up(self, limit: int) -> int:
-        """Nothing to do: PostgreSQL keeps the trigram indexes as rows change (recall has its own)."""
-        return 0

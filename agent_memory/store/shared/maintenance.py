@@ -68,8 +68,14 @@ FORGETS = "forgets"
 # sign-ins (token and key by hash), and when users were forgotten (by hash: what makes a forget
 # final). A backend's NOT_HELD lists them with its own bookkeeping; migrate-db copies them.
 SERVICE = ("api_keys", "console_sessions", FORGETS)
-# PostgreSQL's advisory lock seed of a pair's reset mark (sessions 0, inbox events 1, users 2).
+# PostgreSQL's advisory lock seeds (sessions' are 0, inbox events' 1): a user's, which a forget
+# holds exclusively and every merge shared while it checks the cut-off and writes; a pair's reset mark.
+USER_LOCK_SEED = 2
 RESET_LOCK_SEED = 3
+_FORGET_CUTOFF = (
+    "SELECT max(forgot_ms) AS at, max(CASE WHEN key = ? THEN 1 ELSE 0 END) AS run "
+    f"FROM {FORGETS} WHERE key IN (?, ?, ?)"
+)
 
 
 def forgotten_keys(user_id: str, character_id: str | None, agent_ids: Sequence[str] = ()) -> list[str]:
@@ -113,13 +119,16 @@ class MaintenanceReads(Repository):
     def search_state(self) -> SearchState:
         """What the search index still owes a forget, and how far recall has indexed."""
 
-    @abstractmethod
     def forget_cutoff(
         self, user_id: str, character_id: str, agent_id: str | None = None
     ) -> ForgetCutoff | None:
         """When the pair, its whole user or the agent run was last forgotten, None if never:
-        what was said before it is never stored again. In a write transaction on a shared database, a forget
-        of the user under way is waited for (and nothing forgets it until commit)."""
+        what was said before it is never stored again. In a write transaction on a shared
+        database, under the user's lock shared: a forget of the user under way is waited for
+        (and none starts until commit), and the cut-off read once the lock is granted."""
+        user, pair, run = cutoff_keys(user_id, character_id, agent_id)
+        row = self.sql.locked(user_id, USER_LOCK_SEED, _FORGET_CUTOFF, (run, user, pair, run), shared=True)
+        return None if row is None or row["at"] is None else ForgetCutoff(int(row["at"]), bool(row["run"]))
 
 
 class Maintenance(MaintenanceReads):

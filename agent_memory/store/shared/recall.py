@@ -26,6 +26,14 @@ FREQUENCY_TTL_S = 10.0
 FREQUENCY_CACHE_SIZE = 100_000
 # How many times `limit` turns, by matched words, are ranked with their lengths.
 SHORTLIST_FACTOR = 4
+# Both backends index what was stored in the background, after the writes: once this process's
+# writes have paused IDLE_AFTER_S, until caught up (a burst of callbacks is not slowed by the
+# stemming, Python on the service's cores); while they never pause, a chunk every
+# BUSY_INDEX_EVERY_S, so the index falls behind slowly instead of not at all. A search or a
+# recall first indexes up to SEARCH_CATCH_UP messages, so that it sees what was just stored.
+IDLE_AFTER_S = 0.05
+BUSY_INDEX_EVERY_S = 1.0
+SEARCH_CATCH_UP = 20_000
 
 
 class RecallReads(Repository):

@@ -1,6 +1,6 @@
 """Search written once: how a query is read, matched, ranked and shown, on any backend.
 
-Both backends answer through `Search`, so alike; each only says in its own SQL how its index
+Both backends answer through `SearchReads`, so alike; each only says in its own SQL how its index
 finds the rows that hold a word of three or more characters (SQLite's FTS5 trigram tables,
 PostgreSQL's pg_trgm indexes). Ranking is BM25 (`core.recall.okapi`: k1 = 1.2, b = 0.75),
 computed from the matched text with statistics over the user's own rows. Shorter words
@@ -305,13 +305,3 @@ class SearchReads(Repository):
             answer["scanned_messages"] = scanned
             answer["complete"] = floor <= 0
         return answer
-
-
-class Search(SearchReads):
-    """Search that keeps its index: how is the backend's."""
-
-    __slots__ = ()
-
-    @abstractmethod
-    def catch_up(self, limit: int) -> int:
-        """Index up to `limit` messages stored since the index was last brought up to date."""

@@ -121,8 +121,11 @@ class Sql(ABC):
             raise
         self.run("RELEASE SAVEPOINT shared_block")
 
-    def locked(self, key: str, seed: int, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        """`one` once a write holds the lock of (`key`, `seed`) until commit (one writer needs none)."""
+    def locked(
+        self, key: str, seed: int, sql: str, params: Sequence[Any] = (), *, shared: bool = False
+    ) -> Row | None:
+        """`one` once a write holds the lock of (`key`, `seed`), or a share of it, until commit
+        (one writer needs none)."""
         return self.one(sql, params)
 
     def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:

@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 from sqlite_utils import Database
 
 from agent_memory.errors import StoreUnavailable
+from agent_memory.store.protocols import Store
+from agent_memory.store.shared.recall import BUSY_INDEX_EVERY_S, IDLE_AFTER_S, SEARCH_CATCH_UP
 from agent_memory.store.shared.view import SharedView
 from agent_memory.store.sqlite.common import SQLiteSql
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
@@ -49,17 +51,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _savepoints = itertools.count()
-# The search index is brought up to date only after the writer has had nothing to do for
-# this long (so bursts of callbacks are not slowed), in transactions of this many messages
-# (so a callback arriving meanwhile waits little).
-IDLE_AFTER_S = 0.05
+# The writer indexes (search's and recall's) in transactions of this many messages, so that a
+# callback arriving meanwhile waits little: when idle, and under load (store/shared/recall.py).
 IDLE_INDEX_CHUNK = 1000
-# Under sustained load the writer is never idle: it still indexes this many messages
-# at least once a second, so search falls behind slowly instead of not at all.
 BUSY_INDEX_CHUNK = 500
-BUSY_INDEX_EVERY_S = 1.0
-# Messages a search indexes before it reads, so that it sees what was just stored.
-SEARCH_CATCH_UP = 20_000
 
 
 def _create_private(path: Path) -> None:
@@ -138,7 +133,6 @@ class SQLiteTransaction(SQLiteView):
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        """Undo only what the block wrote if it raises."""
         name = f"sp_{next(_savepoints)}"
         self.conn.execute(f"SAVEPOINT {name}")
         try:
@@ -174,7 +168,7 @@ def _settle_all(works: list[_Work]) -> None:
             work.future.set_exception(value)
 
 
-class SQLiteStore:
+class SQLiteStore(Store):
     """The SQLite implementation of the store: `open`, `read`, `write`, `checkpoint`, `close`."""
 
     def __init__(self, path: Path | str, *, group_commit_max: int = 256, readers: int = 4) -> None:
@@ -230,13 +224,7 @@ class SQLiteStore:
             view = self._local.view = SQLiteView(conn)
         return view
 
-    async def read(self, fn: Callable[[SQLiteView], T]) -> T:
-        """Run `fn(view)` on a reader thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, lambda: fn(self._reader()))
-
     def read_now(self, fn: Callable[[SQLiteView], T]) -> T:
-        """Run `fn(view)` on the calling thread (CLI and benchmarks)."""
         return fn(self._reader())
 
     def read_here(self, fn: Callable[[SQLiteView], T]) -> T:
@@ -267,9 +255,7 @@ class SQLiteStore:
             lambda tx: tx.search.catch_up(SEARCH_CATCH_UP) + tx.recall.catch_up(SEARCH_CATCH_UP)
         )
 
-    def forget_held(self) -> None:
-        """Drop what this process holds in memory of the recall index."""
-        forget_held()
+    forget_held = staticmethod(forget_held)
 
     async def checkpoint(self) -> tuple[int, int, int]:
         """Copy the WAL into the database file and truncate it."""

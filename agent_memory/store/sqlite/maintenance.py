@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent_memory.core.search import SearchKind
-from agent_memory.store.shared.maintenance import FORGETS, HELD, SERVICE, Maintenance, cutoff_keys
+from agent_memory.store.shared.maintenance import HELD, SERVICE, Maintenance
 from agent_memory.store.sqlite.common import Repository
-from agent_memory.store.types import ForgetCutoff, SearchState, StorageStats
+from agent_memory.store.types import SearchState, StorageStats
 
 __all__ = ["HELD", "NOT_HELD", "SQLiteMaintenance"]
 
@@ -56,7 +56,6 @@ class SQLiteMaintenance(Repository, Maintenance):
     # figures
 
     def schema(self) -> list[str]:
-        """The migrations the database has, in order."""
         return [row[0] for row in self.conn.execute("SELECT name FROM _sqlite_migrations ORDER BY id")]
 
     def storage_stats(self) -> StorageStats:
@@ -82,17 +81,6 @@ class SQLiteMaintenance(Repository, Maintenance):
             "scrub_owed": values.get("scrub_owed", 0),
             "messages_indexed_upto": values.get("messages_indexed_upto", 0),
         }
-
-    def forget_cutoff(
-        self, user_id: str, character_id: str, agent_id: str | None = None
-    ) -> ForgetCutoff | None:
-        """When the pair, its whole user or the agent run was last forgotten, None if never."""
-        user, pair, run = cutoff_keys(user_id, character_id, agent_id)
-        row = self.conn.execute(
-            f"SELECT max(forgot_ms), max(key = ?) FROM {FORGETS} WHERE key IN (?, ?, ?)",
-            (run, user, pair, run),
-        ).fetchone()
-        return None if row is None or row[0] is None else ForgetCutoff(int(row[0]), bool(row[1]))
 
     # forgetting
 
@@ -151,7 +139,6 @@ class SQLiteMaintenance(Repository, Maintenance):
         self.conn.execute("UPDATE search_state SET value = 0 WHERE name IN ('dead_rows', 'scrub_owed')")
 
     def search_scrubbed(self, owed: int, dead_rows: int) -> None:
-        """A full merge finished: what was owed when it began is paid."""
         self.conn.execute(
             "UPDATE search_state SET value = max(0, value - CASE name WHEN 'scrub_owed' THEN ? "
             "WHEN 'dead_rows' THEN ? ELSE 0 END)",
@@ -161,7 +148,6 @@ class SQLiteMaintenance(Repository, Maintenance):
     # space
 
     def reclaim_space(self, pages: int) -> int:
-        """Give up to `pages` free pages back to the file system; returns how many."""
         free = self.sql.count("PRAGMA freelist_count")
         for _ in range(min(free, pages)):
             # Python's sqlite3 steps a PRAGMA once, and each step frees one page.

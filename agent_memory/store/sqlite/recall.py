@@ -135,7 +135,6 @@ class SQLiteRecall(Repository, RecallReads):
     # reading
 
     def behind(self) -> bool:
-        """Whether messages are stored that the index has not taken in yet."""
         row = self.conn.execute(
             "SELECT (SELECT value FROM search_state WHERE name = 'recall_indexed_upto') "
             "< (SELECT coalesce(max(id), 0) FROM messages) "

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.store.shared.facts import USER_WIDE
-from agent_memory.store.shared.search import MAX_CANDIDATES, Kind, Search, sources
+from agent_memory.store.shared.search import MAX_CANDIDATES, Kind, SearchReads, sources
 from agent_memory.store.sqlite.common import Repository, ensure_pairs, fts_phrase
 from agent_memory.store.sqlite.recall import SQLiteRecall
 
 SOURCES = sources("rowid")
 
 
-class SQLiteSearch(Repository, Search):
+class SQLiteSearch(Repository, SearchReads):
     """Search over the FTS5 indexes (and bounded substring scans for short words)."""
 
     __slots__ = ("recall",)
