@@ -39,18 +39,10 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from agent_memory.core.clock import Backoff
 from agent_memory.errors import DatabaseDown, StoreUnavailable
-from agent_memory.store.postgres import migrations
+from agent_memory.store.postgres import migrations, repositories
 from agent_memory.store.postgres.common import Connection, Instance, PostgresSql
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
 from agent_memory.store.postgres.recall import PostgresRecall, forget_held
-from agent_memory.store.postgres.repositories import (
-    PostgresAnalytics,
-    PostgresJobs,
-    PostgresLeases,
-    PostgresSessions,
-    PostgresVectors,
-    PostgresWatches,
-)
 from agent_memory.store.postgres.search import PostgresSearch
 from agent_memory.store.protocols import Store
 from agent_memory.store.shared.recall import BUSY_INDEX_EVERY_S, IDLE_AFTER_S, SEARCH_CATCH_UP
@@ -150,15 +142,15 @@ class PostgresView(SharedView):
     recall: PostgresRecall
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
-        super().__init__(sql := PostgresSql(conn, instance), analytics=PostgresAnalytics)
+        super().__init__(sql := PostgresSql(conn, instance), analytics=repositories.PostgresAnalytics)
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
-        self.sessions = PostgresSessions(sql)
-        self.jobs = PostgresJobs(sql)
-        self.watches = PostgresWatches(sql)
+        self.sessions = repositories.PostgresSessions(sql)
+        self.jobs = repositories.PostgresJobs(sql)
+        self.watches = repositories.PostgresWatches(sql)
         self.search = PostgresSearch(conn, instance)
         self.recall = PostgresRecall(conn, instance)
-        self.vectors = PostgresVectors(sql)
+        self.vectors = repositories.PostgresVectors(sql)
         self.maintenance = PostgresMaintenance(conn, instance)
 
 
@@ -167,7 +159,7 @@ class PostgresTransaction(PostgresView):
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(conn, instance)
-        self.leases = PostgresLeases(self.sql)
+        self.leases = repositories.PostgresLeases(self.sql)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -34,6 +34,7 @@ from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.postgres.common import Repository, int_array, text_array
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
+    FREQUENCIES,
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
     MAX_POSTINGS,
@@ -50,9 +51,6 @@ QUEUE_STATEMENT_TIMEOUT_MS = 10_000
 WAIT_LOCK_MS = 1_000
 # Each statement of a recall's read gives up past this (a dead client's backend too).
 RECALL_STATEMENT_TIMEOUT_MS = 10_000
-
-# Document frequencies reused for FREQUENCY_TTL_S, across connections (keyed by database, pair, term).
-_frequencies: dict[tuple[str, int, str], tuple[float, int]] = {}
 
 
 _SPOKEN = (
@@ -252,7 +250,7 @@ class PostgresRecall(Repository, RecallReads):
         database, now = self.sql.database(), time.monotonic()
         found: dict[tuple[int, str], int] = {}
         for key in keys:
-            cached = _frequencies.get((database, *key))
+            cached = FREQUENCIES.get((database, *key))
             if cached is not None and cached[0] > now:
                 found[key] = cached[1]
         missing = [key for key in dict.fromkeys(keys) if key not in found]
@@ -263,12 +261,12 @@ class PostgresRecall(Repository, RecallReads):
             "FROM unnest(?::text[]) WITH ORDINALITY AS k(term, position) ORDER BY k.position",
             ([pair_term(pair, term) for pair, term in missing],),
         )
-        if len(_frequencies) + len(missing) > FREQUENCY_CACHE_SIZE:
-            _frequencies.clear()
+        if len(FREQUENCIES) + len(missing) > FREQUENCY_CACHE_SIZE:
+            FREQUENCIES.clear()
         for key, row in zip(missing, rows, strict=True):
             found[key] = int(row["docs"])
             if found[key]:
-                _frequencies[(database, *key)] = (now + FREQUENCY_TTL_S, found[key])
+                FREQUENCIES[(database, *key)] = (now + FREQUENCY_TTL_S, found[key])
         return found
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
@@ -322,4 +320,4 @@ class PostgresRecall(Repository, RecallReads):
 def forget_held() -> None:
     """Drop what this process holds of the recall index (document frequencies): after a forget
     none of its words stay in memory; what is still remembered is read again."""
-    _frequencies.clear()
+    FREQUENCIES.clear()

@@ -21,7 +21,9 @@ from agent_memory.store.shared.sql import Repository
 
 # A term in more of a pair's turns than this says little and costs a long posting list.
 MAX_POSTINGS = 3000
-# Document frequencies reused for this long, across connections (keyed by database, pair, term).
+# Document frequencies reused for FREQUENCY_TTL_S, across connections (keyed by database, pair,
+# term): (until, count). A backend's `forget_held` drops them.
+FREQUENCIES: dict[tuple[str, int, str], tuple[float, int]] = {}
 FREQUENCY_TTL_S = 10.0
 FREQUENCY_CACHE_SIZE = 100_000
 # How many times `limit` turns, by matched words, are ranked with their lengths.

@@ -30,18 +30,11 @@ from agent_memory.errors import StoreUnavailable
 from agent_memory.store.protocols import Store
 from agent_memory.store.shared.recall import BUSY_INDEX_EVERY_S, IDLE_AFTER_S, SEARCH_CATCH_UP
 from agent_memory.store.shared.view import SharedView
+from agent_memory.store.sqlite import repositories
 from agent_memory.store.sqlite.common import SQLiteSql
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.migrations import migrations
 from agent_memory.store.sqlite.recall import SQLiteRecall, forget_held
-from agent_memory.store.sqlite.repositories import (
-    SQLiteFacts,
-    SQLiteJobs,
-    SQLiteLeases,
-    SQLiteSessions,
-    SQLiteVectors,
-    SQLiteWatches,
-)
 from agent_memory.store.sqlite.search import SQLiteSearch
 
 __all__ = ["SQLiteStore", "SQLiteTransaction", "SQLiteView"]
@@ -92,15 +85,15 @@ class SQLiteView(SharedView):
     recall: SQLiteRecall
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(sql := SQLiteSql(conn), facts=SQLiteFacts)
+        super().__init__(sql := SQLiteSql(conn), facts=repositories.SQLiteFacts)
         # Backend-specific: tests and benchmarks of this backend may run SQL on it.
         self.conn = conn
-        self.sessions = SQLiteSessions(sql)
-        self.jobs = SQLiteJobs(sql)
-        self.watches = SQLiteWatches(sql)
+        self.sessions = repositories.SQLiteSessions(sql)
+        self.jobs = repositories.SQLiteJobs(sql)
+        self.watches = repositories.SQLiteWatches(sql)
         self.search = SQLiteSearch(conn)
         self.recall = self.search.recall
-        self.vectors = SQLiteVectors(sql)
+        self.vectors = repositories.SQLiteVectors(sql)
         self.maintenance = SQLiteMaintenance(conn)
 
 
@@ -129,7 +122,7 @@ class SQLiteTransaction(SQLiteView):
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
-        self.leases = SQLiteLeases(self.sql)
+        self.leases = repositories.SQLiteLeases(self.sql)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -20,6 +20,7 @@ from agent_memory.core.terms import terms as index_terms
 from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
+    FREQUENCIES,
     FREQUENCY_CACHE_SIZE,
     FREQUENCY_TTL_S,
     MAX_POSTINGS,
@@ -31,8 +32,6 @@ from agent_memory.store.sqlite.common import CHUNK, Repository, ensure_pairs, ft
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
 POSTINGS = PostingsCache()
-# Document frequencies reused for FREQUENCY_TTL_S, across connections (keyed by database, pair, term).
-_frequencies: dict[tuple[str, int, str], tuple[float, int]] = {}
 _SPOKEN_IN_SESSION = "FROM messages WHERE agent_id = ? AND kind = 'turn' AND content != ''"
 _NEIGHBOURS = (
     f"SELECT * FROM (SELECT -1, {READ_COLUMNS} {_SPOKEN_IN_SESSION} AND seq < ? ORDER BY seq DESC LIMIT 1) "
@@ -247,7 +246,7 @@ class SQLiteRecall(Repository, RecallReads):
         of new turns barely move an idf)."""
         key = (self._database(), pair, term)
         now = time.monotonic()
-        cached = _frequencies.get(key)
+        cached = FREQUENCIES.get(key)
         if cached is not None and cached[0] > now:
             return cached[1]
         row = self.conn.execute(
@@ -255,9 +254,9 @@ class SQLiteRecall(Repository, RecallReads):
         ).fetchone()
         frequency = int(row[0]) if row else 0
         if frequency:  # a word not said yet is looked up again: a turn may say it any moment
-            if len(_frequencies) >= FREQUENCY_CACHE_SIZE:
-                _frequencies.clear()
-            _frequencies[key] = (now + FREQUENCY_TTL_S, frequency)
+            if len(FREQUENCIES) >= FREQUENCY_CACHE_SIZE:
+                FREQUENCIES.clear()
+            FREQUENCIES[key] = (now + FREQUENCY_TTL_S, frequency)
         return frequency
 
     def _database(self) -> str:
@@ -354,4 +353,4 @@ def forget_held() -> None:
     """Drop what this process holds of the recall index (copies of pairs, document frequencies):
     after a forget none of its words stay in memory; what is still remembered is read again."""
     POSTINGS.clear()
-    _frequencies.clear()
+    FREQUENCIES.clear()
