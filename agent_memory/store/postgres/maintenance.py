@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from psycopg import errors, sql
 
 from agent_memory.core.clock import now_ms
-from agent_memory.core.search import SearchKind
 from agent_memory.store.postgres.common import Connection, Repository
 from agent_memory.store.shared.maintenance import HELD, SERVICE, USER_LOCK_SEED, Maintenance
 from agent_memory.store.types import SearchState, StorageStats
@@ -131,21 +130,6 @@ class PostgresMaintenance(Repository, Maintenance):
             (tables,),
         )
         return largest > INLINE_SCRUB_MAX_BYTES
-
-    # the search index: PostgreSQL keeps its indexes itself
-
-    def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
-        """Nothing to merge: the trigram indexes have no segments (forget's rewrite is `scrub`'s)."""
-        return False
-
-    def search_scrubbed(self, owed: int, dead_rows: int) -> None:
-        """Nothing to record: `scrub` clears what it rewrote itself."""
-
-    # space
-
-    def reclaim_space(self, pages: int) -> int:
-        """Nothing to do in a transaction: autovacuum reuses freed space, `scrub` rewrites forgotten tables."""
-        return 0
 
     @staticmethod
     def scrub(conn: Connection) -> tuple[int, int, int]:

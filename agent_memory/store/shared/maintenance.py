@@ -306,15 +306,17 @@ class Maintenance(MaintenanceReads):
             (older_than_ms, budget),
         )
 
-    @abstractmethod
     def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
-        """One bounded step of rewriting an index without its deleted entries; False when
-        there is nothing left to merge."""
+        """One bounded step of rewriting an index without its deleted entries; False when there
+        is nothing left to merge (PostgreSQL's trigram indexes have no segments: forget's
+        rewrite is its `scrub`)."""
+        return False
 
-    @abstractmethod
     def search_scrubbed(self, owed: int, dead_rows: int) -> None:
-        """A full merge finished: what was owed when it began is paid."""
+        """A full merge finished: what was owed when it began is paid (PostgreSQL's `scrub`
+        clears what it rewrote itself)."""
 
-    @abstractmethod
     def reclaim_space(self, pages: int) -> int:
-        """Give up to `pages` free pages back to the file system; returns how many."""
+        """Give up to `pages` free pages back to the file system; returns how many (PostgreSQL:
+        none in a transaction; autovacuum reuses freed space, `scrub` rewrites forgotten tables)."""
+        return 0
