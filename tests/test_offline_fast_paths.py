@@ -8,7 +8,7 @@ import unicodedata
 from collections import Counter
 from functools import partial
 
-from agent_memory.condense import offline
+from agent_memory.condense import salience
 from agent_memory.condense.facts_offline import (
     EN_NAME,
     INTRODUCTION_WORDS,
@@ -119,9 +119,9 @@ def random_statement(rng: random.Random) -> str:
 def test_caseless_patterns_answer_as_their_ignorecase_patterns() -> None:
     rng = random.Random(28)
     patterns = [
-        offline.DATE_WORDS,
-        offline.FIRST_PERSON,
-        offline.FEELINGS,
+        salience.DATE_WORDS,
+        salience.FIRST_PERSON,
+        salience.FEELINGS,
         EN_EVENT,
         EN_JOB,
     ]

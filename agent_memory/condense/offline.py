@@ -2,8 +2,8 @@
 
 It does not pretend to understand the conversation; the summary is labelled as made
 without a language model. Per session it keeps a dated digest: a header with the
-session's time and size, then bullets quoting the most informative statements (events,
-plans, people, places, numbers, preferences, feelings; the user's first, the other
+session's time and size, then bullets quoting the most informative statements (`salience`:
+events, plans, people, places, numbers, preferences, feelings; the user's first, the other
 speaker's too), each with its relative dates resolved (`core.dates`), in the order said.
 Previous digests are carried forward under one budget (~600 tokens): when it is
 exceeded, the digest with the most bullets loses its least informative one, and once
@@ -30,7 +30,7 @@ from agent_memory.condense.base import (
     sanitize,
     unchanged,
 )
-from agent_memory.condense.facts_offline import extract_facts, introductions, known_names, remember_requests
+from agent_memory.condense.facts_offline import extract_facts, known_names
 from agent_memory.condense.life import (
     DATE_NOTE,
     DATED_BULLET,
@@ -44,22 +44,11 @@ from agent_memory.condense.life import (
     is_thread,
     stale,
 )
-from agent_memory.condense.statements import statement_facts
-from agent_memory.condense.statements.chinese import ZH_EVENTS, ZH_JOBS
-from agent_memory.condense.statements.english import EN_EVENT, EN_JOB
-from agent_memory.condense.text import (
-    ELLIPSIS,
-    QUESTION,
-    Caseless,
-    Language,
-    clip,
-    detect_language,
-    fold_ascii,
-    sentences,
-)
+from agent_memory.condense.salience import salience
+from agent_memory.condense.text import ELLIPSIS, Language, clip, detect_language, sentences
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day, format_minute
-from agent_memory.core.dates import annotate, resolve
+from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Message
 from agent_memory.core.facts import fact_key
 from agent_memory.core.render import has_several_speakers, speaker_label
@@ -101,85 +90,6 @@ def spoken(messages: Iterable[Message]) -> Iterator[tuple[Message, str]]:
         text = " ".join(message.content.split())
         if text:
             yield message, text
-
-
-# -- salient statements --------------------------------------------------------------------
-FIRST_PERSON = re.compile(
-    r"\b(?:i am|i'm|i have|i've|i like|i love|i hate|i want|i need|i work|i live|i'll|my|mine)\b"
-    r"|我(?:叫|是|的|喜欢|爱|住|在|有|要|想|不)|(?:제가|저는|제|내가|나는|내)\s|좋아|싫어"
-    r"|(?:私|僕|俺)(?:は|の|が)|好き",
-    re.IGNORECASE,
-)
-DATE_WORDS = re.compile(
-    r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+\d"
-    r"|\b\d{1,2}(?:st|nd|rd|th)\b|\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday"
-    r"|tomorrow|tonight|weekend|next week|next month|birthday|anniversary)\b"
-    r"|\d+\s*[号日月년월일]|星期|周[一二三四五六日末]|明天|后天|下周|生日|요일|내일|다음\s?주|생일"
-    r"|曜日|明日|来週|誕生日",
-    re.IGNORECASE,
-)
-FEELINGS = re.compile(
-    r"\b(?:love[ds]?|hate[ds]?|favou?rite|prefer|enjoy(?:ed)?|excited|nervous|scared|afraid|proud|happy"
-    r"|sad|worried|anxious|thrilled|grateful|miss(?:ed)?|passionate|amazing|terrible)\b"
-    r"|喜欢|最爱|讨厌|紧张|开心|难过|担心|害怕|激动|骄傲|좋아|싫어|행복|긴장|슬퍼|好き|嫌い",
-    re.IGNORECASE,
-)
-DIGITS = re.compile(r"\d")
-# A statement about an acquaintance ("My boss flew to …", "我同事…") says less about the user.
-OTHERS_NEWS = re.compile(
-    r"(?:[\w\s,]*?\b)?[Mm]y (?:friend|colleague|coworker|co-worker|boss|neighbou?r|cousin|roommate|classmate)"
-    r"|.{0,6}?我?(?:同事|朋友|邻居|老板|表妹|表弟|表姐|表哥|同学|室友)"
-)
-# A capitalised word after a lower-case word or comma is likely a name (not a sentence start).
-NAME_LIKE = re.compile(r"(?<=[a-z,;]\s)[A-Z][a-z]+")
-# Salience's case-insensitive patterns, matched on the text lower-cased once (`Caseless`).
-# DATE_WORDS has no common beginning for `re` to skip ahead by: its alternatives begin with
-# these (a month, a weekday or a word, a digit, or one of the CJK words).
-_DATE_WORDS = Caseless(DATE_WORDS, first=r"[jfmasondtwb\d星周明后下生요내다생曜来誕]")
-_FIRST_PERSON, _EN_EVENT, _EN_JOB, _FEELINGS = map(Caseless, (FIRST_PERSON, EN_EVENT, EN_JOB, FEELINGS))
-
-
-def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
-    """How informative a statement looks: length, numbers, dates, names, events, jobs, feelings,
-    "I/my …"; people the user's facts name (`names`) count more, other people's news less."""
-    score = _salience(text, at_ms)
-    if any(name in text for name in names):
-        score += 20
-    return score
-
-
-# A job scores each statement twice or more (its digest, a long one's sentences, the summary's
-# trimming), and the bullets carried in a pair's summary again at every job (at_ms 0): ~0.1 ms
-# of regular expressions each time. Emptied with the other text caches by a forget.
-@text_cache(16384)
-def _salience(text: str, at_ms: int) -> int:
-    """`salience` without the bonus for names the user's facts give."""
-    score = min(count_tokens(text), 60)
-    folded = fold_ascii(text)
-    if DIGITS.search(text):
-        score += 15
-    today = format_day(at_ms)
-    if _DATE_WORDS.search(text, folded) or any(m.label != today for m in resolve(text, at_ms)):
-        score += 15
-    if _FIRST_PERSON.search(text, folded):
-        score += 20
-    if NAME_LIKE.search(text):
-        score += 10
-    if _EN_EVENT.search(text, folded) or ZH_EVENTS.search(text):
-        score += 10
-    if _EN_JOB.search(text, folded) or re.search(ZH_JOBS, text):
-        score += 10
-    if _FEELINGS.search(text, folded):
-        score += 10
-    if OTHERS_NEWS.match(text):
-        score -= 15
-    if remember_requests(text) or introductions(text):
-        score += 40  # the user asked us to keep it, or said who they are
-    elif statement_facts(text, at_ms):
-        score += 25  # the user said something about themselves
-    if QUESTION.search(text):
-        score -= 10  # a question asks; a statement tells us about the user
-    return score
 
 
 # -- the digest ------------------------------------------------------------------------------
@@ -413,6 +323,105 @@ class _Tally:
         return self.tokens <= max_tokens and joined <= max_chars
 
 
+@dataclass
+class _Trim:
+    """`fit_digests` under way: the digests and profile left, and what they count."""
+
+    digests: list[Digest]
+    profile: list[str] | None
+    names: Collection[str]
+    max_tokens: int
+    max_chars: int
+    # What `fits` would count of the summary's lines (reserved, profile, digests) and what
+    # `lines_tokens(profile)` gives, kept as lines come and go: counting every line again after
+    # each bullet dropped made trimming a long summary quadratic.
+    whole: _Tally = field(default_factory=_Tally)
+    profile_tally: _Tally = field(default_factory=_Tally)
+    keys: set[str] = field(default_factory=set)  # the profile's bullets' keys
+    scores: dict[str, int] = field(default_factory=dict)
+
+    def count(self, reserved: Sequence[str]) -> None:
+        """Count in the lines there are to begin with."""
+        self.keys = {bullet_key(bullet) for bullet in self.profile or ()}
+        for line in [*reserved, *section_lines(PROFILE_HEADING, self.profile or ())]:
+            self.whole.add(line)
+        for line in self.profile or ():
+            self.profile_tally.add(line)
+        for digest in self.digests:
+            for line in digest.lines():
+                self.whole.add(line)
+
+    def score(self, bullet: str) -> int:
+        """`bullet_score`, once per bullet."""
+        if bullet not in self.scores:
+            self.scores[bullet] = bullet_score(bullet, self.names)
+        return self.scores[bullet]
+
+    def profile_over(self) -> bool:
+        """Whether the profile takes more than its share of the budget."""
+        return bool(self.profile) and self.profile_tally.tokens > int(self.max_tokens * PROFILE_SHARE)
+
+    def over(self) -> bool:
+        """Whether the summary, or its profile, is over budget."""
+        return not self.whole.fits(self.max_tokens, self.max_chars) or self.profile_over()
+
+    def step(self) -> bool:
+        """Drop one line: the profile's weakest while it is over its share (or all that is
+        left), else a digest's; False when nothing is left to drop."""
+        if self.profile and (self.profile_over() or not self.digests):
+            self.drop_weakest_of_profile()
+        elif self.digests:
+            self.drop_from_digests()
+        else:
+            return False
+        return True
+
+    def drop_from_digests(self) -> None:
+        """The fullest digest's weakest bullet, or once each has MIN_BULLETS the oldest digest."""
+        digests = self.digests
+        fullest = max(range(len(digests)), key=lambda i: (len(digests[i].bullets), -i))
+        bullets = digests[fullest].bullets
+        if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets):
+            weakest = min(range(len(bullets)), key=lambda i: (self.score(bullets[i]), -i))
+            bullet = bullets.pop(weakest)
+            self.whole.add(bullet, -1)
+            self.keep(bullet, digests[fullest])
+            return
+        gone = digests.pop(0)
+        for line in gone.lines():
+            self.whole.add(line, -1)
+        for bullet in gone.bullets:
+            self.keep(bullet, gone)
+
+    def keep(self, bullet: str, digest: Digest) -> None:
+        """A user's bullet about their life that leaves `digest` moves to the profile, dated."""
+        profile, body, key = self.profile, bullet.removeprefix(BULLET), bullet_key(bullet)
+        if profile is None or OTHER_PREFIX.match(body) or key in self.keys:
+            return
+        if not (is_profile(body) or is_life_event(body)):
+            return
+        self.keys.add(key)
+        if not profile:
+            self.whole.add(PROFILE_HEADING)
+        line = dated(digest.header[: len("2025-01-01")], body)
+        self.whole.add(line)
+        self.profile_tally.add(line)
+        profile.append(line)
+        profile.sort(key=lambda line: line[: len("- [2025-01-01]")])  # stable: in the order said
+
+    def drop_weakest_of_profile(self) -> None:
+        """The profile's least informative bullet goes (the earliest of equals)."""
+        profile = self.profile
+        assert profile
+        weakest = min(range(len(profile)), key=lambda i: (self.score(profile[i]), i))
+        line = profile.pop(weakest)
+        self.keys.discard(bullet_key(line))
+        self.whole.add(line, -1)
+        self.profile_tally.add(line, -1)
+        if not profile:
+            self.whole.add(PROFILE_HEADING, -1)
+
+
 def fit_digests(
     digests: list[Digest],
     reserved: Sequence[str],
@@ -425,74 +434,12 @@ def fit_digests(
     informative bullet until each has MIN_BULLETS, then the oldest digest goes. With a
     `profile` (updated in place), a user's bullet about their life that goes moves there, dated;
     the profile keeps at most `PROFILE_SHARE` of the budget, its weakest bullet going first."""
-    digests = [Digest(d.header, list(d.bullets)) for d in digests]
-    keys = {bullet_key(bullet) for bullet in profile or ()}
-    profile_room = int(max_tokens * PROFILE_SHARE)
-    scores: dict[str, int] = {}
-
-    def score(bullet: str) -> int:
-        if bullet not in scores:
-            scores[bullet] = bullet_score(bullet, names)
-        return scores[bullet]
-
-    # What `fits` would count of the summary's lines (reserved, profile, digests) and what
-    # `lines_tokens(profile)` gives, kept as lines come and go: counting every line again after
-    # each bullet dropped made trimming a long summary quadratic.
-    whole, profile_tally = _Tally(), _Tally()
-    for line in [*reserved, *section_lines(PROFILE_HEADING, profile or ())]:
-        whole.add(line)
-    for line in profile or ():
-        profile_tally.add(line)
-    for digest in digests:
-        for line in digest.lines():
-            whole.add(line)
-
-    def keep(bullet: str, digest: Digest) -> None:
-        body = bullet.removeprefix(BULLET)
-        key = bullet_key(bullet)
-        if profile is None or OTHER_PREFIX.match(body) or key in keys:
-            return
-        if not (is_profile(body) or is_life_event(body)):
-            return
-        keys.add(key)
-        if not profile:
-            whole.add(PROFILE_HEADING)
-        line = dated(digest.header[: len("2025-01-01")], body)
-        whole.add(line)
-        profile_tally.add(line)
-        profile.append(line)
-        profile.sort(key=lambda line: line[: len("- [2025-01-01]")])  # stable: in the order said
-
-    def drop_weakest_of_profile() -> None:
-        assert profile
-        weakest = min(range(len(profile)), key=lambda i: (score(profile[i]), i))
-        line = profile.pop(weakest)
-        keys.discard(bullet_key(line))
-        whole.add(line, -1)
-        profile_tally.add(line, -1)
-        if not profile:
-            whole.add(PROFILE_HEADING, -1)
-
-    while not whole.fits(max_tokens, max_chars) or (profile and profile_tally.tokens > profile_room):
-        if profile and (profile_tally.tokens > profile_room or not digests):
-            drop_weakest_of_profile()
-            continue
-        if not digests:
-            break
-        fullest = max(range(len(digests)), key=lambda i: (len(digests[i].bullets), -i))
-        bullets = digests[fullest].bullets
-        if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets):
-            weakest = min(range(len(bullets)), key=lambda i: (score(bullets[i]), -i))
-            bullet = bullets.pop(weakest)
-            whole.add(bullet, -1)
-            keep(bullet, digests[fullest])
-        else:
-            gone = digests.pop(0)
-            for line in gone.lines():
-                whole.add(line, -1)
-            for bullet in gone.bullets:
-                keep(bullet, gone)
-    return digests
+    copies = [Digest(d.header, list(d.bullets)) for d in digests]
+    trim = _Trim(copies, profile, names, max_tokens, max_chars)
+    trim.count(reserved)
+    while trim.over() and trim.step():
+        pass
+    return trim.digests
 
 
 def summarize(previous: str | None, said: Sequence[tuple[Message, str]], names: Collection[str] = ()) -> str:
