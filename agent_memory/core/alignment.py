@@ -417,34 +417,10 @@ def _with_room(
     """The window placed where it belongs, the stored messages after each new one numbered on
     (as far as they must be) to make room: new ones before the first stored one go right
     before it, each other one right after the message before it in the window."""
-    after: dict[int, list[int]] = defaultdict(list)  # stored id -> the new window items after it
-    before_first: list[int] = list(range(first))
-    previous: int | None = None
-    for j in range(first, len(mapping)):
-        row = mapping[j]
-        if row is not None:
-            previous = row.id
-        else:
-            assert previous is not None
-            after[previous].append(j)
-    ordered = sorted(stored, key=lambda row: row.seq)
     anchor = mapping[first]
     assert anchor is not None
-    seqs: dict[int, int] = {}  # window index -> seq of a new item
-    moved: dict[int, MessageFingerprint] = {}
-    last: int | None = None
-    for row in ordered:
-        if row.id == anchor.id and before_first:
-            start = row.seq - len(before_first) if last is None else last + 1
-            for k, j in enumerate(before_first):
-                seqs[j] = start + k
-            last = start + len(before_first) - 1
-        seq = row.seq if last is None else max(row.seq, last + 1)
-        moved[row.id] = replace(row, seq=seq) if seq != row.seq else row
-        last = seq
-        for j in after.get(row.id, ()):
-            last += 1
-            seqs[j] = last
+    ordered = sorted(stored, key=lambda row: row.seq)
+    seqs, moved = _make_room(ordered, anchor.id, list(range(first)), _new_after(mapping, first))
     placed = [moved[row.id] if row is not None else None for row in mapping]
     positions: list[Position] = [
         (row.seq, row, row.gap_before and j == 0) if row is not None else (seqs[j], None, False)
@@ -456,6 +432,47 @@ def _with_room(
         (row.id, moved[row.id].seq) for row in reversed(ordered) if moved[row.id].seq != row.seq
     ]
     return placement
+
+
+def _new_after(mapping: Sequence[MessageFingerprint | None], first: int) -> dict[int, list[int]]:
+    """The new window items from `first` on, under the id of the stored message before each."""
+    after: dict[int, list[int]] = defaultdict(list)
+    previous: int | None = None
+    for j in range(first, len(mapping)):
+        row = mapping[j]
+        if row is not None:
+            previous = row.id
+        else:
+            assert previous is not None
+            after[previous].append(j)
+    return after
+
+
+def _make_room(
+    ordered: Sequence[MessageFingerprint],
+    anchor_id: int,
+    before_first: Sequence[int],
+    after: dict[int, list[int]],
+) -> tuple[dict[int, int], dict[int, MessageFingerprint]]:
+    """Each new item's seq (by window index) and each stored message as renumbered (by id):
+    `before_first` right before the anchor, the items `after` a stored message right after it,
+    every stored message moved on only as far as they push it."""
+    seqs: dict[int, int] = {}
+    moved: dict[int, MessageFingerprint] = {}
+    last: int | None = None
+    for row in ordered:
+        if row.id == anchor_id and before_first:
+            start = row.seq - len(before_first) if last is None else last + 1
+            for k, j in enumerate(before_first):
+                seqs[j] = start + k
+            last = start + len(before_first) - 1
+        seq = row.seq if last is None else max(row.seq, last + 1)
+        moved[row.id] = replace(row, seq=seq) if seq != row.seq else row
+        last = seq
+        for j in after.get(row.id, ()):
+            last += 1
+            seqs[j] = last
+    return seqs, moved
 
 
 def _positions(mapping: Sequence[MessageFingerprint | None], first: int) -> list[Position]:
