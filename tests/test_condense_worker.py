@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import fields, replace
 from typing import Any
 
 import pytest
-from conftest import condense, said, seed
+from conftest import condense, said, seed, stored_message
 
+from agent_memory.condense.base import CondenseInput, FactIn
 from agent_memory.condense.worker import WORKERS, WorkerPool
+from agent_memory.core.domain import Message
 from agent_memory.core.textcache import held_texts
 from agent_memory.errors import LLMError
 
@@ -80,3 +85,32 @@ async def test_a_forget_empties_the_condensing_workers_text_caches(start_service
     status, _ = await service.api("DELETE", "/v1/users/u1")
     assert status == 200
     assert await WORKERS.run(held_texts) == 0
+
+
+def test_a_record_is_pickled_as_its_class_and_values() -> None:
+    message = stored_message(1, "user", "I adopted a kitten called Miso.", at_ms=1_793_736_900_000)
+    message = replace(message, extra_json='{"tool": 1}', interrupted=True)
+    # Rebuilt by its own __init__: a slotted dataclass's state methods walk `fields()` per
+    # record, which made sending a condense job to the worker a tenth of its cost.
+    assert message.__reduce__() == (Message, tuple(getattr(message, f.name) for f in fields(message)))
+    for copied in (pickle.loads(pickle.dumps(message)), copy.copy(message), copy.deepcopy(message)):
+        assert copied == message and type(copied) is Message
+
+
+@pytest.mark.slow
+async def test_a_condense_job_comes_back_from_the_worker_as_it_was_sent() -> None:
+    job = CondenseInput(
+        user_id="u-1",
+        character_id="luna",
+        previous_summary="(offline summary)\n2026-11-03 20:15 UTC (1 exchange):\n- I have a cat.",
+        facts=[FactIn(id=1, text="The user has a cat.")],
+        messages=[
+            stored_message(seq, role, text, at_ms=1_793_736_900_000 + seq)
+            for seq, (role, text) in enumerate((("user", "My cat Miso is ill."), ("assistant", "Oh no.")))
+        ],
+    )
+    pool = WorkerPool()
+    try:
+        assert await pool.run(copy.deepcopy, job) == job
+    finally:
+        pool.shutdown()
