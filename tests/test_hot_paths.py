@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from agent_memory.core import recall
 from agent_memory.core.alignment import MAX_POSITIONS_PER_FINGERPRINT, Key, align, same_message
 from agent_memory.core.domain import Summary
+from agent_memory.core.terms import cached_terms
 
 
 def plain_align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int | None:
@@ -111,3 +112,77 @@ def test_a_summary_scores_only_its_statements_that_hold_a_term_of_the_question()
         assert recall._scored([], [], [summary], idfs, 7.0) == expected
         found += len(expected)
     assert found > 500
+
+
+def plain_diverse(found: list[recall.Scored]) -> list[recall.Scored]:
+    """Near repeats weighed pair by pair on bit sets of their words, as `_diverse` did first."""
+    bits: dict[str, int] = {}
+    held: list[tuple[int, int]] = []
+    out: list[recall.Scored] = []
+    for score, at_ms, text, source in found[: recall.DIVERSE_TOP]:
+        said = 0
+        for term in cached_terms(text):
+            said |= 1 << bits.setdefault(term, len(bits))
+        size = said.bit_count()
+        near = max(
+            (
+                (said & other).bit_count() / (size + count - (said & other).bit_count())
+                for other, count in held
+            ),
+            default=0.0,
+        )
+        if len(held) < recall.DIVERSE_HELD:
+            held.append((said, size))
+        out.append((round(score * (1 - recall.REPEAT_DISCOUNT * near), 4), at_ms, text, source))
+    out.sort(key=lambda entry: (-entry[0], -entry[1]))
+    return out + found[recall.DIVERSE_TOP :]
+
+
+def test_near_repeats_are_weighed_as_pair_by_pair_comparison_weighs_them() -> None:
+    rng = random.Random(7)
+    words = [
+        "dog",
+        "Biscuit",
+        "walk",
+        "walked",
+        "park",
+        "rain",
+        "Valencia",
+        "trip",
+        "June",
+        "sister",
+        "Ana",
+        "knee",
+        "run",
+        "我",
+        "昨天",
+        "跑了",
+        "马拉松",
+        "the",
+        "and",
+    ]
+    discounted = 0
+    for _ in range(2_000):
+        found: list[recall.Scored] = []
+        for index in range(rng.randint(0, recall.DIVERSE_TOP + 10)):
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 9))) + f" w{rng.randint(0, 3)}"
+            # Few distinct scores and times: ties must keep their order as before.
+            found.append(
+                (
+                    round(rng.choice((1.0, 2.5, 3.25, rng.random() * 4)), 4),
+                    rng.choice((1, 2, index)),
+                    text,
+                    None,
+                )
+            )
+        found.sort(key=lambda entry: (-entry[0], -entry[1]))
+        expected = plain_diverse(found)
+        assert recall._diverse(found) == expected
+        discounted += sum(entry not in found for entry in expected)
+    assert discounted > 10_000
+
+
+def test_two_turns_without_a_word_to_match_are_not_a_division_by_zero() -> None:
+    # Semantic hits need not share a word with the question: "Yes." and "Okay!" have no terms at all.
+    found: list[recall.Scored] = [(1.0, 2, "Yes.", None), (0.5, 1, "Okay!", None)]
+    assert recall._diverse(found) == found

@@ -21,7 +21,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Literal
+
+import numpy as np
 
 from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Fact, Message, Summary
@@ -365,26 +368,43 @@ def _diverse(found: list[Scored]) -> list[Scored]:
     """`found` (best first) with each memory discounted by how much it says the same words as
     one ranked above it (the share of their words they share, times `REPEAT_DISCOUNT`): ten
     turns saying nearly the same thing do not crowd out the one that says something else."""
-    bits: dict[str, int] = {}
-    held: list[tuple[int, int]] = []  # each text's words as bits of an int, and how many
-    out: list[Scored] = []
-    for score, at_ms, text, source in found[:DIVERSE_TOP]:
-        said = 0
-        for term in cached_terms(text):
-            said |= 1 << bits.setdefault(term, len(bits))
-        size = said.bit_count()
-        near = max(
-            (
-                (said & other).bit_count() / (size + count - (said & other).bit_count())
-                for other, count in held
-            ),
-            default=0.0,
-        )
-        if len(held) < DIVERSE_HELD:
-            held.append((said, size))
-        out.append((round(score * (1 - REPEAT_DISCOUNT * near), 4), at_ms, text, source))
-    out.sort(key=lambda entry: (-entry[0], -entry[1]))
+    top = found[:DIVERSE_TOP]
+    near = _nearest_repeats([_term_counts(text)[0] for _, _, text, _ in top])
+    out = [
+        (round(score * (1 - REPEAT_DISCOUNT * share), 4), at_ms, text, source)
+        for (score, at_ms, text, source), share in zip(top, near, strict=True)
+    ]
+    out.sort(key=_BY_SCORE, reverse=True)  # stable: ties keep their order, as (-score, -at_ms) ascending
     return out + found[DIVERSE_TOP:]
+
+
+_BY_SCORE = itemgetter(0, 1)
+# [i, j]: whether memory j is ranked above memory i (and so is one it may repeat).
+_ABOVE = np.tri(DIVERSE_TOP, DIVERSE_HELD, -1)
+
+
+def _nearest_repeats(said: Sequence[Mapping[str, int]]) -> list[float]:
+    """For each text's distinct terms, the largest share of words (intersection over union) it
+    has with one of the first `DIVERSE_HELD` ranked above it; 0 for none.
+
+    One matrix product over the texts' words instead of a comparison per pair in Python (a
+    recall compares ~40 texts with 20 each: a sixth of its CPU when done pair by pair).
+    """
+    if not said:
+        return []
+    held = min(len(said), DIVERSE_HELD)
+    every = [term for terms_ in said for term in terms_]
+    column = {term: index for index, term in enumerate(dict.fromkeys(every))}
+    sizes = [len(terms_) for terms_ in said]
+    words = np.zeros((len(said), len(column)))
+    words[np.repeat(np.arange(len(said)), sizes), [column[term] for term in every]] = 1.0
+    count = np.array(sizes, dtype=np.float64)
+    shared = words @ words[:held].T
+    # Counts are exact small integers in float64, so each share is the same float as int / int;
+    # two texts without a word share none (not 0 / 0).
+    share = shared / np.maximum(count[:, None] + count[:held] - shared, 1.0)
+    share *= _ABOVE[: len(said), :held]
+    return share.max(axis=1).tolist()
 
 
 def _scored(
