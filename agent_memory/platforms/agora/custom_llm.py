@@ -224,24 +224,9 @@ def to_openai_messages(
     """
     options = options or RenderOptions()
     slots: list[Any] = known if known is not None else [None] * len(messages)
-    checked = [
-        read.checked
-        if isinstance(read := slots[index], ReadMessage)
-        else _check(_with_tool_data(message) if isinstance(message, Mapping) else message, index)
-        for index, message in enumerate(messages)
-    ]
-    facts = [
-        read.facts
-        if isinstance(read := slots[index], ReadMessage)
-        else (_turn_facts(m) if _is_spoken_turn(m) else None)
-        for index, m in enumerate(checked)
-    ]
-    speakers = {
-        f["speaker"]
-        for m, f in zip(checked, facts, strict=True)
-        if f and m["role"] == "user" and f["speaker"]
-    }
-    several = options.speakers == "always" or (options.speakers == "auto" and len(speakers) > 1)
+    checked = _checked(messages, slots)
+    facts = _facts(checked, slots)
+    several = _several_speakers(checked, facts, options)
     rendered: list[dict[str, Any]] = []
     for index, (message, turn) in enumerate(zip(checked, facts, strict=True)):
         read = slots[index]
@@ -254,6 +239,40 @@ def to_openai_messages(
         if out is not None:
             rendered.append(out)
     return rendered
+
+
+def _checked(messages: Sequence[Any], slots: list[Any]) -> list[Mapping[str, Any]]:
+    """Each message checked (a 422 for the first that is wrong), or as read before."""
+    return [
+        read.checked
+        if isinstance(read := slots[index], ReadMessage)
+        else _check(_with_tool_data(message) if isinstance(message, Mapping) else message, index)
+        for index, message in enumerate(messages)
+    ]
+
+
+def _facts(checked: list[Mapping[str, Any]], slots: list[Any]) -> list[Mapping[str, Any] | None]:
+    """Each spoken turn's facts (None: not a spoken turn), or as read before."""
+    return [
+        read.facts
+        if isinstance(read := slots[index], ReadMessage)
+        else (_turn_facts(m) if _is_spoken_turn(m) else None)
+        for index, m in enumerate(checked)
+    ]
+
+
+def _several_speakers(
+    checked: list[Mapping[str, Any]], facts: list[Mapping[str, Any] | None], options: RenderOptions
+) -> bool:
+    """Whether user turns are labelled with their speaker: always, or when several users speak."""
+    if options.speakers != "auto":
+        return options.speakers == "always"
+    speakers = {
+        f["speaker"]
+        for m, f in zip(checked, facts, strict=True)
+        if f and m["role"] == "user" and f["speaker"]
+    }
+    return len(speakers) > 1
 
 
 def _render_one(
