@@ -7,11 +7,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.events import HistoryWindow, KnownEnd, Outcome
 from agent_memory.errors import StoreUnavailable
 from agent_memory.memory.service import Memory
+from agent_memory.store import Transaction
 
 log = logging.getLogger("agent_memory.memory.per_turn")  # one logger for the per-turn memory
 
@@ -36,6 +38,7 @@ class ProxyStats:
     first_turn_recalls: int = 0  # the first recall of a call at an endpoint (this instance)
     first_turn_misses: int = 0  # of those, past the deadline
     recalls_brief: int = 0  # of a pair whose last recall was brief (read on the event loop by SQLite)
+    recalls_reused: int = 0  # answered with the call's last recall: its question again, nothing new to find
     recall_errors: int = 0
     memories_injected: int = 0
     upstream_errors: int = 0
@@ -51,6 +54,14 @@ class ProxyStats:
 
     def report(self) -> dict[str, int]:
         return asdict(self)
+
+
+class Watch(Protocol):
+    """What a merge of a live call's window tells, in its transaction, before and after it."""
+
+    def before(self, tx: Transaction) -> None: ...
+
+    def after(self, tx: Transaction) -> None: ...
 
 
 class HeldReplies:
@@ -100,10 +111,11 @@ class HeldReplies:
         window: HistoryWindow,
         done: Callable[[Outcome], None] | None = None,
         known: KnownEnd | None = None,
+        watch: Watch | None = None,
     ) -> None:
         """Merge a window in the background (then `done(outcome)`), only what follows `known`
-        where that holds; never fails the answer, errors are logged."""
-        task = asyncio.get_running_loop().create_task(self._merge(window, done, known))
+        where that holds, `watch` told in its transaction; never fails the answer, errors are logged."""
+        task = asyncio.get_running_loop().create_task(self._merge(window, done, known, watch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -112,9 +124,15 @@ class HeldReplies:
         window: HistoryWindow,
         done: Callable[[Outcome], None] | None = None,
         known: KnownEnd | None = None,
+        watch: Watch | None = None,
     ) -> None:
         try:
-            outcome = await self.memory.merge_window(window, now_ms(), known=known)
+            if watch is None:
+                outcome = await self.memory.merge_window(window, now_ms(), known=known)
+            else:
+                outcome = await self.memory.merge_window(
+                    window, now_ms(), known=known, first=watch.before, then=watch.after
+                )
             self.stats.recorded += outcome.new_messages
             if done is not None:
                 done(outcome)

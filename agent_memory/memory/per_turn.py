@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_memory.core.clock import now_ms
-from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage, KnownEnd
+from agent_memory.core.events import RELAYED, HistoryWindow, IncomingMessage, KnownEnd, Outcome
 from agent_memory.core.recall import HEADING, Recall, RecalledMemory
 from agent_memory.core.recall_fit import context_line, memory_line
 from agent_memory.core.textcache import text_cache
 from agent_memory.errors import StoreUnavailable
 from agent_memory.logs import pair_ref
 from agent_memory.memory.live_calls import BRIEF_PAIRS_HELD, BriefPairs, HeldReplies, ProxyStats
+from agent_memory.memory.reading import Reuse
+from agent_memory.memory.recall_reuse import RecallReuse
 from agent_memory.memory.service import Memory
 from agent_memory.settings import Settings
 from agent_memory.store import NotBrief
@@ -284,7 +286,8 @@ class PerTurn:
         self.settings = settings
         self.stats = stats or ProxyStats()
         self.windows = Windows(self.stats)
-        self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s, self.windows.drop)
+        self.recalls = RecallReuse(self.stats)
+        self.replies = HeldReplies(memory, self.stats, settings.llm_reply_settle_s, self._quiet)
         self.brief = BriefPairs(settings.recall_brief_ms)
         self.labels = (settings.label_user_key, settings.label_character_key)
         self._miss_logged_at = float("-inf")
@@ -301,6 +304,12 @@ class PerTurn:
             labels[self.labels[1]] = character_id
         self.replies.forget(labels)
         self.windows.forget(labels)
+        self.recalls.forget(user_id, character_id)
+
+    def _quiet(self, session: str) -> None:
+        """A call's reply settled (the call went quiet): what was kept for its next request goes."""
+        self.windows.drop(session)
+        self.recalls.drop(session)
 
     async def close(self) -> None:
         await self.replies.close()
@@ -348,6 +357,7 @@ class PerTurn:
                     query,
                     max_tokens=self.settings.recall_max_tokens,
                     exclude_session=turn.session,
+                    reuse=self._reuse(turn, query),
                 )
             except NotBrief:
                 pass  # on a reader thread, within what is left of the deadline
@@ -357,6 +367,14 @@ class PerTurn:
             else:
                 return self._read_here(turn, found, started)
         return await self._recall_away(turn, query, started)
+
+    def _reuse(self, turn: Turn, query: str) -> Reuse | None:
+        """The call's last recall answered again where it stands (memory/recall_reuse.py)."""
+        session, user_id = turn.session, turn.user_id
+        if session is None or user_id is None:
+            return None
+        max_tokens = self.settings.recall_max_tokens
+        return lambda fresh: self.recalls.read(session, user_id, turn.character_id, query, max_tokens, fresh)
 
     def _read_here(self, turn: Turn, found: Recall, started: float) -> Recall | None:
         if (time.perf_counter() - started) * 1000 > self.settings.recall_timeout_ms:
@@ -381,6 +399,7 @@ class PerTurn:
                     max_tokens=self.settings.recall_max_tokens,
                     indexed_only=True,
                     exclude_session=turn.session,
+                    reuse=self._reuse(turn, query),
                 ),
                 max(deadline_s - (time.perf_counter() - started), 0.0),
             )
@@ -486,7 +505,14 @@ class PerTurn:
         # Only what follows the window last stored is merged, while the session is as that
         # merge left it (checked where it is written); else the whole window.
         known = KnownEnd(repeated, counts) if repeated and counts is not None else None
-        self.replies.merge(window, lambda outcome: self.windows.stored(session, said, outcome.counts), known)
+        watch = self.recalls.watch(session)
+
+        def merged(outcome: Outcome) -> None:
+            self.windows.stored(session, said, outcome.counts)
+            if watch is not None:
+                self.recalls.merged(session, watch)
+
+        self.replies.merge(window, merged, known, watch)
 
     def reply(self, turn: Turn, text: str, *, interrupted: bool, said_ms: int | None) -> None:
         """The reply the caller got, held until the call's next request (or recorded at once)."""

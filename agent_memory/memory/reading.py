@@ -54,6 +54,8 @@ CONTEXT_CACHE_SIZE = 2048
 # What a read answers when the recall index is behind (None may be a real answer).
 _Behind: Final = object()
 T = TypeVar("T")
+# A recall's read wrapped (memory/recall_reuse.py: a live call's last recall answered again).
+Reuse = Callable[[Callable[[ReadView], Recall]], Callable[[ReadView], Recall]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +157,14 @@ class Reading:
         scope: RecallScope = "pair",
         indexed_only: bool = False,
         exclude_session: str | None = None,
+        reuse: Reuse | None = None,
     ) -> Recall:
         """The memories that answer `q`, best first, within `max_tokens`; scope user reads
         all the user's characters (and always includes the user-wide facts). `indexed_only`
         answers from what the recall index holds without first catching it up: for a caller
         that already has the latest turns (a live call's own request carries them), whose
-        own agent run `exclude_session` names."""
+        own agent run `exclude_session` names; `reuse` wraps the read (the run's last recall
+        answered again where it stands: memory/recall_reuse.py), without an embeddings model."""
         _check_question(q)
         started = time.perf_counter()
         scoped = None if scope == "user" else character_id
@@ -176,6 +180,8 @@ class Reading:
                 timeout_s=self.settings.embeddings_timeout_s,
             )
         read = _recall_read(user_id, scoped, q, max_tokens, semantic, exclude_session)
+        if reuse is not None and self.embedder is None:
+            read = reuse(read)
         if indexed_only:
             found = await self.store.read(read)
         else:
@@ -190,7 +196,14 @@ class Reading:
         return found
 
     def recall_here(
-        self, user_id: str, character_id: str, q: str, *, max_tokens: int, exclude_session: str | None
+        self,
+        user_id: str,
+        character_id: str,
+        q: str,
+        *,
+        max_tokens: int,
+        exclude_session: str | None,
+        reuse: Reuse | None = None,
     ) -> Recall:
         """`recall(indexed_only=True)` of one pair, read right here on the calling thread (the
         event loop) for a pair whose recall is known to be brief (`ReadsHere.read_here`). Raises
@@ -202,7 +215,8 @@ class Reading:
         if not isinstance(self.store, ReadsHere):
             raise NotBrief("this store is read over the network, on a reader thread")
         started = time.perf_counter()
-        found = self.store.read_here(_recall_read(user_id, character_id, q, max_tokens, (), exclude_session))
+        read = _recall_read(user_id, character_id, q, max_tokens, (), exclude_session)
+        found = self.store.read_here(reuse(read) if reuse is not None else read)
         self._recalled("pair", started, found)
         return found
 

@@ -101,11 +101,15 @@ class Memory:
         *,
         then: Callable[[Transaction], object] | None = None,
         known: KnownEnd | None = None,
+        first: Callable[[Transaction], object] | None = None,
     ) -> Outcome:
-        """Merge a running agent's history window; `then(tx)` runs in the same transaction;
-        `known`: what the window repeats of the run's window last merged (`Ingestor.merge_window`)."""
+        """Merge a running agent's history window; `first(tx)` and `then(tx)` run in the same
+        transaction, before and after it; `known`: what the window repeats of the run's window
+        last merged (`Ingestor.merge_window`)."""
 
         def merge(tx: Transaction) -> Outcome:
+            if first is not None:
+                first(tx)
             outcome = self._ingestor.merge_window(tx, window, stamp, known)
             if then is not None:
                 then(tx)

@@ -214,8 +214,10 @@ class PostgresRecall(Repository, RecallReads):
         """Whether messages are queued that the index has not taken in yet."""
         return bool(self.sql.count("SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"))
 
-    def lag(self, user_id: str, character_id: str | None) -> int:
+    def lag(self, user_id: str, character_id: str | None, exclude_session: str | None = None) -> int:
         scope, params = pair_scope(user_id, character_id, "m.")
+        if exclude_session is not None:
+            scope, params = f"{scope} AND m.agent_id <> ?", (*params, exclude_session)
         return self.sql.count(
             "SELECT count(*) FROM recall_pending p JOIN messages m ON m.id = p.id "
             f"WHERE {scope} AND m.kind = 'turn'",

@@ -49,8 +49,8 @@ class RecallReads(Repository):
         """Whether messages are stored that the recall index has not taken in yet."""
 
     @abstractmethod
-    def lag(self, user_id: str, character_id: str | None) -> int:
-        """How many of the scope's turns are stored but not in the index yet."""
+    def lag(self, user_id: str, character_id: str | None, exclude_session: str | None = None) -> int:
+        """How many of the scope's turns (none of `exclude_session`) are stored but not in the index yet."""
 
     @abstractmethod
     def term_stats(

@@ -141,8 +141,10 @@ class SQLiteRecall(Repository, RecallReads):
         ).fetchone()
         return bool(row[0])
 
-    def lag(self, user_id: str, character_id: str | None) -> int:
+    def lag(self, user_id: str, character_id: str | None, exclude_session: str | None = None) -> int:
         scope, params = pair_scope(user_id, character_id)
+        if exclude_session is not None:
+            scope, params = f"{scope} AND agent_id <> ?", (*params, exclude_session)
         row = self.conn.execute(
             f"SELECT count(*) FROM messages WHERE kind = 'turn' AND {scope} AND (id > "
             "(SELECT value FROM search_state WHERE name = 'recall_indexed_upto') "

@@ -1,0 +1,148 @@
+"""A live call's recalls, each answered again when the call asks its question again and nothing
+that recall could find has changed since.
+
+A call's recall leaves out the call's own turns (its request carries them), so what it can
+find changes only when the pair's memory changes otherwise: another session's turns, a fact,
+a summary, a forget. The store counts every change of a pair's memory (`view.versions`); the
+call's own recording changes it too, so each merge of the call's window reads the pair's
+version before and after itself, in its transaction: a version the call's own merge moved from
+the one its last recall was read at still stands for what that recall could find. Only BM25's
+statistics move with the call's own turns (they count every indexed turn); the turns, facts
+and summaries it can find do not. A recall read while other turns of the pair were stored but
+not yet indexed is not kept (a recall a moment later would find them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from agent_memory.core.recall import Recall
+from agent_memory.memory.live_calls import BRIEF_PAIRS_HELD, ProxyStats
+from agent_memory.store import ReadView, Transaction
+
+Versions = tuple[int, int]
+# The questions kept of each call (the latest asked): a call comes back to what it talked about.
+QUESTIONS_HELD = 16
+
+
+@dataclass(slots=True)
+class Recalled:
+    """One question a call asked, its answer, and the versions of its pair's memory it read at."""
+
+    max_tokens: int
+    versions: Versions
+    found: Recall
+
+
+@dataclass(slots=True)
+class CallRecalls:
+    """A call's pair and the questions it asked (latest last)."""
+
+    user_id: str
+    character_id: str
+    asked: OrderedDict[str, Recalled]
+
+
+@dataclass(slots=True)
+class OwnMerge:
+    """A merge of the call's own window: its pair's versions before and after it (`Watch`)."""
+
+    call: CallRecalls
+    before_versions: Versions | None = None
+    after_versions: Versions | None = None
+
+    def before(self, tx: Transaction) -> None:
+        self.before_versions = tx.versions.of_pair(self.call.user_id, self.call.character_id)
+
+    def after(self, tx: Transaction) -> None:
+        self.after_versions = tx.versions.of_pair(self.call.user_id, self.call.character_id)
+
+
+class RecallReuse:
+    """Each live call's recalls (by session), until the call goes quiet, a forget of its pair, or `held` calls."""
+
+    def __init__(
+        self, stats: ProxyStats, held: int = BRIEF_PAIRS_HELD, questions: int = QUESTIONS_HELD
+    ) -> None:
+        self.stats = stats
+        self.held = held
+        self.questions = questions
+        self._calls: dict[str, CallRecalls] = {}
+        self._lock = threading.Lock()  # recalls read on reader threads too
+
+    def read(
+        self,
+        session: str,
+        user_id: str,
+        character_id: str,
+        q: str,
+        max_tokens: int,
+        fresh: Callable[[ReadView], Recall],
+    ) -> Callable[[ReadView], Recall]:
+        """A read that answers with the call's recall of `q` where it stands (counted), else
+        reads `fresh` and keeps it for the call's next requests."""
+
+        def read(view: ReadView) -> Recall:
+            started = time.perf_counter()
+            versions = view.versions.of_pair(user_id, character_id)
+            with self._lock:
+                call = self._call(session, user_id, character_id)
+                kept = call.asked.get(q)
+                if kept is not None and kept.versions == versions and kept.max_tokens == max_tokens:
+                    self.stats.recalls_reused += 1
+                    return replace(kept.found, read_ms=(time.perf_counter() - started) * 1000)
+            found = fresh(view)
+            complete = view.recall.lag(user_id, character_id, exclude_session=session) == 0
+            with self._lock:
+                # Versions only grow: a recall read at older ones is never answered again.
+                for stale in [asked for asked, kept in call.asked.items() if kept.versions != versions]:
+                    del call.asked[stale]
+                if complete:
+                    call.asked[q] = Recalled(max_tokens, versions, found)
+                    while len(call.asked) > self.questions:
+                        call.asked.popitem(last=False)
+            return found
+
+        return read
+
+    def _call(self, session: str, user_id: str, character_id: str) -> CallRecalls:
+        call = self._calls.get(session)
+        if call is None or (call.user_id, call.character_id) != (user_id, character_id):
+            if session not in self._calls and len(self._calls) >= self.held:
+                self._calls.clear()
+            call = self._calls[session] = CallRecalls(user_id, character_id, OrderedDict())
+        return call
+
+    def watch(self, session: str) -> OwnMerge | None:
+        """What a merge of the call's own window reads, for `merged` (None: no recall kept)."""
+        with self._lock:
+            call = self._calls.get(session)
+            return OwnMerge(call) if call is not None and call.asked else None
+
+    def merged(self, session: str, merge: OwnMerge) -> None:
+        """The call's own merge committed: the recalls read at the versions it started from
+        stand at the versions it left; the others are stale."""
+        with self._lock:
+            call = self._calls.get(session)
+            if call is not merge.call or merge.before_versions is None or merge.after_versions is None:
+                return
+            for asked, kept in list(call.asked.items()):
+                if kept.versions == merge.before_versions:
+                    kept.versions = merge.after_versions
+                else:
+                    del call.asked[asked]
+
+    def drop(self, session: str) -> None:
+        with self._lock:
+            self._calls.pop(session, None)
+
+    def forget(self, user_id: str, character_id: str | None) -> None:
+        """A forget of a user (or pair): drop its calls' recalls (they hold its words)."""
+        with self._lock:
+            for session, call in list(self._calls.items()):
+                if call.user_id == user_id and character_id in (None, call.character_id):
+                    del self._calls[session]
