@@ -1066,11 +1066,63 @@ async def test_a_forget_drops_what_the_endpoint_kept_of_a_live_calls_messages(
     assert (await sse_events(await post(service, copy.deepcopy(body))))[-1] == "[DONE]"
     await wait_for(lambda: stored(service, "A-KEPT"))
     assert "Qzvxwjkq4471" in repr(parts.turns.windows._last)
+    assert "Qzvxwjkq4471" in repr(parts.turns.recalls._calls)  # the question, kept with its recall
     status, _ = await service.api("DELETE", "/v1/users/u-ana")
     assert status == 200
     assert "Qzvxwjkq4471" not in repr(parts.turns.windows._last)
+    assert "Qzvxwjkq4471" not in repr(parts.turns.recalls._calls)
     read_before = (await stats(service))["messages_read"]
     upstream.script(Script(words=["Noted."]))
     assert (await sse_events(await post(service, copy.deepcopy(body))))[-1] == "[DONE]"
     assert (await stats(service))["messages_read"] == read_before + len(window)
     assert upstream.requests[1]["messages"] == to_openai_messages(window)
+
+
+async def test_a_call_asking_again_is_answered_its_recall_again_until_the_pair_remembers_more(
+    start_service: Any, upstream: FakeUpstreamLLM
+) -> None:
+    # A call's own turns never change what its recall finds (they are left out), so a question
+    # it asks again is answered with the recall it got, however many of its turns were stored
+    # meanwhile; another session's turn of the pair makes it recall anew.
+    service = await start(start_service, upstream, llm_reply_settle_s=3600)
+    past = [said(0, "my locker code is Qzvxwjkq4471"), said(1, "Noted: Qzvxwjkq4471.")]
+    await deliver(service, agent_event(103, "A-PAST", labels=dict(PARAMS), contents=past))
+    status, body = await service.api("GET", "/v1/users/u-ana/characters/luna/recall?q=locker%20code")
+    assert status == 200 and body["memories"], body  # indexed
+    asked = "what is my locker code again?"
+    lines = [
+        asked,
+        "It is Qzvxwjkq4471.",
+        "and where did I park the car last night?",
+        "I do not know.",
+        asked,
+    ]
+    memories: list[str] = []
+    for turn in range(3):
+        window = [{"role": "system", "content": "You are Luna."}] + [
+            said(index, line) for index, line in enumerate(lines[: 2 * turn + 1])
+        ]
+        upstream.script(Script(words=["Sure."]))
+        body = {"messages": window, "stream": True, "model": "m", "agent_id": "A-NOW", **PARAMS}
+        assert (await sse_events(await post(service, body)))[-1] == "[DONE]"
+        memories.append(upstream.requests[-1]["messages"][1]["content"])
+        await wait_for(lambda n=2 * turn + 1: len_stored(service, "A-NOW", n))
+    assert (await stats(service))["recalls_reused"] == 1  # the third turn asks the first's question
+    assert "Qzvxwjkq4471" in memories[0] and memories[2] == memories[0]
+
+    other = [said(0, "I changed my locker code to Bxxpqr5521"), said(1, "Got it.")]
+    await deliver(service, agent_event(103, "A-OTHER", labels=dict(PARAMS), contents=other))
+    status, body = await service.api("GET", "/v1/users/u-ana/characters/luna/recall?q=locker%20code")
+    assert status == 200 and "Bxxpqr5521" in json.dumps(body)
+    window = [{"role": "system", "content": "You are Luna."}] + [
+        said(index, line) for index, line in enumerate([*lines, "Sure.", asked])
+    ]
+    upstream.script(Script(words=["Sure."]))
+    body = {"messages": window, "stream": True, "model": "m", "agent_id": "A-NOW", **PARAMS}
+    assert (await sse_events(await post(service, body)))[-1] == "[DONE]"
+    assert "Bxxpqr5521" in upstream.requests[-1]["messages"][1]["content"]
+    assert (await stats(service))["recalls_reused"] == 1
+
+
+async def len_stored(service: Service, agent_id: str, count: int) -> bool:
+    return len(await stored(service, agent_id)) >= count
