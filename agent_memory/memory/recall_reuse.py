@@ -96,7 +96,10 @@ class RecallReuse:
                     self.stats.recalls_reused += 1
                     return replace(kept.found, read_ms=(time.perf_counter() - started) * 1000)
             found = fresh(view)
-            complete = view.recall.lag(user_id, character_id, exclude_session=session) == 0
+            # Nothing waits to be indexed (one cheap look), else none of the pair's other sessions' turns.
+            complete = not view.recall.behind() or not view.recall.lag(
+                user_id, character_id, exclude_session=session
+            )
             with self._lock:
                 # Versions only grow: a recall read at older ones is never answered again.
                 for stale in [asked for asked, kept in call.asked.items() if kept.versions != versions]:
