@@ -101,9 +101,6 @@ class RecallReuse:
                 user_id, character_id, exclude_session=session
             )
             with self._lock:
-                # Versions only grow: a recall read at older ones is never answered again.
-                for stale in [asked for asked, kept in call.asked.items() if kept.versions != versions]:
-                    del call.asked[stale]
                 if complete:
                     call.asked[q] = Recalled(max_tokens, versions, found)
                     while len(call.asked) > self.questions:
@@ -128,15 +125,17 @@ class RecallReuse:
 
     def merged(self, session: str, merge: OwnMerge) -> None:
         """The call's own merge committed: the recalls read at the versions it started from
-        stand at the versions it left; the others are stale."""
+        stand at the versions it left; those read at others before it are stale (versions only
+        grow), those read at the ones it left (after it, before this was told) stand."""
+        before, after = merge.before_versions, merge.after_versions
         with self._lock:
             call = self._calls.get(session)
-            if call is not merge.call or merge.before_versions is None or merge.after_versions is None:
+            if call is not merge.call or before is None or after is None:
                 return
             for asked, kept in list(call.asked.items()):
-                if kept.versions == merge.before_versions:
-                    kept.versions = merge.after_versions
-                else:
+                if kept.versions == before:
+                    kept.versions = after
+                elif kept.versions != after:
                     del call.asked[asked]
 
     def drop(self, session: str) -> None:
