@@ -142,14 +142,22 @@ class SQLiteRecall(Repository, RecallReads):
         return bool(row[0])
 
     def lag(self, user_id: str, character_id: str | None, exclude_session: str | None = None) -> int:
-        scope, params = pair_scope(user_id, character_id)
+        # Those past the watermark, found by id, then those queued again below it: the scope's
+        # columns hidden from the index choice (`+`), else SQLite reads every turn of the pair.
+        own, params = pair_scope(user_id, character_id, "+")
+        queued, _ = pair_scope(user_id, character_id, "+m.")
         if exclude_session is not None:
-            scope, params = f"{scope} AND agent_id <> ?", (*params, exclude_session)
+            own, queued, params = (
+                f"{own} AND +agent_id <> ?",
+                f"{queued} AND +m.agent_id <> ?",
+                (*params, exclude_session),
+            )
+        upto = "(SELECT value FROM search_state WHERE name = 'recall_indexed_upto')"
         row = self.conn.execute(
-            f"SELECT count(*) FROM messages WHERE kind = 'turn' AND {scope} AND (id > "
-            "(SELECT value FROM search_state WHERE name = 'recall_indexed_upto') "
-            "OR id IN (SELECT id FROM recall_pending))",
-            params,
+            f"SELECT (SELECT count(*) FROM messages WHERE id > {upto} AND kind = 'turn' AND {own}) + "
+            "(SELECT count(*) FROM recall_pending p CROSS JOIN messages m ON m.id = p.id "
+            f"WHERE p.id <= {upto} AND m.kind = 'turn' AND {queued})",
+            (*params, *params),
         ).fetchone()
         return int(row[0])
 
