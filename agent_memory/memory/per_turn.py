@@ -369,7 +369,7 @@ class PerTurn:
         return await self._recall_away(turn, query, started)
 
     def _reuse(self, turn: Turn, query: str) -> Reuse | None:
-        """The call's last recall answered again where it stands (memory/recall_reuse.py)."""
+        """The call's recall of this question answered again where it stands (memory/recall_reuse.py)."""
         session, user_id = turn.session, turn.user_id
         if session is None or user_id is None:
             return None
