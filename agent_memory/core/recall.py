@@ -30,12 +30,14 @@ from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.render import said_text
 from agent_memory.core.terms import (
+    CHARACTER_WEIGHT,
     FORMS,
     RELATED,
     RELATED_WEIGHT,
     STOP_WORDS,
     cached_terms,
     compound_parts,
+    is_character,
     query_terms,
     terms,
 )
@@ -214,9 +216,11 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
                 weight = NUMBER_WEIGHT
             elif position > 0 and word[:1].isupper() and word.strip("?!.,").casefold() not in STOP_WORDS:
                 weight = NAME_WEIGHT
+            elif is_character(term):
+                weight = CHARACTER_WEIGHT
             weights[term] = max(weights.get(term, 0.0), weight)
     for term in query_terms(q):
-        weights.setdefault(term, 1.0)
+        weights.setdefault(term, CHARACTER_WEIGHT if is_character(term) else 1.0)
     for word in q.casefold().split():
         for part in compound_parts(word.strip("?!.,;:'\"")):
             weights.setdefault(part, RELATED_WEIGHT)
@@ -487,9 +491,9 @@ def weighted_idfs(
 ) -> dict[str, float]:
     """Each question term's idf times its weight; terms in more than `max_frequency` turns are
     left out (they say little and cost long posting lists; a term no turn has may still be in a
-    fact), and so are related words in more than `RELATED_SHARE` of them. A name or number
-    weighs more only while it is rare: the user's own name, said in many
-    greetings, tells nothing about which turn answers."""
+    fact), and so are related words and Chinese characters in more than `RELATED_SHARE` of
+    them. A name or number weighs more only while it is rare: the user's own name, said in
+    many greetings, tells nothing about which turn answers."""
     idfs: dict[str, float] = {}
     for term, weight in weighted:
         frequency = frequencies.get(term, 0)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import psycopg
 
 from agent_memory.core.clock import now_ms
+from agent_memory.core.terms import HAN
 
 Migration = Callable[[psycopg.Connection], None]
 MIGRATIONS: list[tuple[str, Migration]] = []
@@ -367,6 +368,17 @@ def m011_console_sessions(conn: psycopg.Connection) -> None:
         # Revoking a key ends its sessions; sign-ins drop the expired ones.
         "CREATE INDEX console_sessions_key ON console_sessions (key_hash)",
         "CREATE INDEX console_sessions_expiry ON console_sessions (expires_ms)",
+    )
+
+
+@migration
+def m012_recall_characters(conn: psycopg.Connection) -> None:
+    """Turns that say Chinese indexed again: each Chinese character is a recall term now (core/terms.py)."""
+    # Queued: the next catch-up indexes them again with today's terms (their docs replaced).
+    conn.execute(
+        "INSERT INTO recall_pending (id) SELECT d.id FROM recall_docs d JOIN messages m ON m.id = d.id "
+        "WHERE m.content ~ %s ON CONFLICT DO NOTHING",
+        (HAN.pattern,),
     )
 
 
