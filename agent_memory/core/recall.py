@@ -36,8 +36,8 @@ from agent_memory.core.terms import (
     RELATED_WEIGHT,
     STOP_WORDS,
     cached_terms,
+    character_parts,
     compound_parts,
-    is_character,
     query_terms,
     terms,
 )
@@ -208,6 +208,7 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
     (to rank and to fit), and a call asks about what was just said again."""
     weights: dict[str, float] = {}
     q = _SCAFFOLD.sub(" , ", q)
+    parts = character_parts(q)
     words = q.split()
     for position, word in enumerate(words):
         for term in terms(word):
@@ -216,11 +217,11 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
                 weight = NUMBER_WEIGHT
             elif position > 0 and word[:1].isupper() and word.strip("?!.,").casefold() not in STOP_WORDS:
                 weight = NAME_WEIGHT
-            elif is_character(term):
+            elif term in parts:
                 weight = CHARACTER_WEIGHT
             weights[term] = max(weights.get(term, 0.0), weight)
     for term in query_terms(q):
-        weights.setdefault(term, CHARACTER_WEIGHT if is_character(term) else 1.0)
+        weights.setdefault(term, CHARACTER_WEIGHT if term in parts else 1.0)
     for word in q.casefold().split():
         for part in compound_parts(word.strip("?!.,;:'\"")):
             weights.setdefault(part, RELATED_WEIGHT)

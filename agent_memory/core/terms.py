@@ -30,6 +30,8 @@ _TOKEN = re.compile(
 )
 # Han ideographs: each is also indexed and asked alone (kana, 々 and 〇 are not).
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# `_TOKEN`'s han runs (ideographs and kana), as found there.
+_HAN_RUN = re.compile(r"[\u3005\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 MAX_WORD_CHARS = 40  # longer "words" are noise (URLs, IDs run together) and bloat the index
 
 STOP_WORDS: Final = frozenset(
@@ -92,8 +94,15 @@ def terms(text: str) -> list[str]:
 
 
 def is_character(term: str) -> bool:
-    """Whether `term` is one Chinese character (weighed as `CHARACTER_WEIGHT` when asked)."""
+    """Whether `term` is one Chinese character."""
     return len(term) == 1 and HAN.match(term) is not None
+
+
+@text_cache(1024)
+def character_parts(text: str) -> frozenset[str]:
+    """The Chinese characters `terms` adds for runs of two or more (weighed as `CHARACTER_WEIGHT`
+    when asked); a character said alone (号 in 22号) is a word, and weighs as one."""
+    return frozenset(found for run in _HAN_RUN.findall(text) if len(run) > 1 for found in HAN.findall(run))
 
 
 @text_cache(65536)
