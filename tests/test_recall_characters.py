@@ -47,6 +47,9 @@ def test_chinese_characters_are_terms_beside_bigrams_and_weigh_less() -> None:
     assert terms("马") == ["马"]  # a lone character was its own term already
     assert terms("ひらがな") == ["ひら", "らが", "がな"]  # kana carry no meaning alone
     assert terms("학교에 가요") == ["학교", "교에", "가요"]
+    # A Latin word stops where Han or Hangul starts (both are letters to a regex's \\w).
+    assert terms("HSK五级考试") == ["hsk", "五级", "级考", "考试", "五", "级", "考", "试"]
+    assert terms("PPT발표") == ["ppt", "발표"]
     weights = dict(weighted_terms(QUESTION))
     assert weights["养猫"] == 1.0 and weights["猫"] == CHARACTER_WEIGHT
     assert is_character("猫") and not is_character("猫咪") and not is_character("a")

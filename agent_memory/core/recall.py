@@ -40,6 +40,7 @@ from agent_memory.core.terms import (
     compound_parts,
     query_terms,
     terms,
+    text_length,
 )
 from agent_memory.core.textcache import text_cache
 
@@ -257,7 +258,7 @@ def _term_counts(text: str) -> tuple[Mapping[str, int], int]:
     counts: dict[str, int] = {}
     for term in found:
         counts[term] = counts.get(term, 0) + 1
-    return counts, len(found)
+    return counts, text_length(text, found)
 
 
 def recency(at_ms: int, newest_ms: int) -> float:

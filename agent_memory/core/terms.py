@@ -15,6 +15,7 @@ split into syllable bigrams too. Numbers are kept whole ("2023", "3pm" -> "3", "
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
 import snowballstemmer  # type: ignore[import-untyped]
@@ -22,16 +23,23 @@ import snowballstemmer  # type: ignore[import-untyped]
 from agent_memory.core.textcache import text_cache
 
 # Runs of one script: Latin-ish words (letters, digits, inner apostrophes), Han/kana, Hangul.
+_HAN_CHARS = r"\u3005\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HANGUL_CHARS = r"\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"
+# A word's letters are not Han or Hangul: "HSK五级考试" is the word "hsk" and the run 五级考试
+# (Han and Hangul are letters to `\w`, so a Latin word would run on into them).
+_LETTER = rf"[^\W\d_{_HAN_CHARS}{_HANGUL_CHARS}]"
 _TOKEN = re.compile(
-    r"(?P<han>[\u3005\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)"
-    r"|(?P<hangul>[\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]+)"
+    rf"(?P<han>[{_HAN_CHARS}]+)"
+    rf"|(?P<hangul>[{_HANGUL_CHARS}]+)"
     r"|(?P<number>\d+(?:[.,]\d+)*)"
-    r"|(?P<word>[^\W\d_]+(?:['’][^\W\d_]+)*)"
+    rf"|(?P<word>{_LETTER}+(?:['’]{_LETTER}+)*)"
 )
 # Han ideographs: each is also indexed and asked alone (kana, 々 and 〇 are not).
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-# `_TOKEN`'s han runs (ideographs and kana), as found there.
-_HAN_RUN = re.compile(r"[\u3005\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+# `_TOKEN`'s han runs (ideographs and kana).
+_HAN_RUN = re.compile(f"[{_HAN_CHARS}]+")
+# A text with any of these is indexed otherwise since characters became terms (m022 / m012).
+CJK = re.compile(f"[{_HAN_CHARS}{_HANGUL_CHARS}]")
 MAX_WORD_CHARS = 40  # longer "words" are noise (URLs, IDs run together) and bloat the index
 
 STOP_WORDS: Final = frozenset(
@@ -96,6 +104,14 @@ def terms(text: str) -> list[str]:
 def is_character(term: str) -> bool:
     """Whether `term` is one Chinese character."""
     return len(term) == 1 and HAN.match(term) is not None
+
+
+def text_length(text: str, found: Sequence[str]) -> int:
+    """A text's length for BM25: its `terms` (`found`) less the characters added beside its
+    bigrams (a second reading of the same words, not more of them: a long turn is not made
+    to weigh less than a short one by its characters)."""
+    added = sum(len(HAN.findall(run)) for run in _HAN_RUN.findall(text) if len(run) > 1)
+    return len(found) - added
 
 
 @text_cache(1024)

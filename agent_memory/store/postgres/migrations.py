@@ -13,7 +13,7 @@ from collections.abc import Callable
 import psycopg
 
 from agent_memory.core.clock import now_ms
-from agent_memory.core.terms import HAN
+from agent_memory.core.terms import CJK
 
 Migration = Callable[[psycopg.Connection], None]
 MIGRATIONS: list[tuple[str, Migration]] = []
@@ -373,12 +373,13 @@ def m011_console_sessions(conn: psycopg.Connection) -> None:
 
 @migration
 def m012_recall_characters(conn: psycopg.Connection) -> None:
-    """Turns that say Chinese indexed again: each Chinese character is a recall term now (core/terms.py)."""
+    """Turns that say Chinese, Japanese or Korean indexed again (core/terms.py): each Chinese
+    character is a recall term now, and a Latin word no longer runs on into the Han or Hangul after it."""
     # Queued: the next catch-up indexes them again with today's terms (their docs replaced).
     conn.execute(
         "INSERT INTO recall_pending (id) SELECT d.id FROM recall_docs d JOIN messages m ON m.id = d.id "
         "WHERE m.content ~ %s ON CONFLICT DO NOTHING",
-        (HAN.pattern,),
+        (CJK.pattern,),
     )
 
 

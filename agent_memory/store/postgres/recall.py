@@ -31,6 +31,7 @@ from psycopg import errors
 from agent_memory.core.domain import Message
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
+from agent_memory.core.terms import text_length
 from agent_memory.store.postgres.common import Repository, int_array, text_array
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
@@ -169,10 +170,11 @@ class PostgresRecall(Repository, RecallReads):
                 pair = pairs[(row["user_id"], row["character_id"])]
                 prefix = pair_term(pair, "")
                 distinct = text_array(prefix + term for term in dict.fromkeys(found_terms))
-                copy.write_row((row["id"], pair, len(found_terms), distinct))
+                length = text_length(row["content"], found_terms)
+                copy.write_row((row["id"], pair, length, distinct))
                 total = totals.setdefault(pair, [0, 0])
                 total[0] += 1
-                total[1] += len(found_terms)
+                total[1] += length
         if totals:
             self.sql.run(
                 "UPDATE recall_pairs p SET docs = p.docs + t.docs, total_length = p.total_length + t.length "

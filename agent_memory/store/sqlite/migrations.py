@@ -6,7 +6,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from agent_memory.core.facts import fact_key
-from agent_memory.core.terms import HAN
+from agent_memory.core.terms import CJK
 
 migrations = Migrations("agent_memory")
 
@@ -582,11 +582,12 @@ def m021_console_sessions(db: Database) -> None:
 
 @migrations()
 def m022_recall_characters(db: Database) -> None:
-    """Turns that say Chinese indexed again: each Chinese character is a recall term now (core/terms.py)."""
+    """Turns that say Chinese, Japanese or Korean indexed again (core/terms.py): each Chinese
+    character is a recall term now, and a Latin word no longer runs on into the Han or Hangul after it."""
     # Their docs go (the trigger takes their terms out of the index and counts the change, so
     # copies held in memory are read again) and they are queued: the next catch-up indexes
     # them with today's terms. Other turns' terms are unchanged.
     said = db.conn.execute("SELECT d.id, m.content FROM recall_docs d JOIN messages m ON m.id = d.id")
-    ids = [(message_id,) for message_id, content in said if HAN.search(content or "")]
+    ids = [(message_id,) for message_id, content in said if CJK.search(content or "")]
     db.conn.executemany("DELETE FROM recall_docs WHERE id = ?", ids)
     db.conn.executemany("INSERT OR IGNORE INTO recall_pending (id) VALUES (?)", ids)

@@ -17,6 +17,7 @@ from agent_memory.core.domain import Message
 from agent_memory.core.postings import Docs, PairPostings, PostingsCache
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
+from agent_memory.core.terms import text_length
 from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
@@ -81,10 +82,11 @@ class SQLiteRecall(Repository, RecallReads):
                     continue
                 # Each term prefixed with the pair (`_pair_term`), in one join.
                 prefix = f"{pair}_"
-                docs.append((message_id, pair, len(found), prefix + f" {prefix}".join(found)))
+                length = text_length(content, found)
+                docs.append((message_id, pair, length, prefix + f" {prefix}".join(found)))
                 total = totals.setdefault(pair, [0, 0])
                 total[0] += 1
-                total[1] += len(found)
+                total[1] += length
             self.conn.executemany(
                 "INSERT INTO recall_docs (id, pair, length, terms) VALUES (?, ?, ?, ?)", docs
             )
