@@ -106,3 +106,21 @@ def test_more_than_one_worker_on_sqlite_is_refused_naming_the_setting(tmp_path: 
     assert done.returncode == 2
     assert "needs PostgreSQL" in done.stderr and "AGENT_MEMORY_WORKERS" in done.stderr
     assert not (tmp_path / "m.db").exists()
+
+
+async def test_a_worker_that_dies_before_it_served_stops_the_service_instead_of_being_started_again(
+    pg_cluster: Any, tmp_path: Path
+) -> None:
+    # Its database does not exist, so each worker waits for it, never serving; one dies.
+    missing = str(pg_cluster.database()).rsplit("/", 1)[0] + "/no_such_database"
+    with servers() as started:
+        server = Server(missing, tmp_path / "serve.log", {"AGENT_MEMORY_WORKERS": "2"})
+        started.append(server)
+        await wait_for(lambda: len(children(server.proc.pid)) == 2, 60, failure="two workers did not start")
+        log_path = tmp_path / "serve.log"
+        await wait_for(lambda: "waiting for it" in log_path.read_text(), 60, failure="no worker waited")
+        os.kill(min(children(server.proc.pid)), signal.SIGKILL)
+        assert server.proc.wait(timeout=60) == 1
+    log = log_path.read_text()
+    assert "before it served: stopping the others" in log
+    assert "starting it again" not in log

@@ -11,7 +11,7 @@ import sys
 import time
 
 from agent_memory.cli.common import check_database, log, settings_from
-from agent_memory.cli.workers import supervise, worker_number, workers_problem
+from agent_memory.cli.workers import supervise, worker_number, worker_ready, workers_problem
 from agent_memory.errors import (
     NotConfigured,
 )
@@ -140,6 +140,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         loop_name,
     )
     app = create_app(settings)
+    if worker is not None:
+
+        async def ready(_: web.Application) -> None:
+            worker_ready()  # after every startup step above it: the store is open, jobs run
+
+        app.on_startup.append(ready)
     started = time.monotonic()
 
     async def stopping(_: web.Application) -> None:
