@@ -16,23 +16,24 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
-from fakes.agora_server import FakeAgora
-from postgres_server import PostgresCluster, bindir, shared, stop_shared
 
-from agent_memory.core.domain import InboxEntry, Message, Session, Watch
-from agent_memory.platforms.agora.keys import POLLER
-from agent_memory.platforms.agora.signatures import agora_headers
-from agent_memory.settings import Settings
-from agent_memory.store import Store, open_store
-from agent_memory.store.postgres import PostgresStore, PostgresView
-from agent_memory.store.sqlite import SQLiteStore, SQLiteTransaction
-from agent_memory.web.app import create_app
-from agent_memory.web.keys import JOBS, STORE
+# The service's modules are imported where used, not here: the run's controller (under xdist)
+# imports this file too but runs no test, and importing them took it ~1.5 s of CPU before it
+# could start its workers.
+if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp.test_utils import TestServer
+    from fakes.agora_server import FakeAgora
+    from postgres_server import PostgresCluster
+
+    from agent_memory.core.domain import InboxEntry, Message, Session, Watch
+    from agent_memory.settings import Settings
+    from agent_memory.store import Store
+    from agent_memory.store.postgres import PostgresView
+    from agent_memory.store.sqlite import SQLiteStore, SQLiteTransaction
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SECRET = "test-notification-secret"
@@ -66,6 +67,8 @@ class Service:
 
     @property
     def store(self) -> Store:
+        from agent_memory.web.keys import STORE
+
         return self.server.app[STORE]
 
     async def callback(
@@ -76,6 +79,8 @@ class Service:
         headers: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """POST a callback signed like NCS signs it; returns (status, JSON body)."""
+        from agent_memory.platforms.agora.signatures import agora_headers
+
         body = envelope if isinstance(envelope, bytes) else encode(envelope)
         sent = {"Content-Type": "application/json"}
         if secret is not None:
@@ -150,6 +155,8 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The controller stops the shared server once every worker is done (or has crashed)."""
     if RUN_FOLDER in config.stash:
+        from postgres_server import stop_shared
+
         folder = Path(config.stash[RUN_FOLDER])
         stop_shared(folder)
         shutil.rmtree(folder, ignore_errors=True)
@@ -159,6 +166,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pg_cluster(pytestconfig: pytest.Config) -> PostgresCluster:
     """The run's one PostgreSQL server, started on first use by whichever worker needs it first;
     each worker makes databases of its own in it."""
+    from postgres_server import bindir, shared
+
     if bindir() is None:
         # CI installs the server (.ci/run); a developer's machine without one runs SQLite alone.
         message = "PostgreSQL server binaries (initdb) not found: install the postgresql package"
@@ -184,6 +193,8 @@ def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """A new SQLite database with every migration applied, made once per process: running the
     migrations costs a test ten times what copying their result does (the PostgreSQL side copies
     a migrated template database the same way, PostgresCluster.database)."""
+    from agent_memory.store.sqlite import SQLiteStore
+
     path = tmp_path_factory.mktemp("migrated") / "memory.db"
     made = SQLiteStore(path)  # not open_store(Settings()): this machine's settings are not cleared yet
     made.open()
@@ -208,6 +219,8 @@ def seed_sqlite(settings: Settings, migrated: bytes) -> None:
 
 @pytest.fixture
 def make_settings(db_path: Path, migrated_sqlite: bytes) -> Callable[..., Settings]:
+    from agent_memory.settings import Settings
+
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "db_path": db_path,
@@ -233,6 +246,11 @@ def make_settings(db_path: Path, migrated_sqlite: bytes) -> Callable[..., Settin
 @pytest.fixture
 async def start_service(make_settings: Callable[..., Settings]) -> AsyncIterator[Any]:
     """Start the real app on 127.0.0.1 with the given settings; stopped after the test."""
+    import aiohttp
+    from aiohttp.test_utils import TestServer
+
+    from agent_memory.web.app import create_app
+
     started: list[tuple[TestServer, aiohttp.ClientSession]] = []
 
     async def start(**overrides: Any) -> Service:
@@ -257,6 +275,9 @@ async def service(start_service: Any) -> Service:
 @pytest.fixture
 def store(db_path: Path, migrated_sqlite: bytes) -> Iterator[Store]:
     """An open store over a fresh database file, without the service around it."""
+    from agent_memory.settings import Settings
+    from agent_memory.store import open_store
+
     settings = Settings(db_path=db_path)
     seed_sqlite(settings, migrated_sqlite)
     opened = open_store(settings)
@@ -269,6 +290,8 @@ def store(db_path: Path, migrated_sqlite: bytes) -> Iterator[Store]:
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeAgora]:
     """The fake Agora REST server on loopback (test_condense's own `fake` is the fake LLM)."""
+    from fakes.agora_server import FakeAgora
+
     async with FakeAgora(app_id="app", customer_id="cid", customer_secret="csec") as server:
         yield server
 
@@ -392,11 +415,14 @@ async def seed(
 
 async def condense(service: Service) -> None:
     """Run every due condense job now and wait for them."""
+    from agent_memory.web.keys import JOBS
+
     await service.server.app[JOBS].run_due_now()
 
 
 async def poll(service: Service) -> None:
     """Make every followed agent due now and run one poll sweep to completion."""
+    from agent_memory.platforms.agora.keys import POLLER
 
     def due(tx: Any) -> None:  # the same SQL on either backend
         tx.conn.execute("UPDATE watched_agents SET next_poll_ms = 0 WHERE status = 'watching'")
@@ -424,6 +450,9 @@ def agora_settings(fake: FakeAgora, **overrides: Any) -> dict[str, Any]:
 
 async def live(start_service: Any, fake: FakeAgora, **overrides: Any) -> Service:
     """The service with Agora configured; its poll and condense schedulers paused."""
+    from agent_memory.platforms.agora.keys import POLLER
+    from agent_memory.web.keys import JOBS
+
     service: Service = await start_service(**agora_settings(fake, **overrides))
     poller = service.server.app[POLLER]
     assert poller.scheduler is not None, "the poller must start when Agora is configured"
@@ -471,6 +500,8 @@ async def counts(service: Service) -> dict[str, int]:
 
 def on_sqlite(store: Store) -> SQLiteStore:
     """The store as the SQLite backend it is in these tests, for the checks that run SQL."""
+    from agent_memory.store.sqlite import SQLiteStore
+
     assert isinstance(store, SQLiteStore), store
     return store
 
@@ -478,6 +509,8 @@ def on_sqlite(store: Store) -> SQLiteStore:
 async def integrity_check(store: Store) -> None:
     """The search indexes' consistency: FTS5's own check of each on SQLite; on PostgreSQL, once
     caught up, the recall index's per-pair statistics and owners against its docs and turns."""
+    from agent_memory.store.postgres import PostgresStore
+
     if isinstance(store, PostgresStore):
         await store.catch_up_search()
 
@@ -549,6 +582,8 @@ async def wait_for(
 
 def stored_message(seq: int, role: str, content: str, *, at_ms: int, **fields: Any) -> Message:
     """A spoken turn as the store hands it back (to rendering, context and condensers)."""
+    from agent_memory.core.domain import Message
+
     values: dict[str, Any] = {
         "id": seq, "agent_id": "agent-1", "user_id": "u-1", "character_id": "luna", "seq": seq,
         "role": role, "kind": "turn", "content": content, "turn_id": (seq + 1) // 2,

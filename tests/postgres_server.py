@@ -86,6 +86,9 @@ class PostgresCluster:
                 "-E",
                 "UTF8",
                 "--locale=C.UTF-8",
+                # Not waiting for the new cluster's files to reach the disk (seconds on a busy
+                # one), as the server itself runs with fsync off (`resume`).
+                *([] if self.durable else ["--no-sync"]),
             ]
         )
         self.resume()

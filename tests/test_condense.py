@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -21,7 +22,7 @@ from agent_memory.condense.base import (
     sanitize,
 )
 from agent_memory.condense.offline import OfflineCondenser
-from agent_memory.condense.openai_compatible import LLMCondenser
+from agent_memory.condense.openai_compatible import LLMCondenser, LLMRanker
 from agent_memory.condense.prompt import output_json_schema
 from agent_memory.core.domain import Message
 from agent_memory.core.facts import MAX_FACT_CHARS
@@ -444,3 +445,26 @@ async def test_make_condenser_chooses_by_settings() -> None:
     assert isinstance(llm, LLMCondenser)
     await llm.close()
     await offline.close()
+
+
+async def test_the_llm_clients_of_a_process_read_the_ca_certificates_once(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each app with an LLM built its clients' TLS context anew (~30 ms of CPU reading the system's
+    CA certificates, twice an app): they share the one the process built first."""
+    loads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args)
+        load(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    made = [LLMCondenser(settings_for(fake)), LLMRanker(settings_for(fake)), LLMCondenser(settings_for(fake))]
+    try:
+        assert len(loads) <= 1, loads
+        fake.script(GOOD)
+        assert (await made[2].condense(job())).summary == GOOD["summary"]  # and they still talk
+    finally:
+        for client in made:
+            await client.close()

@@ -353,3 +353,20 @@ async def test_a_populated_database_of_the_previous_schema_gains_forget_cut_offs
         assert await upgraded.read(lambda v: v.maintenance.forget_cutoff("u", "other")) is None
     finally:
         upgraded.close()
+
+
+def test_opening_a_database_already_set_up_writes_nothing(tmp_path: Path) -> None:
+    """Each open of SQLite's writer committed a transaction (auto_vacuum set again), each a
+    write and an fsync: a service started on an existing database writes nothing until it is told."""
+    path = tmp_path / "memory.db"
+    made = SQLiteStore(path)
+    made.open()
+    made.close()
+    again = SQLiteStore(path)
+    again.open()
+    try:
+        wal = path.with_name("memory.db-wal")
+        assert wal.exists() and wal.stat().st_size == 0, "opening wrote to the WAL"
+        assert again.read_now(lambda view: view.maintenance.storage_stats()).get("auto_vacuum") == 2
+    finally:
+        again.close()

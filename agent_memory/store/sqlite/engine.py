@@ -48,6 +48,8 @@ _savepoints = itertools.count()
 # callback arriving meanwhile waits little: when idle, and under load (store/shared/recall.py).
 IDLE_INDEX_CHUNK = 1000
 BUSY_INDEX_CHUNK = 500
+# PRAGMA auto_vacuum's answer for INCREMENTAL.
+AUTO_VACUUM_INCREMENTAL = 2
 
 
 def _create_private(path: Path) -> None:
@@ -65,8 +67,10 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 5000")
     if writer:
-        # Only takes effect on a new file: lets retention give space back without VACUUM.
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        # Only takes effect on a new file: lets retention give space back without VACUUM. Set
+        # only when it differs: setting it writes (and fsyncs) a transaction at every open.
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != AUTO_VACUUM_INCREMENTAL:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL: a 200 to Agora promises the callback survives a power cut.
         conn.execute("PRAGMA synchronous = FULL")
