@@ -400,7 +400,9 @@ class PostgresStore(Store):
 
     def _probe_loop(self) -> None:
         """While the circuit is tripped: drop the dead pools, probe until PostgreSQL answers, make new ones."""
-        while True:
+        # close() sets _stop before _tripped, and _tripped is already set during an outage: when
+        # the clear below swallows close()'s wake-up, this check sees its stop (else close() hung).
+        while not self._stop.is_set():
             self._tripped.wait()
             if self._stop.is_set():
                 return

@@ -162,7 +162,6 @@ def _scrub(conn: Connection) -> tuple[int, int, int]:
         if size <= INLINE_SCRUB_MAX_BYTES or now - row["since_ms"] >= SCRUB_BATCH_MS:
             due.append((row["relation"], row["xid"]))
     if due and not _horizon_passed(conn, max(xid for _, xid in due)):
-        log.info("scrub: snapshots older than a forget are still open; the rewrite waits")
         due = []
     rewritten = pages = 0
     for relation, xid in due:
@@ -195,20 +194,29 @@ def _horizon_passed(conn: Connection, xid: int) -> bool:
     # As VACUUM computes its horizon: every backend's snapshot xmin and running transaction
     # (shown for every role's backends; walsenders, with no database, hold it for standbys
     # with hot_standby_feedback), replication slots and prepared transactions.
-    check = (
-        b"SELECT NOT EXISTS (SELECT 1 FROM ("
-        b" SELECT unnest(ARRAY[backend_xmin, backend_xid]) AS xmin FROM pg_stat_activity"
+    holders = (
+        b"SELECT holder FROM ("
+        b" SELECT unnest(ARRAY[backend_xmin, backend_xid]) AS xmin,"
+        b"  format('backend %%s (%%s, %%s for %%s)', pid, coalesce(nullif(application_name, ''), backend_type),"
+        b"   state, date_trunc('second', now() - xact_start)) AS holder FROM pg_stat_activity"
         b"  WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datname IS NULL)"
-        b" UNION ALL SELECT xmin FROM pg_replication_slots"
-        b" UNION ALL SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()"
-        b") AS held WHERE xmin IS NOT NULL AND age(xmin) >= age(xid(%s::text::xid8))) AS passed"
+        b" UNION ALL SELECT xmin, format('replication slot %%s', slot_name) FROM pg_replication_slots"
+        b" UNION ALL SELECT transaction, format('prepared transaction %%s', gid) FROM pg_prepared_xacts"
+        b"  WHERE database = current_database()"
+        b") AS held WHERE xmin IS NOT NULL AND age(xmin) >= age(xid(%s::text::xid8))"
     )
     deadline = time.monotonic() + HORIZON_WAIT_S
     while True:
-        row = conn.execute(check, (str(xid),)).fetchone()
-        if row and row["passed"]:
+        held = [row["holder"] for row in conn.execute(holders, (str(xid),)).fetchall()]
+        if not held:
             return True
         if time.monotonic() >= deadline:
+            # Warned: until a later scrub, the forgotten words are still in the table files.
+            log.warning(
+                "scrub: snapshots older than a forget are still open after %.0f s (%s); the rewrite waits",
+                HORIZON_WAIT_S,
+                "; ".join(held),
+            )
             return False
         time.sleep(0.05)
 
@@ -222,7 +230,7 @@ def _rewrite(conn: Connection, relation: str) -> int | None:
         conn.execute(f"SET maintenance_work_mem = '{REWRITE_WORK_MEM}'".encode())
         conn.execute(sql.SQL("VACUUM (FULL) {}").format(sql.Identifier(relation)))
     except (errors.LockNotAvailable, errors.QueryCanceled) as exc:
-        log.info("scrub: %s was busy (%s); its rewrite is tried again later", relation, exc)
+        log.warning("scrub: %s was busy (%s); its rewrite is tried again later", relation, exc)
         return None
     finally:
         conn.execute(b"RESET lock_timeout")

@@ -1,0 +1,38 @@
+"""PostgreSQL's circuit: what it does when the service stops during an outage."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from agent_memory.store import Store
+from agent_memory.store.postgres import PostgresStore
+
+
+@pytest.fixture
+def backend() -> str:
+    return "postgres"
+
+
+def test_stopping_while_the_probe_finds_postgres_back_does_not_hang(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(store, PostgresStore)
+    probing = threading.Event()
+    answers = store._answers
+
+    def stopped_meanwhile() -> bool:
+        probing.set()
+        store._stop.wait(10)  # the service stops while this probe is under way; then it answers
+        return answers()
+
+    monkeypatch.setattr(store, "_answers", stopped_meanwhile)
+    store._failure(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert probing.wait(10), "the circuit did not trip"
+    closing = threading.Thread(target=store.close, daemon=True)
+    closing.start()
+    # The prober cleared the circuit's wake-up after close() had set it, and waited for ever.
+    closing.join(30)
+    assert not closing.is_alive(), "closing the store hung on the prober"
