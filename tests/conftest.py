@@ -531,7 +531,7 @@ async def integrity_check(store: Store) -> None:
         return
 
     def check(tx: SQLiteTransaction) -> None:
-        for fts in ("messages_fts", "facts_fts", "summaries_fts", "recall_fts"):
+        for fts in ("messages_fts", "recall_fts"):
             tx.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('integrity-check')")
 
     await on_sqlite(store).write(check)

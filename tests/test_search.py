@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import integrity_check, load_conversations, load_fixture, said, seed
+from conftest import integrity_check, load_conversations, load_fixture, on_disk, said, seed
 from sqlite_utils import Database
 
 from agent_memory.core.domain import Summary
@@ -317,3 +317,53 @@ def test_migration_indexes_an_existing_database(tmp_path: Path) -> None:
     names = [row[0] for row in sqlite3.connect(path).execute("SELECT name FROM _sqlite_migrations")]
     assert names[2:5] == ["m003_search_index", "m004_agent_metrics", "m005_incremental_vacuum"]
     assert json.dumps(names)  # recorded once each
+
+
+async def test_an_upgraded_database_searches_facts_and_summaries_without_an_index_of_them(
+    tmp_path: Path,
+) -> None:
+    # m023: facts and summaries leave the trigram index (each job rewrote a summary through it);
+    # search reads a user's few rows of them, matching as the index did: a substring, any case.
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    migrations.apply(Database(conn), stop_before="m023_facts_summaries_unindexed")
+    conn.execute(
+        "INSERT INTO messages (agent_id, user_id, character_id, seq, role, content, at_ms) "
+        "VALUES ('A', 'u-old', 'luna', 0, 'user', 'Polytechnique was hard work', 1)"
+    )
+    conn.execute(
+        "INSERT INTO facts (user_id, character_id, text, norm) VALUES "
+        "('u-old', 'luna', 'Studied at the ÉCOLE Quxvornique', 'x'), ('u-old', 'atlas', 'Ate a quxvornique pie', 'y')"
+    )
+    conn.execute(
+        "INSERT INTO summaries (user_id, character_id, text, watermark_id, updated_ms) "
+        "VALUES ('u-old', 'luna', 'They met at the École Quxvornique in 2019.', 1, 1)"
+    )
+    conn.commit()
+    conn.close()
+    assert b"vorniq" in on_disk(path)  # the old index holds the facts' and summary's trigrams
+    store = SQLiteStore(path)
+    store.open()
+    try:
+        tables = store.read_now(
+            lambda view: {row[0] for row in view.conn.execute("SELECT name FROM sqlite_master")}
+        )
+        assert "messages_fts" in tables and not {"facts_fts", "summaries_fts"} & tables
+        found = store.read_now(lambda view: view.search.user("u-old", "école"))
+        assert found["method"] == "fts"
+        assert sorted((r["kind"], r["text"]) for r in found["results"]) == [
+            ("fact", "Studied at the ÉCOLE Quxvornique"),
+            ("summary", "They met at the École Quxvornique in 2019."),
+        ]
+        found = store.read_now(lambda view: view.search.user("u-old", "QUXVORN", kinds=["fact"]))
+        assert sorted(r["character_id"] for r in found["results"]) == ["atlas", "luna"]
+        found = store.read_now(lambda view: view.search.user("u-old", "quxvorn", character_id="atlas"))
+        assert [r["text"] for r in found["results"]] == ["Ate a quxvornique pie"]
+        await store.catch_up_search()  # messages are indexed after they commit
+        found = store.read_now(lambda view: view.search.user("u-old", "polytech"))
+        assert [r["kind"] for r in found["results"]] == ["message"]
+        await store.write(lambda tx: tx.maintenance.forget("u-old", None))
+        await store.checkpoint()
+        assert b"vorniq" not in on_disk(path)  # the dropped index's pages were zeroed
+    finally:
+        store.close()

@@ -34,11 +34,11 @@ NOT_HELD = (
 # it the retention job scrubs the index in short merge steps shortly afterwards.
 INLINE_SCRUB_MAX_ROWS = 4000
 # The FTS5 tables that hold each kind's text: messages have the trigram index for search
-# and the word index for recall.
+# and the word index for recall; facts and summaries are searched without one (m023).
 INDEXES: dict[SearchKind, tuple[str, ...]] = {
     "message": ("messages_fts", "recall_fts"),
-    "fact": ("facts_fts",),
-    "summary": ("summaries_fts",),
+    "fact": (),
+    "summary": (),
 }
 # FTS5 keeps its segment structure in this row of %_data.
 STRUCTURE_ROWID = 10

@@ -591,3 +591,18 @@ def m022_recall_characters(db: Database) -> None:
     ids = [(message_id,) for message_id, content in said if CJK.search(content or "")]
     db.conn.executemany("DELETE FROM recall_docs WHERE id = ?", ids)
     db.conn.executemany("INSERT OR IGNORE INTO recall_pending (id) VALUES (?)", ids)
+
+
+@migrations()
+def m023_facts_summaries_unindexed(db: Database) -> None:
+    """Facts and summaries leave the trigram index: search reads a user's few rows of them instead."""
+    # Every job rewrote its pair's summary (kilobytes of text) and added facts, and the triggers
+    # tokenized the old summary out and the new one in on the writer: ~0.4 ms per callback of
+    # ingest's whole cost, for rows a user has a handful of (store/sqlite/search.py scans them).
+    # Dropping the tables frees their pages, zeroed by secure_delete like any deleted row, so a
+    # forget's text still owed to an old segment goes with them. summaries_search_bi stays: it
+    # makes set_summary's REPLACE fire the summaries' delete triggers (versions, history).
+    for table in ("facts", "summaries"):
+        for action in ("ai", "ad", "au"):
+            db.execute(f"DROP TRIGGER IF EXISTS {table}_search_{action}")
+        db.execute(f"DROP TABLE IF EXISTS {table}_fts")

@@ -1,9 +1,11 @@
-"""Search on SQLite: contentless FTS5 trigram indexes (the rest is store/shared/search.py).
+"""Search on SQLite: a contentless FTS5 trigram index of messages (the rest is store/shared/search.py).
 
-The indexes are kept in step by triggers (migration m003), each row tagged with its (user,
+The index is kept in step by triggers (migration m003), each row tagged with its (user,
 character) pair's owner token, so a user's search reads only that user's postings; messages
-are indexed after they commit (`catch_up`). Statistics are the user's own: FTS5's `bm25()`
-would count each phrase's documents across the whole database on every query.
+are indexed after they commit (`catch_up`). A user's facts and summaries, a few rows against
+thousands of messages, are read and matched here instead (m023: indexing them cost every
+condense job more than scanning them costs a search). Statistics are the user's own: FTS5's
+`bm25()` would count each phrase's documents across the whole database on every query.
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from agent_memory.store.sqlite.common import Repository, ensure_pairs, fts_phras
 from agent_memory.store.sqlite.recall import SQLiteRecall
 
 SOURCES = sources("rowid")
+# The kinds without an index: read whole (a user's facts and summaries) and matched as the
+# trigram tokenizer matches, a substring with case folded.
+SCANNED = frozenset({"fact", "summary"})
+
+
+def folded(text: str) -> str:
+    """Text with case folded, as the trigram tokenizer (case_sensitive 0) reads it."""
+    return text.lower()
 
 
 class SQLiteSearch(Repository, SearchReads):
@@ -57,9 +67,24 @@ class SQLiteSearch(Repository, SearchReads):
             return None
         return "owner : (" + " OR ".join(fts_phrase(token) for token in chosen) + ")"
 
+    def _scanned(
+        self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """The user's rows of an unindexed kind in scope that hold every term, newest first."""
+        where, params = self._scope(kind, character_id)
+        wanted = [folded(term) for term in terms]
+        rows = self.sql.all(
+            f"SELECT {kind.columns} FROM {kind.table} t WHERE t.user_id = ?{where} ORDER BY t.{kind.key} DESC",
+            (user_id, *params),
+        )
+        return [dict(row) for row in rows if all(term in folded(row["text"]) for term in wanted)]
+
     def _indexed(
         self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
     ) -> tuple[list[dict[str, Any]], bool] | None:
+        if kind.name in SCANNED:
+            rows = self._scanned(kind, user_id, character_id, terms)
+            return rows[:MAX_CANDIDATES], len(rows) >= MAX_CANDIDATES
         owner = self._owner(kind, user_id, character_id)
         if owner is None:
             return None
@@ -76,6 +101,8 @@ class SQLiteSearch(Repository, SearchReads):
         return [dict(row) for row in rows if character_id is None or row["character_id"] in wanted], capped
 
     def _frequency(self, kind: Kind, user_id: str, character_id: str | None, term: str) -> int:
+        if kind.name in SCANNED:
+            return len(self._scanned(kind, user_id, character_id, [term]))
         owner = self._owner(kind, user_id, character_id)
         fts = f"{kind.table}_fts"
         match = f"{owner} AND {kind.column} : ({fts_phrase(term)})"
