@@ -16,6 +16,7 @@ from sqlite_utils import Database
 from agent_memory.core.domain import Summary
 from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
+from agent_memory.store.sqlite.search import SQLiteSearch
 
 # The conversation fixtures whose callbacks name their user.
 LABELLED = ("en_luna_companion", "zh_xiaoyu_tutor", "ko_minjun_mixed", "multiuser_channel")
@@ -365,5 +366,49 @@ async def test_an_upgraded_database_searches_facts_and_summaries_without_an_inde
         await store.write(lambda tx: tx.maintenance.forget("u-old", None))
         await store.checkpoint()
         assert b"vorniq" not in on_disk(path)  # the dropped index's pages were zeroed
+    finally:
+        store.close()
+
+
+async def test_the_messages_index_keeps_rows_not_places_and_confirms_longer_words(tmp_path: Path) -> None:
+    # m024: the trigram index of messages keeps which rows hold a trigram (detail=none), rebuilt
+    # from the old one on upgrade; a word's trigrams found apart ("zzap pizz" for "pizza") are not it.
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    migrations.apply(Database(conn), stop_before="m024_messages_trigram_rows")
+    conn.executemany(
+        "INSERT INTO messages (agent_id, user_id, character_id, seq, role, content, at_ms) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            ("A", "u-old", "luna", 0, "user", "I ate PIZZA in Napoli", 1),
+            ("A", "u-old", "luna", 1, "assistant", "zzap pizz", 2),
+            ("B", "u-old", "atlas", 0, "user", "Pizza again tonight", 3),
+            ("C", "u-x", "luna", 0, "user", "pizza for me too", 4),
+        ],
+    )
+    SQLiteSearch(conn).catch_up(100)  # the old index holds them (as the idle writer indexes)
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    store.open()
+    try:
+        schema = store.read_now(
+            lambda view: view.conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'messages_fts'"
+            ).fetchone()[0]
+        )
+        assert "detail=none" in schema
+        found = store.read_now(lambda view: view.search.user("u-old", "pizza"))
+        assert found["method"] == "fts"
+        assert sorted(r["text"] for r in found["results"]) == ["I ate PIZZA in Napoli", "Pizza again tonight"]
+        found = store.read_now(lambda view: view.search.user("u-old", "Pizza", character_id="atlas"))
+        assert [r["text"] for r in found["results"]] == ["Pizza again tonight"]
+        found = store.read_now(lambda view: view.search.user("u-old", "piz"))
+        assert len(found["results"]) == 3  # one trigram: every row that holds it
+        mentions = store.read_now(lambda view: view.search.mentions("izza", role="any"))
+        assert [(u["user_id"], u["messages"]) for u in mentions["users"]] == [("u-old", 2), ("u-x", 1)]
+        await store.write(lambda tx: tx.maintenance.forget("u-old", None))
+        await store.checkpoint()
+        assert b"Napoli" not in on_disk(path) and b"apo" not in on_disk(path)
     finally:
         store.close()

@@ -35,7 +35,7 @@ from agent_memory.store.sqlite.common import SQLiteSql
 from agent_memory.store.sqlite.maintenance import SQLiteMaintenance
 from agent_memory.store.sqlite.migrations import migrations
 from agent_memory.store.sqlite.recall import SQLiteRecall, forget_held
-from agent_memory.store.sqlite.search import SQLiteSearch
+from agent_memory.store.sqlite.search import SQLiteSearch, folded_holds
 
 __all__ = ["SQLiteStore", "SQLiteTransaction", "SQLiteView"]
 
@@ -66,6 +66,8 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 5000")
+    # What confirms the trigram index's rows hold a word (store/sqlite/search.py).
+    conn.create_function("folded_holds", 2, folded_holds, deterministic=True)
     if writer:
         # Only takes effect on a new file: lets retention give space back without VACUUM. Set
         # only when it differs: setting it writes (and fsyncs) a transaction at every open.

@@ -31,6 +31,30 @@ def folded(text: str) -> str:
     return text.lower()
 
 
+def folded_holds(text: str | None, term: str) -> bool:
+    """Whether `text` holds `term` (already folded) with case folded: the SQL function
+    `folded_holds`, which confirms what the trigram index only says may be there."""
+    return text is not None and term in text.lower()
+
+
+def _trigrams(terms: Sequence[str]) -> str:
+    """An FTS5 query for the rows holding every trigram of every term (each 3+ characters).
+
+    The index keeps which rows hold a trigram, not where (detail=none: half the index and its
+    work per message), so it cannot match a phrase: a longer term's trigrams may be there apart,
+    and `_holding` confirms the rows it reads.
+    """
+    pieces = dict.fromkeys(term[i : i + 3] for term in terms for i in range(len(term) - 2))
+    return " AND ".join(map(fts_phrase, pieces))
+
+
+def _holding(terms: Sequence[str], alias: str = "t") -> tuple[str, list[str]]:
+    """The SQL that keeps the rows whose text holds each term longer than one trigram, and its
+    parameters (a term of exactly three characters is one trigram: the index is exact for it)."""
+    longer = [folded(term) for term in terms if len(term) > 3]
+    return "".join(f" AND folded_holds({alias}.content, ?)" for _ in longer), longer
+
+
 class SQLiteSearch(Repository, SearchReads):
     """Search over the FTS5 indexes (and bounded substring scans for short words)."""
 
@@ -56,7 +80,7 @@ class SQLiteSearch(Repository, SearchReads):
         }
 
     def _owner(self, kind: Kind, user_id: str, character_id: str | None) -> str | None:
-        """`owner : (...)` over the user's pair tokens in scope, or None if it has none."""
+        """Any of the user's pair tokens in scope, as an FTS5 query, or None if it has none."""
         tokens = self.pair_tokens(user_id)
         if character_id is None:
             chosen = list(tokens.values())
@@ -65,7 +89,9 @@ class SQLiteSearch(Repository, SearchReads):
             chosen = [tokens[c] for c in wanted if c in tokens]
         if not chosen:
             return None
-        return "owner : (" + " OR ".join(fts_phrase(token) for token in chosen) + ")"
+        # No column filter (detail=none has none): a token's private-use characters are in no
+        # text a user says, and the rows read are the user's alone (t.user_id) anyway.
+        return "(" + " OR ".join(fts_phrase(token) for token in chosen) + ")"
 
     def _scanned(
         self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
@@ -88,13 +114,11 @@ class SQLiteSearch(Repository, SearchReads):
         owner = self._owner(kind, user_id, character_id)
         if owner is None:
             return None
-        fts = f"{kind.table}_fts"
-        match = f"{owner} AND {kind.column} : (" + " AND ".join(map(fts_phrase, terms)) + ")"
+        holds, held = _holding(terms)
         rows = self.sql.all(
-            f"SELECT {kind.columns} FROM (SELECT rowid AS r FROM {fts} WHERE {fts} MATCH ? "
-            f"ORDER BY rowid DESC LIMIT ?) f JOIN {kind.table} t ON t.{kind.key} = f.r "
-            "WHERE t.user_id = ?",
-            (match, MAX_CANDIDATES, user_id),
+            f"SELECT {kind.columns} FROM (SELECT rowid AS r FROM messages_fts WHERE messages_fts MATCH ? "
+            f"ORDER BY rowid DESC) f JOIN messages t ON t.id = f.r WHERE t.user_id = ?{holds} LIMIT ?",
+            (f"{owner} AND {_trigrams(terms)}", user_id, *held, MAX_CANDIDATES),
         )
         capped = len(rows) >= MAX_CANDIDATES
         wanted = (character_id, USER_WIDE)
@@ -104,13 +128,20 @@ class SQLiteSearch(Repository, SearchReads):
         if kind.name in SCANNED:
             return len(self._scanned(kind, user_id, character_id, [term]))
         owner = self._owner(kind, user_id, character_id)
-        fts = f"{kind.table}_fts"
-        match = f"{owner} AND {kind.column} : ({fts_phrase(term)})"
-        return self.sql.count(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?", (match,))
+        holds, held = _holding([term])
+        if not held:  # one trigram: the index alone is exact
+            match = f"{owner} AND {_trigrams([term])}"
+            return self.sql.count("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (match,))
+        return self.sql.count(
+            "SELECT count(*) FROM messages_fts f JOIN messages t ON t.id = f.rowid "
+            f"WHERE messages_fts MATCH ? AND t.user_id = ?{holds}",
+            (f"{owner} AND {_trigrams([term])}", user_id, *held),
+        )
 
     def _phrase(self, phrase: str) -> tuple[str, list[Any]]:
-        source = "FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?"
-        return source, [f"content : ({fts_phrase(phrase)})"]
+        holds, held = _holding([phrase], "m")
+        source = f"FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?{holds}"
+        return source, [_trigrams([phrase]), *held]
 
     def catch_up(self, limit: int) -> int:
         """Index up to `limit` messages stored since the last call for search; returns how many."""
