@@ -9,11 +9,15 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from conftest import integrity_check, load_conversations, load_fixture, on_disk, said, seed
 from sqlite_utils import Database
 
 from agent_memory.core.domain import Summary
+from agent_memory.settings import Settings
+from agent_memory.store.factory import open_store
+from agent_memory.store.postgres import migrations as pg_migrations
 from agent_memory.store.sqlite import SQLiteStore
 from agent_memory.store.sqlite.migrations import migrations
 from agent_memory.store.sqlite.search import SQLiteSearch
@@ -412,3 +416,39 @@ async def test_the_messages_index_keeps_rows_not_places_and_confirms_longer_word
         assert b"Napoli" not in on_disk(path) and b"apo" not in on_disk(path)
     finally:
         store.close()
+
+
+async def test_postgres_upgrade_searches_facts_and_summaries_without_their_trigram_indexes(
+    pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # m013, as SQLite's m023: a user's facts and summaries are read through their keys.
+    url = pg_cluster.create("facts_summaries_unindexed")
+    names = [name for name, _ in pg_migrations.MIGRATIONS]
+    monkeypatch.setattr(
+        pg_migrations, "MIGRATIONS", pg_migrations.MIGRATIONS[: names.index("m013_facts_summaries_unindexed")]
+    )
+    with psycopg.connect(url) as conn:
+        pg_migrations.apply(conn)
+        conn.execute(
+            "INSERT INTO facts (user_id, character_id, text, norm) VALUES "
+            "('u-old', 'luna', 'Studied at the ÉCOLE Quxvornique', 'x'), ('u-old', 'atlas', 'Ate a quxvornique pie', 'y')"
+        )
+        conn.execute(
+            "INSERT INTO summaries (user_id, character_id, text, watermark_id, updated_ms) "
+            "VALUES ('u-old', 'luna', 'They met at the École Quxvornique in 2019.', 1, 1)"
+        )
+    monkeypatch.undo()
+    store = open_store(Settings(db_path=url))
+    try:
+        found = store.read_now(lambda view: view.search.user("u-old", "école"))
+        assert sorted((r["kind"], r["text"]) for r in found["results"]) == [
+            ("fact", "Studied at the ÉCOLE Quxvornique"),
+            ("summary", "They met at the École Quxvornique in 2019."),
+        ]
+        found = store.read_now(lambda view: view.search.user("u-old", "quxvorn", character_id="atlas"))
+        assert [r["text"] for r in found["results"]] == ["Ate a quxvornique pie"]
+    finally:
+        store.close()
+    with psycopg.connect(url) as conn:
+        left = conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%%trgm'").fetchall()
+    assert left == [("messages_trgm",)]

@@ -413,3 +413,12 @@ def apply(conn: psycopg.Connection) -> list[str]:
         return ran
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+@migration
+def m013_facts_summaries_unindexed(conn: psycopg.Connection) -> None:
+    """Facts and summaries leave the trigram indexes, as on SQLite (its m023): every condense job
+    rewrote its pair's summary (kilobytes of text) through summaries_trgm; a user's few facts and
+    summaries are read through their keys (facts_key, the summaries' primary key, both led by the
+    user) and matched by ILIKE, the same query."""
+    _run(conn, "DROP INDEX IF EXISTS facts_trgm", "DROP INDEX IF EXISTS summaries_trgm")

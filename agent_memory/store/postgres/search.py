@@ -1,7 +1,8 @@
 """Search on PostgreSQL: substrings through pg_trgm indexes (the rest is store/shared/search.py).
 
 A word of three or more characters, any script, is matched case-insensitively through the
-trigram GIN indexes (m002), which PostgreSQL keeps itself: there is nothing to catch up.
+messages' trigram GIN index (m002), which PostgreSQL keeps itself: there is nothing to catch up;
+a user's facts and summaries, a few rows each, are read through their keys (m013).
 """
 
 from __future__ import annotations
