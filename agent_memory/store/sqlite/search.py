@@ -109,8 +109,8 @@ class SQLiteSearch(Repository, SearchReads):
         self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
     ) -> tuple[list[dict[str, Any]], bool] | None:
         if kind.name in SCANNED:
-            rows = self._scanned(kind, user_id, character_id, terms)
-            return rows[:MAX_CANDIDATES], len(rows) >= MAX_CANDIDATES
+            scanned = self._scanned(kind, user_id, character_id, terms)
+            return scanned[:MAX_CANDIDATES], len(scanned) >= MAX_CANDIDATES
         owner = self._owner(kind, user_id, character_id)
         if owner is None:
             return None
