@@ -452,3 +452,28 @@ async def test_postgres_upgrade_searches_facts_and_summaries_without_their_trigr
     with psycopg.connect(url) as conn:
         left = conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE '%%trgm'").fetchall()
     assert left == [("messages_trgm",)]
+
+
+async def test_a_word_said_more_than_the_candidates_ranks_its_newest_rows(tmp_path: Path) -> None:
+    # The index is read newest first and stopped at MAX_CANDIDATES (1,000): a plain join let the
+    # planner read the user's messages by their pair's index, oldest first, and ask the index per row.
+    store = SQLiteStore(tmp_path / "many.db")
+    store.open()
+    try:
+        rows = [("A", "u-many", "luna", i, "user", f"pizza night number {i:05d}", i) for i in range(1005)]
+        await store.write(
+            lambda tx: tx.conn.executemany(
+                "INSERT INTO messages (agent_id, user_id, character_id, seq, role, content, at_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
+        while await store.catch_up_search():
+            pass
+        found = store.read_now(lambda view: view.search.user("u-many", "pizza", limit=3))
+        assert found["truncated"] is True
+        assert [r["text"] for r in found["results"]] == [
+            f"pizza night number {i:05d}" for i in (1004, 1003, 1002)
+        ]
+    finally:
+        store.close()

@@ -116,8 +116,12 @@ class SQLiteSearch(Repository, SearchReads):
             return None
         holds, held = _holding(terms)
         rows = self.sql.all(
+            # CROSS JOIN and the outer ORDER BY: the index read newest first and stopped at the
+            # limit; as a plain join the planner may read all the user's messages and ask the
+            # index once per message instead.
             f"SELECT {kind.columns} FROM (SELECT rowid AS r FROM messages_fts WHERE messages_fts MATCH ? "
-            f"ORDER BY rowid DESC) f JOIN messages t ON t.id = f.r WHERE t.user_id = ?{holds} LIMIT ?",
+            f"ORDER BY rowid DESC) f CROSS JOIN messages t ON t.id = f.r WHERE t.user_id = ?{holds} "
+            "ORDER BY f.r DESC LIMIT ?",
             (f"{owner} AND {_trigrams(terms)}", user_id, *held, MAX_CANDIDATES),
         )
         capped = len(rows) >= MAX_CANDIDATES
@@ -133,7 +137,7 @@ class SQLiteSearch(Repository, SearchReads):
             match = f"{owner} AND {_trigrams([term])}"
             return self.sql.count("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (match,))
         return self.sql.count(
-            "SELECT count(*) FROM messages_fts f JOIN messages t ON t.id = f.rowid "
+            "SELECT count(*) FROM messages_fts f CROSS JOIN messages t ON t.id = f.rowid "
             f"WHERE messages_fts MATCH ? AND t.user_id = ?{holds}",
             (f"{owner} AND {_trigrams([term])}", user_id, *held),
         )
