@@ -823,3 +823,28 @@ async def test_near_repeats_of_one_line_do_not_crowd_out_a_different_memory(serv
     await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
     body = await recall(service, "u1", "luna", "Tell me about home.", max_tokens=200)
     assert different in texts(body)
+
+
+async def test_a_memory_shows_the_day_it_was_said_once_not_its_minute_or_a_today_note(service) -> None:
+    # The line's day says when; "(today = 2023-05-08)" and "13:56" would only spend the budget.
+    climbing = "I'm finally at the climbing gym today, my very first session."
+    await seed(service, "u1", "luna", "a1", said(*small_talk(6), climbing, "Enjoy!", start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "How did my first climbing session go?")
+    content = body["system_message"]["content"]
+    assert f"- [2023-05-08] User: {climbing}" in content.splitlines()
+    assert "13:5" not in content and "today =" not in content
+    assert body["memories"][0]["at"] == "2023-05-08 13:56 UTC"  # the memory itself keeps its time
+
+
+async def test_a_budget_left_over_is_spent_on_weaker_matches(service) -> None:
+    # One turn says every word asked; another says one common word of it. The weaker is far
+    # below the best, but the budget has room: it is shown (after the best), not left out.
+    best = "Maya glazed the blue vase at the pottery studio, then fired it in the kiln on Friday."
+    weak = "The studio next door was loud again."
+    lines = [*small_talk(6), best, "Lovely!", *small_talk(6), weak, "Oh no.", *small_talk(6)]
+    lines += [f"Studio {n} had a sale." for n in range(8)]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "Did Maya glaze the blue vase in the pottery kiln at her studio?")
+    shown = texts(body)
+    assert shown[0] == best
+    assert weak in shown and body["tokens"] < 500
