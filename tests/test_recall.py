@@ -823,3 +823,90 @@ async def test_near_repeats_of_one_line_do_not_crowd_out_a_different_memory(serv
     await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
     body = await recall(service, "u1", "luna", "Tell me about home.", max_tokens=200)
     assert different in texts(body)
+
+
+async def test_a_memory_shows_the_day_it_was_said_once_not_its_minute_or_a_today_note(service) -> None:
+    # The line's day says when; "(today = 2023-05-08)" and "13:56" would only spend the budget.
+    climbing = "I'm finally at the climbing gym today, my very first session."
+    await seed(service, "u1", "luna", "a1", said(*small_talk(6), climbing, "Enjoy!", start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", "How did my first climbing session go?")
+    content = body["system_message"]["content"]
+    assert f"- [2023-05-08] User: {climbing}" in content.splitlines()
+    assert "13:5" not in content and "today =" not in content
+    assert body["memories"][0]["at"] == "2023-05-08 13:56 UTC"  # the memory itself keeps its time
+
+
+async def test_a_budget_left_over_is_spent_on_weaker_matches(service) -> None:
+    # One turn says every word asked; another says one common word of it. The weaker is far
+    # below the best, but the budget has room: it is shown (after the best), not left out.
+    best = "Maya glazed the blue vase at the pottery studio, then fired it in the kiln on Friday."
+    weak = "The studio next door was loud again."
+    lines = [*small_talk(6), best, "Lovely!", *small_talk(6), weak, "Oh no.", *small_talk(6)]
+    lines += [f"Studio {n} had a sale." for n in range(8)]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(
+        service, "u1", "luna", "Did Maya glaze the blue vase in the pottery kiln at her studio?"
+    )
+    shown = texts(body)
+    assert shown[0] == best
+    assert weak in shown and body["tokens"] < 500
+
+
+# -- a long conversation between two people, asked about from outside (who / what / when) --------
+
+JON = [
+    "Hey Gina! Good to hear from you, it has been a hectic week over here with the new job.",
+    "Thanks Gina, that means a lot. The commute is long but the people are kind.",
+    "Ha, Gina, you always know what to say. I have been reading a lot on the train.",
+    "Gina, I have to tell you, I went to an open mic night last Friday and read two of my poems aloud.",
+    "Honestly Gina, I was shaking, but the crowd clapped and a stranger bought me a lemonade afterwards.",
+    "Not much else, Gina. Laundry, groceries, the usual weekend errands.",
+    "Hey Gina! My dog Bruno chewed through another lead, that is the third one this month.",
+    "Oh Gina, the weather here turned cold so I dug out the winter coats.",
+]
+GINA = [
+    "Hey Jon! So glad you messaged, I missed our chats.",
+    "Jon, that sounds like a lot, I hope you are sleeping enough.",
+    "You know Jon, my store finally started selling handmade beeswax candles, they sold out in two days.",
+    "Jon, my sister Tess just qualified as a paramedic, the whole family went out to celebrate.",
+    "Good for you Jon! I mostly stayed home and reorganised the stockroom.",
+    "Jon, the store is busy with the holiday rush, I barely sit down.",
+    "That is lovely Jon, tell me more next time.",
+    "Jon, I tried a new pasta recipe and burned the sauce, classic me.",
+]
+
+
+def two_people(sessions: int = 4) -> list[list[str]]:
+    """Sessions of a conversation between Jon (the user) and Gina, naming each other in most turns."""
+    out = []
+    for s in range(sessions):
+        lines: list[str] = []
+        for i in range(12):
+            lines += [JON[(i + s) % len(JON)], GINA[(i + 2 * s) % len(GINA)]]
+        out.append(lines)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("question", "evidence"),
+    [
+        ("When did Jon go to the open mic night?", "I went to an open mic night last Friday"),
+        ("What did Gina start selling in her store?", "started selling handmade beeswax candles"),
+        ("What does Gina's sister do for a living?", "my sister Tess just qualified as a paramedic"),
+        ("What did Jon's dog chew?", "My dog Bruno chewed through another lead"),
+    ],
+)
+async def test_questions_about_two_speakers_find_what_each_said(
+    service, question: str, evidence: str
+) -> None:
+    # Both speakers call each other by name in most turns: the names asked are in every other
+    # line, so the question's other words decide, and the answer is shown within 500 tokens.
+    for number, lines in enumerate(two_people()):
+        await seed(service, "jon", "gina", f"s{number}", said(*lines, start_ms=MAY_8 + number * 7 * DAY_MS))
+    body = await recall(service, "jon", "gina", question, max_tokens=500)
+    assert evidence in body["system_message"]["content"]
+    assert evidence in texts(body)[0]
+    # The name asked is said in half the turns, to its speaker ("Hey Gina!"): those lines say
+    # nothing asked but the name, and are not what the budget is spent on.
+    named = "Gina" if "Gina" in question else "Jon"
+    assert not [text for text in texts(body) if named in text and evidence not in text]

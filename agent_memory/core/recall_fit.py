@@ -2,16 +2,15 @@
 first, each whole; what is left then buys the turns said just before and after them, shortened.
 
 A long turn is shown as its first sentence and the sentences that match the question; every
-turn shows when it was said, with its relative dates resolved (`core.dates`).
+turn shows the day it was said, with its relative dates resolved (`core.dates`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 
-from agent_memory.core.clock import format_day, format_minute
+from agent_memory.core.clock import format_day
 from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Message
 from agent_memory.core.recall import (
@@ -39,13 +38,10 @@ CONTEXT_MAX_TOKENS = 40
 
 def _dated_text(memory: RecalledMemory, asked: frozenset[str]) -> str:
     """A turn's text (its `snippet`) with its relative dates resolved against when it was said
-    (done only for the shown)."""
-    return annotate(snippet(memory.text, asked), memory.at_ms) if memory.kind == "turn" else memory.text
-
-
-@lru_cache(maxsize=4096)
-def _stamp(at_ms: int) -> str:
-    return f"{format_day(at_ms)} {format_minute(at_ms)}"
+    (done only for the shown); "today" is not noted: the line shows its day."""
+    if memory.kind != "turn":
+        return memory.text
+    return annotate(snippet(memory.text, asked), memory.at_ms, same_day=False)
 
 
 def _speaker(role: str | None) -> str:
@@ -96,7 +92,9 @@ def _line(kind: MemoryKind, text: str, at_ms: int, role: str | None) -> str:
         return f"- Fact: {text}"
     if kind == "summary":
         return f"- [{format_day(at_ms)}] Summary: {text}"
-    return f"- [{_stamp(at_ms)}] {_speaker(role)}: {text}"
+    # The day, not the minute: the time of day answers next to no question and costs ~4 tokens a
+    # memory (on bench/recall_hard.py's dev seeds, the budget they free buys a memory more).
+    return f"- [{format_day(at_ms)}] {_speaker(role)}: {text}"
 
 
 def context_line(turn: ContextTurn) -> str:
@@ -158,7 +156,8 @@ def _context(
     for position, turn in zip(("before", "after"), around, strict=True):
         if turn is None or text_key(turn_text(turn)) in shown_keys:
             continue
-        said = _clip(annotate(turn_text(turn), said_at(turn)), CONTEXT_MAX_TOKENS)
+        # Said in the session of the memory it stands by, whose line shows the day.
+        said = _clip(annotate(turn_text(turn), said_at(turn), same_day=False), CONTEXT_MAX_TOKENS)
         context = ContextTurn(position, turn.role, said, said_at(turn))  # type: ignore[arg-type]
         cost = count_tokens(context_line(context)) + 1
         if used + cost <= max_tokens:

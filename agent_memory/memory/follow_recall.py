@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 HEADING = (
     "Memories recalled for what is being discussed now, from earlier conversations with this user "
-    "(newest first; times UTC):"
+    "(newest first; dates UTC):"
 )
 # The user's latest turns that make the question (older ones were recalled for already).
 QUERY_TURNS = 3
