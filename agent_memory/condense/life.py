@@ -52,6 +52,7 @@ EN_PROFILE = re.compile(
     r"|grew up|born|hometown|home town|live[sd]?|moved|moving|flat|apartment|house|neighbourhood|neighborhood"
     r"|love|loves|favou?rite|prefer|hate|can't stand|comfort|always|whenever|every (?:day|week|morning)"
     r"|club|team|league|coach|training|practi[cs]e|hobby|learning"
+    r"|holidays?|vacation|trip|travel(?:l?ed|l?ing)?|landed|back from|relocat(?:e|ed|ing)|leaves? for|moving to"
     r"|allerg(?:y|ies|ic)|doctor|diagnos(?:ed|is)|vegetarian|vegan|meat|diet|gluten|lactose|asthma"
     r"|diabet(?:es|ic)|medication|pregnant|therapy|injur(?:y|ed))\b",
     re.IGNORECASE,
@@ -62,7 +63,7 @@ ZH_PROFILE = re.compile(
     "|老公|老婆|丈夫|妻子|对象|男朋友|女朋友|孩子|儿子|女儿|家人|朋友"
     "|宠物|猫|狗|兔|鸟|鱼|领养|收养|救助站"
     "|上班|工作|(?<!下)班|公司|单位|同事|老板|职业|入职|升职|退休"
-    "|老家|长大|出生|住在|搬家|搬到|房子"
+    "|老家|长大|出生|住在|搬家|搬到|搬去|房子|旅行|旅游|度假|假期|回来了"
     "|喜欢|最爱|讨厌|治愈|安慰|每天|每周|总是"
     "|俱乐部|教练|训练|练|联赛|爱好"
     "|过敏|医生|确诊|素食|吃素|不吃肉|饮食|怀孕|受伤|生病"
