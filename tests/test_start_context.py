@@ -174,3 +174,41 @@ def test_at_1500_tokens_a_first_calls_trip_and_friends_move_outlast_sixty_later_
     assert "UTC (" not in summary_part and "exchanges" not in summary_part
     assert RECENT_SHARE == 0.1 and count_message_tokens(recent_part) >= 1500 * RECENT_SHARE * 0.8
     assert context.tokens <= 1500
+
+
+# People other than the user: what the character (or a second caller) tells of their own life
+# ("my daughter", "we adopted") is kept as the user's is, in the profile under its speaker, sixty
+# calls later; its advice about the user's life ("you could walk your dog") is not.
+def test_the_characters_own_life_told_in_the_first_call_outlasts_sixty_later_calls() -> None:
+    own_life = "My daughter Elsie started school yesterday, and we adopted a beagle called Rufus."
+    advice = "You could walk your dog every day before work, it helps a lot with the stress."
+    summary: str | None = None
+    messages: list[Message] = []
+    for number in range(60):
+        said = (
+            [("assistant", own_life), ("user", "Oh, lovely!"), ("assistant", advice)] if number == 0 else []
+        )
+        said += [(role, line) for line in filler(number) for role in ("user", "assistant")]
+        messages = [
+            stored_message(
+                number * 100 + index,
+                role,
+                line,
+                at_ms=FIRST_DAY_MS + number * DAY_MS + index * 60_000,
+                agent_id=f"run-{number}",
+            )
+            for index, (role, line) in enumerate(said)
+        ]
+        job = CondenseInput(user_id="u-1", character_id="luna", previous_summary=summary, messages=messages)
+        summary = condense_offline(job).summary
+    assert summary is not None
+    stored = Summary(user_id="u-1", character_id="luna", text=summary, watermark_id=1, covered_until_ms=None,
+                     message_count=1, method="offline", model="offline", created_ms=FIRST_DAY_MS,
+                     updated_ms=FIRST_DAY_MS)  # fmt: skip
+
+    context = build_context(facts=[], summary=stored, messages=messages, max_tokens=1500,
+                            shorten_summary=shorten_summary)  # fmt: skip
+
+    text = context.system_messages[0]["content"]
+    assert f"- [2025-11-21] Assistant: {own_life} (yesterday = 2025-11-20)" in text
+    assert advice not in text and "Call 59:" in text and context.tokens <= 1500

@@ -43,6 +43,7 @@ from agent_memory.condense.life import (
     is_profile,
     is_thread,
     stale,
+    tells_own_life,
 )
 from agent_memory.condense.salience import salience
 from agent_memory.condense.text import ELLIPSIS, clip, sentences
@@ -157,7 +158,11 @@ def bullet_score(bullet: str, names: Collection[str] = ()) -> int:
     score = salience(OTHER_PREFIX.sub("", body), names=names)
     if other is None and is_profile(body):
         score += PROFILE_BONUS
-    return score - OTHER_SPEAKER_PENALTY if other and body.startswith("Assistant") else score
+    if other and tells_own_life(body[other.end() :]):
+        score += PROFILE_BONUS
+    elif other and body.startswith("Assistant"):
+        score -= OTHER_SPEAKER_PENALTY
+    return score
 
 
 def bullet_key(bullet: str) -> str:
@@ -192,7 +197,7 @@ def new_digest(
         said_at = message_at(message)
         score = salience(text, said_at, names)
         if message.role != "user":
-            score -= OTHER_SPEAKER_PENALTY
+            score += PROFILE_BONUS if tells_own_life(text) else -OTHER_SPEAKER_PENALTY
         elif is_profile(text):
             score += PROFILE_BONUS
         if score < MIN_SALIENCE:
@@ -383,9 +388,11 @@ class _Trim:
             self.keep(bullet, gone)
 
     def keep(self, bullet: str, digest: Digest) -> None:
-        """A user's bullet about their life that leaves `digest` moves to the profile, dated."""
+        """A user's bullet about their life (or another speaker's about their own) that leaves
+        `digest` moves to the profile, dated."""
         profile, body, key = self.profile, bullet.removeprefix(BULLET), bullet_key(bullet)
-        if profile is None or OTHER_PREFIX.match(body) or key in self.keys:
+        other = OTHER_PREFIX.match(body)
+        if profile is None or key in self.keys or (other and not tells_own_life(body[other.end() :])):
             return
         if not (is_profile(body) or is_life_event(body)):
             return
