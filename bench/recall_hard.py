@@ -2,6 +2,7 @@
 
     python bench/recall_hard.py [--en 8] [--zh 4] [--seed 11] [--sessions 10 13] [--exchanges 22 30]
                                 [--condense session|end|off] [--concurrency 8] [--keep] [--db PATH] [--misses]
+                                [--teller user|character]
 
 The data is synthetic (bench/recall_hard_data.py: seeded templates, see its docstring). Every
 session goes to the real server as a signed Agora 103 callback, round by round, condensed with
@@ -120,6 +121,15 @@ async def ask(session: aiohttp.ClientSession, url: str, users: Sequence[User]) -
     return rows
 
 
+def swap_roles(users: Sequence[User]) -> None:
+    """The character tells the life and the user answers with the small talk (`--teller character`):
+    the questions are then about what the other speaker said of their own life."""
+    for user in users:
+        for session in user.sessions:
+            for message in session["contents"]:
+                message["role"] = "assistant" if message["role"] == "user" else "user"
+
+
 def rates(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(rows)}
     for metric in METRICS:
@@ -151,6 +161,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print_machine(info)
     users = generate(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
                      exchanges=tuple(args.exchanges), filler=args.filler)  # fmt: skip
+    if args.teller == "character":
+        swap_roles(users)
     leaked = leaks(users)
     messages = sum(len(s["contents"]) for u in users for s in u.sessions)
     print(f"generated {len(users)} users ({args.en} English, {args.zh} Chinese), "
@@ -196,7 +208,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 )
     return {
         "bench": "recall_hard", "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
-        "filler": args.filler,
+        "filler": args.filler, "teller": args.teller,
         "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
         "recall_mean_tokens": used, "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
         "server_exit": exit_code, "machine": info,
@@ -213,6 +225,8 @@ def main() -> int:
     parser.add_argument("--condense", choices=("session", "end", "off"), default="session")
     parser.add_argument("--filler", choices=("varied", "templates"), default="varied",
                         help="small talk mostly of lines seldom said twice (the default: a question-blind pick of the lines said once answers most of `templates`), or from a few repeated templates")  # fmt: skip
+    parser.add_argument("--teller", choices=("user", "character"), default="user",
+                        help="who tells the life: the user (the default), or the character, the user saying the small talk")  # fmt: skip
     parser.add_argument("--condense-timeout", type=float, default=120.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")

@@ -13,6 +13,7 @@ from agent_memory.condense.base import CondenseInput, CondenseResult, FactAdd, F
 from agent_memory.condense.facts_offline import introductions, message_facts, remember_requests
 from agent_memory.condense.life import PROFILE_HEADING, THREADS_HEADING, is_profile
 from agent_memory.condense.offline import (
+    HEADER,
     LABEL,
     MAX_BULLETS,
     MIN_BULLETS,
@@ -317,7 +318,7 @@ async def test_english_digest_is_labelled_dated_and_quotes_salient_lines() -> No
 
     # Filler ("ok", "Sounds good.") is left out; the rest is quoted in the order said.
     assert result.summary == lines(
-        "2026-11-03 20:15 UTC (3 exchanges):",
+        "2026-11-03:",
         "- Rough. Oh, and remember that my exam is on the 22nd.",
         "- Assistant: The 22nd, got it. Anything else?",
         "- I have two cats and I live in Leeds with my sister Hannah.",
@@ -342,7 +343,7 @@ async def test_digest_resolves_relative_dates_against_each_statement() -> None:
         THREADS_HEADING,
         "- [2023-05-08] The stories were inspiring. Next month I'm starting a counseling course, and today I feel"
         " hopeful. (Next month = 2023-06)",
-        "2023-05-08 13:56 UTC (3 exchanges):",
+        "2023-05-08:",
         "- Hey Mel! I went to a LGBTQ support group yesterday and it was so powerful. (yesterday = 2023-05-07)",
         "- The stories were inspiring. Next month I'm starting a counseling course, and today I feel hopeful."
         " (Next month = 2023-06)",
@@ -362,7 +363,7 @@ async def test_summary_span_covers_several_days() -> None:
 
     result = await run_offline(messages)
 
-    assert result.summary.splitlines()[1] == "2026-11-03 20:15 – 2026-11-05 20:15 UTC (2 exchanges):"
+    assert result.summary.splitlines()[1] == "2026-11-03 – 2026-11-05:"
 
 
 async def test_each_session_of_a_batch_gets_its_own_digest() -> None:
@@ -375,9 +376,9 @@ async def test_each_session_of_a_batch_gets_its_own_digest() -> None:
     assert result.summary == lines(
         THREADS_HEADING,
         "- [2026-11-04] My sister's wedding is tomorrow. (tomorrow = 2026-11-05)",
-        "2026-11-03 20:15 UTC (1 exchange):",
+        "2026-11-03:",
         "- I passed my driving test yesterday! (yesterday = 2026-11-02)",
-        "2026-11-04 20:15 UTC (1 exchange):",
+        "2026-11-04:",
         "- My sister's wedding is tomorrow. (tomorrow = 2026-11-05)",
     )
 
@@ -386,7 +387,7 @@ async def test_chinese_conversation_gets_a_chinese_digest() -> None:
     result = await run_offline(CHINESE)
 
     assert result.summary == lines(
-        "2026-11-03 20:15 UTC（3轮对话）：",
+        "2026-11-03:",
         "- 它很好。昨天杭州下雨,它不想出门。 (昨天 = 2026-11-02)",
         "- Assistant: 哈哈,豆豆也不喜欢下雨天。",
         "- 对了,记住我22号有考试,是HSK五级。",
@@ -407,7 +408,7 @@ async def test_several_users_in_a_channel_are_named() -> None:
     assert result.summary == lines(
         THREADS_HEADING,
         "- [2026-11-03] User 1002: Priya here, my flight to Oslo is tomorrow. (tomorrow = 2026-11-04)",
-        "2026-11-03 20:15 UTC (2 exchanges):",
+        "2026-11-03:",
         "- User 1001: I'm Jordan and my dog Pixel is sick.",
         "- User 1002: Priya here, my flight to Oslo is tomorrow. (tomorrow = 2026-11-04)",
     )
@@ -428,7 +429,7 @@ async def test_empty_messages_are_ignored() -> None:
     result = await run_offline(with_blanks)
 
     assert result == await run_offline(ENGLISH)
-    assert "(3 exchanges)" in result.summary
+    assert "2026-11-03:" in result.summary.splitlines()
 
 
 async def test_nothing_said_keeps_the_memory_unchanged() -> None:
@@ -495,7 +496,7 @@ async def test_a_long_conversation_keeps_its_dated_events_within_budget() -> Non
         "- [2023-05-08] My sister's wedding is next Saturday, and I still haven't bought a present."
         " (next Saturday = 2023-05-20)",
         "- [2023-05-08] I have a dentist appointment in two weeks, finally. (in two weeks = 2023-05-22)",
-        "2023-05-08 13:56–14:42 UTC (200 exchanges):",
+        "2023-05-08:",
     ]
     assert len(summary.splitlines()) == 5 + MAX_BULLETS
     summary = "\n".join(summary.splitlines()[4:])
@@ -538,7 +539,7 @@ async def test_carried_digests_are_trimmed_evenly_then_the_oldest_goes() -> None
     )  # fmt: skip
 
     assert summary.count(LABEL) == 1
-    headers = [line for line in summary.splitlines() if line.endswith("exchanges):")]
+    headers = [line for line in summary.splitlines() if HEADER.match(line)]
     days = [line[: len("2023-05-08")] for line in headers]
     # The newest sessions are kept, oldest first, and none was skipped in between.
     assert days[-1] == "2023-06-06" and days == sorted(days)
@@ -566,7 +567,7 @@ async def test_the_profile_keeps_the_users_life_not_people_named_by_their_job_or
         "Nice.", "Lena at the post office found a wallet on the tram.",
         "Wow.", "My cousin Maya is going to be a midwife, we're all so proud.",
     )  # fmt: skip
-    first_header = next(line for line in summary.splitlines() if line.endswith("exchanges):"))
+    first_header = next(line for line in summary.splitlines() if HEADER.match(line))
     profile = summary[: summary.index(first_header)].splitlines()[2:]
     assert profile and all("Maya is going to be a midwife" in line for line in profile), profile
     # Chinese: kin said as kin, not a neighbour's courtesy title (陈姐); 下班 is the end of a day.
@@ -605,13 +606,13 @@ async def test_an_old_style_summary_is_carried_forward_before_the_digests() -> N
     assert result.summary.splitlines()[:3] == [
         LABEL,
         '2026-11-01 10:00 UTC: 3 exchanges. The user said: "I love Leeds."',
-        "2026-11-03 20:15 UTC (3 exchanges):",
+        "2026-11-03:",
     ]
 
 
 async def test_rolling_offline_summaries_stay_bounded_with_one_label() -> None:
     summary: str | None = None
-    for round_ in range(40):
+    for round_ in range(70):
         said = f"Round {round_}: I tried {round_} new recipes and my oven broke on the {round_ % 28 + 1}th."
         result = await run_offline([msg(1, "assistant", "Hi!"), msg(2, "user", said)], summary)
         summary = result.summary
@@ -619,7 +620,7 @@ async def test_rolling_offline_summaries_stay_bounded_with_one_label() -> None:
 
     assert summary is not None
     assert summary.count(LABEL) == 1
-    assert "Round 39:" in summary and "Round 0:" not in summary
+    assert "Round 69:" in summary and "Round 0:" not in summary
 
 
 async def test_long_statements_are_clipped_to_their_most_informative_sentences() -> None:
@@ -674,7 +675,7 @@ async def test_example_conversations() -> None:
     )
     assert "I have my critical care certification exam on the 22nd" in english.summary
     assert "- 它很好。昨天杭州下雨,它不想出门。 (昨天 = 2026-11-13)" in chinese.summary.splitlines()
-    assert "轮对话）：" in chinese.summary
+    assert "2026-11-09:" in chinese.summary.splitlines()
     for result in (english, chinese):
         assert result.summary.startswith(LABEL) and within_budget(result.summary)
 

@@ -5,7 +5,9 @@ their least informative bullets go, then the oldest digests. A bullet in which t
 something stable about their life (people and relations, pets, work, places, likes, diet and
 health: `is_profile`) or tells of a dated event (`is_life_event`) is not lost with them: it
 moves to the profile section, dated with the day it was said, where it stays until the profile
-itself is full (then its weakest goes).
+itself is full (then its weakest goes). What another speaker (the character, a second caller)
+tells of their own life (`tells_own_life`: a life cue and "I/my/we") is kept the same way, under
+their name.
 
 An open thread is a plan the user told of with a date still ahead when said, or a promise to
 tell how something went ("my interview is next Tuesday, I'll let you know"). It is listed
@@ -18,12 +20,14 @@ from __future__ import annotations
 import re
 from datetime import date
 
+from agent_memory.condense.salience import FIRST_PERSON
 from agent_memory.condense.statements.chinese import ZH_EVENTS
 from agent_memory.condense.statements.english import EN_EVENT, EN_JOBS, EN_SPECIES
 from agent_memory.condense.text import QUESTION, Caseless, fold_ascii
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
 from agent_memory.core.textcache import text_cache
+from agent_memory.core.tokens import count_tokens
 
 PROFILE_HEADING = "About the user's life, kept from all earlier calls (the day it was said):"
 THREADS_HEADING = "Open threads (plans the user told of and has not followed up yet):"
@@ -52,6 +56,9 @@ EN_PROFILE = re.compile(
     r"|grew up|born|hometown|home town|live[sd]?|moved|moving|flat|apartment|house|neighbourhood|neighborhood"
     r"|love|loves|favou?rite|prefer|hate|can't stand|comfort|always|whenever|every (?:day|week|morning)"
     r"|club|team|league|coach|training|practi[cs]e|hobby|learning"
+    # Trips and moves, the user's or a friend's ("Back from Lapland!", "relocating to Tallinn"):
+    # life events that seldom carry a date to resolve, so `is_life_event` misses them.
+    r"|holidays?|vacation|trip|travel(?:l?ed|l?ing)?|landed|back from|relocat(?:e|ed|ing)|leaves? for|moving to"
     r"|allerg(?:y|ies|ic)|doctor|diagnos(?:ed|is)|vegetarian|vegan|meat|diet|gluten|lactose|asthma"
     r"|diabet(?:es|ic)|medication|pregnant|therapy|injur(?:y|ed))\b",
     re.IGNORECASE,
@@ -62,11 +69,18 @@ ZH_PROFILE = re.compile(
     "|老公|老婆|丈夫|妻子|对象|男朋友|女朋友|孩子|儿子|女儿|家人|朋友"
     "|宠物|猫|狗|兔|鸟|鱼|领养|收养|救助站"
     "|上班|工作|(?<!下)班|公司|单位|同事|老板|职业|入职|升职|退休"
-    "|老家|长大|出生|住在|搬家|搬到|房子"
+    "|老家|长大|出生|住在|搬家|搬到|搬去|房子|旅行|旅游|度假|假期|回来了"
     "|喜欢|最爱|讨厌|治愈|安慰|每天|每周|总是"
     "|俱乐部|教练|训练|练|联赛|爱好"
     "|过敏|医生|确诊|素食|吃素|不吃肉|饮食|怀孕|受伤|生病"
 )
+# The speaker as the subject or owner ("I ran", "we got the keys", "our flat", 我们): with a life
+# cue, a line of another speaker (the character, a second caller) tells of their own life.
+SPEAKER_SELF = re.compile(
+    r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our|ours|us)\b|我", re.IGNORECASE
+)
+# Shorter than this, a line of another speaker is a reaction ("Ha, I love that."), not a life told.
+MIN_LIFE_TOKENS = 8
 # A promise to tell how something went.
 PROMISE = re.compile(
     r"\bI(?:'ll| will) (?:tell you|let you know|keep you posted|report back|update you)\b"
@@ -79,6 +93,16 @@ PROMISE = re.compile(
 def is_profile(text: str) -> bool:
     """Whether a user's statement says something stable about their life (see the module doc)."""
     return bool(EN_PROFILE.search(text) or ZH_PROFILE.search(text))
+
+
+@text_cache(16384)  # asked of every line of the character's, then of its bullets at each later job
+def tells_own_life(text: str) -> bool:
+    """Whether a statement tells of its speaker's own life ("my daughter starts school", 我在练攀岩):
+    said by the character or another speaker, it is kept as a user's would be (a persona's story
+    stays consistent, and in a call between two people each one's life is asked about)."""
+    if count_tokens(text) < MIN_LIFE_TOKENS or not is_profile(text):
+        return False
+    return SPEAKER_SELF.search(text) is not None or FIRST_PERSON.search(text) is not None
 
 
 def is_life_event(bullet: str) -> bool:

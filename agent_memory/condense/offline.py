@@ -2,7 +2,7 @@
 
 It does not pretend to understand the conversation; the summary is labelled as made
 without a language model. Per session it keeps a dated digest: a header with the
-session's time and size, then bullets quoting the most informative statements (`salience`:
+session's day, then bullets quoting the most informative statements (`salience`:
 events, plans, people, places, numbers, preferences, feelings; the user's first, the other
 speaker's too), each with its relative dates resolved (`core.dates`), in the order said.
 Previous digests are carried forward under one budget (~600 tokens): when it is
@@ -43,11 +43,12 @@ from agent_memory.condense.life import (
     is_profile,
     is_thread,
     stale,
+    tells_own_life,
 )
 from agent_memory.condense.salience import salience
-from agent_memory.condense.text import ELLIPSIS, Language, clip, detect_language, sentences
+from agent_memory.condense.text import ELLIPSIS, clip, sentences
 from agent_memory.condense.worker import WORKERS
-from agent_memory.core.clock import format_day, format_minute
+from agent_memory.core.clock import format_day
 from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Message
 from agent_memory.core.facts import fact_key
@@ -111,26 +112,17 @@ class Digest:
         return [self.header, *self.bullets]
 
 
-def time_span(first_ms: int, last_ms: int) -> str:
-    """When it was said: one minute, a range within a day, or a range of days (UTC)."""
+def day_span(first_ms: int, last_ms: int) -> str:
+    """The day it was said, or a range of days (UTC)."""
     first_day, last_day = format_day(first_ms), format_day(last_ms)
-    first_minute, last_minute = format_minute(first_ms), format_minute(last_ms)
-    if first_day != last_day:
-        return f"{first_day} {first_minute} – {last_day} {last_minute} UTC"
-    if first_minute != last_minute:
-        return f"{first_day} {first_minute}–{last_minute} UTC"
-    return f"{first_day} {first_minute} UTC"
+    return first_day if first_day == last_day else f"{first_day} – {last_day}"
 
 
-def header_line(language: Language, span: str, exchanges: int) -> str:
-    """A digest's first line, in the conversation's language: `2023-05-08 13:56–14:40 UTC (12 exchanges):`."""
-    if language == "zh":
-        return f"{span}（{exchanges}轮对话）："
-    if language == "ja":
-        return f"{span}（やり取り{exchanges}回）："
-    if language == "ko":
-        return f"{span} (대화 {exchanges}회):"
-    return f"{span} ({exchanges} exchange{'' if exchanges == 1 else 's'}):"
+def header_line(span: str) -> str:
+    """A digest's first line: its day, `2023-05-08:`. The time of day and the number of exchanges
+    it once gave cost ~15 tokens a call and answered nothing: a start context spends them on
+    another statement (measured with bench/recall_hard.py, see bench/README.md)."""
+    return f"{span}:"
 
 
 def clip_statement(
@@ -166,7 +158,11 @@ def bullet_score(bullet: str, names: Collection[str] = ()) -> int:
     score = salience(OTHER_PREFIX.sub("", body), names=names)
     if other is None and is_profile(body):
         score += PROFILE_BONUS
-    return score - OTHER_SPEAKER_PENALTY if other and body.startswith("Assistant") else score
+    if other and tells_own_life(body[other.end() :]):
+        score += PROFILE_BONUS
+    elif other and body.startswith("Assistant"):
+        score -= OTHER_SPEAKER_PENALTY
+    return score
 
 
 def bullet_key(bullet: str) -> str:
@@ -181,7 +177,6 @@ def lines_tokens(lines: Iterable[str]) -> int:
 
 
 def new_digest(
-    language: Language,
     said: Sequence[tuple[Message, str]],
     several: bool,
     names: Collection[str] = (),
@@ -190,8 +185,7 @@ def new_digest(
     """The digest of one session's messages (header, then its most informative statements) and
     the threads it opens; a statement whose key is in `seen` (said before) is not quoted again."""
     times = [message_at(message) for message, _ in said]
-    exchanges = sum(1 for message, _ in said if message.role == "user")
-    header = header_line(language, time_span(min(times), max(times)), exchanges)
+    header = header_line(day_span(min(times), max(times)))
     seen = set() if seen is None else seen
     ranked: list[tuple[int, int, str]] = []
     threads: list[str] = []
@@ -203,7 +197,7 @@ def new_digest(
         said_at = message_at(message)
         score = salience(text, said_at, names)
         if message.role != "user":
-            score -= OTHER_SPEAKER_PENALTY
+            score += PROFILE_BONUS if tells_own_life(text) else -OTHER_SPEAKER_PENALTY
         elif is_profile(text):
             score += PROFILE_BONUS
         if score < MIN_SALIENCE:
@@ -394,9 +388,11 @@ class _Trim:
             self.keep(bullet, gone)
 
     def keep(self, bullet: str, digest: Digest) -> None:
-        """A user's bullet about their life that leaves `digest` moves to the profile, dated."""
+        """A user's bullet about their life (or another speaker's about their own) that leaves
+        `digest` moves to the profile, dated."""
         profile, body, key = self.profile, bullet.removeprefix(BULLET), bullet_key(bullet)
-        if profile is None or OTHER_PREFIX.match(body) or key in self.keys:
+        other = OTHER_PREFIX.match(body)
+        if profile is None or key in self.keys or (other and not tells_own_life(body[other.end() :])):
             return
         if not (is_profile(body) or is_life_event(body)):
             return
@@ -470,10 +466,9 @@ def new_digests(
     new: list[Digest] = []
     for session in sessions(said):
         user_texts = [text for message, text in session if message.role == "user"]
-        language = detect_language(user_texts or [text for _, text in session])
         # A thread from an earlier call is closed once the user speaks of its event again.
         threads = [t for t in threads if not any(followed_up(t, text) for text in user_texts)]
-        digest, opened = new_digest(language, session, several, names, seen)
+        digest, opened = new_digest(session, several, names, seen)
         new.append(digest)
         threads.extend(opened)
     if said:

@@ -29,7 +29,7 @@ MIN_SUMMARY_TOKENS = 40
 # The latest turns keep at least this share of max_tokens when there are turns: the summary
 # (a profile, open threads and a dated timeline of every call) takes the rest it needs.
 # Measured with bench/recall_hard.py (the README gives the figures of each split).
-RECENT_SHARE = 0.2
+RECENT_SHARE = 0.1
 # With a query, recall may take up to a third of max_tokens (500 of the default 1,500).
 RECALL_SHARE = 3
 MIN_RECALL_TOKENS = 60
