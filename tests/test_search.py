@@ -324,6 +324,17 @@ def test_migration_indexes_an_existing_database(tmp_path: Path) -> None:
     assert json.dumps(names)  # recorded once each
 
 
+# A user's facts (two characters) and summary, as an upgraded database of either backend holds them.
+OLD_FACTS = (
+    "INSERT INTO facts (user_id, character_id, text, norm) VALUES "
+    "('u-old', 'luna', 'Studied at the ÉCOLE Quxvornique', 'x'), ('u-old', 'atlas', 'Ate a quxvornique pie', 'y')"
+)
+OLD_SUMMARY = (
+    "INSERT INTO summaries (user_id, character_id, text, watermark_id, updated_ms) "
+    "VALUES ('u-old', 'luna', 'They met at the École Quxvornique in 2019.', 1, 1)"
+)
+
+
 async def test_an_upgraded_database_searches_facts_and_summaries_without_an_index_of_them(
     tmp_path: Path,
 ) -> None:
@@ -336,14 +347,8 @@ async def test_an_upgraded_database_searches_facts_and_summaries_without_an_inde
         "INSERT INTO messages (agent_id, user_id, character_id, seq, role, content, at_ms) "
         "VALUES ('A', 'u-old', 'luna', 0, 'user', 'Polytechnique was hard work', 1)"
     )
-    conn.execute(
-        "INSERT INTO facts (user_id, character_id, text, norm) VALUES "
-        "('u-old', 'luna', 'Studied at the ÉCOLE Quxvornique', 'x'), ('u-old', 'atlas', 'Ate a quxvornique pie', 'y')"
-    )
-    conn.execute(
-        "INSERT INTO summaries (user_id, character_id, text, watermark_id, updated_ms) "
-        "VALUES ('u-old', 'luna', 'They met at the École Quxvornique in 2019.', 1, 1)"
-    )
+    conn.execute(OLD_FACTS)
+    conn.execute(OLD_SUMMARY)
     conn.commit()
     conn.close()
     assert b"vorniq" in on_disk(path)  # the old index holds the facts' and summary's trigrams
@@ -429,14 +434,8 @@ async def test_postgres_upgrade_searches_facts_and_summaries_without_their_trigr
     )
     with psycopg.connect(url) as conn:
         pg_migrations.apply(conn)
-        conn.execute(
-            "INSERT INTO facts (user_id, character_id, text, norm) VALUES "
-            "('u-old', 'luna', 'Studied at the ÉCOLE Quxvornique', 'x'), ('u-old', 'atlas', 'Ate a quxvornique pie', 'y')"
-        )
-        conn.execute(
-            "INSERT INTO summaries (user_id, character_id, text, watermark_id, updated_ms) "
-            "VALUES ('u-old', 'luna', 'They met at the École Quxvornique in 2019.', 1, 1)"
-        )
+        conn.execute(OLD_FACTS)
+        conn.execute(OLD_SUMMARY)
     monkeypatch.undo()
     store = open_store(Settings(db_path=url))
     try:
