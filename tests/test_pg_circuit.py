@@ -7,6 +7,7 @@ import threading
 import psycopg
 import pytest
 
+from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store import Store
 from agent_memory.store.postgres import PostgresStore
 
@@ -36,3 +37,29 @@ def test_stopping_while_the_probe_finds_postgres_back_does_not_hang(
     # The prober cleared the circuit's wake-up after close() had set it, and waited for ever.
     closing.join(30)
     assert not closing.is_alive(), "closing the store hung on the prober"
+
+
+def test_a_pool_that_is_slow_to_hand_out_a_connection_is_not_an_outage(db_path: str) -> None:
+    store = PostgresStore(db_path, pool_size=1, index=False)
+    store.open()
+    try:
+        holding, release = threading.Event(), threading.Event()
+
+        def hold(view: object) -> None:
+            holding.set()
+            release.wait(30)
+
+        holder = threading.Thread(target=store.read_now, args=(hold,), daemon=True)
+        holder.start()
+        assert holding.wait(10)
+        # The only reader connection is taken: this one waits out the pool, PostgreSQL answers.
+        with pytest.raises(StoreUnavailable, match="no pooled connection was free") as raised:
+            store.read_now(lambda view: None)
+        assert not isinstance(raised.value, DatabaseDown)
+        assert store._outage is None  # the circuit did not trip: other requests are served
+        release.set()
+        holder.join(10)
+        assert store.read_now(lambda view: 1) == 1
+    finally:
+        release.set()
+        store.close()

@@ -59,7 +59,7 @@ WRITE_ATTEMPTS = 5
 RETRY_BACKOFF = Backoff(base_s=0.005, cap_s=0.2)
 # How long a caller waits for a pooled connection. The executors have as many threads as the
 # pools have connections, so a caller waits only while a connection is being made: past this,
-# PostgreSQL is taken as down (the circuit trips and a probe checks at once).
+# PostgreSQL is taken as down (the circuit trips) unless a new connection answers at once.
 POOL_WAIT_S = 1.5
 # The pools' first connections at startup, from a server that may be cold.
 OPEN_WAIT_S = 30.0
@@ -386,6 +386,13 @@ class PostgresStore(Store):
         """What a caller is told of `exc`; when the server does not answer, the circuit trips."""
         if not is_outage(exc):
             return StoreUnavailable(f"PostgreSQL at {self.location} gave up a statement: {_first_line(exc)}")
+        if isinstance(exc, PoolTimeout) and self._outage is None and self._responds():
+            # A connection made slowly on a loaded machine is not an outage: tripping would
+            # answer every request 503 and drop every pooled connection, for this one wait.
+            return StoreUnavailable(
+                f"PostgreSQL at {self.location} answers, but no pooled connection was free within "
+                f"{POOL_WAIT_S} s (the service is overloaded): try again"
+            )
         with self._circuit:
             outage = self._outage
             if outage is None:
@@ -425,10 +432,19 @@ class PostgresStore(Store):
 
     def _answers(self) -> bool:
         """Whether PostgreSQL answers now; if it does, the pools are made anew first."""
+        if not self._responds():
+            return False
+        try:
+            self._open_pools(POOL_WAIT_S)
+        except psycopg.Error:
+            return False
+        return True
+
+    def _responds(self) -> bool:
+        """Whether a new connection to PostgreSQL is made and answers a statement now."""
         try:
             with psycopg.connect(self.url, autocommit=True, **CONNECT_OPTIONS) as conn:
                 conn.execute(b"SELECT 1")
-            self._open_pools(POOL_WAIT_S)
         except psycopg.Error:
             return False
         return True
