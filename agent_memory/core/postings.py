@@ -254,6 +254,19 @@ class PostingsCache:
         """How many pairs are held."""
         return len(self._pairs)
 
+    def held_keys(self) -> list[tuple[str, int]]:
+        """The keys of the pairs held."""
+        with self._lock:
+            return list(self._pairs)
+
+    def drop(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Drop the copies of these pairs (gone from the database: another instance forgot them)."""
+        with self._lock:
+            self._cleared += 1  # nor a read of one under way, begun before it went
+            for key in keys:
+                if self._pairs.pop(key, None) is not None:
+                    self._docs -= self._counted.pop(key)
+
     def clear(self) -> None:
         with self._lock:
             self._cleared += 1

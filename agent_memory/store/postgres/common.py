@@ -112,6 +112,23 @@ class Connection(psycopg.Connection[DictRow]):
             cursor.nextset()
         return cursor
 
+    def results(self, *statements: bytes) -> list[list[DictRow]]:
+        """Send the kept statements and then `statements` (bound) in one query: each one's rows
+        (several reads of one answer in one round trip)."""
+        batch = [*(self._deferred or ()), *statements]
+        if self._deferred is not None:
+            self._deferred = []  # sent, whatever the server answers
+            self.deferred_batches += 1
+        cursor = self._client()
+        cursor.execute(b"; ".join(batch))
+        for _ in range(len(batch) - len(statements)):
+            cursor.nextset()
+        found = [cursor.fetchall()]
+        for _ in statements[1:]:
+            cursor.nextset()
+            found.append(cursor.fetchall())
+        return found
+
     def commit_deferred(self) -> None:
         """Send the kept statements with COMMIT; nothing at all if only BEGIN was kept."""
         kept = self._deferred
@@ -163,6 +180,9 @@ class Instance:
 
     name: str
     lease_ms: int
+    # Runs `fn(view)` in a read of its own, on a pooled connection (`PostgresStore.read_now`): a
+    # pair's recall index is read into memory with it in the background.
+    read_alone: Callable[[Callable[[Any], Any]], Any] | None = None
 
 
 class Repository(SharedRepository):

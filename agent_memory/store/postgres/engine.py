@@ -42,7 +42,7 @@ from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store.postgres import migrations, repositories
 from agent_memory.store.postgres.common import Connection, Instance, PostgresSql
 from agent_memory.store.postgres.maintenance import PostgresMaintenance
-from agent_memory.store.postgres.recall import PostgresRecall, forget_held
+from agent_memory.store.postgres.recall import POSTINGS, PostgresRecall, forget_held
 from agent_memory.store.postgres.search import PostgresSearch
 from agent_memory.store.protocols import Store
 from agent_memory.store.shared.recall import BUSY_INDEX_EVERY_S, IDLE_AFTER_S, SEARCH_CATCH_UP
@@ -79,6 +79,9 @@ PROBE_EVERY_S = 0.25
 # this many turns at a time.
 INDEX_EVERY_S = 0.2
 INDEX_CHUNK = 500
+# How often the pairs whose recall index this instance holds in memory are looked for in the
+# database: those another instance forgot are dropped within it.
+HELD_CHECK_S = 1.0
 # A write transaction's first statement, sent with its first read (`PostgresStore._transaction`).
 _BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
 # A read's: one snapshot for all its statements, taken at its first statement.
@@ -194,7 +197,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str, *, lease_s: float = 30.0, pool_size: int = 8, index: bool = True) -> None:
         self.url = url
-        self.instance = Instance(instance_name(), int(lease_s * 1000))
+        self.instance = Instance(instance_name(), int(lease_s * 1000), self.read_now)
         self.pool_size = pool_size
         self._index = index
         self._reads: ConnectionPool[Connection] | None = None
@@ -205,6 +208,7 @@ class PostgresStore(Store):
         self._indexer: threading.Thread | None = None
         # When a write of this instance (not the indexer's) last began, and the indexer last ran.
         self._last_write = self._last_indexed = 0.0
+        self._held_checked = 0.0  # when the recall copies held were last checked against forgets
         self._rng = random.Random()
         # The circuit: set while PostgreSQL is down; the prober waits for `_tripped`.
         self._outage: _Outage | None = None
@@ -451,12 +455,22 @@ class PostgresStore(Store):
 
     # background indexing
 
+    def _drop_forgotten(self) -> None:
+        """Every `HELD_CHECK_S`, drop the copies of pairs' recall indexes that another instance
+        forgot (their pairs are gone): a forget leaves none of their words in this process either."""
+        now = time.monotonic()
+        if now - self._held_checked < HELD_CHECK_S or not POSTINGS.held_keys():
+            return
+        self._held_checked = now
+        self.read_now(lambda view: view.recall.drop_gone())
+
     def _index_loop(self) -> None:
         """Keep the recall index up to date, a chunk at a time, whichever instance stored the turns."""
         while not self._stop.wait(INDEX_EVERY_S):
             if self._outage is not None:
                 continue  # said once, when the circuit tripped
             try:
+                self._drop_forgotten()
                 due = index_due(time.monotonic(), self._last_write, self._last_indexed)
                 while due is not None and not self._stop.is_set():
                     self._last_indexed = time.monotonic()

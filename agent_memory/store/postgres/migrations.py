@@ -383,6 +383,46 @@ def m012_recall_characters(conn: psycopg.Connection) -> None:
     )
 
 
+@migration
+def m013_recall_changes(conn: psycopg.Connection) -> None:
+    """Count every change to a pair's recall index, and read a pair's indexed turns by pair and id."""
+    # A copy of a pair's index held in an instance's memory (core/postings.py) is current while
+    # this count is the one it was read at: an indexed turn adds one, and so does a turn's doc
+    # deleted or given a new id (its message's), whichever instance did it. As on SQLite (m016).
+    _run(
+        conn,
+        "ALTER TABLE recall_pairs ADD COLUMN changes bigint NOT NULL DEFAULT 0",
+        "UPDATE recall_pairs SET changes = docs",
+        """CREATE OR REPLACE FUNCTION recall_docs_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE recall_pairs p SET docs = p.docs - g.docs, total_length = p.total_length - g.length,
+                changes = p.changes + g.docs
+            FROM (SELECT pair, count(*) AS docs, sum(length) AS length FROM gone_docs GROUP BY pair) g
+            WHERE p.pair = g.pair;
+            RETURN NULL;
+        END $$""",
+        # A message given a new id takes its doc along (ON UPDATE CASCADE): a copy names it by
+        # its old id, so it is read again.
+        """CREATE FUNCTION recall_docs_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE recall_pairs p SET changes = p.changes + c.docs
+            FROM (SELECT pair, count(*) AS docs FROM (SELECT pair FROM old_docs UNION ALL
+                SELECT pair FROM new_docs) d GROUP BY pair) c
+            WHERE p.pair = c.pair;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER recall_docs_au AFTER UPDATE ON recall_docs REFERENCING OLD TABLE AS old_docs "
+        "NEW TABLE AS new_docs FOR EACH STATEMENT EXECUTE FUNCTION recall_docs_changed()",
+        # A pair's turns since the copy's last (and the forget's cascade) through one index.
+        "CREATE INDEX recall_docs_pair_id ON recall_docs (pair, id)",
+        "DROP INDEX recall_docs_pair",
+        # Which database this is, for such copies (with its address): one restored or made in the
+        # place of another starts its pair ids and counts again.
+        "INSERT INTO store_state (name, value) VALUES ('database_id', (random() * 4e18)::bigint) "
+        "ON CONFLICT (name) DO NOTHING",
+    )
+
+
 def applied(conn: psycopg.Connection) -> list[str]:
     """The migrations the database has, in order."""
     exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()

@@ -23,16 +23,26 @@ recall waits no longer than `WAIT_LOCK_MS` for another drain to commit.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from psycopg import errors
+from psycopg.rows import tuple_row
 
-from agent_memory.core.domain import Message
+from agent_memory.core.domain import Fact, Message, Summary
+from agent_memory.core.postings import Docs, PairPostings, PostingsCache
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.core.terms import text_length
-from agent_memory.store.postgres.common import Repository, int_array, text_array
+from agent_memory.store.postgres.common import (
+    Connection,
+    Instance,
+    Repository,
+    dialect,
+    int_array,
+    text_array,
+)
+from agent_memory.store.shared.facts import PAIR_FACTS, PAIR_SUMMARY, USER_WIDE, fact_of, summary_of
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCIES,
@@ -66,6 +76,24 @@ _NEIGHBOURS = (
 )
 
 
+# Copies of the most recently asked pairs' indexes, shared by every connection of this process.
+POSTINGS = PostingsCache()
+# The pairs' figures a recall reads, and which database this is (for the copies' keys).
+_PAIRS = (
+    "SELECT pair, docs, total_length, changes, user_id, character_id, "
+    "(SELECT value FROM store_state WHERE name = 'database_id') AS database_id FROM recall_pairs"
+)
+
+
+# The messages asked by id, and (`_NEIGHBOURS` keyed by id) the spoken turns around each: a
+# recall shows most of the turns it ranked first, with their neighbours, so both are read at once.
+_BY_ID = f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(?::bigint[])"
+_NEIGHBOURS_OF_IDS = _NEIGHBOURS.replace(
+    "SELECT * FROM unnest(?::bigint[], ?::text[], ?::bigint[]) AS k(of_id, agent_id, seq)",
+    "SELECT id AS of_id, agent_id, seq FROM messages WHERE id = ANY(?::bigint[])",
+)
+
+
 def pair_term(pair: int, term: str) -> str:
     """A term as the index holds it: in its pair's own posting list."""
     return f"{pair}:{term}"
@@ -74,7 +102,19 @@ def pair_term(pair: int, term: str) -> str:
 class PostgresRecall(Repository, RecallReads):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ()
+    __slots__ = ("_around", "_copies", "_facts", "_owners", "_summary")
+
+    def __init__(self, conn: Connection, instance: Instance) -> None:
+        super().__init__(conn, instance)
+        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
+        self._owners: set[tuple[str, str]] = set()
+        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
+        self._copies: dict[int, PairPostings] = {}
+        # Read with the pair's figures (`term_stats`), for `facts` and `summaries` of that pair.
+        self._facts: tuple[tuple[str, str], list[Fact]] | None = None
+        self._summary: tuple[tuple[str, str], list[Summary]] | None = None
+        # The turns around the messages `_hits` read, by message id and side (-1, 1).
+        self._around: dict[int, dict[int, Message]] = {}
 
     # indexing (any instance, in its own write transaction)
 
@@ -177,7 +217,8 @@ class PostgresRecall(Repository, RecallReads):
                 total[1] += length
         if totals:
             self.sql.run(
-                "UPDATE recall_pairs p SET docs = p.docs + t.docs, total_length = p.total_length + t.length "
+                "UPDATE recall_pairs p SET docs = p.docs + t.docs, total_length = p.total_length + t.length, "
+                "changes = p.changes + t.docs "
                 "FROM unnest(?::integer[], ?::integer[], ?::bigint[]) AS t(pair, docs, length) "
                 "WHERE p.pair = t.pair",
                 (list(totals), [t[0] for t in totals.values()], [t[1] for t in totals.values()]),
@@ -235,17 +276,132 @@ class PostgresRecall(Repository, RecallReads):
         """
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
         scope, params = pair_scope(user_id, character_id)
-        rows = self.sql.all(
-            f"SELECT pair, docs, total_length FROM recall_pairs WHERE {scope} ORDER BY pair",
-            params,
-        )
+        rows: Sequence[Mapping[str, Any]]
+        if character_id is None:
+            rows = self.sql.all(f"{_PAIRS} WHERE {scope} ORDER BY pair", params)
+        else:
+            # The pair's facts and summary, which recall reads next, in the same round trip.
+            bind = self.conn.bind
+            rows, facts, summary = self.conn.results(
+                bind(dialect(f"{_PAIRS} WHERE {scope} ORDER BY pair"), params),
+                bind(dialect(PAIR_FACTS), (user_id, character_id, USER_WIDE)),
+                bind(dialect(PAIR_SUMMARY), (user_id, character_id)),
+            )
+            self._facts = ((user_id, character_id), [fact_of(row) for row in facts])
+            self._summary = ((user_id, character_id), [summary_of(row) for row in summary])
+        self._owners = {(row["user_id"], row["character_id"]) for row in rows}
         pairs = [row["pair"] for row in rows]
         documents = sum(row["docs"] for row in rows)
         total_length = sum(row["total_length"] for row in rows)
-        counts = self._frequencies([(pair, term) for term, _ in weighted for pair in pairs])
-        frequencies = {term: sum(counts[(pair, term)] for pair in pairs) for term, _ in weighted}
+        self._copies = {
+            row["pair"]: copy
+            for row in rows
+            if row["docs"]
+            and (copy := self._copy(self._key(row["database_id"]), row["pair"], row["docs"], row["changes"]))
+        }
+        copies = self._copies
+        counts = self._frequencies(
+            [(pair, term) for term, _ in weighted for pair in pairs if pair not in copies]
+        )
+        frequencies = {
+            term: sum(
+                copy.frequency(term) if (copy := copies.get(pair)) else counts[(pair, term)] for pair in pairs
+            )
+            for term, _ in weighted
+        }
         idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
         return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    def _key(self, database_id: int | None) -> str:
+        """Which database this is, as the copies' keys say it: its address and its own id."""
+        return f"{self.sql.database()}#{database_id or 0}"
+
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[str, int, int, int]]:
+        """The pair's copy keys and index ids with their indexed turns and change counts (pairs with turns only)."""
+        rows = self.sql.all(
+            f"{_PAIRS} WHERE user_id = ? AND character_id = ? AND docs > 0", (user_id, character_id)
+        )
+        return [(self._key(row["database_id"]), row["pair"], row["docs"], row["changes"]) for row in rows]
+
+    def warm(self, user_id: str, character_id: str) -> bool:
+        """Read the pair's index into memory now, whatever its size (a call is starting: its
+        first question should not find it cold); False when already held or nothing to hold."""
+        warmed = False
+        for database, pair, docs, changes in self._pair_figures(user_id, character_id):
+            if POSTINGS.held_or_reading((database, pair)):
+                continue
+            warmed = self._copy(database, pair, docs, changes, at_once=True) is not None or warmed
+        return warmed
+
+    def held(self, user_id: str, character_id: str) -> bool:
+        """Whether this process holds the pair's index in memory (False when it has none)."""
+        figures = self._pair_figures(user_id, character_id)
+        return bool(figures) and all(POSTINGS.holds((database, pair)) for database, pair, _, _ in figures)
+
+    def _copy(
+        self, database: str, pair: int, docs: int, changes: int, *, at_once: bool = False
+    ) -> PairPostings | None:
+        """The pair's index as held in memory, brought up to date (None: not held yet, or too large).
+
+        Its change count is read in the same statement as its turns, so that they match: another
+        instance's write is either in both or in neither."""
+        prefix = len(pair_term(pair, ""))
+        columns = (
+            "SELECT (SELECT changes FROM recall_pairs WHERE pair = %s), id, length, "
+            "array_to_string(terms, ' ') FROM recall_docs"
+        )
+        whole = f"{columns} WHERE pair = %s ORDER BY id"
+
+        def read(conn: Connection, sql: str, *args: object) -> Docs:
+            with conn.cursor(row_factory=tuple_row) as cursor:
+                rows = cursor.execute(sql.encode(), (pair, pair, *args)).fetchall()
+            now = rows[0][0] if rows else None
+            return now, [
+                (doc, length, [t[prefix:] for t in terms.split(" ")]) for _, doc, length, terms in rows
+            ]
+
+        def read_alone() -> Docs:
+            # In the background, in a read of its own (a connection serves one thread at a time).
+            assert self.instance.read_alone is not None
+            found: Docs = self.instance.read_alone(lambda view: read(view.conn, whole))
+            return found
+
+        return POSTINGS.current(
+            (database, pair),
+            changes,
+            docs,
+            newer=lambda last_id: read(
+                self.conn, f"{columns} WHERE pair = %s AND id > %s ORDER BY id", last_id
+            ),
+            whole=lambda: read(self.conn, whole),
+            whole_later=read_alone
+            if self.instance.read_alone is not None
+            else lambda: read(self.conn, whole),
+            at_once=at_once,
+        )
+
+    def drop_gone(self) -> int:
+        """Drop the copies held of this database's pairs that are gone from it (forgotten by any
+        instance), with their document frequencies; returns how many copies were dropped."""
+        address = f"{self.sql.database()}#"
+        held = [key for key in POSTINGS.held_keys() if key[0].startswith(address)]
+        if not held:
+            return 0
+        row = self.sql.one(
+            "SELECT (SELECT value FROM store_state WHERE name = 'database_id') AS database_id, "
+            "array(SELECT pair FROM recall_pairs WHERE pair = ANY(?)) AS found",
+            ([pair for _, pair in held],),
+        )
+        assert row is not None
+        current, found = self._key(row["database_id"]), set(row["found"])
+        gone = [key for key in held if key[0] != current or key[1] not in found]
+        if gone:
+            POSTINGS.drop(gone)
+            pairs = {pair for _, pair in gone}
+            database = self.sql.database()
+            for key in [key for key in FREQUENCIES if key[0] == database and key[1] in pairs]:
+                FREQUENCIES.pop(key, None)
+        return len(gone)
 
     def _frequencies(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
         """In how many of its pair's turns each term is, counted in one query. A count is reused
@@ -300,17 +456,66 @@ class PostgresRecall(Repository, RecallReads):
         return dict(sorted(scores.items(), key=lambda item: -item[1])[:limit])
 
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
-        """The best-matching turns in scope, best first."""
+        """The best-matching turns in scope, best first: from the pair's copy held in memory, else
+        through the GIN index (the same ranking)."""
         scores: dict[int, float] = {}
+        present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
         for pair in stats.pairs:
-            scores.update(self._scores(pair, stats, limit))
+            copy = self._copies.get(pair)
+            if copy is None:
+                scores.update(self._scores(pair, stats, limit))
+                continue
+            scores.update(
+                copy.scores(
+                    present,
+                    k1=BM25_K1,
+                    b=BM25_B,
+                    average=stats.average_length,
+                    limit=limit,
+                    shortlist=limit * SHORTLIST_FACTOR,
+                )
+            )
         return self._hits(scores, limit)
+
+    def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
+        if self._facts is not None and self._facts[0] == (user_id, character_id):
+            return self._facts[1]
+        return super().facts(user_id, character_id)
+
+    def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
+        if self._summary is not None and self._summary[0] == (user_id, character_id):
+            return self._summary[1]
+        return super().summaries(user_id, character_id)
+
+    def _hits(self, scores: dict[int, float], limit: int) -> list[TurnHit]:
+        """The best `limit` scored turns (then the newest), best first, read with the turns
+        around each in one round trip."""
+        best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
+        if not best:
+            return []
+        ids = int_array(best)
+        found, around = self.conn.results(
+            self.conn.bind(dialect(_BY_ID), (ids,)), self.conn.bind(dialect(_NEIGHBOURS_OF_IDS), (ids,))
+        )
+        messages = {message.id: message for message in (message_of(list(row.values())) for row in found)}
+        self._around = {i: {} for i in best}
+        for row in around:
+            of_id, side, *message = row.values()
+            self._around[of_id][side] = message_of(message)
+        return [TurnHit(messages[i], scores[i]) for i in best if i in messages and self._owns(messages[i])]
+
+    def _owns(self, message: Message) -> bool:
+        # A turn moved to another pair keeps its doc in the old one until it is indexed again.
+        return (message.user_id, message.character_id) in self._owners
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session, all in one
         round trip (a recall shows a dozen memories or more: one trip each cost milliseconds)."""
         if not messages:
             return {}
+        held = self._around
+        if all(m.id in held for m in messages):  # read with the ranked turns (`_hits`)
+            return {m.id: (held[m.id].get(-1), held[m.id].get(1)) for m in messages}
         rows = self.sql.all(
             _NEIGHBOURS, ([m.id for m in messages], [m.agent_id for m in messages], [m.seq for m in messages])
         )
@@ -322,6 +527,8 @@ class PostgresRecall(Repository, RecallReads):
 
 
 def forget_held() -> None:
-    """Drop what this process holds of the recall index (document frequencies): after a forget
-    none of its words stay in memory; what is still remembered is read again."""
+    """Drop what this process holds of the recall index (copies of pairs, document frequencies):
+    after a forget none of its words stay in memory; what is still remembered is read again.
+    Another instance drops its copies of the forgotten pairs within `HELD_CHECK_S` (engine.py)."""
+    POSTINGS.clear()
     FREQUENCIES.clear()

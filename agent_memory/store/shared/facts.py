@@ -92,14 +92,7 @@ class FactReads(Repository):
 
     def of_pair(self, user_id: str, character_id: str) -> list[Fact]:
         """The pair's facts and the user's user-wide facts, oldest first."""
-        return [
-            fact_of(row)
-            for row in self.sql.all(
-                f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = ? AND character_id IN (?, ?) "
-                "ORDER BY created_ms, id",
-                (user_id, character_id, USER_WIDE),
-            )
-        ]
+        return [fact_of(row) for row in self.sql.all(PAIR_FACTS, (user_id, character_id, USER_WIDE))]
 
     def get(self, fact_id: int) -> Fact | None:
         return self._read(f"SELECT {FACT_COLUMNS} FROM facts WHERE id = ?", (fact_id,))
@@ -293,16 +286,21 @@ class Facts(FactReads):
         )
 
 
+# A pair's summary (user, character), and its facts with the user's user-wide ones (user,
+# character, USER_WIDE): PostgreSQL's recall reads them in one round trip with its figures.
+PAIR_SUMMARY = f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ? AND character_id = ?"
+PAIR_FACTS = (
+    f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = ? AND character_id IN (?, ?) ORDER BY created_ms, id"
+)
+
+
 class SummaryReads(Repository):
     """The `summaries` table: one per pair."""
 
     __slots__ = ()
 
     def get(self, user_id: str, character_id: str) -> Summary | None:
-        row = self.sql.one(
-            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ? AND character_id = ?",
-            (user_id, character_id),
-        )
+        row = self.sql.one(PAIR_SUMMARY, (user_id, character_id))
         return summary_of(row) if row is not None else None
 
 
