@@ -61,7 +61,7 @@ class RecallReads(Repository):
     def warm(self, user_id: str, character_id: str) -> bool:
         """Hold the pair's recall index in this process's memory now (a call is starting); True
         when it was read, False when already held or nothing is held here (a backend whose
-        index is read where it lies: PostgreSQL's shared buffers stay warm for every instance)."""
+        index is read where it lies)."""
         return False
 
     def held(self, user_id: str, character_id: str) -> bool:
