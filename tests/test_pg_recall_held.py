@@ -146,6 +146,16 @@ async def test_a_populated_database_migrated_counts_each_pair_s_changes_from_its
         store.close()
 
 
+async def test_a_forget_here_leaves_none_of_the_pair_s_words_held(service: Any) -> None:
+    await seed(service, "u1", "luna", "a1", said("My tortoise Zanzibarino is fifty.", "Wow.", start_ms=MAY_8))
+    assert texts(await http_recall(service, "u1", "luna", "Zanzibarino"))
+    assert await service.store.read(lambda view: view.recall.held("u1", "luna"))
+    status, _ = await service.api("DELETE", "/v1/users/u1")
+    assert status == 200
+    assert len(pg_recall.POSTINGS) == 0 and not pg_recall.FREQUENCIES
+    assert texts(await http_recall(service, "u1", "luna", "Zanzibarino")) == []
+
+
 @pytest.mark.slow
 async def test_another_instance_s_turns_and_forget_reach_the_copy_this_instance_holds(
     service: Any, db_path: str, tmp_path: Path
