@@ -60,6 +60,8 @@ QUEUE_STATEMENT_TIMEOUT_MS = 10_000
 # A catch-up that finds every queued id taken by another drain waits this long for it to commit;
 # then recall answers from what is indexed (and says how many turns are not).
 WAIT_LOCK_MS = 1_000
+# A pair read into memory in the background waits this long first (`PostgresRecall._copy`).
+BACKGROUND_READ_AFTER_S = 0.1
 # Each statement of a recall's read gives up past this (a dead client's backend too).
 RECALL_STATEMENT_TIMEOUT_MS = 10_000
 
@@ -361,7 +363,10 @@ class PostgresRecall(Repository, RecallReads):
             ]
 
         def read_alone() -> Docs:
-            # In the background, in a read of its own (a connection serves one thread at a time).
+            # In the background, in a read of its own (a connection serves one thread at a time),
+            # once the question that asked for it is answered: turning thousands of rows into
+            # posting lists is tens of milliseconds of Python, which would hold that answer up.
+            time.sleep(BACKGROUND_READ_AFTER_S)
             assert self.instance.read_alone is not None
             found: Docs = self.instance.read_alone(lambda view: read(view.conn, whole))
             return found
