@@ -483,13 +483,16 @@ class PostgresRecall(Repository, RecallReads):
         return self._hits(scores, limit)
 
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
-        if self._facts is not None and self._facts[0] == (user_id, character_id):
-            return self._facts[1]
+        # What `term_stats` read with the figures, once: a later ask reads again.
+        read, self._facts = self._facts, None
+        if read is not None and read[0] == (user_id, character_id):
+            return read[1]
         return super().facts(user_id, character_id)
 
     def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
-        if self._summary is not None and self._summary[0] == (user_id, character_id):
-            return self._summary[1]
+        read, self._summary = self._summary, None
+        if read is not None and read[0] == (user_id, character_id):
+            return read[1]
         return super().summaries(user_id, character_id)
 
     def _hits(self, scores: dict[int, float], limit: int) -> list[TurnHit]:
