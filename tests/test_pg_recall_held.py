@@ -116,9 +116,9 @@ async def test_a_populated_database_migrated_counts_each_pair_s_changes_from_its
         await indexed(store)
     finally:
         store.close()
-    # Back to m012's schema, the turn indexed: what a database made before m013 holds.
+    # Back to m013's schema, the turn indexed: what a database made before m014 holds.
     with psycopg.connect(db_path, autocommit=True) as conn:
-        conn.execute("DELETE FROM agent_memory_migrations WHERE name = 'm013_recall_changes'")
+        conn.execute("DELETE FROM agent_memory_migrations WHERE name = 'm014_recall_changes'")
         conn.execute("DELETE FROM store_state WHERE name = 'database_id'")
         conn.execute("DROP TRIGGER recall_docs_au ON recall_docs")
         conn.execute("DROP FUNCTION recall_docs_changed")

@@ -384,7 +384,16 @@ def m012_recall_characters(conn: psycopg.Connection) -> None:
 
 
 @migration
-def m013_recall_changes(conn: psycopg.Connection) -> None:
+def m013_facts_summaries_unindexed(conn: psycopg.Connection) -> None:
+    """Facts and summaries leave the trigram indexes, as on SQLite (its m023): every condense job
+    rewrote its pair's summary (kilobytes of text) through summaries_trgm; a user's few facts and
+    summaries are read through their keys (facts_key, the summaries' primary key, both led by the
+    user) and matched by ILIKE, the same query."""
+    _run(conn, "DROP INDEX IF EXISTS facts_trgm", "DROP INDEX IF EXISTS summaries_trgm")
+
+
+@migration
+def m014_recall_changes(conn: psycopg.Connection) -> None:
     """Count every change to a pair's recall index, and read a pair's indexed turns by pair and id."""
     # A copy of a pair's index held in an instance's memory (core/postings.py) is current while
     # this count is the one it was read at: an indexed turn adds one, and so does a turn's doc
@@ -453,12 +462,3 @@ def apply(conn: psycopg.Connection) -> list[str]:
         return ran
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
-
-
-@migration
-def m013_facts_summaries_unindexed(conn: psycopg.Connection) -> None:
-    """Facts and summaries leave the trigram indexes, as on SQLite (its m023): every condense job
-    rewrote its pair's summary (kilobytes of text) through summaries_trgm; a user's few facts and
-    summaries are read through their keys (facts_key, the summaries' primary key, both led by the
-    user) and matched by ILIKE, the same query."""
-    _run(conn, "DROP INDEX IF EXISTS facts_trgm", "DROP INDEX IF EXISTS summaries_trgm")
