@@ -13,9 +13,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from playwright.async_api import Browser, BrowserContext, ConsoleMessage, Page, Request, async_playwright
+# Playwright is imported where a browser starts: every test process collects the browser tests'
+# module, and only the slow tier runs them.
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, BrowserContext, ConsoleMessage, Page, Request
 
 CHROMIUM = Path("/usr/bin/chromium")
 LOCKED_ARGS = [
@@ -61,6 +65,8 @@ class Watched:
 
 @asynccontextmanager
 async def locked_browser() -> AsyncIterator[Browser]:
+    from playwright.async_api import async_playwright
+
     async with async_playwright() as driver:
         browser = await driver.chromium.launch(executable_path=chromium(), args=LOCKED_ARGS, headless=True)
         try:

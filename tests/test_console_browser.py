@@ -4,12 +4,15 @@ fact, ask the recall form, forget with confirmation; no console error, no reques
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import pytest
 from browser import locked_browser, watched_context
 from conftest import TOKEN, Service
 from console_data import CHARACTER, PAIR_PAGE, PHOTO, USER, seed_console
-from playwright.async_api import Page, expect
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +27,8 @@ async def signed_in(page: Page, service: Service, path: str) -> None:
 
 
 async def test_sign_in_browse_edit_recall_and_forget_in_a_locked_browser(service: Service) -> None:
+    from playwright.async_api import expect
+
     await seed_console(service)
     async with locked_browser() as browser, watched_context(browser) as (context, watched):
         page = await context.new_page()
@@ -77,6 +82,8 @@ async def test_sign_in_browse_edit_recall_and_forget_in_a_locked_browser(service
 
 
 async def test_the_console_fits_a_phone_and_works_from_the_keyboard(service: Service) -> None:
+    from playwright.async_api import expect
+
     await seed_console(service)
     async with (
         locked_browser() as browser,
