@@ -31,6 +31,11 @@ MODEL = "fake-embed"
 pytestmark = pytest.mark.postgres
 
 
+# The worker's sweep in the tests that wait for it to embed by itself (the default, 1 s, is
+# what such a test would otherwise wait, idle, for each sweep).
+SWEEP_S = 0.05
+
+
 def embedding_settings(fake: FakeEmbeddings, **overrides: Any) -> dict[str, Any]:
     """Settings that embed through the fake endpoint; the SDK does not retry unless asked."""
     return {
@@ -331,7 +336,7 @@ async def test_semantic_candidates_answer_nothing_with_one_warning_when_the_mode
 
 async def test_turns_are_embedded_after_ingest_by_an_embed_job(start_service: Any) -> None:
     async with FakeEmbeddings() as fake:
-        service = await start_service(**embedding_settings(fake))
+        service = await start_service(**embedding_settings(fake, job_sweep_s=SWEEP_S))
         count = EMBED_BATCH + 6
         await seed(service, "u1", "luna", "A1", turns(count))
         await wait_for(lambda: vector_count(service, "u1", "luna"), failure="no vectors were stored")
@@ -358,7 +363,7 @@ async def test_turns_are_embedded_after_ingest_by_an_embed_job(start_service: An
 async def test_a_webhook_is_answered_while_the_embeddings_endpoint_hangs(start_service: Any) -> None:
     async with FakeEmbeddings() as fake:
         fake.script("hang")
-        service = await start_service(**embedding_settings(fake))
+        service = await start_service(**embedding_settings(fake, job_sweep_s=SWEEP_S))
         await seed(service, "u1", "luna", "A1", turns(EMBED_BATCH))  # a full batch: due at once
         await wait_for(lambda: fake.calls >= 1, failure="the worker never called the endpoint")
         labels = {"user_id": "u1", "character_id": "luna"}
@@ -407,14 +412,14 @@ async def test_a_restart_keeps_what_was_embedded_and_embeds_the_rest(start_servi
         fake.script(Reply(), "hang")  # the first batch is answered, the second never is
         # On PostgreSQL the restarted process is another instance: it takes the job over once
         # the stopped one's lease on it has run out.
-        first = await start_service(**embedding_settings(fake, lease_s=1))
+        first = await start_service(**embedding_settings(fake, lease_s=1, job_sweep_s=SWEEP_S))
         await seed(first, "u1", "luna", "A1", turns(count))
         await wait_for(lambda: fake.calls >= 2, failure="the second batch was never asked for")
         before = await first.store.read(vector_rows)
         assert len(before) == EMBED_BATCH
         await first.server.close()  # the process stops with its job still running
 
-        second = await start_service(**embedding_settings(fake, lease_s=1))
+        second = await start_service(**embedding_settings(fake, lease_s=1, job_sweep_s=SWEEP_S))
         await wait_for(vectors_reach(second, count, "u1", "luna"), failure="the rest was not embedded")
     after = await second.store.read(vector_rows)
     assert set(before) <= set(after)
