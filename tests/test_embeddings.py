@@ -323,7 +323,8 @@ async def test_semantic_candidates_answer_nothing_with_one_warning_when_the_mode
         with caplog.at_level(logging.WARNING, logger="agent_memory.memory.embedding"):
             assert await semantic_candidates(store, embedder, q="pottery?", **ask) == []
             assert await semantic_candidates(store, embedder, q="pottery class?", **ask) == []
-        found = await semantic_candidates(store, embedder, q="pottery class", **ask)
+        # The model answers again: given time enough on a loaded machine, it finds the turn.
+        found = await semantic_candidates(store, embedder, q="pottery class", **{**ask, "timeout_s": 10})
         await embedder.close()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
