@@ -9,7 +9,7 @@ import pytest
 
 from agent_memory.errors import DatabaseDown, StoreUnavailable
 from agent_memory.store import Store
-from agent_memory.store.postgres import PostgresStore
+from agent_memory.store.postgres import PostgresStore, engine
 
 
 @pytest.fixture
@@ -39,7 +39,10 @@ def test_stopping_while_the_probe_finds_postgres_back_does_not_hang(
     assert not closing.is_alive(), "closing the store hung on the prober"
 
 
-def test_a_pool_that_is_slow_to_hand_out_a_connection_is_not_an_outage(db_path: str) -> None:
+def test_a_pool_that_is_slow_to_hand_out_a_connection_is_not_an_outage(
+    db_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "POOL_WAIT_S", 0.2)  # the wait this test sits out
     store = PostgresStore(db_path, pool_size=1, index=False)
     store.open()
     try:
