@@ -58,9 +58,11 @@ T = TypeVar("T")
 WRITE_ATTEMPTS = 5
 RETRY_BACKOFF = Backoff(base_s=0.005, cap_s=0.2)
 # How long a caller waits for a pooled connection. The executors have as many threads as the
-# pools have connections, so a caller waits only while a connection is being made: past this,
+# pools have connections, so a caller waits only while a connection is being made: longer than
+# one attempt may take (connect_timeout, 2 s), since a burst on a freshly started, loaded
+# instance makes its connections slowly (1.5 s answered such a burst 503). Past this,
 # PostgreSQL is taken as down (the circuit trips) unless a new connection answers at once.
-POOL_WAIT_S = 1.5
+POOL_WAIT_S = 3.0
 # The pools' first connections at startup, from a server that may be cold.
 OPEN_WAIT_S = 30.0
 # Every connection gives up connecting after 2 s (libpq's least), and notices within ~10 s a
