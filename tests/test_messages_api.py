@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from conftest import TOKEN, Service, assert_error
@@ -358,3 +359,17 @@ async def test_the_python_clients_post_messages(service: Service) -> None:
         with pytest.raises(ApiError) as refused:
             await client.add_messages("u-bob", "luna", "py-1", chat())
     assert (refused.value.status, refused.value.code) == (409, "session_conflict")
+
+
+async def test_a_user_id_with_braces_and_a_backslash_is_read_and_forgotten_by_its_path(
+    service: Service,
+) -> None:
+    # Any character but "/" may be in an id (a webhook's label stores it): its routes must match.
+    odd = quote("u-}{odd\\1", safe="")
+    pair = f"/v1/users/{odd}/characters/luna"
+    assert (await post(service, "chat-braces", [message_with(content="braces hello")], pair=pair))[1][
+        "stored"
+    ] == 1
+    assert [m["content"] for m in await stored(service, pair)] == ["braces hello"]
+    status, body = await service.api("DELETE", pair.split("/characters")[0])
+    assert status == 200 and body["deleted"]["messages"] == 1, body

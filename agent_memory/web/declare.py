@@ -156,10 +156,13 @@ def add_routes(app: web.Application, routes: Iterable[Route]) -> None:
             raise ValueError(f"{route.method} {route.path} has no handler")
         for name in _PATH_NAME.findall(route.canonical):
             route.path_param(name)  # refused at startup, not when the document is built
+        # A plain {name} is any run of characters but "/": aiohttp's default also refuses "{" and
+        # "}", so a user id holding them (stored by a webhook) could be neither read nor forgotten.
+        path = _PATH_NAME.sub(r"{\1:[^/]+}", route.path)
         if route.method == "GET":
-            app.router.add_get(route.path, route.handler)
+            app.router.add_get(path, route.handler)
         else:
-            app.router.add_route(route.method, route.path, route.handler)
+            app.router.add_route(route.method, path, route.handler)
         declared.append(route)
         if route.scope is not None:
             scopes[route.method, route.canonical] = route.scope
