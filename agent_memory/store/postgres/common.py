@@ -102,26 +102,27 @@ class Connection(psycopg.Connection[DictRow]):
     def with_deferred(self, *statements: bytes) -> psycopg.ClientCursor[DictRow]:
         """Send the kept statements and then `statements` (bound) in one query; the cursor is
         at the last one's result."""
+        cursor, sent = self._send(statements)
+        for _ in range(sent - 1):
+            cursor.nextset()
+        return cursor
+
+    def _send(self, statements: tuple[bytes, ...]) -> tuple[psycopg.ClientCursor[DictRow], int]:
+        """The kept statements and then `statements`, sent in one query: the cursor at the first
+        one's result, and how many were sent."""
         batch = [*(self._deferred or ()), *statements]
         if self._deferred is not None:
             self._deferred = []  # sent, whatever the server answers
             self.deferred_batches += 1
         cursor = self._client()
         cursor.execute(b"; ".join(batch))
-        for _ in range(len(batch) - 1):
-            cursor.nextset()
-        return cursor
+        return cursor, len(batch)
 
     def results(self, *statements: bytes) -> list[list[DictRow]]:
         """Send the kept statements and then `statements` (bound) in one query: each one's rows
         (several reads of one answer in one round trip)."""
-        batch = [*(self._deferred or ()), *statements]
-        if self._deferred is not None:
-            self._deferred = []  # sent, whatever the server answers
-            self.deferred_batches += 1
-        cursor = self._client()
-        cursor.execute(b"; ".join(batch))
-        for _ in range(len(batch) - len(statements)):
+        cursor, sent = self._send(statements)
+        for _ in range(sent - len(statements)):
             cursor.nextset()
         found = [cursor.fetchall()]
         for _ in statements[1:]:

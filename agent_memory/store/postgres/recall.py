@@ -460,28 +460,6 @@ class PostgresRecall(Repository, RecallReads):
         }
         return dict(sorted(scores.items(), key=lambda item: -item[1])[:limit])
 
-    def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
-        """The best-matching turns in scope, best first: from the pair's copy held in memory, else
-        through the GIN index (the same ranking)."""
-        scores: dict[int, float] = {}
-        present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
-        for pair in stats.pairs:
-            copy = self._copies.get(pair)
-            if copy is None:
-                scores.update(self._scores(pair, stats, limit))
-                continue
-            scores.update(
-                copy.scores(
-                    present,
-                    k1=BM25_K1,
-                    b=BM25_B,
-                    average=stats.average_length,
-                    limit=limit,
-                    shortlist=limit * SHORTLIST_FACTOR,
-                )
-            )
-        return self._hits(scores, limit)
-
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
         # What `term_stats` read with the figures, once: a later ask reads again.
         read, self._facts = self._facts, None

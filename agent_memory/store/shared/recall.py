@@ -7,7 +7,8 @@ from abc import abstractmethod
 from collections.abc import Sequence
 
 from agent_memory.core.domain import Fact, Message, Summary
-from agent_memory.core.recall import TermStats, TurnHit
+from agent_memory.core.postings import PairPostings
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit
 from agent_memory.store.shared.facts import (
     FACT_COLUMNS,
     SUMMARY_COLUMNS,
@@ -43,6 +44,8 @@ class RecallReads(Repository):
     shows of its scope besides (a pair, or all of a user's pairs: None) is written here once."""
 
     __slots__ = ()
+    # The pairs' postings this process holds in memory, by pair id (each backend's own slot).
+    _copies: dict[int, PairPostings]
 
     @abstractmethod
     def behind(self) -> bool:
@@ -68,9 +71,31 @@ class RecallReads(Repository):
         """Whether this process holds the pair's recall index in memory."""
         return False
 
-    @abstractmethod
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
-        """The best-matching turns in the scope of `stats`, best first."""
+        """The best-matching turns in the scope of `stats`, best first: from each pair's copy
+        held in memory, else through the backend's own index (the same ranking)."""
+        scores: dict[int, float] = {}
+        present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
+        for pair in stats.pairs:
+            copy = self._copies.get(pair)
+            if copy is None:
+                scores.update(self._scores(pair, stats, limit))
+                continue
+            scores.update(
+                copy.scores(
+                    present,
+                    k1=BM25_K1,
+                    b=BM25_B,
+                    average=stats.average_length,
+                    limit=limit,
+                    shortlist=limit * SHORTLIST_FACTOR,
+                )
+            )
+        return self._hits(scores, limit)
+
+    @abstractmethod
+    def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
+        """BM25 of a pair not held in memory, through the backend's index: the best `limit`."""
 
     @abstractmethod
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:

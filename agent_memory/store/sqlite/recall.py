@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from agent_memory.core.domain import Message
 from agent_memory.core.postings import Docs, PairPostings, PostingsCache
-from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, weighted_idfs
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.core.terms import text_length
 from agent_memory.store.protocols import NotBrief
@@ -281,6 +281,8 @@ class SQLiteRecall(Repository, RecallReads):
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
         """BM25 of the pair's turns: the best `limit`, by message id (summed in SQLite, in C)."""
+        if self.brief:
+            raise NotBrief("the pair's recall index is not held in memory: it would be searched in SQLite")
         present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
         if not present:
             return {}
@@ -318,31 +320,6 @@ class SQLiteRecall(Repository, RecallReads):
             ),
         ).fetchall()
         return {doc: score for doc, score in rows}
-
-    def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
-        """The best-matching turns in scope, best first, each with the turns said around it."""
-        scores: dict[int, float] = {}
-        present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
-        for pair in stats.pairs:
-            copy = self._copies.get(pair)
-            if copy is None:
-                if self.brief:
-                    raise NotBrief(
-                        "the pair's recall index is not held in memory: it would be searched in SQLite"
-                    )
-                scores.update(self._scores(pair, stats, limit))
-                continue
-            scores.update(
-                copy.scores(
-                    present,
-                    k1=BM25_K1,
-                    b=BM25_B,
-                    average=stats.average_length,
-                    limit=limit,
-                    shortlist=limit * SHORTLIST_FACTOR,
-                )
-            )
-        return self._hits(scores, limit)
 
     def _owns(self, message: Message) -> bool:
         # A copy held in memory answers by id: a turn it names must still be one of the asked pairs'.
