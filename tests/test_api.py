@@ -29,7 +29,7 @@ from test_retention import database_files
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import CONDENSE
 from agent_memory.core.tokens import count_message_tokens
-from agent_memory.web.keys import JOBS
+from agent_memory.web.keys import JOBS, MEMORY
 
 pytestmark = pytest.mark.postgres
 
@@ -575,6 +575,27 @@ async def test_forget_a_user_removes_everything_of_theirs_down_to_the_bytes(serv
     data = on_disk(service.settings.db_path)
     assert not found(data, GONE_EN), "redelivery brought the text back"
     assert not found(data, GONE_ZH), "redelivery brought the text back"
+
+
+async def test_a_forget_through_one_instance_empties_the_built_contexts_of_another(start_service):
+    """Another instance (or the CLI) sharing the database drops what it keeps of remembered text
+    once it sees a forget: none of it could be served (each is checked against its pair's
+    version), but it must not stay in that process's memory either."""
+    here = await start_service()
+    there = await start_service()  # a second instance on the same database
+    await seed(here, "u-gone", "luna", "GONE", marked(GONE_EN, GONE_ZH, 6, start_ms=1_763_690_000_000))
+    await seed(here, "u-keep", "luna", "KEEP", marked(KEEP_EN, KEEP_ZH, 6, start_ms=1_763_690_000_000))
+    for user in ("u-gone", "u-keep"):
+        status, body = await there.api("GET", f"/v1/users/{user}/characters/luna/system-messages")
+        assert status == 200 and body["system_messages"], body
+    built = there.server.app[MEMORY].reading.contexts._built
+    assert len(built) == 2
+
+    status, _ = await here.api("DELETE", "/v1/users/u-gone")
+    assert status == 200
+    await wait_for(lambda: not built, failure="the other instance still holds the forgotten user's context")
+    status, body = await there.api("GET", "/v1/users/u-keep/characters/luna/system-messages")
+    assert status == 200 and KEEP_EN in json.dumps(body, ensure_ascii=False)
 
 
 # Forgetting a user wipes the raw callbacks labelled with them, also those that never became a

@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import now_ms
 from agent_memory.core.search import SEARCH_KINDS, MentionRole, Mentions, SearchKind, UserSearch
 from agent_memory.core.textcache import forget_texts
-from agent_memory.errors import NotFound
+from agent_memory.errors import NotFound, StoreUnavailable
 from agent_memory.logs import pair_ref
 from agent_memory.memory.embedding import forget_questions
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.memory.reading import ContextCache
 from agent_memory.memory.restore import Importer, ImportReport, Source
+from agent_memory.memory.schedule import start_interval
 from agent_memory.settings import Settings
 from agent_memory.store import Store, Transaction
 from agent_memory.store.types import ForgetReceipt, Report
@@ -22,6 +25,9 @@ from agent_memory.store.types import ForgetReceipt, Report
 log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "agent-memory-export/1"
+# How soon another process's forget empties this one's copies of remembered text (none of
+# them can be served after it: each is checked against its pair's version when read).
+FORGET_WATCH_S = 1.0
 
 
 class Admin:
@@ -42,6 +48,39 @@ class Admin:
         self.ingestor = ingestor
         self.contexts = contexts
         self.forget_listeners = forget_listeners
+        self._seen_forget: int | None = None  # not looked yet: nothing is held before
+        self._watch: AsyncIOScheduler | None = None
+
+    async def drop_held(self) -> None:
+        """Drop what this process keeps of remembered text: recall's copies, built contexts,
+        cached terms and dates, the offline condenser's process caches, embedded questions."""
+        self.store.forget_held()
+        self.contexts.clear()
+        forget_texts()
+        await WORKERS.forget_texts()
+        forget_questions()
+
+    def watch_forgets(self) -> None:
+        """Start dropping what this process holds within `FORGET_WATCH_S` of a forget made by
+        another process sharing the database (another instance, the CLI)."""
+        self._watch = start_interval(self._forgot_elsewhere, FORGET_WATCH_S, "forget-watch")
+
+    def stop_watching(self) -> None:
+        if self._watch is not None:
+            self._watch.shutdown(wait=False)
+            self._watch = None
+
+    async def _forgot_elsewhere(self) -> None:
+        """Whether a forget was made since last looked; if so, drop what is held (a caller that
+        forgot here dropped it already: once more costs a few cache misses)."""
+        try:
+            last = await self.store.read(lambda view: view.maintenance.last_forget())
+        except StoreUnavailable:
+            return  # the database is down or busy (said by the store): looked at again next time
+        seen, self._seen_forget = self._seen_forget, last
+        if seen is not None and last != seen:
+            await self.drop_held()
+            log.info("a forget made elsewhere: this process's copies of remembered text dropped")
 
     async def schema_migrations(self) -> list[str]:
         """The applied schema migrations (answering proves the database is reachable)."""
@@ -110,21 +149,16 @@ class Admin:
     async def forget(self, user_id: str, character_id: str | None = None) -> ForgetReceipt:
         """Delete everything held about a user (or one of its pairs); returns counts per table."""
 
-        def forget(tx: Transaction) -> ForgetReceipt:
+        def forget(tx: Transaction) -> tuple[ForgetReceipt, int]:
             shared = self.ingestor.forget_shared_turns(tx, user_id, character_id)
             receipt = tx.maintenance.forget(user_id, character_id)
             receipt["messages"] = receipt.get("messages", 0) + shared["shared_call_turns"]
             receipt["raw_callbacks"] = receipt.get("raw_callbacks", 0) + shared["shared_call_raw_callbacks"]
-            return receipt
+            return receipt, tx.maintenance.last_forget()
 
-        receipt = await self.store.write(forget)
-        # What this process keeps of remembered text (recall's copies, built contexts, cached terms
-        # and dates) goes too, once the forget is committed: a read before would bring it back.
-        self.store.forget_held()
-        self.contexts.clear()
-        forget_texts()
-        await WORKERS.forget_texts()  # the offline condenser's process caches what it read too
-        forget_questions()
+        receipt, self._seen_forget = await self.store.write(forget)  # this forget (and any before) seen
+        # Once the forget is committed: a read before would bring it back.
+        await self.drop_held()
         for listener in self.forget_listeners:
             # What a platform holds to record later (a live call's held reply): what it would
             # still record would be dropped by the cut-off, but it goes now all the same.

@@ -107,7 +107,10 @@ async def store_context(app: web.Application) -> AsyncIterator[None]:
             await asyncio.sleep(DB_WAIT_RETRY_S)
     if waiting_since is not None:
         log.warning("the database answers after %.0f s: starting", time.monotonic() - waiting_since)
+    # Another instance's forget (or the CLI's) empties this process's copies too.
+    app[MEMORY].admin.watch_forgets()
     yield
+    app[MEMORY].admin.stop_watching()
     await app[MEMORY].reading.close()  # no warming read left for a closed store
     await asyncio.get_running_loop().run_in_executor(None, store.close)
 

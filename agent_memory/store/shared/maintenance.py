@@ -72,6 +72,9 @@ SERVICE = ("api_keys", "console_sessions", FORGETS)
 # holds exclusively and every merge shared while it checks the cut-off and writes; a pair's reset mark.
 USER_LOCK_SEED = 2
 RESET_LOCK_SEED = 3
+# The forgets row every forget moves on (its own kind of key, no hash of anyone): another process
+# sharing the database drops what it holds of remembered text when it sees it move.
+LAST_FORGET = "last-forget"
 _FORGET_CUTOFF = (
     "SELECT max(forgot_ms) AS at, max(CASE WHEN key = ? THEN 1 ELSE 0 END) AS run "
     f"FROM {FORGETS} WHERE key IN (?, ?, ?)"
@@ -118,6 +121,11 @@ class MaintenanceReads(Repository):
     @abstractmethod
     def search_state(self) -> SearchState:
         """What the search index still owes a forget, and how far recall has indexed."""
+
+    def last_forget(self) -> int:
+        """A number that moves on with every forget, by any process (0: none yet)."""
+        row = self.sql.one(f"SELECT forgot_ms FROM {FORGETS} WHERE key = ?", (LAST_FORGET,))
+        return 0 if row is None else int(row["forgot_ms"])
 
     def forget_cutoff(
         self, user_id: str, character_id: str, agent_id: str | None = None
@@ -174,6 +182,12 @@ class Maintenance(MaintenanceReads):
             receipt[held.receipt] = deleted
         receipt["search_index_rows"] = indexed = sum(receipt[table] for table in SEARCH_INDEXED)
         receipt["search_index_scrub_pending"] = int(self._forgot(where, params, indexed))
+        # Last: the row is every forget's, and held from here until the commit.
+        self.sql.run(
+            f"INSERT INTO {FORGETS} AS f (key, forgot_ms) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+            f"forgot_ms = {self.sql.greatest}(f.forgot_ms + 1, excluded.forgot_ms)",
+            (LAST_FORGET, forgot_ms),
+        )
         return receipt
 
     def _by_agent(self, statement: str, agent_ids: Sequence[str], also: str = "") -> int:
