@@ -910,3 +910,48 @@ async def test_questions_about_two_speakers_find_what_each_said(
     # nothing asked but the name, and are not what the budget is spent on.
     named = "Gina" if "Gina" in question else "Jon"
     assert not [text for text in texts(body) if named in text and evidence not in text]
+
+
+# -- people: one person named by a relation and by a name ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "evidence"),
+    [
+        # The question says "my sister", the answer only "Maya": linked by "my sister Maya".
+        ("What's the latest about my sister?", "Maya adopted a kitten and named it Pickle."),
+        # The question says "Maya", the answer only "my sister".
+        ("What has Maya been up to?", "Guess what, my sister got engaged last night!"),
+        ("我表姐最近怎么样？", "佳怡上周领养了一只小猫，叫团子。"),
+    ],
+)
+async def test_a_person_asked_by_relation_or_name_reaches_what_was_said_either_way(
+    service, question: str, evidence: str
+) -> None:
+    # A pair says once who is who ("my sister Maya", 我表姐佳怡), later only one or the other.
+    first = [*small_talk(10), "My sister Maya is training as a midwife, she starts in June.", "Lovely."]
+    first += ["我表姐佳怡在培训当飞行员。", "真厉害。", *small_talk(10)]
+    later = [*small_talk(8), "Maya adopted a kitten and named it Pickle.", "Cute!"]
+    later += ["Guess what, my sister got engaged last night!", "Congratulations to her!"]
+    later += ["佳怡上周领养了一只小猫，叫团子。", "好可爱。", *small_talk(8)]
+    await seed(service, "u1", "luna", "s1", said(*first, start_ms=MAY_8))
+    await seed(service, "u1", "luna", "s2", said(*later, start_ms=MAY_8 + 7 * DAY_MS))
+    body = await recall(service, "u1", "luna", question, max_tokens=500)
+    assert evidence in body["system_message"]["content"]
+
+
+def test_links_name_a_person_only_where_a_name_stands() -> None:
+    from agent_memory.core.people import asked_relations, links
+
+    assert links("Did I tell you my cousin Priya is training as a nurse?", True) == (("cousin", "priya"),)
+    assert links("My best friend, Hugo, moved away.", True) == (("friend", "hugo"),)
+    # Said to the user, "your sister Maya" is theirs; "my sister Maya" said to them is the speaker's.
+    assert links("How is your sister Maya?", False) == (("sister", "maya"),)
+    assert links("My sister Maya is here.", False) == ()
+    # Not names: a lower-case word, a stop word, a day; in Chinese, what follows a relation in a sentence.
+    assert links("my sister said hi", True) == links("my sister I think", True) == ()
+    assert links("my boss Monday morning was grumpy", True) == ()
+    assert links("我姐姐说她的面试挺顺利的", True) == links("我妹妹养的狗是世界上最懒的", True) == ()
+    assert links("我表姐佳怡现在在培训", True) == (("表姐", "佳怡"),)
+    assert asked_relations("What's the name of my cousin's pet?") == {"cousin"}
+    assert asked_relations("我姐姐养的动物叫什么名字？") == {"姐姐"}

@@ -16,6 +16,7 @@ from agent_memory.condense import make_ranker
 from agent_memory.condense.offline import shorten_summary
 from agent_memory.core.context import Context, build_context, recall_budget, with_recall
 from agent_memory.core.domain import Message, Summary
+from agent_memory.core.people import linked_terms
 from agent_memory.core.recall import (
     CANDIDATES as RECALL_CANDIDATES,
 )
@@ -30,6 +31,7 @@ from agent_memory.core.recall import (
     candidates_for,
     fuse,
     rank,
+    turn_text,
     weighted_terms,
 )
 from agent_memory.core.recall_fit import fit
@@ -306,10 +308,21 @@ def recall_in(
     """Recall in one read (of a pair, or of all the user's pairs when `character_id` is None);
     `semantic` are the turns nearest in meaning (message id, similarity), fused with the keywords';
     the turns of `exclude_session` are left out (a live call holds its own)."""
-    stats = view.recall.term_stats(user_id, character_id, weighted_terms(q))
+    weighted = weighted_terms(q)
+    stats = view.recall.term_stats(user_id, character_id, weighted)
     facts = view.recall.facts(user_id, character_id)
     limit = candidates_for(max_tokens)
     keyword = view.recall.turns(stats, limit) if stats.idfs else []
+    # The people the question names one way ("my sister") and the turns found name another
+    # ("my sister Maya"): asked again with both (`core.people`).
+    linked = linked_terms(
+        q,
+        (term for term, _ in weighted),
+        [(turn_text(hit.message), hit.message.role == "user") for hit in keyword],
+    )
+    if linked:
+        stats = view.recall.term_stats(user_id, character_id, (*weighted, *linked))
+        keyword = view.recall.turns(stats, limit) if stats.idfs else []
     nearest = (
         [
             TurnHit(message, similarity)

@@ -1,0 +1,122 @@
+"""People by relation and by name: "my sister Maya" links the words a question may use for her.
+
+A user says "my sister Maya is training as a midwife" once, and later only "Maya's cat …" or
+"my sister's cat …". A question about "my sister" then shares no word with the turns that name
+her only, and a question about Maya none with the turns that say "my sister". Recall reads the
+links from the turns it found for the question (`linked_terms`) and asks again with the other
+word for the same person: the name for a relation asked, the relation (weighed as a related
+word) for a name asked. No list of names: a name is what stands where the pattern puts one
+(capitalised in English; in Chinese, two characters that are not function words).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from agent_memory.core.terms import STOP_WORDS, terms
+from agent_memory.core.textcache import text_cache
+
+# The relations a person is named by, English (a word each) and Chinese (kin and the people of a life).
+EN_RELATIONS: Final = """
+    mum mom mother dad father sister brother cousin aunt uncle niece nephew grandma grandmother grandpa
+    grandfather granny grandson granddaughter wife husband partner boyfriend girlfriend fiance fiancee
+    son daughter stepmom stepdad stepson stepdaughter boss manager colleague coworker friend bestie
+    neighbour neighbor roommate flatmate housemate landlord landlady teacher coach therapist
+    """.split()  # noqa: SIM905
+ZH_RELATIONS: Final = """
+    姐姐 妹妹 哥哥 弟弟 表姐 表妹 表哥 表弟 堂姐 堂妹 堂哥 堂弟 妈妈 爸爸 老公 老婆 丈夫 妻子
+    男朋友 女朋友 对象 儿子 女儿 老板 领导 同事 朋友 闺蜜 室友 舍友 邻居 老师 教练
+    """.split()  # noqa: SIM905
+_EN = "|".join(EN_RELATIONS)
+_ZH = "|".join(sorted(ZH_RELATIONS, key=len, reverse=True))
+# "my little sister", "my best friend", "my ex-boyfriend": a word before the relation is allowed.
+_EN_BEFORE = r"(?:(?:little|big|older|younger|elder|baby|twin|best|old|new|ex)[- ])?"
+_NAME = r"([A-Z][a-z]+(?:-[A-Z][a-z]+)?)"
+# The relation asked of the speaker ("my sister's cat", 我姐姐养的猫).
+_ASKED_EN = re.compile(rf"\bmy {_EN_BEFORE}({_EN})(?:'s|’s)?\b", re.IGNORECASE)
+_ASKED_ZH = re.compile(f"我(?:的)?({_ZH})")
+# A person named by a relation: "my sister Maya", "my sister, Maya,", "my sister's name is Maya",
+# "my sister is called Maya"; the speaker's own ("my") or, said to them, theirs ("your").
+_LINK_EN = re.compile(
+    rf"\b(my|your) {_EN_BEFORE}({_EN})(?:,? |'s name is |’s name is | is called | is named |, called |, named ){_NAME}",
+    re.IGNORECASE,
+)
+_LINK_ZH = re.compile(f"(我|你)(?:的)?({_ZH})([\u4e00-\u9fff]{{2}})")
+# Characters a Chinese name (two characters after a relation) does not hold: the function words
+# and common verbs that follow a relation in a sentence (我姐姐说她…, 我姐姐养的猫, 我妹妹现在…).
+_NOT_IN_NAME: Final = frozenset(
+    "的了是在说她他它们也又就都要会把被给跟和对现还很刚已不没有这那一个去来到上下里想觉得真太好最今明昨天每"
+    "养做当让叫从过着呢吗吧啊呀嘛么什怎为因所但如果可以能该得地之与及或而且并最近正再才只"
+)
+# Capitalised words that stand after a relation without being a name ("my sister Monday", "my boss Mr").
+_NOT_NAMES: Final = frozenset(
+    """
+    monday tuesday wednesday thursday friday saturday sunday january february march april may june july
+    august september october november december mr mrs ms dr
+    """.split()  # noqa: SIM905
+)
+# How many turns found for a question are read for links; and how many names one relation may
+# bring in (a user with several friends names many: "my friend" then says which of them no more).
+LINK_TURNS = 40
+MAX_NAMES = 2
+
+
+def asked_relations(q: str) -> frozenset[str]:
+    """The relations of the speaker a question asks about ("my sister", 我姐姐), as index terms."""
+    found = [match.group(1).casefold() for match in _ASKED_EN.finditer(q)]
+    found += [match.group(1) for match in _ASKED_ZH.finditer(q)]
+    return frozenset(term for word in found for term in _terms(word))
+
+
+@text_cache(8192)
+def links(text: str, own: bool) -> tuple[tuple[str, str], ...]:
+    """The (relation term, name term) pairs a turn states: "my sister Maya" when `own` (the
+    user's turn), "your sister Maya" otherwise (said to the user)."""
+    person = ("my", "我") if own else ("your", "你")
+    found: list[tuple[str, str]] = []
+    for whose, relation, name in _LINK_EN.findall(text):
+        if whose.casefold() != person[0] or not name[:1].isupper():
+            continue
+        if name.casefold() in STOP_WORDS or name.casefold() in _NOT_NAMES:
+            continue
+        found += [(rel, term) for rel in _terms(relation.casefold()) for term in _terms(name.casefold())]
+    for whose, relation, name in _LINK_ZH.findall(text):
+        if whose == person[1] and not _NOT_IN_NAME.intersection(name):
+            found += [(rel, name) for rel in _terms(relation)]
+    return tuple(found)
+
+
+def linked_terms(q: str, asked: Iterable[str], turns: Sequence[tuple[str, bool]]) -> list[tuple[str, float]]:
+    """Terms to add to a question for the people it names one way and the turns `turns` (their
+    text, and whether the user said it) name another: the name linked to a relation asked, at
+    `name_weight`; the relation linked to a name asked, at `relation_weight`. None new: []."""
+    relations = asked_relations(q)
+    have = frozenset(asked)
+    names: dict[str, list[str]] = {}
+    for text, own in turns[:LINK_TURNS]:
+        for relation, name in links(text, own):
+            held = names.setdefault(relation, [])
+            if name not in held:
+                held.append(name)
+    added: dict[str, float] = {}
+    for relation, held in names.items():
+        if relation in relations and len(held) <= MAX_NAMES:
+            for name in held:
+                if name not in have:
+                    added[name] = NAME_LINK_WEIGHT
+        if relation not in have and any(name in have for name in held):
+            added.setdefault(relation, RELATION_LINK_WEIGHT)
+    return list(added.items())
+
+
+# A name linked to a relation asked is the person asked about: it weighs as a word asked. A
+# relation linked to a name asked is weaker (the user may have more than one friend): as a related word.
+NAME_LINK_WEIGHT = 1.0
+RELATION_LINK_WEIGHT = 0.6
+
+
+def _terms(word: str) -> list[str]:
+    # A Chinese relation (姐姐) is one bigram; its characters are not what links it.
+    return [term for term in terms(word) if len(term) > 1]
