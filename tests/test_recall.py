@@ -941,17 +941,31 @@ async def test_a_person_asked_by_relation_or_name_reaches_what_was_said_either_w
 
 
 def test_links_name_a_person_only_where_a_name_stands() -> None:
-    from agent_memory.core.people import asked_relations, links
+    from agent_memory.core.people import asked_relations, linked_terms, links
 
-    assert links("Did I tell you my cousin Priya is training as a nurse?", True) == (("cousin", "priya"),)
-    assert links("My best friend, Hugo, moved away.", True) == (("friend", "hugo"),)
-    # Said to the user, "your sister Maya" is theirs; "my sister Maya" said to them is the speaker's.
-    assert links("How is your sister Maya?", False) == (("sister", "maya"),)
-    assert links("My sister Maya is here.", False) == ()
+    assert links("Did I tell you my cousin Priya is training as a nurse?") == ((True, "cousin", "priya"),)
+    assert links("My best friend, Hugo, moved away.") == ((True, "friend", "hugo"),)
+    assert links("How is your sister Maya?") == ((False, "sister", "maya"),)
     # Not names: a lower-case word, a stop word, a day; in Chinese, what follows a relation in a sentence.
-    assert links("my sister said hi", True) == links("my sister I think", True) == ()
-    assert links("my boss Monday morning was grumpy", True) == ()
-    assert links("我姐姐说她的面试挺顺利的", True) == links("我妹妹养的狗是世界上最懒的", True) == ()
-    assert links("我表姐佳怡现在在培训", True) == (("表姐", "佳怡"),)
-    assert asked_relations("What's the name of my cousin's pet?") == {"cousin"}
-    assert asked_relations("我姐姐养的动物叫什么名字？") == {"姐姐"}
+    assert (
+        links("my sister said hi") == links("my sister I think") == links("my boss Monday was grumpy") == ()
+    )
+    assert links("我姐姐说她的面试挺顺利的") == links("我妹妹养的狗是世界上最懒的") == ()
+    assert links("我表姐佳怡现在在培训") == ((True, "表姐", "佳怡"),)
+    assert asked_relations("What's the name of my cousin's pet?") == {"cousin": True}
+    assert asked_relations("我姐姐养的动物叫什么名字？") == {"姐姐": True}
+    assert asked_relations("What does Gina's sister do?") == {"sister": False}
+    # "My sister" asked is the user's: their "my sister Maya", or "your sister Maya" said to them;
+    # not the character's own sister. Someone else's sister is whoever says "my sister" of theirs.
+    said = [
+        ("My sister Maya called.", True),
+        ("My sister Tess is a nurse.", False),
+        ("Your sister Ann?", False),
+    ]
+    assert sorted(linked_terms("How is my sister?", ["sister"], said)) == [("ann", 1.0), ("maya", 1.0)]
+    assert sorted(linked_terms("How is Gina's sister?", ["gina", "sister"], said)) == [
+        ("maya", 1.0),
+        ("tess", 1.0),
+    ]
+    assert linked_terms("How is Tess?", ["tess"], said) == [("sister", 0.6)]
+    assert linked_terms("How is Bob?", ["bob"], said) == []

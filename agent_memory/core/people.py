@@ -37,6 +37,8 @@ _NAME = r"([A-Z][a-z]+(?:-[A-Z][a-z]+)?)"
 # The relation asked of the speaker ("my sister's cat", 我姐姐养的猫).
 _ASKED_EN = re.compile(rf"\bmy {_EN_BEFORE}({_EN})(?:'s|’s)?\b", re.IGNORECASE)
 _ASKED_ZH = re.compile(f"我(?:的)?({_ZH})")
+# Someone else's relation asked ("What does Gina's sister do?"): what they said of "my sister Tess".
+_ASKED_OTHER = re.compile(rf"\b([A-Z][a-z]+)(?:'s|’s) {_EN_BEFORE}({_EN})\b")
 # A person named by a relation: "my sister Maya", "my sister, Maya,", "my sister's name is Maya",
 # "my sister is called Maya"; the speaker's own ("my") or, said to them, theirs ("your").
 _LINK_EN = re.compile(
@@ -63,52 +65,67 @@ LINK_TURNS = 40
 MAX_NAMES = 2
 
 
-def asked_relations(q: str) -> frozenset[str]:
-    """The relations of the speaker a question asks about ("my sister", 我姐姐), as index terms."""
-    found = [match.group(1).casefold() for match in _ASKED_EN.finditer(q)]
-    found += [match.group(1) for match in _ASKED_ZH.finditer(q)]
-    return frozenset(term for word in found for term in _terms(word))
+def asked_relations(q: str) -> dict[str, bool]:
+    """The relations a question asks about, as index terms, each with whether it is the
+    speaker's own ("my sister", 我姐姐: True) or someone else's ("Gina's sister": False)."""
+    found = {term: True for match in _ASKED_EN.finditer(q) for term in _terms(match.group(1).casefold())}
+    found |= {term: True for match in _ASKED_ZH.finditer(q) for term in _terms(match.group(1))}
+    for match in _ASKED_OTHER.finditer(q):
+        if match.group(1).casefold() not in STOP_WORDS:
+            for term in _terms(match.group(2).casefold()):
+                found.setdefault(term, False)
+    return found
 
 
 @text_cache(8192)
-def links(text: str, own: bool) -> tuple[tuple[str, str], ...]:
-    """The (relation term, name term) pairs a turn states: "my sister Maya" when `own` (the
-    user's turn), "your sister Maya" otherwise (said to the user)."""
-    person = ("my", "我") if own else ("your", "你")
-    found: list[tuple[str, str]] = []
+def links(text: str) -> tuple[tuple[bool, str, str], ...]:
+    """The people a turn names by relation: (said as the speaker's own, relation term, name
+    term) for "my sister Maya" (True) or "your sister Maya" (False)."""
+    found: list[tuple[bool, str, str]] = []
     for whose, relation, name in _LINK_EN.findall(text):
-        if whose.casefold() != person[0] or not name[:1].isupper():
+        if not name[:1].isupper() or name.casefold() in STOP_WORDS or name.casefold() in _NOT_NAMES:
             continue
-        if name.casefold() in STOP_WORDS or name.casefold() in _NOT_NAMES:
-            continue
-        found += [(rel, term) for rel in _terms(relation.casefold()) for term in _terms(name.casefold())]
+        own = whose.casefold() == "my"
+        found += [(own, rel, term) for rel in _terms(relation.casefold()) for term in _terms(name.casefold())]
     for whose, relation, name in _LINK_ZH.findall(text):
-        if whose == person[1] and not _NOT_IN_NAME.intersection(name):
-            found += [(rel, name) for rel in _terms(relation)]
+        if not _NOT_IN_NAME.intersection(name):
+            found += [(whose == "我", rel, name) for rel in _terms(relation)]
     return tuple(found)
 
 
 def linked_terms(q: str, asked: Iterable[str], turns: Sequence[tuple[str, bool]]) -> list[tuple[str, float]]:
     """Terms to add to a question for the people it names one way and the turns `turns` (their
-    text, and whether the user said it) name another: the name linked to a relation asked, at
-    `name_weight`; the relation linked to a name asked, at `relation_weight`. None new: []."""
+    text, and whether the user said it) name another: the name linked to a relation asked (the
+    user's own as the user says it, "my sister Maya", or as said to them, "your sister Maya";
+    another's as anyone says it of their own), at `NAME_LINK_WEIGHT`; the relation linked to a
+    name asked, at `RELATION_LINK_WEIGHT`. None new: []."""
     relations = asked_relations(q)
     have = frozenset(asked)
-    names: dict[str, list[str]] = {}
-    for text, own in turns[:LINK_TURNS]:
-        for relation, name in links(text, own):
-            held = names.setdefault(relation, [])
-            if name not in held:
-                held.append(name)
+    every: dict[str, list[str]] = {}
+    users: dict[str, list[str]] = {}
+    anyones: dict[str, list[str]] = {}
+    for text, by_user in turns[:LINK_TURNS]:
+        for own, relation, name in links(text):
+            _add(every, relation, name)
+            if own == by_user:
+                _add(users, relation, name)
+            if own:
+                _add(anyones, relation, name)
     added: dict[str, float] = {}
-    for relation, held in names.items():
-        if relation in relations and len(held) <= MAX_NAMES:
-            for name in held:
-                if name not in have:
-                    added[name] = NAME_LINK_WEIGHT
-        if relation not in have and any(name in have for name in held):
+    for relation, users_own in relations.items():
+        held = (users if users_own else anyones).get(relation, [])
+        if len(held) <= MAX_NAMES:
+            added.update((name, NAME_LINK_WEIGHT) for name in held if name not in have)
+    for relation, held in every.items():
+        if relation not in have and not have.isdisjoint(held):
             added.setdefault(relation, RELATION_LINK_WEIGHT)
     return list(added.items())
+
+
+def _add(names: dict[str, list[str]], relation: str, name: str) -> None:
+    held = names.setdefault(relation, [])
+    if name not in held:
+        held.append(name)
 
 
 # A name linked to a relation asked is the person asked about: it weighs as a word asked. A
