@@ -915,6 +915,13 @@ async def test_questions_about_two_speakers_find_what_each_said(
 # -- people: one person named by a relation and by a name ---------------------------------------
 
 
+LONG_DAY = (
+    "What a week it has been, the office moved floors on Monday and nobody could find the printer, "
+    "the lifts were out until Wednesday so we carried boxes up six flights of stairs, and on top of "
+    "that the canteen closed for repairs and we lived on crackers and vending machine coffee."
+)
+
+
 @pytest.mark.parametrize(
     ("question", "evidence"),
     [
@@ -923,6 +930,8 @@ async def test_questions_about_two_speakers_find_what_each_said(
         # The question says "Maya", the answer only "my sister".
         ("What has Maya been up to?", "Guess what, my sister got engaged last night!"),
         ("我表姐最近怎么样？", "佳怡上周领养了一只小猫，叫团子。"),
+        # A long turn shows the sentence that names her, not only its first one.
+        ("Any news about my sister?", "Maya's puppy chewed through my scarf."),
     ],
 )
 async def test_a_person_asked_by_relation_or_name_reaches_what_was_said_either_way(
@@ -933,6 +942,7 @@ async def test_a_person_asked_by_relation_or_name_reaches_what_was_said_either_w
     first += ["我表姐佳怡在培训当飞行员。", "真厉害。", *small_talk(10)]
     later = [*small_talk(8), "Maya adopted a kitten and named it Pickle.", "Cute!"]
     later += ["Guess what, my sister got engaged last night!", "Congratulations to her!"]
+    later += [LONG_DAY + " Maya's puppy chewed through my scarf. Then the bus was late again.", "Oh no."]
     later += ["佳怡上周领养了一只小猫，叫团子。", "好可爱。", *small_talk(8)]
     await seed(service, "u1", "luna", "s1", said(*first, start_ms=MAY_8))
     await seed(service, "u1", "luna", "s2", said(*later, start_ms=MAY_8 + 7 * DAY_MS))

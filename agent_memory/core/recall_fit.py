@@ -109,10 +109,13 @@ def fit(
     *,
     neighbours: Neighbours | None = None,
     candidates: int = 0,
+    linked: Sequence[str] = (),
 ) -> Recall:
-    """The best memories that fit in `max_tokens`, then context for them while room is left."""
+    """The best memories that fit in `max_tokens`, then context for them while room is left;
+    `linked`: terms the question was asked with besides its own (a person's other name,
+    `core.people`), whose sentences a long turn shows too."""
     used = count_message_tokens(HEADING)
-    asked = frozenset(term for term, _ in weighted_terms(q))
+    asked = frozenset(term for term, _ in weighted_terms(q)).union(linked)
     chosen: list[tuple[RecalledMemory, str]] = []
     for memory in ranked:
         text = _dated_text(memory, asked)

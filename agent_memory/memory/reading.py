@@ -347,7 +347,14 @@ def recall_in(
         always=[fact for fact in facts if fact.scope == "user"] if character_id is None else (),
         when=asks_when(q),
     )
-    return fit(q, ranked, max_tokens, neighbours=view.recall.neighbours, candidates=len(ranked))
+    return fit(
+        q,
+        ranked,
+        max_tokens,
+        neighbours=view.recall.neighbours,
+        candidates=len(ranked),
+        linked=[term for term, _ in linked],
+    )
 
 
 @dataclass(frozen=True, slots=True)
