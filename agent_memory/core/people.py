@@ -12,7 +12,7 @@ word) for a name asked. No list of names: a name is what stands where the patter
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from agent_memory.core.terms import STOP_WORDS, terms
@@ -65,7 +65,8 @@ LINK_TURNS = 40
 MAX_NAMES = 2
 
 
-def asked_relations(q: str) -> dict[str, bool]:
+@text_cache(1024)
+def asked_relations(q: str) -> Mapping[str, bool]:
     """The relations a question asks about, as index terms, each with whether it is the
     speaker's own ("my sister", 我姐姐: True) or someone else's ("Gina's sister": False)."""
     found = {term: True for match in _ASKED_EN.finditer(q) for term in _terms(match.group(1).casefold())}

@@ -31,7 +31,6 @@ from agent_memory.core.recall import (
     candidates_for,
     fuse,
     rank,
-    turn_text,
     weighted_terms,
 )
 from agent_memory.core.recall_fit import fit
@@ -318,7 +317,7 @@ def recall_in(
     linked = linked_terms(
         q,
         (term for term, _ in weighted),
-        [(turn_text(hit.message), hit.message.role == "user") for hit in keyword],
+        [(hit.message.content, hit.message.role == "user") for hit in keyword],
     )
     if linked:
         stats = view.recall.term_stats(user_id, character_id, (*weighted, *linked))
