@@ -6,11 +6,12 @@ GIN indexes above all) keeps the keys of deleted text. So a forget records each 
 deleted from (`scrub_owed`), and `scrub` (the store's checkpoint, run after every forget
 and by the retention job) rewrites those tables with VACUUM FULL: new files for the table,
 its TOAST and its indexes, the old ones truncated when it commits and unlinked at the
-CHECKPOINT after it, once no snapshot that could still see the deleted rows is open (the
-rewrite would copy them along). Small tables are rewritten at once; a large one holds its
-lock for the whole rewrite, so forgets of it are batched and it is rewritten within
-`SCRUB_BATCH_MS`. What remains in WAL segments, WAL archives and backups is the
-operator's (README: "Many instances on PostgreSQL").
+CHECKPOINT after it, once no snapshot that could still see the deleted rows is open, nor any
+transaction older than the forget runs in any database of the server (the rewrite would copy
+them along). Small tables are rewritten at once; a large one holds its lock for the whole
+rewrite, so forgets of it are batched and it is rewritten within `SCRUB_BATCH_MS`. What
+remains in WAL segments, WAL archives and backups is the operator's (README: "Many instances
+on PostgreSQL").
 
 Retention's purges are bounded like SQLite's; what they delete is reclaimed by autovacuum.
 """
@@ -195,23 +196,31 @@ def _one_int(conn: Connection, query: str, params: Sequence[object] = ()) -> int
 def _horizon_passed(conn: Connection, xid: int) -> bool:
     """Whether every snapshot that could still see rows deleted by transaction `xid` has ended
     (VACUUM FULL copies such rows along); waits up to `HORIZON_WAIT_S` for them."""
-    # As VACUUM computes its horizon: every backend's snapshot xmin and running transaction
-    # (shown for every role's backends; walsenders, with no database, hold it for standbys
-    # with hot_standby_feedback), replication slots and prepared transactions.
+    # What VACUUM's horizon counts: this database's backends' snapshots and transactions (every
+    # role's are shown; walsenders, of no database, hold it for standbys with hot_standby_feedback),
+    # replication slots, prepared transactions, and the transactions still running in every other
+    # database of the server: VACUUM FULL's own snapshot takes them as running, and so keeps what
+    # a later transaction deleted. On a shared server those last seconds (a CREATE DATABASE
+    # copying its template; another database's rewrite waiting for its table lock). The oldest
+    # of them, whoever runs it, is the current snapshot's xmin.
     holders = (
-        b"SELECT holder FROM ("
-        b" SELECT unnest(ARRAY[backend_xmin, backend_xid]) AS xmin,"
-        b"  format('backend %%s (%%s, %%s for %%s)', pid, coalesce(nullif(application_name, ''), backend_type),"
-        b"   state, date_trunc('second', now() - xact_start)) AS holder FROM pg_stat_activity"
-        b"  WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datname IS NULL)"
-        b" UNION ALL SELECT xmin, format('replication slot %%s', slot_name) FROM pg_replication_slots"
-        b" UNION ALL SELECT transaction, format('prepared transaction %%s', gid) FROM pg_prepared_xacts"
-        b"  WHERE database = current_database()"
-        b") AS held WHERE xmin IS NOT NULL AND age(xmin) >= age(xid(%s::text::xid8))"
+        b"SELECT array(SELECT holder FROM ("
+        b"  SELECT unnest(CASE WHEN datname = current_database() OR datname IS NULL"
+        b"   THEN ARRAY[backend_xmin, backend_xid] ELSE ARRAY[backend_xid] END) AS xmin,"
+        b"   format('backend %%s (%%s, %%s for %%s)%%s', pid, coalesce(nullif(application_name, ''), backend_type),"
+        b"    state, date_trunc('second', now() - xact_start), ' of database ' || nullif(datname, current_database()))"
+        b"   AS holder FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+        b"  UNION ALL SELECT xmin, format('replication slot %%s', slot_name) FROM pg_replication_slots"
+        b"  UNION ALL SELECT transaction, format('prepared transaction %%s', gid) FROM pg_prepared_xacts"
+        b" ) AS held WHERE xmin IS NOT NULL AND age(xmin) >= age(xid(%s::text::xid8))) AS held,"
+        b" pg_snapshot_xmin(pg_current_snapshot()) > %s::text::xid8 AS passed"
     )
     deadline = time.monotonic() + HORIZON_WAIT_S
     while True:
-        held = [row["holder"] for row in conn.execute(holders, (str(xid),)).fetchall()]
+        row = conn.execute(holders, (str(xid), str(xid))).fetchone()
+        assert row is not None
+        unseen = [] if row["passed"] else ["a transaction pg_stat_activity does not show"]
+        held = list(row["held"]) or unseen
         if not held:
             return True
         if time.monotonic() >= deadline:
@@ -255,8 +264,8 @@ def _rewrite(conn: Connection, relation: str) -> int | None:
         log.error("scrub: %s was not rewritten (is the service's role its owner?)", relation)
         return None
     if sum(kept):
-        # PostgreSQL's horizon counts more than `_horizon_passed` sees (a backend still starting
-        # up, of any database, holds one): the copy kept deleted rows, and the table stays owed.
+        # PostgreSQL's horizon counted a snapshot `_horizon_passed` could not see (a backend
+        # still starting up is not shown yet): the copy kept deleted rows; the table stays owed.
         log.warning(
             "scrub: %s kept %d deleted rows an older snapshot can still see; rewritten again at the next scrub",
             relation,
