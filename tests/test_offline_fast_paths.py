@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import string
 import unicodedata
 from collections import Counter
 from functools import partial
@@ -19,20 +20,25 @@ from agent_memory.condense.facts_offline import (
     ZH_NAME,
     may_hold,
 )
-from agent_memory.condense.life import EN_PROFILE, event_words
-from agent_memory.condense.statements.chinese import ZH_EVENTS
+from agent_memory.condense.life import EN_PROFILE, ZH_PROFILE, event_words, is_profile
+from agent_memory.condense.statements.chinese import ZH_EVENTS, ZH_JOBS
 from agent_memory.condense.statements.english import (
     EN_EVENT,
     EN_EVENT_CLAUSE,
     EN_FINDERS,
     EN_JOB,
+    EN_MATCHERS,
     EN_START,
     EN_STATEMENTS,
     clause_matches,
+    en_candidates,
 )
 from agent_memory.condense.text import Caseless, fold_ascii, sentences
+from agent_memory.core import dates
+from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
 from agent_memory.core.facts import fact_key
+from agent_memory.core.tokens import count_tokens
 
 # Words the patterns look for, words that only look like them, and the characters re's
 # IGNORECASE matches to ASCII letters (İ ı ſ K) or that the patterns must see past.
@@ -224,3 +230,97 @@ def test_fact_key_is_the_plain_key() -> None:
     for _ in range(5_000):
         text = random_text(rng)
         assert fact_key(text) == plain_fact_key(text), repr(text)
+
+
+def test_is_profile_answers_as_its_ignorecase_patterns() -> None:
+    rng = random.Random(17)
+    extra = ("fiancée", "FIANCÉE", "Fiancé", "after work", "After Work", "post office", "我妈妈", "工作")
+    found = 0
+    for _ in range(6_000):
+        text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
+        if rng.random() < 0.3:
+            text += " " + rng.choice(extra)
+        plain = bool(EN_PROFILE.search(text) or ZH_PROFILE.search(text))
+        assert is_profile.__wrapped__(text) == plain, text
+        found += plain
+    assert found > 1_000
+
+
+def test_resolve_finds_what_every_expression_tried_finds() -> None:
+    rng = random.Random(19)
+    times = ("today", "Tonight", "last Friday", "next week", "THIS weekend", "two days ago", "in 3 weeks",
+             "昨天", "下周五", "어제", "다음 주", "先週", "the day before yesterday")  # fmt: skip
+    found = 0
+    for _ in range(4_000):
+        text = random_text(rng)
+        if rng.random() < 0.5:
+            text += " " + rng.choice(times)
+        lower = text.translate(str.maketrans(string.ascii_uppercase, string.ascii_lowercase))
+        plain = sorted(
+            [
+                *dates._EN_WORDS.finditer(lower),
+                *dates._EN_COUNTS.finditer(lower),
+                *dates._ZH.finditer(text),
+                *dates._KO.finditer(text),
+            ],
+            key=lambda match: (match.start(), -match.end()),
+        )
+        assert spans(dates._matches(text)) == spans(plain), text
+        found += bool(plain)
+    assert found > 1_000
+
+
+def test_salience_is_what_its_plain_patterns_give() -> None:
+    rng = random.Random(23)
+    said = 1_763_000_000_000
+    extra = ("My friend got married", "my colleague Anna", "我同事结婚了", "我是护士", "婚礼", "A nurse")
+    for _ in range(3_000):
+        text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
+        if rng.random() < 0.3:
+            text = rng.choice(extra) + " " + text
+        assert salience._salience.__wrapped__(text, said) == plain_salience(text, said), text
+
+
+def plain_salience(text: str, at_ms: int) -> int:
+    """`salience._salience` with every pattern asked as written (IGNORECASE, no gates)."""
+    score = min(count_tokens(text), 60)
+    if salience.DIGITS.search(text):
+        score += 15
+    today = format_day(at_ms)
+    if salience.DATE_WORDS.search(text) or any(m.label != today for m in resolve(text, at_ms)):
+        score += 15
+    if salience.FIRST_PERSON.search(text):
+        score += 20
+    if salience.NAME_LIKE.search(text):
+        score += 10
+    if EN_EVENT.search(text) or ZH_EVENTS.search(text):
+        score += 10
+    if EN_JOB.search(text) or re.search(ZH_JOBS, text):
+        score += 10
+    if salience.FEELINGS.search(text):
+        score += 10
+    if salience.OTHERS_NEWS.match(text):
+        score -= 15
+    if salience.remember_requests(text) or salience.introductions(text):
+        score += 40
+    elif salience.statement_facts(text, at_ms):
+        score += 25
+    if salience.QUESTION.search(text):
+        score -= 10
+    return score
+
+
+def test_statement_candidates_leave_out_only_patterns_that_cannot_match() -> None:
+    rng = random.Random(29)
+    tried = Counter[int]()
+    for _ in range(6_000):
+        sentence = random_text(rng) if rng.random() < 0.5 else random_statement(rng)
+        candidates = en_candidates(sentence)
+        for index, (_, pattern) in enumerate(EN_STATEMENTS):
+            if index not in candidates:
+                assert pattern.search(sentence) is None, (pattern.pattern[:60], sentence)
+            else:
+                tried[index] += 1
+                assert spans(EN_MATCHERS[index](sentence)) == spans(pattern.finditer(sentence)), sentence
+    # Every pattern was tried, and each was left out of some sentences.
+    assert len(tried) == len(EN_STATEMENTS) and all(count < 6_000 for count in tried.values())

@@ -53,6 +53,7 @@ NAME_LIKE = re.compile(r"(?<=[a-z,;]\s)[A-Z][a-z]+")
 # these (a month, a weekday or a word, a digit, or one of the CJK words).
 _DATE_WORDS = Caseless(DATE_WORDS, first=r"[jfmasondtwb\d星周明后下生요내다생曜来誕]")
 _FIRST_PERSON, _EN_EVENT, _EN_JOB, _FEELINGS = map(Caseless, (FIRST_PERSON, EN_EVENT, EN_JOB, FEELINGS))
+_ZH_JOBS = re.compile(ZH_JOBS)
 
 
 def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
@@ -81,13 +82,15 @@ def _salience(text: str, at_ms: int) -> int:
         score += 20
     if NAME_LIKE.search(text):
         score += 10
-    if _EN_EVENT.search(text, folded) or ZH_EVENTS.search(text):
+    # The Chinese words are not ASCII: an ASCII text (most) is not scanned for them.
+    cjk = not text.isascii()
+    if _EN_EVENT.search(text, folded) or (cjk and ZH_EVENTS.search(text)):
         score += 10
-    if _EN_JOB.search(text, folded) or re.search(ZH_JOBS, text):
+    if _EN_JOB.search(text, folded) or (cjk and _ZH_JOBS.search(text)):
         score += 10
     if _FEELINGS.search(text, folded):
         score += 10
-    if OTHERS_NEWS.match(text):
+    if (cjk or "y " in text) and OTHERS_NEWS.match(text):  # "My friend", or Chinese
         score -= 15
     if remember_requests(text) or introductions(text):
         score += 40  # the user asked us to keep it, or said who they are

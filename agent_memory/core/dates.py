@@ -517,19 +517,26 @@ _KO = re.compile(
 _HAN_OR_KANA = re.compile("[\u3040-\u30ff\u3400-\u9fff]")
 _HANGUL = re.compile("[\uac00-\ud7af]")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+# Every match of _EN_WORDS holds one of these words (en_day's, or en_wd's and en_p's "last",
+# "this", "next"), every match of _EN_COUNTS one of EN_UNITS.
+_EN_WORDS_CUE = re.compile("today|tonight|tomorrow|yesterday|this|last|next")
+_EN_UNITS_CUE = re.compile("|".join(EN_UNITS))
 
 
 def _matches(text: str) -> list[re.Match[str]]:
     """Every candidate match in `text`, by position, overlaps not yet removed."""
     found: list[re.Match[str]] = []
-    lower = text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
-    if any(letter in lower for letter in "tlny"):
+    ascii = text.isascii()
+    lower = text.lower() if ascii else text.translate(_ASCII_LOWER)
+    # A word each expression must hold, found in one search: most texts hold none, and are
+    # not scanned expression by expression at every word.
+    if _EN_WORDS_CUE.search(lower):
         found += _EN_WORDS.finditer(lower)
-    if any(unit in lower for unit in EN_UNITS):
+    if _EN_UNITS_CUE.search(lower):
         found += _EN_COUNTS.finditer(lower)
-    if _HAN_OR_KANA.search(text):
+    if not ascii and _HAN_OR_KANA.search(text):
         found += _ZH.finditer(text)
-    if _HANGUL.search(text):
+    if not ascii and _HANGUL.search(text):
         found += _KO.finditer(text)
     return sorted(found, key=lambda match: (match.start(), -match.end()))
 

@@ -9,12 +9,12 @@ from agent_memory.condense.statements.chinese import ZH_HYPOTHETICAL, ZH_STATEME
 from agent_memory.condense.statements.english import (
     EN_ASKING,
     EN_EVENT,
-    EN_FINDERS,
     EN_HYPOTHETICAL,
+    EN_MATCHERS,
     EN_NEGATION,
     EN_SELF,
-    EN_STATEMENT_NEEDS,
     EN_STATEMENTS,
+    en_candidates,
     en_event,
     en_statement,
 )
@@ -52,16 +52,20 @@ def _restated(
     negation: re.Pattern[str] | None = None,
     needs: Sequence[re.Pattern[str] | None] = (),
     finders: Sequence[Callable[[str], Iterator[re.Match[str]]]] = (),
+    candidates: Sequence[int] | None = None,
 ) -> list[tuple[int, str]]:
     """Each match of `patterns` restated as a fact, with where it starts; a match `negation`
     finds in, or whose clause `qualifier` finds in (a hypothetical), is none. `needs[i]`: what
     the sentence must hold for `patterns[i]` to be tried (a cheap search that fails fast);
-    `finders[i]`: how its matches are found, when not by `finditer`."""
+    `finders[i]`: how its matches are found, when not by `finditer`; `candidates`: the indexes
+    of the only patterns that can match (their needs met), in order."""
     day = format_day(at_ms)
     found: list[tuple[int, str]] = []
     passed: dict[re.Pattern[str], bool] = {}
-    for index, (kind, pattern) in enumerate(patterns):
-        need = needs[index] if needs else None
+    tried = range(len(patterns)) if candidates is None else candidates
+    for index in tried:
+        kind, pattern = patterns[index]
+        need = needs[index] if needs and candidates is None else None
         if need is not None:
             if need not in passed:
                 passed[need] = need.search(sentence) is not None
@@ -103,8 +107,8 @@ def _sentence_facts(sentence: str, at_ms: int) -> tuple[str, ...]:
             en_statement,
             EN_HYPOTHETICAL,
             EN_NEGATION,
-            EN_STATEMENT_NEEDS,
-            EN_FINDERS,
+            finders=EN_MATCHERS,
+            candidates=en_candidates(stripped),
         )
         # The clause must hold an event word, so the sentence must.
         event = en_event(stripped, at_ms) if _EN_EVENT.search(stripped, folded) else None
