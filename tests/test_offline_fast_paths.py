@@ -273,11 +273,14 @@ def test_resolve_finds_what_every_expression_tried_finds() -> None:
 def test_salience_is_what_its_plain_patterns_give() -> None:
     rng = random.Random(23)
     said = 1_763_000_000_000
-    extra = ("My friend got married", "my colleague Anna", "我同事结婚了", "我是护士", "婚礼", "A nurse")
+    extra = ("My friend got married", "my colleague Anna", "我同事结婚了", "我是护士", "婚礼", "A nurse",
+             "social worker", "Real estate agent", "check-up", "checkup", "due date", "support group", "exams",
+             "lovee", "LOVED", "favorite", "enjoyed", "missed", "mine", "MY", "i'm", "Sept. 3", "3rd", "nurse_1",
+             "next month", "Sunday", "İ love", "Ｉ am", "my_self", "Exams2")  # fmt: skip
     for _ in range(3_000):
         text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
-        if rng.random() < 0.3:
-            text = rng.choice(extra) + " " + text
+        for _ in range(rng.choice((0, 0, 1, 2))):
+            text = rng.choice(extra) + rng.choice((" ", ", ", "")) + text
         assert salience._salience.__wrapped__(text, said) == plain_salience(text, said), text
 
 

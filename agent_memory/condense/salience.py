@@ -13,7 +13,7 @@ from collections.abc import Collection
 from agent_memory.condense.facts_offline import introductions, remember_requests
 from agent_memory.condense.statements import statement_facts
 from agent_memory.condense.statements.chinese import ZH_EVENTS, ZH_JOBS
-from agent_memory.condense.statements.english import EN_EVENT, EN_JOB
+from agent_memory.condense.statements.english import EN_EVENT, EN_EVENTS, EN_JOB, JOB_WORDS
 from agent_memory.condense.text import QUESTION, Caseless, fold_ascii
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import resolve
@@ -54,6 +54,35 @@ NAME_LIKE = re.compile(r"(?<=[a-z,;]\s)[A-Z][a-z]+")
 _DATE_WORDS = Caseless(DATE_WORDS, first=r"[jfmasondtwb\d星周明后下生요내다생曜来誕]")
 _FIRST_PERSON, _EN_EVENT, _EN_JOB, _FEELINGS = map(Caseless, (FIRST_PERSON, EN_EVENT, EN_JOB, FEELINGS))
 _ZH_JOBS = re.compile(ZH_JOBS)
+# The words (`\w+` runs of the text lower-cased) that the English part of each of these patterns
+# must find one of, its `\b` or `(?<!\w)` at a word's start and `\b` at a word's end: in an
+# ASCII text holding none of them (most texts, for most patterns) the pattern is not scanned for.
+# DATE_WORDS's months and ordinals need a digit besides; their other parts are not ASCII.
+_WORD = re.compile(r"\w+")
+_FIRST_PERSON_WORDS = frozenset({"i", "my", "mine"})
+_DATE_WORDS_WORDS = frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday tomorrow tonight weekend next birthday anniversary".split()  # noqa: SIM905
+)
+_FEELINGS_SPELLED = (
+    "love loved loves hate hated hates favourite favorite prefer enjoy enjoyed excited nervous scared afraid "
+    "proud happy sad worried anxious thrilled grateful miss missed passionate amazing terrible"
+)
+_FEELINGS_WORDS = frozenset(_FEELINGS_SPELLED.split())
+# EN_EVENTS's words, "exams?" and "check-?up" spelled out; "due date" and "support group" by their first word.
+_EVENT_WORDS = frozenset(
+    _WORD.match(spelled).group()  # type: ignore[union-attr]
+    for event in EN_EVENTS.split("|")
+    for spelled in (
+        {"exams?": ("exam", "exams"), "check-?up": ("check-up", "checkup")}.get(event) or (event,)
+    )
+)
+_JOB_FIRST_WORDS = frozenset(job.split()[0] for job in JOB_WORDS)
+assert all(re.fullmatch(r"[a-z ]+", event) for event in EN_EVENTS.split("|") if "?" not in event)
+
+
+def _may(words: set[str] | None, cues: frozenset[str]) -> bool:
+    """Whether a text whose words are `words` (None: not told) may hold one of `cues`."""
+    return words is None or not words.isdisjoint(cues)
 
 
 def salience(text: str, at_ms: int = 0, names: Collection[str] = ()) -> int:
@@ -73,22 +102,26 @@ def _salience(text: str, at_ms: int) -> int:
     """`salience` without the bonus for names the user's facts give."""
     score = min(count_tokens(text), 60)
     folded = fold_ascii(text)
-    if DIGITS.search(text):
+    # The Chinese words are not ASCII: an ASCII text (most) is not scanned for them, and its
+    # English words are looked up (`_may`) before a pattern is.
+    cjk = not text.isascii()
+    words = None if cjk or folded is None else set(_WORD.findall(folded))
+    digits = DIGITS.search(text) is not None
+    if digits:
         score += 15
     today = format_day(at_ms)
-    if _DATE_WORDS.search(text, folded) or any(m.label != today for m in resolve(text, at_ms)):
+    dated = (digits or _may(words, _DATE_WORDS_WORDS)) and _DATE_WORDS.search(text, folded)
+    if dated or any(m.label != today for m in resolve(text, at_ms)):
         score += 15
-    if _FIRST_PERSON.search(text, folded):
+    if _may(words, _FIRST_PERSON_WORDS) and _FIRST_PERSON.search(text, folded):
         score += 20
     if NAME_LIKE.search(text):
         score += 10
-    # The Chinese words are not ASCII: an ASCII text (most) is not scanned for them.
-    cjk = not text.isascii()
-    if _EN_EVENT.search(text, folded) or (cjk and ZH_EVENTS.search(text)):
+    if (_may(words, _EVENT_WORDS) and _EN_EVENT.search(text, folded)) or (cjk and ZH_EVENTS.search(text)):
         score += 10
-    if _EN_JOB.search(text, folded) or (cjk and _ZH_JOBS.search(text)):
+    if (_may(words, _JOB_FIRST_WORDS) and _EN_JOB.search(text, folded)) or (cjk and _ZH_JOBS.search(text)):
         score += 10
-    if _FEELINGS.search(text, folded):
+    if _may(words, _FEELINGS_WORDS) and _FEELINGS.search(text, folded):
         score += 10
     if (cjk or "y " in text) and OTHERS_NEWS.match(text):  # "My friend", or Chinese
         score -= 15

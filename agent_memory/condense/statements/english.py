@@ -233,11 +233,11 @@ def literal_trie(words: Iterable[str]) -> str:
 # `\b`, it lets `re` skip ahead to a possible first letter (~2x faster on a long text).
 EN_EVENT = re.compile(rf"(?<!\w)(?:{EN_EVENTS})\b", re.IGNORECASE)
 # The job words as a trie (`counsell?or` spelled out): salience asks this of every statement.
-_JOB_WORDS = [
+JOB_WORDS = [
     w for job in EN_JOBS.split("|") for w in ({"counsell?or": ("counselor", "counsellor")}.get(job) or (job,))
 ]
-assert all(re.fullmatch(r"[a-z ]+", word) for word in _JOB_WORDS), "EN_JOBS holds literals (but counsell?or)"
-EN_JOB = re.compile(rf"(?<!\w){literal_trie(_JOB_WORDS)}\b", re.IGNORECASE)
+assert all(re.fullmatch(r"[a-z ]+", word) for word in JOB_WORDS), "EN_JOBS holds literals (but counsell?or)"
+EN_JOB = re.compile(rf"(?<!\w){literal_trie(JOB_WORDS)}\b", re.IGNORECASE)
 EN_HAS_DATE = re.compile(
     r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?\b"
     r"|\b\d{1,2}(?:st|nd|rd|th)\b(?:\s+of\s+[a-z]+)?",
