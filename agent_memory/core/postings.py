@@ -245,6 +245,16 @@ class PostingsCache:
         with self._lock:
             return key in self._pairs
 
+    def held_at(self, key: tuple[str, int], changes: int) -> PairPostings | None:
+        """The copy of pair `key` if it is held at exactly `changes` (nothing read, nothing counted)."""
+        with self._lock:
+            held = self._pairs.get(key)
+            if held is None or held.changes != changes:
+                return None
+            self._pairs.move_to_end(key)
+            self.hits += 1
+        return held
+
     def held_or_reading(self, key: tuple[str, int]) -> bool:
         """Whether a copy of pair `key` is held or being read in the background."""
         with self._lock:

@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Final, TypeVar, cast
+from typing import TypeVar
 
 from agent_memory.condense import make_ranker
 from agent_memory.condense.offline import shorten_summary
@@ -52,8 +52,6 @@ CATCH_UP_ROUNDS = 20
 CATCH_UP_WAIT_S = 2.0
 # Start contexts kept built (a few kB each).
 CONTEXT_CACHE_SIZE = 2048
-# What a read answers when the recall index is behind (None may be a real answer).
-_Behind: Final = object()
 T = TypeVar("T")
 # A recall's read wrapped (memory/recall_reuse.py: a live call's last recall answered again).
 Reuse = Callable[[Callable[[ReadView], Recall]], Callable[[ReadView], Recall]]
@@ -234,9 +232,9 @@ class Reading:
         what is indexed."""
         deadline = time.monotonic() + CATCH_UP_WAIT_S
         for _ in range(CATCH_UP_ROUNDS):
-            answer = await self.store.read(lambda view: _Behind if view.recall.behind() else read(view))
-            if answer is not _Behind:
-                return cast(T, answer)
+            answer = await self.store.read(lambda view: view.recall.read_if_caught_up(lambda: read(view)))
+            if answer is not None:
+                return answer[0]
             if time.monotonic() >= deadline:
                 break
             # Turns were stored since the index last caught up: recall must see them.
@@ -309,7 +307,6 @@ def recall_in(
     the turns of `exclude_session` are left out (a live call holds its own)."""
     weighted = weighted_terms(q)
     stats = view.recall.term_stats(user_id, character_id, weighted)
-    facts = view.recall.facts(user_id, character_id)
     limit = candidates_for(max_tokens)
     keyword = view.recall.turns(stats, limit) if stats.idfs else []
     # The people the question names one way ("my sister") and the turns found name another
@@ -322,6 +319,8 @@ def recall_in(
     if linked:
         stats = view.recall.term_stats(user_id, character_id, (*weighted, *linked))
         keyword = view.recall.turns(stats, limit) if stats.idfs else []
+    # After the turns: PostgreSQL reads the facts with them, in one round trip (one snapshot: the same facts).
+    facts = view.recall.facts(user_id, character_id)
     nearest = (
         [
             TurnHit(message, similarity)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors
@@ -103,6 +103,16 @@ def is_outage(exc: BaseException) -> bool:
         state = exc.sqlstate
         return state is None or state.startswith("08") or state in _SERVER_GONE
     return False
+
+
+def _settle(answer: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+    """Give a read's waiter its result or error, once (its COMMIT may fail after it answered)."""
+    if answer.done():  # answered already, or the request went away
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(cast(T, result))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -296,12 +306,43 @@ class PostgresStore(Store):
 
     # reads
 
+    async def read(self, fn: Callable[[PostgresView], T]) -> T:
+        """`fn(view)` on a reader thread, answered as soon as `fn` returns, before its COMMIT.
+
+        A read-only snapshot's COMMIT changes nothing it answered: the reader thread sends it
+        while the answer is on its way, so a request waits one round trip less (on a loaded
+        machine each waits for PostgreSQL's backend to be scheduled). A scrub after a forget
+        waits for such a snapshot to end (`maintenance._horizon_passed`), as for any other.
+        """
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+
+        def hand_over(result: T) -> None:
+            loop.call_soon_threadsafe(_settle, answer, result, None)
+
+        def run() -> None:
+            try:
+                self._read(fn, hand_over)
+            except BaseException as exc:  # the caller's to see, unless it was answered already
+                try:
+                    loop.call_soon_threadsafe(_settle, answer, None, exc)
+                except RuntimeError:
+                    pass  # the loop is closed: nobody waits
+
+        self._readers.submit(run)
+        return await answer
+
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
         """Run `fn(view)` on the calling thread in one snapshot (CLI and benchmarks)."""
+        return self._read(fn)
+
+    def _read(self, fn: Callable[[PostgresView], T], answered: Callable[[T], None] | None = None) -> T:
         pool = self._pool_of(self._reads)
         try:
             with pool.connection() as conn:
-                return self._transaction(conn, _READ_BEGIN, lambda: fn(PostgresView(conn, self.instance)))
+                return self._transaction(
+                    conn, _READ_BEGIN, lambda: fn(PostgresView(conn, self.instance)), answered
+                )
         except psycopg.OperationalError as exc:
             raise self._failure(exc) from exc
 
@@ -332,12 +373,17 @@ class PostgresStore(Store):
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _transaction(conn: Connection, begin: bytes, fn: Callable[[], T]) -> T:
+    def _transaction(
+        conn: Connection, begin: bytes, fn: Callable[[], T], answered: Callable[[T], None] | None = None
+    ) -> T:
         """`fn()` in one transaction on an autocommit connection: `begin`, and what `fn` sends
-        without reading its result, go with its next read (`Connection.defer`), the last with COMMIT."""
+        without reading its result, go with its next read (`Connection.defer`), the last with COMMIT.
+        `answered` is given the result before the COMMIT is sent (a read's)."""
         conn.begin_deferred(begin)
         try:
             result = fn()
+            if answered is not None:
+                answered(result)
             conn.commit_deferred()
         except BaseException:
             conn.end_deferred()

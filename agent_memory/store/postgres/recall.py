@@ -23,8 +23,8 @@ recall waits no longer than `WAIT_LOCK_MS` for another drain to commit.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from psycopg import errors
 from psycopg.rows import tuple_row
@@ -53,6 +53,8 @@ from agent_memory.store.shared.recall import (
     RecallReads,
 )
 from agent_memory.store.shared.sql import pair_scope
+
+T = TypeVar("T")
 
 # Each statement of a catch-up (drain, index) gives up past this: its work is bounded (a few
 # thousand rows), so only a stuck or runaway one reaches it.
@@ -87,6 +89,39 @@ _PAIRS = (
 )
 
 
+# The figures of the pairs recalled in this process, by (database address, user, character): the
+# pair's next recall guesses they still hold (`PostgresRecall._guess`). Ids and counts only.
+FIGURES: dict[tuple[str, str, str], dict[str, Any]] = {}
+FIGURES_SIZE = 10_000
+
+
+class Guessed(Exception):
+    """A pair's figures moved since this process last read them: the read is made again."""
+
+
+class IndexBehind(Exception):
+    """Turns wait to be indexed: a read asked to be made only when none do stops (`read_if_caught_up`)
+    before anything it read is used (a context cache would keep what it built)."""
+
+
+# A pair's indexed turns (its change count in the same statement, so that both match).
+_DOCS = (
+    "SELECT (SELECT changes FROM recall_pairs WHERE pair = %s), id, length, "
+    "array_to_string(terms, ' ') FROM recall_docs"
+)
+# Those after a turn: what a copy held lacks when only turns were added since.
+_NEWER = f"{_DOCS} WHERE pair = %s AND id > %s ORDER BY id"
+
+
+def _docs(rows: Sequence[Sequence[Any]], prefix: int) -> Docs:
+    """Turns read (`_DOCS`' columns) as a copy takes them in: their terms without the pair's prefix."""
+    now = rows[0][0] if rows else None
+    return now, [(doc, length, [t[prefix:] for t in terms.split(" ")]) for _, doc, length, terms in rows]
+
+
+# Whether any message waits to be indexed.
+_BEHIND = "SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"
+
 # The messages asked by id, and (`_NEIGHBOURS` keyed by id) the spoken turns around each: a
 # recall shows most of the turns it ranked first, with their neighbours, so both are read at once.
 _BY_ID = f"SELECT {READ_COLUMNS} FROM messages WHERE id = ANY(?::bigint[])"
@@ -104,7 +139,18 @@ def pair_term(pair: int, term: str) -> str:
 class PostgresRecall(Repository, RecallReads):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ("_around", "_copies", "_facts", "_owners", "_summary")
+    __slots__ = (
+        "_around",
+        "_ask_behind",
+        "_behind",
+        "_checked",
+        "_copies",
+        "_facts",
+        "_may_guess",
+        "_owners",
+        "_pending",
+        "_summary",
+    )
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(conn, instance)
@@ -117,6 +163,16 @@ class PostgresRecall(Repository, RecallReads):
         self._summary: tuple[tuple[str, str], list[Summary]] | None = None
         # The turns around the messages `_hits` read, by message id and side (-1, 1).
         self._around: dict[int, dict[int, Message]] = {}
+        # Whether `behind` is asked after this read (`read_if_caught_up`), and its answer, read
+        # with the pair's figures in this read's snapshot (`term_stats`).
+        self._ask_behind = False
+        self._behind: bool | None = None
+        # Whether `term_stats` may guess a held pair's figures, and what it left to send and check.
+        self._may_guess = False
+        self._pending: tuple[tuple[str, str], dict[str, Any], tuple[bytes, ...], bytes, int] | None = None
+        # What the check of a guess that missed read (the pair, its figures, the turns after the
+        # copy's last): the read made again takes them, in the same snapshot.
+        self._checked: tuple[tuple[str, str], list[Any], tuple[int, Docs]] | None = None
 
     # indexing (any instance, in its own write transaction)
 
@@ -257,9 +313,35 @@ class PostgresRecall(Repository, RecallReads):
 
     def behind(self) -> bool:
         """Whether messages are queued that the index has not taken in yet."""
-        return bool(self.sql.count("SELECT count(*) FROM (SELECT 1 FROM recall_pending LIMIT 1) q"))
+        self._settle()
+        if self._behind is not None:  # read with the figures, in this read's snapshot
+            return self._behind
+        return bool(self.sql.count(_BEHIND))
+
+    def read_if_caught_up(self, read: Callable[[], T]) -> tuple[T] | None:
+        """Whether the index is behind asked with the pair's figures (a round trip less): `read()`
+        stops there if it is; one snapshot, so the same answer as asking first. A read that
+        never ranked turns is asked after it (what it read did not depend on the index)."""
+        self._ask_behind = bool(self.conn.read_only)  # a write's statements see other snapshots
+        # A pair held in memory is ranked with the figures it was last read at, checked with
+        # its turns' read (one round trip for both); if they moved, the read is made again.
+        for guessing in (self._ask_behind, False):
+            self._may_guess = guessing
+            try:
+                answer = read()
+                self._settle()  # a guess never checked yet is checked now
+            except Guessed:
+                continue
+            except IndexBehind:
+                return None
+            finally:
+                self._may_guess = False
+            self._checked = None
+            return None if self.behind() else (answer,)
+        raise AssertionError("a read that guessed nothing found its guess wrong")
 
     def lag(self, user_id: str, character_id: str | None, exclude_session: str | None = None) -> int:
+        self._settle()
         scope, params = pair_scope(user_id, character_id, "m.")
         if exclude_session is not None:
             scope, params = f"{scope} AND m.agent_id <> ?", (*params, exclude_session)
@@ -279,27 +361,51 @@ class PostgresRecall(Repository, RecallReads):
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
         scope, params = pair_scope(user_id, character_id)
         rows: Sequence[Mapping[str, Any]]
+        guessed: dict[int, PairPostings] = {}
+        read_newer: tuple[int, Docs] | None = None
         if character_id is None:
             rows = self.sql.all(f"{_PAIRS} WHERE {scope} ORDER BY pair", params)
         else:
-            # The pair's facts and summary, which recall reads next, in the same round trip.
+            # The pair's facts and summary, which recall reads next, in the same round trip (and
+            # whether the index is behind, when that is asked after this read).
             bind = self.conn.bind
-            rows, facts, summary = self.conn.results(
+            behind = (dialect(_BEHIND),) if self._ask_behind and self._behind is None else ()
+            statements = (
                 bind(dialect(f"{_PAIRS} WHERE {scope} ORDER BY pair"), params),
                 bind(dialect(PAIR_FACTS), (user_id, character_id, USER_WIDE)),
                 bind(dialect(PAIR_SUMMARY), (user_id, character_id)),
+                *behind,
             )
-            self._facts = ((user_id, character_id), [fact_of(row) for row in facts])
-            self._summary = ((user_id, character_id), [summary_of(row) for row in summary])
+            guess = self._guess(user_id, character_id) if self._may_guess else None
+            checked, self._checked = self._checked, None
+            if guess is not None:
+                # Sent with the ranked turns (`_hits`) and checked there against the guess, with
+                # the turns after the copy's last (what it lacks if turns were only added since).
+                figures, held = guess
+                newer = bind(_NEWER.encode(), (figures["pair"], figures["pair"], held.last_id))
+                self._pending = ((user_id, character_id), figures, statements, newer, held.last_id)
+                rows, guessed = [figures], {figures["pair"]: held}
+            elif checked is not None and checked[0] == (user_id, character_id):
+                rows, read_newer = checked[1], checked[2]  # read with the guess that missed
+            else:
+                rows = self._took((user_id, character_id), self.conn.results(*statements))
         self._owners = {(row["user_id"], row["character_id"]) for row in rows}
         pairs = [row["pair"] for row in rows]
         documents = sum(row["docs"] for row in rows)
         total_length = sum(row["total_length"] for row in rows)
-        self._copies = {
+        self._copies = guessed or {
             row["pair"]: copy
             for row in rows
             if row["docs"]
-            and (copy := self._copy(self._key(row["database_id"]), row["pair"], row["docs"], row["changes"]))
+            and (
+                copy := self._copy(
+                    self._key(row["database_id"]),
+                    row["pair"],
+                    row["docs"],
+                    row["changes"],
+                    read_newer=read_newer,
+                )
+            )
         }
         copies = self._copies
         counts = self._frequencies(
@@ -313,6 +419,52 @@ class PostgresRecall(Repository, RecallReads):
         }
         idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
         return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    def _guess(self, user_id: str, character_id: str) -> tuple[dict[str, Any], PairPostings] | None:
+        """The pair's figures as this process last read them, and its copy held at their change
+        count: a recall ranks with them before reading anything, and checks them with its turns."""
+        figures = FIGURES.get((self.sql.database(), user_id, character_id))
+        if figures is None or not figures["docs"]:
+            return None
+        copy = POSTINGS.held_at((self._key(figures["database_id"]), figures["pair"]), figures["changes"])
+        return (figures, copy) if copy is not None else None
+
+    def _took(self, pair: tuple[str, str], found: list[list[Any]]) -> list[Any]:
+        """The pair's figures, facts, summary (and whether the index is behind) as read: kept
+        for this read, and the figures for the pair's next recall to guess with."""
+        rows, facts, summary, *flags = found
+        if flags:
+            self._behind = bool(flags[0][0]["count"])
+            if self._behind:
+                raise IndexBehind("turns wait to be indexed")
+        self._facts = (pair, [fact_of(row) for row in facts])
+        self._summary = (pair, [summary_of(row) for row in summary])
+        key = (self.sql.database(), *pair)
+        if len(rows) == 1:
+            if len(FIGURES) >= FIGURES_SIZE and key not in FIGURES:
+                FIGURES.clear()
+            FIGURES[key] = rows[0]
+        else:
+            FIGURES.pop(key, None)
+        return rows
+
+    def _settle(self, *more: bytes) -> list[list[Any]]:
+        """Send the statements a guess left for later (`term_stats`) with `more`, and check the
+        guess: raises `Guessed` when the pair's figures had moved (the read is made again,
+        reading them first); `more`'s rows."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return self.conn.results(*more) if more else []
+        pair, guess, statements, newer, last_id = pending
+        found = self.conn.results(*statements, newer, *more)
+        rows = self._took(pair, found[: len(statements)])
+        if [dict(row) for row in rows] != [guess]:
+            turns = _docs(
+                [list(row.values()) for row in found[len(statements)]], len(pair_term(guess["pair"], ""))
+            )
+            self._checked = (pair, rows, (last_id, turns))
+            raise Guessed(f"pair {guess['pair']}'s index changed since this process last read it")
+        return found[len(statements) + 1 :]
 
     def _key(self, database_id: int | None) -> str:
         """Which database this is, as the copies' keys say it: its address and its own id."""
@@ -341,26 +493,27 @@ class PostgresRecall(Repository, RecallReads):
         return bool(figures) and all(POSTINGS.holds((database, pair)) for database, pair, _, _ in figures)
 
     def _copy(
-        self, database: str, pair: int, docs: int, changes: int, *, at_once: bool = False
+        self,
+        database: str,
+        pair: int,
+        docs: int,
+        changes: int,
+        *,
+        at_once: bool = False,
+        read_newer: tuple[int, Docs] | None = None,
     ) -> PairPostings | None:
-        """The pair's index as held in memory, brought up to date (None: not held yet, or too large).
+        """The pair's index as held in memory, brought up to date (None: not held yet, or too large;
+        `read_newer`: the turns after an id, read already).
 
         Its change count is read in the same statement as its turns, so that they match: another
         instance's write is either in both or in neither."""
         prefix = len(pair_term(pair, ""))
-        columns = (
-            "SELECT (SELECT changes FROM recall_pairs WHERE pair = %s), id, length, "
-            "array_to_string(terms, ' ') FROM recall_docs"
-        )
-        whole = f"{columns} WHERE pair = %s ORDER BY id"
+        whole = f"{_DOCS} WHERE pair = %s ORDER BY id"
 
         def read(conn: Connection, sql: str, *args: object) -> Docs:
             with conn.cursor(row_factory=tuple_row) as cursor:
                 rows = cursor.execute(sql.encode(), (pair, pair, *args)).fetchall()
-            now = rows[0][0] if rows else None
-            return now, [
-                (doc, length, [t[prefix:] for t in terms.split(" ")]) for _, doc, length, terms in rows
-            ]
+            return _docs(rows, prefix)
 
         def read_alone() -> Docs:
             # In the background, in a read of its own (a connection serves one thread at a time),
@@ -375,8 +528,10 @@ class PostgresRecall(Repository, RecallReads):
             (database, pair),
             changes,
             docs,
-            newer=lambda last_id: read(
-                self.conn, f"{columns} WHERE pair = %s AND id > %s ORDER BY id", last_id
+            newer=lambda last_id: (
+                read_newer[1]
+                if read_newer is not None and read_newer[0] == last_id
+                else read(self.conn, _NEWER, last_id)
             ),
             whole=lambda: read(self.conn, whole),
             whole_later=read_alone
@@ -406,6 +561,10 @@ class PostgresRecall(Repository, RecallReads):
             database = self.sql.database()
             for key in [key for key in FREQUENCIES if key[0] == database and key[1] in pairs]:
                 FREQUENCIES.pop(key, None)
+            for figures_key in [
+                key for key, row in list(FIGURES.items()) if key[0] == database and row["pair"] in pairs
+            ]:
+                FIGURES.pop(figures_key, None)
         return len(gone)
 
     def _frequencies(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
@@ -461,6 +620,7 @@ class PostgresRecall(Repository, RecallReads):
         return dict(sorted(scores.items(), key=lambda item: -item[1])[:limit])
 
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
+        self._settle()
         # What `term_stats` read with the figures, once: a later ask reads again.
         read, self._facts = self._facts, None
         if read is not None and read[0] == (user_id, character_id):
@@ -468,6 +628,7 @@ class PostgresRecall(Repository, RecallReads):
         return super().facts(user_id, character_id)
 
     def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
+        self._settle()
         read, self._summary = self._summary, None
         if read is not None and read[0] == (user_id, character_id):
             return read[1]
@@ -478,9 +639,10 @@ class PostgresRecall(Repository, RecallReads):
         around each in one round trip."""
         best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
         if not best:
+            self._settle()
             return []
         ids = int_array(best)
-        found, around = self.conn.results(
+        found, around = self._settle(
             self.conn.bind(dialect(_BY_ID), (ids,)), self.conn.bind(dialect(_NEIGHBOURS_OF_IDS), (ids,))
         )
         messages = {message.id: message for message in (message_of(list(row.values())) for row in found)}
@@ -499,6 +661,7 @@ class PostgresRecall(Repository, RecallReads):
         round trip (a recall shows a dozen memories or more: one trip each cost milliseconds)."""
         if not messages:
             return {}
+        self._settle()
         held = self._around
         if all(m.id in held for m in messages):  # read with the ranked turns (`_hits`)
             return {m.id: (held[m.id].get(-1), held[m.id].get(1)) for m in messages}
@@ -518,3 +681,4 @@ def forget_held() -> None:
     Another instance drops its copies of the forgotten pairs within `HELD_CHECK_S` (engine.py)."""
     POSTINGS.clear()
     FREQUENCIES.clear()
+    FIGURES.clear()

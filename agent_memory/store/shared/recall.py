@@ -4,7 +4,8 @@ that both rank a question's turns alike."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.postings import PairPostings
@@ -38,6 +39,8 @@ IDLE_AFTER_S = 0.05
 BUSY_INDEX_EVERY_S = 1.0
 SEARCH_CATCH_UP = 20_000
 
+T = TypeVar("T")
+
 
 class RecallReads(Repository):
     """The word index of spoken turns, as recall reads it: ranking is the backend's, what recall
@@ -50,6 +53,11 @@ class RecallReads(Repository):
     @abstractmethod
     def behind(self) -> bool:
         """Whether messages are stored that the recall index has not taken in yet."""
+
+    def read_if_caught_up(self, read: Callable[[], T]) -> tuple[T] | None:
+        """`(read(),)` in this read when the index holds every stored turn, else None (the caller
+        catches it up and asks again; a backend may read first and look after, in one snapshot)."""
+        return None if self.behind() else (read(),)
 
     @abstractmethod
     def lag(self, user_id: str, character_id: str | None, exclude_session: str | None = None) -> int:
