@@ -127,3 +127,4 @@ async def test_a_read_is_answered_before_its_commit(service: Any, monkeypatch: p
     assert status == 200
     assert texts(await recall(service, "u1", "luna", "Zanzibarino tortoise")) == []
     assert len(pg_recall.POSTINGS) == 0
+    assert not [key for key in pg_recall.FIGURES if key[1] == "u1"]  # nor the pair's figures to guess with

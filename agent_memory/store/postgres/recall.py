@@ -457,17 +457,15 @@ class PostgresRecall(Repository, RecallReads):
     def _settle(self, *more: bytes) -> list[list[Any]]:
         """Send the statements a guess left for later (`term_stats`) with `more`, and check the
         guess: raises `Guessed` when the pair's figures had moved (the read is made again,
-        reading them first); `more`'s rows."""
+        reading them first); `more`'s rows, as tuples."""
         pending, self._pending = self._pending, None
         if pending is None:
-            return self.conn.results(*more) if more else []
+            return self.conn.results(*more, plain=len(more)) if more else []
         pair, guess, statements, newer, last_id = pending
-        found = self.conn.results(*statements, newer, *more)
+        found = self.conn.results(*statements, newer, *more, plain=1 + len(more))
         rows = self._took(pair, found[: len(statements)])
         if [dict(row) for row in rows] != [guess]:
-            turns = _docs(
-                [list(row.values()) for row in found[len(statements)]], len(pair_term(guess["pair"], ""))
-            )
+            turns = _docs(found[len(statements)], len(pair_term(guess["pair"], "")))
             self._checked = (pair, rows, (last_id, turns))
             raise Guessed(f"pair {guess['pair']}'s index changed since this process last read it")
         return found[len(statements) + 1 :]
@@ -650,8 +648,7 @@ class PostgresRecall(Repository, RecallReads):
         (found,) = self._settle(self.conn.bind(dialect(_WITH_NEIGHBOURS), (int_array(best),)))
         messages: dict[int, Message] = {}
         self._around = {i: {} for i in best}
-        for row in found:
-            of_id, side, *columns = row.values()
+        for of_id, side, *columns in found:  # tuples (`_settle`)
             if side:
                 self._around[of_id][side] = message_of(columns)
             else:
