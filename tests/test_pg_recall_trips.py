@@ -128,3 +128,22 @@ async def test_a_read_is_answered_before_its_commit(service: Any, monkeypatch: p
     assert texts(await recall(service, "u1", "luna", "Zanzibarino tortoise")) == []
     assert len(pg_recall.POSTINGS) == 0
     assert not [key for key in pg_recall.FIGURES if key[1] == "u1"]  # nor the pair's figures to guess with
+
+
+async def test_a_question_asked_again_with_linked_names_reads_the_figures_once(
+    service: Any, reads: list[tuple[str, str]]
+) -> None:
+    """ "my sister" asked, "my sister Maya" found: asked again with "maya", in the same snapshot."""
+    lines = [
+        "My sister Maya is training as a midwife.",
+        "Lovely.",
+        "Maya adopted a kitten named Pickle.",
+        "Cute!",
+    ]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    for _ in range(2):  # the second is guessed: its figures, as the first read them here
+        found, trips = await recall_trips(service, reads, "What's the latest about my sister?")
+        assert "Maya adopted a kitten named Pickle." in found, found
+    # The guess with the ranked turns; the turns ranked again with the linked name; COMMIT.
+    assert len(trips) == 3, trips
+    assert sum("FROM recall_pairs WHERE user_id" in trip for trip in trips) == 1, trips

@@ -154,6 +154,7 @@ class PostgresRecall(Repository, RecallReads):
         "_may_guess",
         "_owners",
         "_pending",
+        "_read",
         "_summary",
     )
 
@@ -178,6 +179,8 @@ class PostgresRecall(Repository, RecallReads):
         # What the check of a guess that missed read (the pair, its figures, the turns after the
         # copy's last): the read made again takes them, in the same snapshot.
         self._checked: tuple[tuple[str, str], list[Any], tuple[int, Docs]] | None = None
+        # The pair's figures as this read read them (a second `term_stats` of it reads none).
+        self._read: tuple[tuple[str, str], list[Any]] | None = None
 
     # indexing (any instance, in its own write transaction)
 
@@ -381,9 +384,14 @@ class PostgresRecall(Repository, RecallReads):
                 bind(dialect(PAIR_SUMMARY), (user_id, character_id)),
                 *behind,
             )
-            guess = self._guess(user_id, character_id) if self._may_guess else None
             checked, self._checked = self._checked, None
-            if guess is not None:
+            read = self._read if self._read is not None and self._read[0] == (user_id, character_id) else None
+            guess = self._guess(user_id, character_id) if self._may_guess and read is None else None
+            if checked is not None and checked[0] == (user_id, character_id):
+                rows, read_newer = checked[1], checked[2]  # read with the guess that missed
+            elif read is not None:
+                rows = read[1]  # asked again in this read (more words): its snapshot's figures, as read
+            elif guess is not None:
                 # Sent with the ranked turns (`_hits`) and checked there against the guess, with
                 # the turns after the copy's last (what it lacks if turns were only added since).
                 figures, held = guess
@@ -391,8 +399,6 @@ class PostgresRecall(Repository, RecallReads):
                 newer = bind(_NEWER.encode(), (pair, pair, held.last_id, pair))
                 self._pending = ((user_id, character_id), figures, statements, newer, held.last_id)
                 rows, guessed = [figures], {figures["pair"]: held}
-            elif checked is not None and checked[0] == (user_id, character_id):
-                rows, read_newer = checked[1], checked[2]  # read with the guess that missed
             else:
                 rows = self._took((user_id, character_id), self.conn.results(*statements))
         self._owners = {(row["user_id"], row["character_id"]) for row in rows}
@@ -439,6 +445,7 @@ class PostgresRecall(Repository, RecallReads):
         """The pair's figures, facts, summary (and whether the index is behind) as read: kept
         for this read, and the figures for the pair's next recall to guess with."""
         rows, facts, summary, *flags = found
+        self._read = (pair, rows)
         if flags:
             self._behind = bool(flags[0][0]["count"])
             if self._behind:
