@@ -214,3 +214,25 @@ def test_a_loaded_tokenizer_keeps_no_python_copy_of_its_ranks(name):
     loaded = encoding(name)
     assert loaded._mergeable_ranks == {}
     assert loaded.decode(loaded.encode_ordinary("Biscuit turned nine")) == "Biscuit turned nine"
+
+
+async def test_a_second_service_in_a_process_starts_no_thread_to_load_the_ranks_again(
+    start_service, monkeypatch
+):
+    # Each test builds a service: only the process's first needs its ranks read meanwhile.
+    from agent_memory.memory import tokenizer
+
+    await start_service(tokenizer="o200k_base")
+    started: list[str] = []
+
+    class Counted(tokenizer.threading.Thread):
+        def start(self) -> None:
+            started.append(self.name)
+            super().start()
+
+    monkeypatch.setattr(tokenizer.threading, "Thread", Counted)
+    service = await start_service(tokenizer="o200k_base")
+    await seed(service, "u1", "luna", "A1", said("My dog Biscuit turned nine."))
+    status, _ = await service.api("GET", "/v1/users/u1/characters/luna/system-messages")
+    assert status == 200
+    assert not [name for name in started if name.startswith("load-")], started

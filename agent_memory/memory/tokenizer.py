@@ -109,4 +109,11 @@ def use_tokenizer(name: TokenizerName) -> None:
     them, and its first count waits only for what is left)."""
     use_counter(counter(name))
     if name != "estimate":
-        threading.Thread(target=encoding, args=(name,), name=f"load-{name}", daemon=True).start()
+        _load_meanwhile(name)
+
+
+@cache
+def _load_meanwhile(name: str) -> None:
+    """Read the ranks of `name` on a thread of its own, once per process: every service built
+    after the first (a test's) would otherwise start a thread to find them loaded."""
+    threading.Thread(target=encoding, args=(name,), name=f"load-{name}", daemon=True).start()

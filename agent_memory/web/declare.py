@@ -14,6 +14,7 @@ import re
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any, Final, Literal
 
 from aiohttp import web
@@ -75,7 +76,7 @@ class Route:
     @property
     def canonical(self) -> str:
         """The path as the router names it and the document lists it (no regex)."""
-        return _REGEX.sub(r"{\1}", self.path)
+        return _canonical(self.path)
 
     def path_param(self, name: str) -> PathParam:
         """How the document describes a parameter of the path: the route's own, or the shared one."""
@@ -88,6 +89,20 @@ class Route:
 
 _REGEX = re.compile(r"{(\w+):[^}]*}")
 _PATH_NAME = re.compile(r"{(\w+)}")
+
+
+# Each app (each test's) serves every declared path: rewritten once per process, not per app.
+@cache
+def _canonical(path: str) -> str:
+    """The path with its parameters' patterns taken out."""
+    return _REGEX.sub(r"{\1}", path)
+
+
+@cache
+def _served(path: str) -> str:
+    """A plain {name} is any run of characters but "/": aiohttp's default also refuses "{" and
+    "}", so a user id holding them (stored by a webhook) could be neither read nor forgotten."""
+    return _PATH_NAME.sub(r"{\1:[^/]+}", path)
 
 
 class Routes:
@@ -156,9 +171,7 @@ def add_routes(app: web.Application, routes: Iterable[Route]) -> None:
             raise ValueError(f"{route.method} {route.path} has no handler")
         for name in _PATH_NAME.findall(route.canonical):
             route.path_param(name)  # refused at startup, not when the document is built
-        # A plain {name} is any run of characters but "/": aiohttp's default also refuses "{" and
-        # "}", so a user id holding them (stored by a webhook) could be neither read nor forgotten.
-        path = _PATH_NAME.sub(r"{\1:[^/]+}", route.path)
+        path = _served(route.path)
         if route.method == "GET":
             app.router.add_get(path, route.handler)
         else:
