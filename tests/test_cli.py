@@ -166,3 +166,27 @@ async def test_condense_while_the_service_condenses_the_pair_says_so_and_waits(s
         out, _ = capsys.readouterr()
         assert "The user's cat is called Miso." in out
         assert llm.calls == 1  # the service's condense, waited for, not a second one
+
+
+def test_the_help_names_the_platforms_the_readme_names(capsys):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    opening = (root / "README.md").read_text(encoding="utf-8").split("\n\n")[1]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    described = " ".join(capsys.readouterr().out.split())
+    summary = next(
+        line for line in (root / "pyproject.toml").read_text().splitlines() if line.startswith("description")
+    )
+    for platform in ("Agora", "Vapi", "Retell", "ElevenLabs", "LiveKit", "Pipecat"):
+        assert platform in opening
+        assert platform in described and platform in summary, platform
+
+
+def test_stats_of_an_empty_memory_line_up(tmp_path, capsys):
+    assert main(["stats", "--db", str(tmp_path / "m.db")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    latency = [line for line in lines if line.startswith("latency")]
+    assert len(latency) == 2
+    assert all(line[22:] == " none recorded" for line in latency), latency

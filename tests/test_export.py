@@ -140,6 +140,8 @@ async def test_cli_export_writes_the_same_document(service, tmp_path, capsys) ->
     out = tmp_path / "wang.json"
     db = service.settings.postgres_url or str(service.settings.db_path)
     assert await asyncio.to_thread(main, ["export", "--db", db, "u-wang", "--output", str(out)]) == 0
+    # What was written, said in words (not a Python dict's repr).
+    assert f"wrote 2 sessions, {api_doc['counts']['messages']} messages, " in capsys.readouterr().err
     cli_doc = json.loads(out.read_text(encoding="utf-8"))
     assert {k: v for k, v in cli_doc.items() if k != "exported_ms"} == {
         k: v for k, v in api_doc.items() if k != "exported_ms"

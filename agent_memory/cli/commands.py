@@ -193,7 +193,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "jobs",
-        "list condense jobs",
+        "list condense and embed jobs",
         reads.cmd_jobs,
         "remote",
         args=(
@@ -432,7 +432,9 @@ def add_commands(
 def build_parser() -> argparse.ArgumentParser:
     """The `agent-memory` parser, from the command table."""
     parser = argparse.ArgumentParser(
-        prog="agent-memory", description="Long-term memory for Agora voice agents."
+        prog="agent-memory",
+        description="Long-term memory for real-time voice agents: Agora, Vapi, Retell, ElevenLabs, LiveKit, "
+        "Pipecat, or any app through the generic write API.",
     )
     parser.add_argument("--version", action="version", version=f"agent-memory {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -137,7 +137,7 @@ def _rate_line(key: str, value: dict[str, Any]) -> None:
 
 
 def _latency_table(key: str, value: dict[str, Any]) -> None:
-    print(LATENCY_TABLES[key] + ("" if value else "          none recorded"))
+    print(f"{LATENCY_TABLES[key]:<22} none recorded" if not value else LATENCY_TABLES[key])
     if value:
         print(f"  {'metric':<14}{'count':>8}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}")
     for metric, row in value.items():
@@ -291,7 +291,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"agent-memory: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
             return 1
-        print(f"wrote {document.counts} to {args.output}", file=sys.stderr)
+        held = ", ".join(f"{count} {name}" for name, count in document.counts.items())
+        print(f"wrote {held} to {args.output}", file=sys.stderr)
     else:
         print(text)
     return 0
