@@ -140,3 +140,13 @@ async def test_the_elevenlabs_guides_curl_lines_are_accepted(start_service: Any)
     out, _ = await shell.communicate()
     assert shell.returncode == 0
     assert json.loads(out)["status"] == "done"
+
+
+def test_the_readme_names_the_tests_that_send_each_platforms_samples() -> None:
+    """webhooks/README.md tells where each folder's samples are sent to a real service: it says so truly."""
+    readme = (ROOT / "webhooks" / "README.md").read_text(encoding="utf-8")
+    named = [ROOT / name for name in re.findall(r"`(tests/test_\w+\.py)`", readme)]
+    assert all(test.exists() for test in named), named
+    sources = [test.read_text(encoding="utf-8") for test in named]
+    for folder in sorted(path for path in (ROOT / "webhooks").iterdir() if path.is_dir()):
+        assert any(f'"webhooks" / "{folder.name}"' in source for source in sources), folder.name
