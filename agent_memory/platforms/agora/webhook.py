@@ -21,7 +21,7 @@ from agent_memory.settings import Settings
 from agent_memory.web.address import client_address
 from agent_memory.web.answers import Answer
 from agent_memory.web.declare import Route
-from agent_memory.web.http import json_response, read_body, rejection
+from agent_memory.web.http import read_body, rejection
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class AgoraReceiver:
             status=outcome.status,
             new_messages=outcome.new_messages,
         )
-        return json_response(answer)
+        return web.json_response(answer.model_dump())
 
     async def verified_body(self, request: web.Request) -> bytes:
         """The raw body, within the size and time allowed and signed with the webhook secret."""
