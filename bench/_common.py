@@ -81,6 +81,14 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def main_thread_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process's main thread (an aiohttp server's event loop), from /proc."""
+    with open(f"/proc/{pid}/task/{pid}/stat", encoding="ascii") as stat:
+        text = stat.read()
+    fields = text[text.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU-seconds of a process and every process under it (a service's worker processes)."""
     parents: dict[int, int] = {}

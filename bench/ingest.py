@@ -40,6 +40,7 @@ from _common import (
     fmt_ms,
     latency_summary,
     machine_info,
+    main_thread_cpu_seconds,
     make_contents,
     print_machine,
     print_summary,
@@ -389,6 +390,7 @@ async def measure(
                     f"warm-up settled: {'idle' if settled['idle'] else 'NOT idle'} after {settled['seconds']:.1f} s"
                 )
         cpu_server_0 = sum(server.cpu_seconds() for server in servers)
+        cpu_loop_0 = sum(main_thread_cpu_seconds(server.pid) for server in servers)
         cpu_db_0, cpu_self_0 = tree_cpu_seconds(database_pids), self_cpu_seconds()
         noise = Noise(*(server.pid for server in servers), *database_pids)
         stop_scraping = asyncio.Event()
@@ -402,6 +404,7 @@ async def measure(
         scrapes: list[float] = await scraping
         other_cores = noise.other_cores()
         cpu_server = sum(server.cpu_seconds() for server in servers) - cpu_server_0
+        cpu_loop = sum(main_thread_cpu_seconds(server.pid) for server in servers) - cpu_loop_0
         cpu_db = tree_cpu_seconds(database_pids) - cpu_db_0
         cpu_client = self_cpu_seconds() - cpu_self_0
         indexing = None if null else await wait_for_index(database, servers, args.index_timeout)
@@ -479,6 +482,8 @@ async def measure(
         "verified": check["ok"],
         "server_cpu_s": round(cpu_server, 2),
         "server_cpu_ms_per_callback": round(cpu_server / per_callback * 1e3, 3),
+        # The main thread: the event loop (HTTP, signature, JSON, validation, the hand-off to the writer).
+        "loop_cpu_ms_per_callback": round(cpu_loop / per_callback * 1e3, 3),
         "database_cpu_ms_per_callback": round(cpu_db / per_callback * 1e3, 3) if database_pids else None,
         "client_cpu_s": round(cpu_client, 2),
         "other_cores": round(other_cores, 2),

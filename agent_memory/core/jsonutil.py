@@ -75,6 +75,9 @@ _PLAIN = json.JSONDecoder(parse_constant=_refuse_constant)
 _CHECKED = json.JSONDecoder(
     parse_constant=_refuse_constant, parse_int=_checked_int, parse_float=_checked_float
 )
+# Integers below _FLOAT_MAX_DIGITS digits all fit, so only floats need checking when the one
+# sign is a digit before an "e" (an exponent, or as often a hex id's "3e"): integers stay in C.
+_FLOATS = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_checked_float)
 
 
 def dumps(value: Any) -> str:
@@ -112,7 +115,7 @@ def read_json(body: bytes | str) -> Any:
     surrogates = surrogates or (b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None)
     refuse_deep(raw)
     numbers = raw.translate(_DIGITS)
-    decoder = _CHECKED if _LONG_NUMBER in numbers or b"0e" in numbers else _PLAIN
+    decoder = _CHECKED if _LONG_NUMBER in numbers else _FLOATS if b"0e" in numbers else _PLAIN
     try:
         value = decoder.decode(text)
     except _Refused as exc:

@@ -13,8 +13,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_memory.core.clock import LAST_MS, MICROSECONDS_ABOVE, impossible_time, possible_ms
+from agent_memory.core.clock import (
+    LAST_MS,
+    MICROSECONDS_ABOVE,
+    SECONDS_BELOW,
+    impossible_time,
+    possible_ms,
+)
 from agent_memory.core.events import (
+    INT64_MAX,
+    INT64_MIN,
     TURN,
     EventKind,
     HistoryWindow,
@@ -65,6 +73,14 @@ KINDS: dict[type[AgentPayload], EventKind] = {
 }
 
 ParsedEvent = SessionEvent | Outcome
+
+# A message of only these keys, each of the type the engine sends, reads the same without
+# MemoryMessage (tests/test_agora_plain.py holds the two readings equal): a 103 carries 32 to
+# 1,024 of them, and validating each through pydantic's Python hooks was most of a callback's
+# CPU on the request path. Anything else (tools, speech times, parts, strings for numbers,
+# unknown keys) takes the model's path.
+PLAIN_KEYS = frozenset(("role", "content", "turn_id", "timestamp", "metadata"))
+PLAIN_METADATA_KEYS = frozenset(("source", "user", "interrupted", "interrupt_timestamp", "original"))
 
 
 def looks_like_callback(item: object) -> bool:
@@ -132,6 +148,9 @@ def classify(envelope: Envelope, *, follow: bool) -> ParsedEvent:
     model = PAYLOAD_MODELS.get(envelope.eventType)
     if model is None:
         return Outcome("ignored", detail=f"event type {envelope.eventType} is kept, not used")
+    messages = plain_messages(payload.get("contents")) if model is AgentHistory else None
+    if messages is not None:  # read above: the payload's other fields are validated without them
+        payload = {name: value for name, value in payload.items() if name != "contents"}
     try:
         event = model.model_validate(payload)
     except ValidationError as exc:
@@ -139,7 +158,7 @@ def classify(envelope: Envelope, *, follow: bool) -> ParsedEvent:
     if not event.agent_id:
         return Outcome("ignored", detail="payload has no agent_id")
     try:
-        return session_event(event, follow=follow)
+        return session_event(event, follow=follow, messages=messages)
     except Exception as exc:  # kept raw; `agent-memory reprocess` retries it with a fixed version
         log.exception("callback %s (type %s) failed", envelope.noticeId, envelope.eventType)
         return Outcome("failed", detail=f"{type(exc).__name__}: {exc}")
@@ -182,8 +201,11 @@ def product_outcome(envelope: Envelope) -> Outcome | None:
     return Outcome("ignored", detail=f"productId {product} is not ConvoAI")
 
 
-def session_event(event: AgentPayload, *, follow: bool = False) -> SessionEvent:
-    """A validated agent payload (101/102/103/104/110/111/112) as a neutral session event."""
+def session_event(
+    event: AgentPayload, *, follow: bool = False, messages: list[IncomingMessage] | None = None
+) -> SessionEvent:
+    """A validated agent payload (101/102/103/104/110/111/112) as a neutral session event;
+    `messages`: a 103's, already read (`plain_messages`), instead of its validated contents."""
     agent_id = event.agent_id or ""
     out = SessionEvent(
         kind=KINDS[type(event)],
@@ -197,7 +219,7 @@ def session_event(event: AgentPayload, *, follow: bool = False) -> SessionEvent:
         labels_field=LABELS_FIELD,
     )
     if isinstance(event, AgentHistory):
-        out.messages = [incoming(message) for message in event.contents]
+        out.messages = messages if messages is not None else [incoming(m) for m in event.contents]
     elif isinstance(event, AgentJoined):
         out.follow = follow
     elif isinstance(event, AgentLeft):
@@ -242,6 +264,64 @@ def history_window(agent_id: str, answer: HistoryResponse) -> HistoryWindow:
         skipped=answer.skipped,
         labels_field=LABELS_FIELD,
     )
+
+
+def plain_messages(contents: Any) -> list[IncomingMessage] | None:
+    """A 103's contents read without MemoryMessage when every item is plain (`plain_message`), else None."""
+    if type(contents) is not list:
+        return None
+    messages = []
+    for item in contents:
+        message = plain_message(item)
+        if message is None:
+            return None
+        messages.append(message)
+    return messages
+
+
+def _plain_time(value: Any) -> bool:
+    """Whether `value` is whole seconds or milliseconds since the epoch (`_ms` reads it as `to_ms` does)."""
+    return type(value) is int and 0 <= value <= MICROSECONDS_ABOVE
+
+
+def _ms(value: int | None) -> int | None:
+    """A plain time (`_plain_time`) in milliseconds: a small one is seconds."""
+    return value * 1000 if value is not None and value < SECONDS_BELOW else value
+
+
+def plain_message(item: Any) -> IncomingMessage | None:
+    """A message of text, a turn id, a time in s or ms and plain metadata, as `incoming` reads it
+    through MemoryMessage; None for any other (which that path reads, or sets aside)."""
+    if type(item) is not dict or not PLAIN_KEYS.issuperset(item):
+        return None
+    role, content, turn_id = item.get("role"), item.get("content"), item.get("turn_id")
+    timestamp, meta = item.get("timestamp"), item.get("metadata")
+    if type(role) is not str or role == "tool" or not role.strip() or type(content) is not str:
+        return None
+    if turn_id is not None and (type(turn_id) is not int or not INT64_MIN <= turn_id <= INT64_MAX):
+        return None
+    if timestamp is not None and not _plain_time(timestamp):
+        return None
+    source = speaker = original = interrupt_ms = None
+    interrupted = False
+    if meta is not None:
+        if type(meta) is not dict or not PLAIN_METADATA_KEYS.issuperset(meta):
+            return None
+        source, speaker, original = meta.get("source"), meta.get("user"), meta.get("original")
+        interrupted, interrupt_ms = meta.get("interrupted", False), meta.get("interrupt_timestamp")
+        if not (
+            (source is None or type(source) is str)
+            and (speaker is None or type(speaker) is str)
+            and (original is None or type(original) is str)
+            and type(interrupted) is bool
+            and (interrupt_ms is None or _plain_time(interrupt_ms))
+        ):
+            return None
+    # Positional, in field order, as in `incoming`.
+    return IncomingMessage(
+        role, content, TURN, turn_id, _ms(timestamp), None, source, speaker, interrupted, _ms(interrupt_ms),
+        original,
+    )  # fmt: skip
 
 
 def incoming(message: MemoryMessage) -> IncomingMessage:
