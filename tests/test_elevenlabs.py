@@ -360,6 +360,10 @@ async def test_the_next_call_from_the_number_starts_with_its_memory(start_servic
     service = await start(start_service, phone_identity=True)
     status, answer = await post(service, phone_call())
     assert (status, answer["new_messages"]) == (200, 3)
+    # The session says its user came from the number, not from ids the call was given.
+    status, body = await service.api("GET", "/v1/sessions/elevenlabs:conv_1")
+    assert (status, body["session"]["user_id"]) == (200, f"tel:{CALLER}")
+    assert body["session"]["identity_source"] == "phone"
     request = published("initiation_request.json")
     request.update({"caller_id": CALLER, "agent_id": "agent_luna"})
     status, answer = await initiation(service, request)
@@ -386,6 +390,8 @@ async def test_without_phone_identity_the_number_names_no_one(start_service: Any
     await post(service, call)
     status, body = await service.api("GET", "/v1/users/u-angelo/characters/agent_luna/system-messages")
     assert status == 200 and "fun fact about 11 Labs" in json.dumps(body)
+    status, body = await service.api("GET", "/v1/sessions/elevenlabs:conv_2")
+    assert (status, body["session"]["identity_source"]) == (200, "labels")
 
 
 async def test_the_prompt_override_only_when_asked(start_service: Any) -> None:

@@ -134,6 +134,8 @@ async def test_a_signed_report_is_kept_under_the_callers_number_and_starts_their
     messages = await stored(service, CALLER_USER)
     assert spoken(messages) == SPOKEN
     assert {m["agent_id"] for m in messages} == {f"vapi:{CALL_ID}"}
+    status, body = await service.api("GET", f"/v1/sessions/vapi:{CALL_ID}")
+    assert (status, body["session"]["identity_source"]) == (200, "phone")
     # The tool call and its result are kept as their own kinds, never as said text.
     tools = [(m["role"], m["kind"], m["tool"]) for m in messages if m["kind"] != "turn"]
     assert [(role, kind) for role, kind, _ in tools] == [("assistant", "tool_call"), ("tool", "tool_result")]

@@ -30,7 +30,9 @@ EventKind = Literal["joined", "left", "history", "token_expiring", "errors", "me
 OutcomeStatus = Literal["done", "partial", "duplicate", "ignored", "test", "failed"]
 
 # Who said a session belongs to its user, weakest first (see memory/ingest).
-IdentitySource = Literal["channel", "rtc", "channel_binding", "binding", "labels"]
+IdentitySource = Literal["channel", "rtc", "channel_binding", "binding", "phone", "labels"]
+# What a session's labels came from: the ids its platform was given, or the caller's number.
+LabelsSource = Literal["phone", "labels"]
 # Identities that are only a guess (no label or binding named the user): `rtc:<uid>`, `channel:<name>`.
 FALLBACK_SOURCES: tuple[IdentitySource, ...] = ("rtc", "channel")
 
@@ -92,6 +94,9 @@ class SessionEvent:
     start_ms: int | None = None
     stop_ms: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # What named the labels' user: ids the platform was given, or the caller's number
+    # (AGENT_MEMORY_PHONE_IDENTITY), which the session records as its identity's source.
+    labels_source: LabelsSource = "labels"
     # history: the run's transcript.
     messages: Sequence[IncomingMessage] = ()
     # left: whether the run failed, its final status as the platform names it, and why.
@@ -127,6 +132,7 @@ class HistoryWindow:
     channel: str | None = None
     name: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    labels_source: LabelsSource = "labels"  # as SessionEvent.labels_source
     # As SessionEvent.labels_field: where the platform's start request takes labels.
     labels_field: str | None = None
     # Each item names itself (by its id, else by its role, words and time: the generic API), so

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agent_memory.core.events import IncomingMessage, Outcome, RawEvent, SessionEvent
+from agent_memory.core.events import IncomingMessage, LabelsSource, Outcome, RawEvent, SessionEvent
 from agent_memory.memory.service import Memory
 from agent_memory.settings import Settings
 
@@ -91,6 +91,11 @@ def _text(value: object) -> str | None:
     return None
 
 
+def labels_source(identity: CallIdentity) -> LabelsSource:
+    """What the identity's labels record as their session's identity source."""
+    return "phone" if identity.via == "phone" else "labels"
+
+
 def identity_labels(settings: Settings, identity: CallIdentity) -> dict[str, str]:
     """The identity as the labels ingest reads (AGENT_MEMORY_LABEL_USER / _CHARACTER keys);
     none for an unidentified call, which ingest then keeps under `agent:<session>` and warns."""
@@ -140,6 +145,7 @@ def recorded_event(
         start_ms=transcript.start_ms,
         stop_ms=transcript.stop_ms,
         labels=labels,
+        labels_source=labels_source(transcript.identity),
         messages=transcript.messages,
         labels_field=transcript.ids_field,
         skipped=transcript.skipped,

@@ -22,7 +22,9 @@ IDENTITY_RANK: dict[IdentitySource, int] = {
     "rtc": 1,
     "channel_binding": 2,
     "binding": 3,
-    "labels": 4,
+    # A caller's number (labels made of it): below ids the platform was given for the call.
+    "phone": 4,
+    "labels": 5,
 }
 
 
@@ -71,7 +73,7 @@ class Sessions:
         if user:
             character = labels.get(self.settings.label_character_key) or self.settings.default_character
             uid = known_uid or self.own_speaker(event, user)
-            return Identity(user_id=user, character_id=character, source="labels"), uid
+            return Identity(user_id=user, character_id=character, source=event.labels_source), uid
         binding = tx.bindings.of_agent(event.agent_id)
         if binding is not None:
             uid = known_uid or self.own_speaker(event, binding.user_id)

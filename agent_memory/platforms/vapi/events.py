@@ -24,6 +24,7 @@ from agent_memory.platforms.calls import (
     CallTranscript,
     call_identity,
     identity_labels,
+    labels_source,
     recorded_event,
     session_key,
 )
@@ -161,13 +162,15 @@ def recorded_message(
         return None
     key = session_key(PLATFORM, required_call_id(message))
     call = message.call
-    labels = identity_labels(settings, identity_of(settings, message))
+    identity = identity_of(settings, message)
+    labels = identity_labels(settings, identity)
     event = SessionEvent(
         kind="joined" if message.status == OPENED else "left",
         agent_id=key,
         name=PLATFORM,
         start_ms=time_ms(call.startedAt) if call is not None else None,
         labels=labels,
+        labels_source=labels_source(identity),
         labels_field=IDS_FIELD,
     )
     if message.status == ENDED:
