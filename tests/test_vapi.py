@@ -550,7 +550,9 @@ async def test_malformed_messages_are_a_clear_4xx(
 async def test_the_docs_examples_without_a_call_id_say_so(start_service: Any, name: str) -> None:
     service = await start(start_service)
     status, answer = await post(service, load_fixture(f"vapi/{name}"))
-    assert "message.call.id is missing" in assert_error(status, answer, 422, "invalid_field")
+    message = assert_error(status, answer, 422, "invalid_field")
+    kind = load_fixture(f"vapi/{name}")["message"]["type"]
+    assert message == f"message.call.id is missing: every {kind} message names the call it is about"
 
 
 async def test_a_huge_body_is_413(start_service: Any) -> None:

@@ -92,7 +92,9 @@ def required_call_id(message: ServerMessage) -> str:
     """The call's id, or a 422 naming the field: without it nothing can be kept under the call."""
     call_id = call_id_of(message)
     if call_id is None:
-        raise InvalidField(f"message.call.id is missing: a {message.type} names the call it is about")
+        raise InvalidField(
+            f"message.call.id is missing: every {message.type} message names the call it is about"
+        )
     return call_id
 
 
