@@ -36,6 +36,13 @@ def test_replay_then_system_messages(tmp_path):
     assert "0 new messages" in again.stdout  # replaying is harmless
 
 
+def test_system_messages_text_of_a_pair_with_no_memory_says_so(tmp_path, capsys):
+    db = str(tmp_path / "m.db")
+    assert main(["system-messages", "u-nobody", "luna", "--db", db, "--text"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "no memory is held for u-nobody with luna" in err
+
+
 def test_condense_jobs_and_forget(tmp_path, capsys):
     db = str(tmp_path / "m.db")
     assert main(["replay", "--db", db, str(FIXTURES / "conversations" / "zh_xiaoyu_tutor.json")]) == 0

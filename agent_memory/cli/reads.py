@@ -27,7 +27,10 @@ STATS_HEADLINE = ("user_id", "character_id", "window")
 def cmd_system_messages(args: argparse.Namespace) -> int:
     options = {"max_tokens": args.max_tokens, "persona": args.persona, "query": args.query}
     result = run_api(args, lambda api: api.system_messages(args.user_id, args.character_id, **options))
-    if args.text:
+    if args.text and not result.system_messages:
+        # Not an error (a new pair's first call starts so), but an empty line alone says nothing.
+        print(f"no memory is held for {args.user_id} with {args.character_id}", file=sys.stderr)
+    elif args.text:
         print("\n\n".join(m["content"] for m in result.system_messages))
     else:
         print_answer(result)
