@@ -13,13 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_memory.core.clock import (
-    LAST_MS,
-    MICROSECONDS_ABOVE,
-    SECONDS_BELOW,
-    impossible_time,
-    possible_ms,
-)
+from agent_memory.core.clock import LAST_MS, MICROSECONDS_ABOVE, impossible_time, possible_ms, to_ms
 from agent_memory.core.events import (
     INT64_MAX,
     INT64_MIN,
@@ -280,13 +274,8 @@ def plain_messages(contents: Any) -> list[IncomingMessage] | None:
 
 
 def _plain_time(value: Any) -> bool:
-    """Whether `value` is whole seconds or milliseconds since the epoch (`_ms` reads it as `to_ms` does)."""
+    """Whether `value` is whole seconds or milliseconds since the epoch (what `to_ms` reads as itself or x1000)."""
     return type(value) is int and 0 <= value <= MICROSECONDS_ABOVE
-
-
-def _ms(value: int | None) -> int | None:
-    """A plain time (`_plain_time`) in milliseconds: a small one is seconds."""
-    return value * 1000 if value is not None and value < SECONDS_BELOW else value
 
 
 def plain_message(item: Any) -> IncomingMessage | None:
@@ -319,7 +308,7 @@ def plain_message(item: Any) -> IncomingMessage | None:
             return None
     # Positional, in field order, as in `incoming`.
     return IncomingMessage(
-        role, content, TURN, turn_id, _ms(timestamp), None, source, speaker, interrupted, _ms(interrupt_ms),
+        role, content, TURN, turn_id, to_ms(timestamp), None, source, speaker, interrupted, to_ms(interrupt_ms),
         original,
     )  # fmt: skip
 
