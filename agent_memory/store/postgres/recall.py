@@ -201,40 +201,7 @@ class PostgresRecall(RecallIndexing):
         Recall's first statement: the rest of its read is bounded from here (SET LOCAL, this read only).
         """
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
-        scope, params = pair_scope(user_id, character_id)
-        rows: Sequence[Mapping[str, Any]]
-        guessed: dict[int, PairPostings] = {}
-        read_newer: tuple[int, Docs] | None = None
-        if character_id is None:
-            rows = self.sql.all(f"{_PAIRS} WHERE {scope} ORDER BY pair", params)
-        else:
-            # The pair's facts and summary, which recall reads next, in the same round trip (and
-            # whether the index is behind, when that is asked after this read).
-            bind = self.conn.bind
-            behind = (dialect(_BEHIND),) if self._ask_behind and self._behind is None else ()
-            statements = (
-                bind(dialect(f"{_PAIRS} WHERE {scope} ORDER BY pair"), params),
-                bind(dialect(PAIR_FACTS), (user_id, character_id, USER_WIDE)),
-                bind(dialect(PAIR_SUMMARY), (user_id, character_id)),
-                *behind,
-            )
-            checked, self._checked = self._checked, None
-            read = self._read if self._read is not None and self._read[0] == (user_id, character_id) else None
-            guess = self._guess(user_id, character_id) if self._may_guess and read is None else None
-            if checked is not None and checked[0] == (user_id, character_id):
-                rows, read_newer = checked[1], checked[2]  # read with the guess that missed
-            elif read is not None:
-                rows = read[1]  # asked again in this read (more words): its snapshot's figures, as read
-            elif guess is not None:
-                # Sent with the ranked turns (`_hits`) and checked there against the guess, with
-                # the turns after the copy's last (what it lacks if turns were only added since).
-                figures, held = guess
-                pair = figures["pair"]
-                newer = bind(_NEWER.encode(), (pair, pair, held.last_id, pair))
-                self._pending = ((user_id, character_id), figures, statements, newer, held.last_id)
-                rows, guessed = [figures], {figures["pair"]: held}
-            else:
-                rows = self._took((user_id, character_id), self.conn.results(*statements))
+        rows, guessed, read_newer = self._pairs(user_id, character_id)
         self._owners = {(row["user_id"], row["character_id"]) for row in rows}
         pairs = [row["pair"] for row in rows]
         documents = sum(row["docs"] for row in rows)
@@ -265,6 +232,42 @@ class PostgresRecall(RecallIndexing):
         }
         idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
         return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    def _pairs(
+        self, user_id: str, character_id: str | None
+    ) -> tuple[Sequence[Mapping[str, Any]], dict[int, PairPostings], tuple[int, Docs] | None]:
+        """The scope's pairs' figures: read (a pair's with its facts and summary, in one trip), as
+        this read already read them, or guessed (sent later, with the ranked turns: `_settle`);
+        the copies held at a guess, and the turns a guess that missed read after its copy's last."""
+        scope, params = pair_scope(user_id, character_id)
+        if character_id is None:
+            return self.sql.all(f"{_PAIRS} WHERE {scope} ORDER BY pair", params), {}, None
+        # The pair's facts and summary, which recall reads next, in the same round trip (and
+        # whether the index is behind, when that is asked after this read).
+        bind = self.conn.bind
+        behind = (dialect(_BEHIND),) if self._ask_behind and self._behind is None else ()
+        statements = (
+            bind(dialect(f"{_PAIRS} WHERE {scope} ORDER BY pair"), params),
+            bind(dialect(PAIR_FACTS), (user_id, character_id, USER_WIDE)),
+            bind(dialect(PAIR_SUMMARY), (user_id, character_id)),
+            *behind,
+        )
+        checked, self._checked = self._checked, None
+        read = self._read if self._read is not None and self._read[0] == (user_id, character_id) else None
+        guess = self._guess(user_id, character_id) if self._may_guess and read is None else None
+        if checked is not None and checked[0] == (user_id, character_id):
+            return checked[1], {}, checked[2]  # read with the guess that missed
+        elif read is not None:
+            return read[1], {}, None  # asked again in this read (more words): its snapshot's figures
+        elif guess is not None:
+            # Sent with the ranked turns (`_hits`) and checked there against the guess, with
+            # the turns after the copy's last (what it lacks if turns were only added since).
+            figures, held = guess
+            pair = figures["pair"]
+            newer = bind(_NEWER.encode(), (pair, pair, held.last_id, pair))
+            self._pending = ((user_id, character_id), figures, statements, newer, held.last_id)
+            return [figures], {pair: held}, None
+        return self._took((user_id, character_id), self.conn.results(*statements)), {}, None
 
     def _guess(self, user_id: str, character_id: str) -> tuple[dict[str, Any], PairPostings] | None:
         """The pair's figures as this process last read them, and its copy held at their change
