@@ -58,6 +58,11 @@ MODEL = "fake-model"
 CHARACTER = "luna"
 PERSONA = "You are Luna, a warm companion. Answer in two sentences."
 BASE_MS = 1_763_000_000_000
+# The endpoint's counters printed (GET /v1/llm/stats, warm-up included): what recall and recording did.
+ENDPOINT_COUNTS = (
+    "requests", "recalls", "recalls_reused", "recalls_brief", "recall_misses", "recorded",
+    "unchanged_windows", "messages_read", "record_errors",
+)  # fmt: skip
 
 
 def user_of(index: int) -> str:
@@ -195,6 +200,9 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
                     timed[kind].extend(calls)
             result["other_cores"] = noise.other_cores()
             result["client_cpu_s"] = self_cpu_seconds() - client_0
+            async with session.get(f"{service.url}/v1/llm/stats") as resp:
+                counted = (await resp.json())["llm_proxy"] if resp.status == 200 else {}
+            result["endpoint_stats"] = {k: v for k, v in counted.items() if k in ENDPOINT_COUNTS}
     finally:
         result["server_exit"] = service.stop()
         null.stop()
@@ -229,6 +237,7 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
     )
     print(f"  other processes: {result['other_cores']:.2f} cores busy on average while timing"
           f"{' (figures are skewed)' if result['other_cores'] > 0.1 else ''}")  # fmt: skip
+    print(f"  the endpoint's counters (warm-up included): {result['endpoint_stats']}")
     return {
         "bench": "endpoint",
         "calls": args.calls,
@@ -246,6 +255,7 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
         "added_ttft_ms": {k: round(v, 2) for k, v in added.items()},
         "errors": figures["service"]["errors"] + figures["null"]["errors"],
         "other_cores": round(result["other_cores"], 2),
+        "endpoint_stats": result["endpoint_stats"],
         "machine": info,
     }
 
