@@ -19,9 +19,24 @@ from agent_memory.cli import main
 from agent_memory.core.domain import LlmRoute
 from agent_memory.store.shared.maintenance import SERVICE
 from agent_memory.store.sqlite.maintenance import HELD, NOT_HELD
-from agent_memory.store.transfer import COPIED, OWN, REBUILT, SQLITE_ONLY, Checksum
+from agent_memory.store.transfer import COPIED, REBUILT, Checksum
 
 WORDS = re.compile(r"\w{4,}")
+# PostgreSQL tables each database keeps its own (schema, counters, leases, owed scrubs).
+OWN = ("agent_memory_migrations", "store_state", "leases", "scrub_owed")
+# SQLite tables with no PostgreSQL namesake: its search and recall indexes, its bookkeeping
+# and the memory clock (a sequence on PostgreSQL, moved past the last tick).
+SQLITE_ONLY = (
+    "_sqlite_migrations",
+    "sqlite_sequence",
+    "search_state",
+    "search_pairs",
+    "memory_clock",
+    "recall_docs",
+    "recall_pairs",
+    "recall_pending",
+    "recall_terms",
+)
 
 
 def pg_tables(url: str) -> set[str]:

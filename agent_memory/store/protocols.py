@@ -1,16 +1,8 @@
-"""What the rest of the service may ask of a store: one protocol (or shared class) per repository.
-
-A backend (`store/sqlite/`, later `store/postgres/`) implements `Store`. Work runs as plain
-functions: `await store.read(fn)` calls `fn(view)` with a `ReadView` (consistent reads),
-`await store.write(fn)` calls `fn(tx)` with a `Transaction` and returns once it is durably
-committed; a function that raises leaves nothing behind. The repositories are synchronous,
-so a backend may run them on threads over blocking connections (SQLite, psycopg) and a
-use-case that reads and then writes stays one transaction.
-
-Each repository comes as its read half (what a `ReadView` offers) and its full form (what a
-`Transaction` offers). They take and return `agent_memory.core.domain` objects and the types
-of `agent_memory.store.types`; how those are encoded in tables is the backend's business.
-"""
+"""What the rest of the service may ask of a store: a `Store` runs plain functions on a `ReadView`
+(`await store.read(fn)`) or in a durable `Transaction` (`await store.write(fn)`; one that raises
+leaves nothing behind). The repositories are synchronous, so a backend runs them on threads over
+blocking connections and a use-case that reads and then writes stays one transaction; each comes
+as its read half (a `ReadView`'s) and its full form (a `Transaction`'s)."""
 
 from __future__ import annotations
 
@@ -53,8 +45,7 @@ class Leases(Protocol):
     """Named leases, so that work scheduled on every instance (retention) runs on one."""
 
     def acquire(self, name: str, ttl_ms: int) -> bool:
-        """Hold `name` for `ttl_ms` from now if nobody else holds it (a holder extends it);
-        whether this instance holds it. One process alone always does."""
+        """Hold `name` for `ttl_ms` from now unless another holds it; whether this instance holds it."""
         ...
 
 
@@ -151,8 +142,8 @@ class Store(ABC):
 
     @abstractmethod
     def forget_held(self) -> None:
-        """Drop what this process holds in memory of the recall index (after a forget has
-        committed: a read racing the forget would otherwise bring its words back)."""
+        """Drop what this process holds of the recall index once a forget committed (a read racing
+        the forget would otherwise bring its words back)."""
 
     @abstractmethod
     async def catch_up_search(self) -> int:
@@ -161,11 +152,9 @@ class Store(ABC):
 
 @runtime_checkable
 class ReadsHere(Protocol):
-    """What only an embedded store can do: read on the calling thread. A store across the
-    network never reads on the event loop, so it has no `read_here` (check with isinstance)."""
+    """What only an embedded store can do: read on the calling thread (check with isinstance)."""
 
     def read_here(self, fn: Callable[[ReadView], T]) -> T:
-        """`fn(view)` right here, on the calling thread (the event loop), for a read known to
-        take a millisecond or two: a hand-off to a reader thread and back costs about as much.
-        Raises NotBrief as soon as the read would not be brief (it would search SQLite)."""
+        """`fn(view)` on the event loop, for a read as brief as a hand-off to a thread and back;
+        raises NotBrief as soon as it would not be brief (it would search SQLite)."""
         ...

@@ -1,13 +1,9 @@
 """`agent-memory migrate-db`: copy a SQLite memory into a PostgreSQL database, and prove the copy.
 
-Every table the PostgreSQL schema holds data in is copied from its SQLite namesake in one
-transaction (COPY, ids preserved), the identity sequences and the memory clock are moved
-past every id and version SQLite ever handed out, and the recall index is rebuilt by the
-PostgreSQL backend itself from the queue its trigger fills. Each table is then read back
-and compared with what was read from SQLite: row counts, and a checksum over every row
-(order-independent, so neither side has to sort). A target that already holds memory is
-refused unless it is to be replaced.
-"""
+Each table is copied from its SQLite namesake in one transaction (COPY, ids preserved), the
+sequences and the memory clock moved past every id and version SQLite handed out, the recall
+index rebuilt by the backend itself; each table is then read back and compared (row counts and
+an order-independent checksum). A target that holds memory is refused unless it is replaced."""
 
 from __future__ import annotations
 
@@ -52,23 +48,8 @@ COPIED = (
     "forgets",
     "console_sessions",
 )
-# PostgreSQL tables rebuilt from messages by the backend (its recall index), and those that
-# are each database's own (schema, counters, leases, owed scrubs).
+# PostgreSQL tables rebuilt from messages by the backend (its recall index): emptied by --replace.
 REBUILT = ("recall_pairs", "recall_docs", "recall_pending")
-OWN = ("agent_memory_migrations", "store_state", "leases", "scrub_owed")
-# SQLite tables with no PostgreSQL namesake: its search and recall indexes, its bookkeeping
-# and the memory clock (a sequence on PostgreSQL, moved past the last tick).
-SQLITE_ONLY = (
-    "_sqlite_migrations",
-    "sqlite_sequence",
-    "search_state",
-    "search_pairs",
-    "memory_clock",
-    "recall_docs",
-    "recall_pairs",
-    "recall_pending",
-    "recall_terms",
-)
 # Rows copied between progress lines.
 PROGRESS_EVERY = 20_000
 MODULUS = 1 << 128
@@ -145,9 +126,7 @@ def _converter(pg_type: str, table: str, column: str) -> Callable[[Any], Any]:
     def to_int(value: Any) -> Any:
         if value is None or isinstance(value, int):
             return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return fail(value)
+        return int(value) if isinstance(value, float) and value.is_integer() else fail(value)
 
     def to_float(value: Any) -> Any:
         return float(value) if isinstance(value, int | float) else value if value is None else fail(value)
@@ -162,11 +141,7 @@ def _converter(pg_type: str, table: str, column: str) -> Callable[[Any], Any]:
 
     if pg_type in ("bigint", "integer", "smallint"):
         return to_int
-    if pg_type in ("double precision", "real"):
-        return to_float
-    if pg_type == "bytea":
-        return to_bytes
-    return to_text
+    return {"double precision": to_float, "real": to_float, "bytea": to_bytes}.get(pg_type, to_text)
 
 
 def sqlite_path(source: str) -> Path:
@@ -307,8 +282,8 @@ def _copy_table(
 
 
 def _advance_counters(source: sqlite3.Connection, conn: psycopg.Connection[Any]) -> None:
-    """Move each identity sequence past every id SQLite handed out (deleted ones too: a summary's
-    watermark must never cover a later message), and the memory clock past its last tick."""
+    """Move each identity sequence past every id SQLite handed out (deleted ones too: a watermark
+    must never cover a later message), and the memory clock past its last tick."""
     handed_out = dict(source.execute("SELECT name, seq FROM sqlite_sequence").fetchall())
     for table, column in conn.execute(
         b"SELECT table_name, column_name FROM information_schema.columns "

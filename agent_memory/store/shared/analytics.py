@@ -26,12 +26,10 @@ from agent_memory.store.types import Report
 
 # Identity sources that are only a fallback (see ingest.resolve_identity), as an SQL list.
 UNIDENTIFIED_SOURCES = ", ".join(f"'{source}'" for source in FALLBACK_SOURCES)
-# A speaker's own session of a shared call (`<agent_id>~<uid>`, memory/ingest/speakers.py
-# speaker_session_id) holds copies of turns its call's session holds: the service's and a
-# character's figures count each call and each spoken turn once, so such a session (and its
-# messages) is left out of them while its call's session is there (docs/memory.md); users,
-# active users and unidentified sessions count every speaker. A user's own figures keep it:
-# those turns are that user's, and the call's session is another user's.
+# A speaker's own session of a shared call (`<agent_id>~<uid>`) holds copies of its call's turns:
+# the service's and a character's figures leave it (and its messages) out while its call's
+# session is there, to count each call and turn once (docs/memory.md); users, active users and
+# unidentified sessions count every speaker, and a user's own figures keep it.
 SPEAKER_COPY = (
     "s.rtc_uid IS NOT NULL AND EXISTS (SELECT 1 FROM sessions p WHERE "
     "p.agent_id = substr(s.agent_id, 1, length(s.agent_id) - length(s.rtc_uid) - 1) "
@@ -324,8 +322,7 @@ class Analytics(AnalyticsReads):
     __slots__ = ()
 
     def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
-        """Keep per-turn values (`metric_rows`, `turn_rows`), dated by their turn or `at_ms`;
-        a resent turn replaces its values, so a 111 and a 112 naming one metric count once."""
+        """Keep per-turn values, dated by their turn or `at_ms`; a resent turn replaces its values."""
         self.sql.many(
             "INSERT INTO agent_metrics (agent_id, turn_id, metric, value_ms, at_ms) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT (agent_id, turn_id, metric) DO UPDATE SET value_ms = excluded.value_ms, at_ms = excluded.at_ms",

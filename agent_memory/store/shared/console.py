@@ -168,8 +168,8 @@ class ConsoleReads(Repository):
         return held
 
     def _turns_as_guest(self, user_id: str, character_id: str | None) -> int:
-        """The turns a user (or pair) said as a guest of other users' shared calls, which a forget
-        takes from those calls' sessions: found through their own sessions `<call>~<uid>`."""
+        """The turns a user (or pair) said as a guest of others' shared calls (which a forget takes),
+        found through their own sessions `<call>~<uid>`."""
         guest, params = pair_scope(user_id, character_id, "s.")
         host = pair_scope(user_id, character_id, "r.")[0]
         return self.sql.count(

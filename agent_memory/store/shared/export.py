@@ -106,11 +106,7 @@ class Export(Repository):
     __slots__ = ()
 
     def user(self, user_id: str) -> Report | None:
-        """One consistent snapshot of everything held about a user; None if nothing is.
-
-        Everything that forgetting the user deletes: sessions, messages, summaries, facts, agent
-        and channel bindings, jobs, followed agents, metrics and raw callbacks, with their counts.
-        """
+        """One consistent snapshot of everything a forget of the user deletes; None if nothing is held."""
         c = self.sql.binary
         with self.sql.snapshot():
             kinds = {kind: self._rows(sql.format(c=c), (user_id,)) for kind, sql in _OF_USER.items()}
@@ -125,9 +121,6 @@ class Export(Repository):
         return [dict(row) for row in self.sql.all(sql, params)]
 
     def _per_agent(self, sql: str, agent_ids: Sequence[str]) -> Rows:
-        """Run `sql` (its `{among}` the agent id condition) over agent ids, in chunks the backend can bind."""
-        return [
-            row
-            for among, params in self.sql.chunks("agent_id", agent_ids)
-            for row in self._rows(sql.replace("{among}", among), params)
-        ]
+        """Run `sql` (its `{among}` the agent id condition) over agent ids, chunk by chunk."""
+        chunks = self.sql.chunks("agent_id", agent_ids)
+        return [row for among, params in chunks for row in self._rows(sql.replace("{among}", among), params)]

@@ -1,12 +1,8 @@
 """Facts and summaries: what condensing (and the API) keep of a (user, character) memory.
 
-Facts are unique per (user, character column, key), the key being core.facts' one form of
-"says the same thing", computed here so that no caller can store another. A user-wide fact
-is stored with the empty character: this module is the one place that knows it (`USER_WIDE`,
-`fact_scope`, `fact_character`); search, recall and export ask it. A new fact goes where
-`core.facts.place_fact` says: onto the one that already says it, over the one about the same
-subject (whose text is kept in `fact_history`), or in a row of its own.
-"""
+Facts are unique per (user, character column, `core.facts.fact_key`), the key computed here so
+that no caller can store another; a user-wide fact has the empty character, known only here
+(`USER_WIDE`, `fact_scope`, `fact_character`). A new fact goes where `place_fact` says."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from agent_memory.core.domain import Fact, FactChange, FactOrigin, FactScope, Fa
 from agent_memory.core.facts import fact_key, place_fact
 from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.errors import Conflict
-from agent_memory.store.shared.sql import Duplicate, Repository, Row
+from agent_memory.store.shared.sql import Duplicate, Repository, Row, values_of
 
 # The character column of a user-wide fact.
 USER_WIDE = ""
@@ -69,24 +65,11 @@ def fact_of(row: Row) -> Fact:
 
 def summary_of(row: Row) -> Summary:
     """A `SUMMARY_COLUMNS` row (read by name) as a summary."""
-    return Summary(
-        row["user_id"],
-        row["character_id"],
-        row["text"],
-        row["watermark_id"],
-        row["covered_until_ms"],
-        row["message_count"] or 0,
-        row["method"],
-        row["model"],
-        row["created_ms"],
-        row["updated_ms"],
-        loads_object(row["meta"]),
-    )
+    return Summary(**{**row, "message_count": row["message_count"] or 0, "meta": loads_object(row["meta"])})
 
 
 class FactReads(Repository):
-    """What is remembered about users: the `facts` table (current facts, unique per (user,
-    character column, key)) and `fact_history` (the texts they had before, and facts that ended)."""
+    """The `facts` table (what is remembered now) and `fact_history` (past texts, ended facts)."""
 
     __slots__ = ()
 
@@ -132,14 +115,9 @@ class Facts(FactReads):
         pinned: bool,
         origin: FactOrigin,
     ) -> tuple[Fact, bool]:
-        """Insert a fact unless one saying the same exists, superseding the one about the same
-        subject (`place_fact`: same id, the old text kept as history; created is True);
-        returns (fact, created). With scope user the fact holds for every character; saying
-        by hand (pinned) what is already known pins it.
-
-        Another instance adding the same fact at once is waited for (the unique key), and
-        its fact is the one returned.
-        """
+        """Insert a fact unless one says the same (saying it pinned pins it), superseding the one
+        about the same subject (`place_fact`: its id, the old text kept); (fact, created). Another
+        instance adding the same fact at once is waited for (the unique key), and its fact returned."""
         character = fact_character(scope, character_id)
         key = (user_id, character, fact_key(text))
         for _ in range(_ADD_ATTEMPTS):
@@ -191,10 +169,7 @@ class Facts(FactReads):
         raise RuntimeError(f"fact {key} kept vanishing while it was added")
 
     def edit(self, fact_id: int, *, text: str | None = None, pinned: bool | None = None) -> Fact | None:
-        """Change a fact by hand (its old text kept as history); None if there is no such fact.
-
-        Conflict when the new text says what another of the fact's scope already says.
-        """
+        """Change a fact by hand (its old text kept); None if none, Conflict if another says it."""
         fact = self._read(f"SELECT {FACT_COLUMNS} FROM facts WHERE id = ?{self.sql.for_update}", (fact_id,))
         if fact is None:
             return None
@@ -225,8 +200,7 @@ class Facts(FactReads):
         return self.get(fact_id)
 
     def update(self, fact_id: int, text: str) -> bool:
-        """Reword a fact (its old text kept as history); when it then says what another one
-        says, it ends instead."""
+        """Reword a fact (its old text kept); when another one says the same, it ends instead."""
         fact = self._read(f"SELECT {FACT_COLUMNS} FROM facts WHERE id = ?{self.sql.for_update}", (fact_id,))
         if fact is None:
             return False
@@ -243,8 +217,7 @@ class Facts(FactReads):
         return changed == 1
 
     def end(self, fact_id: int) -> bool:
-        """The fact no longer holds: its text is kept as history (valid_to set), the fact goes
-        from what is remembered now."""
+        """The fact no longer holds: it leaves `facts`, its text kept as history (valid_to set)."""
         fact = self._read(f"DELETE FROM facts WHERE id = ? RETURNING {FACT_COLUMNS}", (fact_id,))
         if fact is None:
             return False
@@ -270,19 +243,11 @@ class Facts(FactReads):
 
     def _archive(self, fact: Fact, stamp: int, change: FactChange) -> None:
         """Keep the fact's current text as history, held from its valid_from until `stamp`."""
+        held = (fact.valid_from, max(stamp, fact.valid_from), change)
         self.sql.run(
             "INSERT INTO fact_history (fact_id, user_id, character_id, text, origin, valid_from, valid_to, change) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                fact.id,
-                fact.user_id,
-                fact.character_id or USER_WIDE,
-                fact.text,
-                fact.origin,
-                fact.valid_from,
-                max(stamp, fact.valid_from),
-                change,
-            ),
+            (fact.id, fact.user_id, fact.character_id or USER_WIDE, fact.text, fact.origin, *held),
         )
 
 
@@ -314,19 +279,7 @@ class Summaries(SummaryReads):
         self.sql.run(
             f"INSERT INTO summaries ({SUMMARY_COLUMNS}) VALUES ({_SUMMARY_MARKS}) "
             f"ON CONFLICT (user_id, character_id) DO UPDATE SET {_SUMMARY_REPLACE}",
-            (
-                summary.user_id,
-                summary.character_id,
-                summary.text,
-                summary.watermark_id,
-                summary.covered_until_ms,
-                summary.message_count,
-                summary.method,
-                summary.model,
-                summary.created_ms,
-                summary.updated_ms,
-                dumps(summary.meta),
-            ),
+            (*values_of(summary)[:-1], dumps(summary.meta)),  # the columns are in `Summary`'s order
         )
 
     def delete(self, user_id: str, character_id: str) -> int:

@@ -1,9 +1,7 @@
 """The inbox: every raw platform event as received, under its event id (Agora's noticeId).
 
-Ingest asks `has` before it applies an event and records it after, in one transaction. On
-PostgreSQL a write's `has` holds the event's advisory lock until commit (`Sql.locked`), so
-one event delivered to two instances at once is applied by one and is a duplicate for the other.
-"""
+Ingest asks `has` before it applies an event and records it after, in one transaction; a write's
+`has` holds the event's lock until commit, so an event delivered to two instances is applied once."""
 
 from __future__ import annotations
 
@@ -15,6 +13,12 @@ INBOX_COLUMNS = (
     "notice_id, event_type, received_ms, body, status, product_id, notify_ms, agent_id, "
     "label_user, label_character, error"
 )
+_INSERT = (
+    f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (notice_id) DO NOTHING"
+)
+# What takes a raw event's text (a forget's).
+BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 
 
 class InboxReads(Repository):
@@ -28,12 +32,9 @@ class InboxReads(Repository):
         )
 
     def has(self, event_id: str) -> bool:
-        """Whether the event was recorded; on a write, a redelivery that another instance is
-        applying right now is waited for (its lock, until commit), so it is seen as recorded."""
-        return (
-            self.sql.locked(event_id, 1, "SELECT 1 AS found FROM inbox WHERE notice_id = ?", (event_id,))
-            is not None
-        )
+        """Whether the event was recorded; on a write, another instance applying it is waited for."""
+        found = self.sql.locked(event_id, 1, "SELECT 1 AS found FROM inbox WHERE notice_id = ?", (event_id,))
+        return found is not None
 
     def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
         """Entries of one status, oldest received first."""
@@ -51,35 +52,19 @@ class Inbox(InboxReads):
 
     def insert(self, entry: InboxEntry) -> bool:
         """Record a raw event; False if its event id was already recorded (by any instance)."""
-        inserted = self.sql.run(
-            f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (notice_id) DO NOTHING",
-            values_of(entry),  # the columns are in `InboxEntry`'s order
-        )
-        return inserted == 1
+        return self.sql.run(_INSERT, values_of(entry)) == 1  # the columns are in `InboxEntry`'s order
 
     def keep(self, entry: InboxEntry) -> None:
-        """Record a raw event that no one else records meanwhile (ingest holds its lock since
-        `has`): the row may go with the commit (`Sql.send`)."""
-        self.sql.send(
-            f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (notice_id) DO NOTHING",
-            values_of(entry),
-        )
+        """Record a raw event no one else records meanwhile (its lock held since `has`), with the commit."""
+        self.sql.send(_INSERT, values_of(entry))
 
     def set_status(self, event_id: str, status: InboxStatus, error: str | None = None) -> None:
         self.sql.run("UPDATE inbox SET status = ?, error = ? WHERE notice_id = ?", (status, error, event_id))
 
     def blank_run(self, agent_id: str) -> int:
         """Drop the text of every raw event of an agent run (as `blank`); how many."""
-        return self.sql.run(
-            "UPDATE inbox SET body = '', status = 'forgotten', error = NULL "
-            "WHERE agent_id = ? AND status <> 'forgotten'",
-            (agent_id,),
-        )
+        return self.sql.run(f"{BLANK} WHERE agent_id = ? AND status <> 'forgotten'", (agent_id,))
 
     def blank(self, event_id: str) -> None:
         """Drop a raw event's text (status `forgotten`); its id stays, so a redelivery is recognised."""
-        self.sql.run(
-            "UPDATE inbox SET body = '', status = 'forgotten', error = NULL WHERE notice_id = ?", (event_id,)
-        )
+        self.sql.run(f"{BLANK} WHERE notice_id = ?", (event_id,))

@@ -1,10 +1,7 @@
 """Jobs: the database is the queue, at most one job per (kind, user, character); a claimed job is `running`.
 
-How a job is claimed is the backend's: one SQLite process claims alone, while PostgreSQL's
-instances claim with leases (`lease_owner`, `lease_until_ms`, taken with `FOR UPDATE SKIP
-LOCKED`): a claim holds for the store's lease time unless renewed, so a job its holder dies
-with is claimable again once the lease runs out, and `release_running` frees only those.
-"""
+How a job is claimed is the backend's: one SQLite process claims alone, PostgreSQL's instances
+with leases (a job its holder dies with is claimable again once its lease runs out)."""
 
 from __future__ import annotations
 
@@ -43,14 +40,9 @@ class JobReads(Repository):
 
     def by_status(self, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
         """Jobs (of one status), soonest due first."""
-        if status is None:
-            return self.sql.records(
-                Job, f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY due_ms, id LIMIT ?", (limit,)
-            )
+        where, params = ("", ()) if status is None else ("WHERE status = ? ", (status,))
         return self.sql.records(
-            Job,
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? ORDER BY due_ms, id LIMIT ?",
-            (status, limit),
+            Job, f"SELECT {JOB_COLUMNS} FROM jobs {where}ORDER BY due_ms, id LIMIT ?", (*params, limit)
         )
 
     def counts(self) -> dict[tuple[JobKind, JobStatus], int]:
@@ -59,8 +51,7 @@ class JobReads(Repository):
         return {(row["kind"], row["status"]): row["n"] for row in rows}
 
     def due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
-        """Jobs that may be claimed at `now_ms`, soonest first: pending and due, or (a shared
-        backend) left running under a lease that ran out."""
+        """Jobs that may be claimed at `now_ms` (pending and due, or their lease ran out), soonest first."""
         claimable, params = self._claimable(now_ms)
         return self.sql.records(
             Job,
@@ -94,8 +85,7 @@ class Jobs(JobReads):
         new_messages: int,
     ) -> None:
         """Debounce: due `delay_ms` from now, never later than `max_wait_ms` after it was first
-        scheduled, and at once when `max_messages` new messages wait. In one statement:
-        instances scheduling the same pair at once each add their messages to the one row."""
+        scheduled, at once when `max_messages` wait; one statement, so instances add up."""
         # Running: finish sees the count change and runs it again. Dead: waits for a human.
         # Retrying (attempts > 0): keeps its backoff. In each case only the count grows.
         now = now_ms()
@@ -121,8 +111,7 @@ class Jobs(JobReads):
         )
 
     def finish(self, claimed: Job, *, again_at_ms: int) -> bool:
-        """Delete a finished job, or make it pending at `again_at_ms` when messages came while
-        it ran; True when it was deleted."""
+        """Delete a finished job (True), or pending at `again_at_ms` if messages came while it ran."""
         # Locked, so a schedule adding to the count waits and is not overwritten.
         row = self.sql.one(
             f"SELECT pending_messages FROM jobs WHERE id = ?{self.sql.for_update}", (claimed.id,)
@@ -160,14 +149,12 @@ class Jobs(JobReads):
     def revive(self, job_id: int) -> bool:
         """Make a dead job pending now, its attempts reset."""
         stamp = now_ms()
-        return (
-            self.sql.run(
-                "UPDATE jobs SET status = 'pending', attempts = 0, due_ms = ?, updated_ms = ? "
-                "WHERE id = ? AND status = 'dead'",
-                (stamp, stamp, job_id),
-            )
-            == 1
+        revived = self.sql.run(
+            "UPDATE jobs SET status = 'pending', attempts = 0, due_ms = ?, updated_ms = ? "
+            "WHERE id = ? AND status = 'dead'",
+            (stamp, stamp, job_id),
         )
+        return revived == 1
 
     def _lease(self, stamp: int) -> dict[str, Any]:
         """The columns that make a claim made at `stamp` this instance's (one process: none)."""
@@ -175,13 +162,11 @@ class Jobs(JobReads):
 
     def claim(self, job_id: int) -> Job | None:
         """Mark a claimable job running (under this instance's lease); None if it is not claimable."""
-        stamp = now_ms()
-        claimed = self._claim("id = ?", [job_id], stamp)
+        claimed = self._claim("id = ?", [job_id], now_ms())
         return claimed[0] if claimed else None
 
     def claim_due(self, kind: JobKind, now_ms: int, limit: int) -> list[Job]:
-        """Claim up to `limit` of the jobs `due` would list, soonest first, skipping any that
-        another instance is claiming at the same moment."""
+        """Claim up to `limit` of the jobs `due` lists, soonest first (none another is claiming)."""
         claimable, params = self._claimable(now_ms)
         due = (
             f"id IN (SELECT id FROM jobs WHERE kind = ? AND due_ms <= ? AND {claimable} "

@@ -1,9 +1,5 @@
-"""What forget clears and what retention keeps, table by table, whichever backend holds them.
-
-Each backend lists the rest of its schema (its own indexes and bookkeeping) as `NOT_HELD`,
-and makes the deletion real in its own files (SQLite merges its search index, PostgreSQL
-rewrites the tables).
-"""
+"""What forget clears and what retention keeps, table by table, whichever backend holds them; each
+backend lists the rest of its schema as `NOT_HELD` and makes the deletion real in its own files."""
 
 from __future__ import annotations
 
@@ -15,6 +11,7 @@ from typing import Literal
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.search import SearchKind
+from agent_memory.store.shared.inbox import BLANK
 from agent_memory.store.shared.sql import Repository, pair_scope
 from agent_memory.store.types import ForgetCutoff, ForgetReceipt, PurgeStep, SearchState, StorageStats
 
@@ -57,12 +54,9 @@ KEEP_INBOX_STATUSES = ("received", "failed", "partial")  # not yet applied, or t
 # The tables `counts` reports.
 COUNTED = ("messages", "sessions", "facts", "summaries", "jobs", "inbox")
 
-# What blanks a raw event a forget takes the text of.
-_BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 
-# The table of forget cut-offs: kept (never forgotten, copied by migrate-db), holding hashes only.
-# It also keeps when each pair's learned memory was last reset (`mark_reset`), under keys of
-# their own kind, which no forget cut-off reads.
+# The table of forget cut-offs (hashes only, never forgotten); also when each pair's learned
+# memory was last reset (`mark_reset`), under keys of their own kind.
 FORGETS = "forgets"
 # Tables of the service's own that hold no user's data, on every backend: its keys, operator
 # sign-ins (token and key by hash), and when users were forgotten (by hash: what makes a forget
@@ -82,16 +76,14 @@ _FORGET_CUTOFF = (
 
 
 def forgotten_keys(user_id: str, character_id: str | None, agent_ids: Sequence[str] = ()) -> list[str]:
-    """The keys a forget of a pair (or of a user, `character_id` None) records its cut-off
-    under: the user's or the pair's, and each forgotten agent run's (a window of one names no
-    user once its session is gone: a poll's, an unlabelled callback's)."""
+    """The keys a forget of a pair (or of a user) records its cut-off under: its own and each
+    forgotten agent run's (a window of one names no user once its session is gone)."""
     owner = _digest("user", user_id) if character_id is None else _digest("pair", user_id, character_id)
     return [owner, *(_digest("agent", agent_id) for agent_id in agent_ids)]
 
 
 def cutoff_keys(user_id: str, character_id: str, agent_id: str | None = None) -> tuple[str, str, str]:
-    """The keys whose cut-offs bind a write to a pair and an agent run (the latest counts): the
-    user's, the pair's and the run's ('' without a run)."""
+    """The user's, the pair's and the run's ('' without one) keys: the cut-offs binding a write."""
     run = "" if agent_id is None else _digest("agent", agent_id)
     return _digest("user", user_id), _digest("pair", user_id, character_id), run
 
@@ -130,40 +122,28 @@ class MaintenanceReads(Repository):
     def forget_cutoff(
         self, user_id: str, character_id: str, agent_id: str | None = None
     ) -> ForgetCutoff | None:
-        """When the pair, its whole user or the agent run was last forgotten, None if never:
-        what was said before it is never stored again. In a write transaction on a shared
-        database, under the user's lock shared: a forget of the user under way is waited for
-        (and none starts until commit), and the cut-off read once the lock is granted."""
+        """When the pair, its user or the agent run was last forgotten (None: never); on a shared
+        database under the user's lock shared, so a forget under way is waited for."""
         user, pair, run = cutoff_keys(user_id, character_id, agent_id)
         row = self.sql.locked(user_id, USER_LOCK_SEED, _FORGET_CUTOFF, (run, user, pair, run), shared=True)
         return None if row is None or row["at"] is None else ForgetCutoff(int(row["at"]), bool(row["run"]))
 
 
 class Maintenance(MaintenanceReads):
-    """What both backends forget and purge alike (purges in bounded steps, each in its own
-    short transaction); how the deletion reaches the files is the backend's.
-
-    The rule that protects memory: a message is removed only when its id is at or below its
-    pair's summary watermark, i.e. a committed summary covers it (ids are never reused).
-    """
+    """What both backends forget and purge alike (purges in bounded steps); a purge removes a
+    message only when its pair's committed summary covers it (its id at or below the watermark)."""
 
     __slots__ = ()
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
-        """Delete everything held for a pair, or for a user when `character_id` is None
-        (a pair's forget keeps the user's user-wide facts), and record the time of the forget
-        (`forget_cutoff`). Raw events keep their id, so a redelivery is still recognised, but
-        lose their text. `Store.checkpoint` afterwards makes the deletion reach the file."""
+        """Delete everything held for a pair (its user's user-wide facts stay), or a user (None),
+        and record the forget's cut-off; `Store.checkpoint` then makes it reach the file."""
         where, params = pair_scope(user_id, character_id)
         agent_ids = self._sessions(where, params, user_id)
         # The cut-off every later write checks (ingest's merge, condensing): what was said before
         # it never comes back, from a held reply, a poll, a late callback or a reprocess.
         forgot_ms = now_ms()
-        self.sql.many(
-            f"INSERT INTO {FORGETS} (key, forgot_ms) VALUES (?, ?) ON CONFLICT (key) "
-            f"DO UPDATE SET forgot_ms = {self.sql.greatest}({FORGETS}.forgot_ms, excluded.forgot_ms)",
-            [(key, forgot_ms) for key in forgotten_keys(user_id, character_id, agent_ids)],
-        )
+        self._stamp(forgotten_keys(user_id, character_id, agent_ids), forgot_ms)
         receipt: ForgetReceipt = {}
         for held in HELD:
             if held.by == "pair":
@@ -176,23 +156,26 @@ class Maintenance(MaintenanceReads):
                 labelled = (
                     "label_user = ?" if character_id is None else "label_user = ? AND label_character = ?"
                 )
-                deleted = self._by_agent(_BLANK, agent_ids, " AND status <> 'forgotten'") + self.sql.run(
-                    f"{_BLANK} WHERE {labelled} AND status <> 'forgotten'", params
+                deleted = self._by_agent(BLANK, agent_ids, " AND status <> 'forgotten'") + self.sql.run(
+                    f"{BLANK} WHERE {labelled} AND status <> 'forgotten'", params
                 )
             receipt[held.receipt] = deleted
         receipt["search_index_rows"] = indexed = sum(receipt[table] for table in SEARCH_INDEXED)
         receipt["search_index_scrub_pending"] = int(self._forgot(where, params, indexed))
         # Last: the row is every forget's, and held from here until the commit.
-        self.sql.run(
-            f"INSERT INTO {FORGETS} AS f (key, forgot_ms) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
-            f"forgot_ms = {self.sql.greatest}(f.forgot_ms + 1, excluded.forgot_ms)",
-            (LAST_FORGET, forgot_ms),
-        )
+        self._stamp([LAST_FORGET], forgot_ms, " + 1")
         return receipt
 
+    def _stamp(self, keys: Sequence[str], at_ms: int, later: str = "") -> None:
+        """Move each key's time on to `at_ms` (`later`: past its own, too)."""
+        self.sql.many(
+            f"INSERT INTO {FORGETS} AS f (key, forgot_ms) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+            f"forgot_ms = {self.sql.greatest}(f.forgot_ms{later}, excluded.forgot_ms)",
+            [(key, at_ms) for key in keys],
+        )
+
     def _by_agent(self, statement: str, agent_ids: Sequence[str], also: str = "") -> int:
-        """`statement` on the rows of these agent runs (`also` holding), as many at once as the
-        backend binds; returns how many rows it changed."""
+        """`statement` on the rows of these agent runs (`also` holding); how many it changed."""
         return sum(
             self.sql.run(f"{statement} WHERE {among}{also}", values)
             for among, values in self.sql.chunks("agent_id", agent_ids)
@@ -200,29 +183,23 @@ class Maintenance(MaintenanceReads):
 
     @abstractmethod
     def _sessions(self, where: str, params: Sequence[str], user_id: str) -> list[str]:
-        """The agent ids of the sessions a forget deletes (`where` they are), read once no merge
-        can write to them any more."""
+        """The agent ids of the sessions a forget deletes, read once no merge can write to them."""
 
     @abstractmethod
     def _forgot(self, where: str, params: Sequence[str], indexed: int) -> bool:
-        """Drop the forgotten pairs' index bookkeeping, and make the deleted text (`indexed`
-        search index rows) leave the files or owe that; True when it is owed."""
+        """Drop the pairs' index bookkeeping and make the `indexed` rows' text leave the files (or
+        owe that: True)."""
 
     def mark_reset(self, user_id: str, character_id: str) -> None:
-        """Record that the pair's summary and learned facts are rebuilt from now (a session's words
-        left the pair): a condense that read the pair before drops its result (`reset_at`)."""
+        """Record that the pair's learned memory is rebuilt from now (a session's words left it): a
+        condense that read the pair before drops its result (`reset_at`)."""
         key = _digest("reset", user_id, character_id)
         # Under the lock a condense's commit reads the mark under: it waits for this commit.
         self.sql.locked(key, RESET_LOCK_SEED, "SELECT 1 AS held")
-        self.sql.run(
-            f"INSERT INTO {FORGETS} AS f (key, forgot_ms) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
-            f"forgot_ms = {self.sql.greatest}(f.forgot_ms, excluded.forgot_ms)",
-            (key, now_ms()),
-        )
+        self._stamp([key], now_ms())
 
     def reset_at(self, user_id: str, character_id: str) -> int | None:
-        """When the pair's learned memory was last reset (`mark_reset`), None if never; in a write
-        transaction on a shared database, a reset under way is waited for."""
+        """When the pair's learned memory was last reset (None: never); a reset under way is waited for."""
         key = _digest("reset", user_id, character_id)
         row = self.sql.locked(key, RESET_LOCK_SEED, f"SELECT forgot_ms FROM {FORGETS} WHERE key = ?", (key,))
         return None if row is None else int(row["forgot_ms"])
@@ -237,8 +214,7 @@ class Maintenance(MaintenanceReads):
         budget: int,
         pairs_per_call: int = 500,
     ) -> PurgeStep:
-        """Delete up to `budget` covered messages beyond the pairs' limits, pair by pair in key
-        order after `after`; only pairs with a summary can have covered messages."""
+        """Delete up to `budget` covered messages beyond the pairs' limits, pair by pair after `after`."""
         if not keep_latest and not max_age_ms:
             return PurgeStep(0, None, True)
         where, params = ("", ()) if after is None else (" WHERE (user_id, character_id) > (?, ?)", after)
@@ -321,16 +297,13 @@ class Maintenance(MaintenanceReads):
         )
 
     def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
-        """One bounded step of rewriting an index without its deleted entries; False when there
-        is nothing left to merge (PostgreSQL's trigram indexes have no segments: forget's
-        rewrite is its `scrub`)."""
+        """One bounded step of rewriting an index without its deleted entries; False when nothing is
+        left to merge (PostgreSQL's indexes have no segments: its `scrub` rewrites)."""
         return False
 
     def search_scrubbed(self, owed: int, dead_rows: int) -> None:
-        """A full merge finished: what was owed when it began is paid (PostgreSQL's `scrub`
-        clears what it rewrote itself)."""
+        """A full merge finished: what was owed when it began is paid."""
 
     def reclaim_space(self, pages: int) -> int:
-        """Give up to `pages` free pages back to the file system; returns how many (PostgreSQL:
-        none in a transaction; autovacuum reuses freed space, `scrub` rewrites forgotten tables)."""
+        """Give up to `pages` free pages back to the file system; how many (PostgreSQL: none)."""
         return 0

@@ -91,10 +91,8 @@ class MessageReads(Repository):
         return rows
 
     def after(self, user_id: str, character_id: str, watermark_id: int, limit: int) -> list[Message]:
-        """The first `limit` turns stored after the watermark, by id (every id up to the
-        highest returned is there), in conversation order."""
-        # Taken by id (what is new since the watermark), then put in conversation order (late
-        # turns arrive late, or two calls of a pair overlap).
+        """The first `limit` turns stored after the watermark, by id (every id up to the highest
+        returned is there), put in conversation order (late turns arrive late, calls overlap)."""
         return self.sql.records(
             _message,
             f"SELECT * FROM (SELECT {READ_COLUMNS} FROM messages "
@@ -141,8 +139,7 @@ class Messages(MessageReads):
     __slots__ = ()
 
     def insert(self, rows: Iterable[NewMessage]) -> None:
-        """Insert new items (the ingest hot path: dozens per callback, one statement; a missing
-        column is NULL, `kind` turn)."""
+        """Insert new items (the ingest hot path: dozens per callback, one statement)."""
         batch = list(rows)
         if not batch:
             return
@@ -166,9 +163,8 @@ class Messages(MessageReads):
 
     def update(self, message_id: int, changes: MessageChanges) -> None:
         """Change a stored message, counting a change of its pair; no changes: nothing to do."""
-        # Ingest calls this for every stored message a window overlaps (a live call's every
-        # request carries its earlier turns), mostly with nothing to change: no statement
-        # then, and the pair's version stays, so its cached context is not built again.
+        # Ingest calls this for every stored message a window overlaps, mostly with nothing to
+        # change: no statement then, and the pair's version stays (its cached context too).
         if not changes:
             return
         values = {
@@ -184,8 +180,7 @@ class Messages(MessageReads):
 
 
 class Versions(Repository):
-    """When a pair's memory last changed, as a number that only grows (facts and summaries
-    bump it by trigger, message writes by `Sql.bump`)."""
+    """When a pair's memory last changed, as a number that only grows (bumped by trigger or `Sql.bump`)."""
 
     __slots__ = ()
 

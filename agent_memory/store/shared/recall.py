@@ -30,11 +30,9 @@ FREQUENCY_TTL_S = 10.0
 FREQUENCY_CACHE_SIZE = 100_000
 # How many times `limit` turns, by matched words, are ranked with their lengths.
 SHORTLIST_FACTOR = 4
-# Both backends index what was stored in the background, after the writes: once this process's
-# writes have paused IDLE_AFTER_S, until caught up (a burst of callbacks is not slowed by the
-# stemming, Python on the service's cores); while they never pause, a chunk every
-# BUSY_INDEX_EVERY_S, so the index falls behind slowly instead of not at all. A search or a
-# recall first indexes up to SEARCH_CATCH_UP messages, so that it sees what was just stored.
+# Both backends index in the background once writes paused IDLE_AFTER_S (a burst of callbacks
+# is not slowed by the stemming), or a chunk every BUSY_INDEX_EVERY_S while they never pause;
+# a search or a recall first indexes up to SEARCH_CATCH_UP messages, to see what was just stored.
 IDLE_AFTER_S = 0.05
 BUSY_INDEX_EVERY_S = 1.0
 SEARCH_CATCH_UP = 20_000
@@ -43,8 +41,7 @@ T = TypeVar("T")
 
 
 class RecallReads(Repository):
-    """The word index of spoken turns, as recall reads it: ranking is the backend's, what recall
-    shows of its scope besides (a pair, or all of a user's pairs: None) is written here once."""
+    """The word index of spoken turns as recall reads it; what recall shows besides is written here."""
 
     __slots__ = ()
     # The pairs' postings this process holds in memory, by pair id (each backend's own slot).
@@ -55,8 +52,7 @@ class RecallReads(Repository):
         """Whether messages are stored that the recall index has not taken in yet."""
 
     def read_if_caught_up(self, read: Callable[[], T]) -> tuple[T] | None:
-        """`(read(),)` in this read when the index holds every stored turn, else None (the caller
-        catches it up and asks again; a backend may read first and look after, in one snapshot)."""
+        """`(read(),)` in this read when the index holds every stored turn, else None (catch it up)."""
         return None if self.behind() else (read(),)
 
     @abstractmethod
@@ -70,9 +66,7 @@ class RecallReads(Repository):
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
 
     def warm(self, user_id: str, character_id: str) -> bool:
-        """Hold the pair's recall index in this process's memory now (a call is starting); True
-        when it was read, False when already held or nothing is held here (a backend whose
-        index is read where it lies)."""
+        """Hold the pair's recall index in memory now (a call is starting); True when it was read."""
         return False
 
     def held(self, user_id: str, character_id: str) -> bool:
@@ -80,24 +74,17 @@ class RecallReads(Repository):
         return False
 
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
-        """The best-matching turns in the scope of `stats`, best first: from each pair's copy
-        held in memory, else through the backend's own index (the same ranking)."""
+        """The best turns in the scope of `stats`: from each pair's copy in memory, else the index."""
         scores: dict[int, float] = {}
         present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
+        shortlist, average = limit * SHORTLIST_FACTOR, stats.average_length
         for pair in stats.pairs:
             copy = self._copies.get(pair)
             if copy is None:
                 scores.update(self._scores(pair, stats, limit))
                 continue
             scores.update(
-                copy.scores(
-                    present,
-                    k1=BM25_K1,
-                    b=BM25_B,
-                    average=stats.average_length,
-                    limit=limit,
-                    shortlist=limit * SHORTLIST_FACTOR,
-                )
+                copy.scores(present, k1=BM25_K1, b=BM25_B, average=average, limit=limit, shortlist=shortlist)
             )
         return self._hits(scores, limit)
 

@@ -1,10 +1,6 @@
-"""Restoring an export: its records written back, each only if it is not held yet (so a second
-import changes nothing, and a user partly restored is completed, not doubled).
-
-Rows take the ids of the database they land in (ids are never reused, and another user's rows
-may hold the exported ones); what refers to an id (a summary's watermark, a fact's history) is
-mapped by the caller (memory/restore/) from the ids these writes answer.
-"""
+"""Restoring an export: its records written back, each only if it is not held yet (a second import
+changes nothing). Rows take the ids of the database they land in; what refers to an id is mapped
+by the caller (memory/restore/) from the ids these writes answer."""
 
 from __future__ import annotations
 
@@ -21,6 +17,8 @@ Record = Mapping[str, Any]
 _SESSION_NAMES = tuple(SESSION_COLUMNS.split(", "))
 SUMMARY_NAMES = ("user_id", *SUMMARY_COLUMNS.split(", "))
 RAW_NAMES = tuple(RAW_COLUMNS.split(", "))
+# What tells one past text of a fact from another, as its record names it.
+_VERSION = ("character_id", "text", "valid_from", "valid_to", "change")
 
 
 def _json_text(value: Any) -> str | None:
@@ -34,14 +32,6 @@ class Restore(Repository):
     """Writes an export's records back, leaving what is already held as it is."""
 
     __slots__ = ()
-
-    def _new_row(self, table: str, key: str, row: Mapping[str, Any]) -> int:
-        """Insert `row` (by column) unless a row with its `key` is held; how many were inserted."""
-        return self.sql.run(
-            f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))}) "
-            f"ON CONFLICT ({key}) DO NOTHING",
-            list(row.values()),
-        )
 
     def session_owners(self, agent_ids: Sequence[str]) -> dict[str, str]:
         """Which user holds each of these agent runs' sessions (those held at all)."""
@@ -62,7 +52,7 @@ class Restore(Repository):
         values["labels"] = _json_text(values["labels"]) if values["labels"] else None
         for count in ("message_count", "gap_count", "error_count", "turns_truncated"):
             values[count] = int(values[count] or 0)
-        return self._new_row("sessions", "agent_id", values)
+        return self.sql.insert_new("sessions", "agent_id", values)
 
     def held_messages(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The ids of the messages held at these (agent id, seq) places."""
@@ -81,19 +71,14 @@ class Restore(Repository):
         return held
 
     def summary_held(self, user_id: str, character_id: str) -> bool:
-        return (
-            self.sql.one(
-                "SELECT 1 AS held FROM summaries WHERE user_id = ? AND character_id = ?",
-                (user_id, character_id),
-            )
-            is not None
-        )
+        held = "SELECT 1 AS held FROM summaries WHERE user_id = ? AND character_id = ?"
+        return self.sql.one(held, (user_id, character_id)) is not None
 
     def summary(self, values: Record) -> int:
         """Insert a pair's summary unless the pair has one."""
         row = {name: values.get(name) for name in SUMMARY_NAMES}
         row["meta"] = _json_text(row["meta"])
-        return self._new_row("summaries", "user_id, character_id", row)
+        return self.sql.insert_new("summaries", "user_id, character_id", row)
 
     def fact(self, user_id: str, record: Record) -> tuple[int, bool]:
         """The id of the fact saying this for its pair: inserted, or the one held (and False)."""
@@ -137,49 +122,33 @@ class Restore(Repository):
         row = self.sql.one(
             "SELECT fact_id FROM fact_history WHERE user_id = ? AND character_id = ? AND text = ? "
             "AND valid_from = ? AND valid_to = ? AND change = ?",
-            (
-                user_id,
-                record["character_id"],
-                record["text"],
-                record["valid_from"],
-                record["valid_to"],
-                record["change"],
-            ),
+            (user_id, *(record[name] for name in _VERSION)),
         )
         return None if row is None else int(row["fact_id"])
 
     def fact_version(self, user_id: str, fact_id: int, record: Record) -> int:
         """Insert one text a fact had, with when it held."""
         return self.sql.run(
-            "INSERT INTO fact_history (fact_id, user_id, character_id, text, origin, valid_from, valid_to, "
+            "INSERT INTO fact_history (fact_id, user_id, origin, character_id, text, valid_from, valid_to, "
             "change) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                fact_id,
-                user_id,
-                record["character_id"],
-                record["text"],
-                record.get("origin"),
-                record["valid_from"],
-                record["valid_to"],
-                record["change"],
-            ),
+            (fact_id, user_id, record.get("origin"), *(record[name] for name in _VERSION)),
         )
 
     def binding(self, user_id: str, record: Record) -> int:
         row = {"agent_id": record["agent_id"], "user_id": user_id, "character_id": record["character_id"]}
-        return self._new_row("bindings", "agent_id", {**row, "created_ms": record.get("created_ms")})
+        return self.sql.insert_new("bindings", "agent_id", {**row, "created_ms": record.get("created_ms")})
 
     def channel_binding(self, user_id: str, record: Record) -> int:
         created = record.get("created_ms") or 0
         row = {"channel": record["channel"], "user_id": user_id, "character_id": record["character_id"]}
         row |= {"created_ms": created, "updated_ms": record.get("updated_ms") or created}
-        return self._new_row("channel_bindings", "channel", row)
+        return self.sql.insert_new("channel_bindings", "channel", row)
 
     def metric(self, record: Record) -> int:
         row = {name: record.get(name) for name in METRIC_COLUMNS.split(", ")}
-        return self._new_row("agent_metrics", "agent_id, turn_id, metric", row)
+        return self.sql.insert_new("agent_metrics", "agent_id, turn_id, metric", row)
 
     def raw_callback(self, record: Record) -> int:
         row = {name: record.get(name) for name in RAW_NAMES}
         row["body"] = _json_text(row["body"])
-        return self._new_row("inbox", "notice_id", row)
+        return self.sql.insert_new("inbox", "notice_id", row)

@@ -1,13 +1,8 @@
 """Search written once: how a query is read, matched, ranked and shown, on any backend.
 
-Both backends answer through `SearchReads`, so alike; each only says in its own SQL how its index
-finds the rows that hold a word of three or more characters (SQLite's FTS5 trigram tables,
-PostgreSQL's pg_trgm indexes). Ranking is BM25 (`core.recall.okapi`: k1 = 1.2, b = 0.75),
-computed from the matched text with statistics over the user's own rows. Shorter words
-(two-character Chinese words such as 考试) are below what a trigram index can match: they are
-found by a bounded substring scan of the user's most recent rows. Several words are ranked
-like recall, through the recall index.
-"""
+Each backend only says how its trigram index finds the rows holding a word of three or more
+characters. Ranking is BM25 over the user's own rows; a shorter word (考试) is found by a bounded
+substring scan of the user's latest rows; several words are ranked like recall."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ import re
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from agent_memory.core.recall import weighted_terms
@@ -50,13 +46,19 @@ MENTIONS_SCAN_ROWS = 500_000
 
 @dataclass(frozen=True)
 class Kind:
-    """How one searchable table is read."""
+    """How one searchable table is read: `columns`, what a result needs (id, ..., text, at_ms, ...)."""
 
     name: SearchKind
     table: str
     column: str
     key: str
-    columns: str  # what a result needs, as id, user_id, character_id, text, at_ms, ...
+    at: str
+    more: str
+
+    @cached_property
+    def columns(self) -> str:
+        text = f"t.{self.column} AS text, t.{self.at} AS at_ms"
+        return f"t.{self.key} AS id, t.user_id, t.character_id, {text}, {self.more}"
 
 
 def like_pattern(term: str) -> str:
@@ -106,33 +108,14 @@ def by_words(
 def sources(summary_key: str) -> dict[SearchKind, Kind]:
     """The searchable tables; a summary, which has no id of its own, is found by `summary_key`."""
     return {
-        "message": Kind(
-            "message",
-            "messages",
-            "content",
-            "id",
-            "t.id AS id, t.user_id, t.character_id, t.content AS text, t.at_ms, t.agent_id, t.role",
-        ),
-        "fact": Kind(
-            "fact",
-            "facts",
-            "text",
-            "id",
-            "t.id AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.pinned",
-        ),
-        "summary": Kind(
-            "summary",
-            "summaries",
-            "text",
-            summary_key,
-            f"t.{summary_key} AS id, t.user_id, t.character_id, t.text, t.updated_ms AS at_ms, t.watermark_id",
-        ),
+        "message": Kind("message", "messages", "content", "id", "at_ms", "t.agent_id, t.role"),
+        "fact": Kind("fact", "facts", "text", "id", "updated_ms", "t.pinned"),
+        "summary": Kind("summary", "summaries", "text", summary_key, "updated_ms", "t.watermark_id"),
     }
 
 
 class SearchReads(Repository):
-    """A user's search and an operator's mentions, alike on every backend; how the rows holding
-    a word of three or more characters are found through an index is the backend's."""
+    """A user's search and an operator's mentions; how an index finds a word's rows is the backend's."""
 
     __slots__ = ()
     recall: RecallReads
@@ -149,8 +132,8 @@ class SearchReads(Repository):
     def _indexed(
         self, kind: Kind, user_id: str, character_id: str | None, terms: Sequence[str]
     ) -> tuple[list[dict[str, Any]], bool] | None:
-        """The most recent `MAX_CANDIDATES` rows of a kind holding every term, through the index,
-        those in scope kept, and whether there were more; None when the user has none indexed."""
+        """The latest `MAX_CANDIDATES` rows in scope holding every term, through the index, and whether
+        there were more; None when the user has none indexed."""
 
     @abstractmethod
     def _frequency(self, kind: Kind, user_id: str, character_id: str | None, term: str) -> int:
@@ -211,8 +194,8 @@ class SearchReads(Repository):
         kinds: Sequence[SearchKind] = SEARCH_KINDS,
         limit: int = 20,
     ) -> UserSearch:
-        """A user's messages, facts and summaries matching `q`, best first: a single word (or
-        CJK run) as a substring, several words ranked like recall (BM25, any of the words)."""
+        """A user's messages, facts and summaries matching `q`, best first: one word (or CJK run) as a
+        substring, several words ranked like recall."""
         if several_words(q):
             return by_words(self.recall, user_id, q, character_id=character_id, kinds=kinds, limit=limit)
         terms = query_terms(q)
@@ -252,8 +235,8 @@ class SearchReads(Repository):
         character_id: str | None = None,
         limit: int = 100,
     ) -> Mentions:
-        """Which users' messages contain `q` (one phrase), how many, and when first and last; a
-        short phrase's scan of the latest messages also says how far it read."""
+        """Which users' messages contain `q` (one phrase), how many, when first and last (a short
+        phrase's scan also says how far it read)."""
         phrase = q.strip()
         filters, params = "", list[Any]()
         if role != "any":

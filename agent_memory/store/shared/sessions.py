@@ -1,10 +1,5 @@
-"""Sessions: one row per agent run, and who it belongs to.
-
-On PostgreSQL, a write transaction's `get` (or a move) takes the session's advisory lock
-until commit (`Sql.locked`): ingest reads the session first, so the windows of one agent
-merged by several instances at once run one after the other, each seeing what the one before
-stored.
-"""
+"""Sessions: one row per agent run, and who it belongs to. A write's `get` (or a move) takes the
+session's lock until commit (`Sql.locked`): instances merging one agent's windows take turns."""
 
 from __future__ import annotations
 
@@ -62,8 +57,8 @@ class SessionReads(Repository):
         return self.sql.build(session_of, row) if row is not None else None
 
     def speaking_in(self, user_id: str, character_id: str | None) -> list[tuple[str, str]]:
-        """The shared calls a user (or pair) spoke in as a guest: (the call's session, the
-        speaker's uid) of each of their own sessions `<agent_id>~<uid>` (memory/ingest/speakers.py)."""
+        """(the call's session, the speaker's uid) of each shared call a user (or pair) spoke in as a
+        guest, from their own sessions `<agent_id>~<uid>` (memory/ingest/speakers.py)."""
         where, params = pair_scope(user_id, character_id)
         rows = self.sql.all(
             f"SELECT agent_id, rtc_uid FROM sessions WHERE {where} AND rtc_uid IS NOT NULL", params
@@ -100,17 +95,9 @@ class Sessions(SessionReads):
         self.sql.set("sessions", "agent_id", agent_id, _columns(changes), send=True)
 
     def move(self, agent_id: str, user_id: str, character_id: str) -> int:
-        """Give a session and its messages to another pair; returns the messages moved.
-
-        The moved messages get ids above every other, so the new pair's summary watermark
-        treats them as not yet condensed; recall indexes them again, and they lose their vectors.
-        """
-        before = self.sql.locked(
-            agent_id,
-            0,
-            f"SELECT user_id, character_id FROM sessions WHERE agent_id = ?{self.sql.for_update}",
-            (agent_id,),
-        )
+        """Give a session and its messages (under new ids: not yet condensed) to another pair; how many."""
+        owner = f"SELECT user_id, character_id FROM sessions WHERE agent_id = ?{self.sql.for_update}"
+        before = self.sql.locked(agent_id, 0, owner, (agent_id,))
         if before is not None:
             self.sql.bump([(before["user_id"], before["character_id"]), (user_id, character_id)])
         self.sql.run(

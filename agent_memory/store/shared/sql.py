@@ -1,11 +1,6 @@
 """SQL written once for both backends: a repository states a statement with `?` placeholders,
-and its backend's `Sql` runs it in that backend's dialect.
-
-What the dialects differ in lives here, behind one small interface: placeholders (`?` or
-`%s`), a list parameter (`IN (?, ?)` or `= ANY(?)`), many rows at once (executemany or COPY),
-and how a row is read back (a `sqlite3.Row` or a dict, both readable by column name).
-Upserts (`ON CONFLICT … DO UPDATE`), `RETURNING` and savepoints are written alike in both.
-"""
+and its backend's `Sql` runs it in that backend's dialect (placeholders, a list parameter, many
+rows at once, rows read by column name); upserts, `RETURNING` and savepoints are written alike."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ class Duplicate(Exception):
 
 
 def _duplicate(exc: BaseException) -> bool:
-    """Whether `exc` is a unique key's refusal, as either driver says it (store.shared imports
-    neither): SQLite's error name, PostgreSQL's SQLSTATE 23505."""
+    """Whether `exc` is a unique key's refusal, as either driver says it (store.shared imports neither)."""
     return getattr(exc, "sqlite_errorname", None) == "SQLITE_CONSTRAINT_UNIQUE" or (
         getattr(exc, "sqlstate", None) == "23505"
     )
@@ -124,8 +118,7 @@ class Sql(ABC):
     def locked(
         self, key: str, seed: int, sql: str, params: Sequence[Any] = (), *, shared: bool = False
     ) -> Row | None:
-        """`one` once a write holds the lock of (`key`, `seed`), or a share of it, until commit
-        (one writer needs none)."""
+        """`one` once a write holds the lock of (`key`, `seed`) or a share of it (one writer needs none)."""
         return self.one(sql, params)
 
     def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:
@@ -138,8 +131,7 @@ class Sql(ABC):
         """The single integer a `count(*)` query answers."""
 
     def set(self, table: str, key: str, value: Any, changes: Mapping[str, Any], *, send: bool = False) -> int:
-        """`UPDATE table SET changes WHERE key = value` (column names are ours, never input);
-        how many rows, unless `send` (its count unread: `send`), then 0."""
+        """`UPDATE table SET changes WHERE key = value` (our column names); how many rows (`send`: 0)."""
         if not changes:
             return 0
         assignments = ", ".join(f"{column} = ?" for column in changes)
@@ -149,9 +141,16 @@ class Sql(ABC):
             return 0
         return self.run(statement, params)
 
+    def insert_new(self, table: str, key: str, row: Mapping[str, Any]) -> int:
+        """Insert `row` (by column, ours) unless a row with its `key` is held; how many were inserted."""
+        return self.run(
+            f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))}) "
+            f"ON CONFLICT ({key}) DO NOTHING",
+            list(row.values()),
+        )
+
     def send(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Run a write whose result is not read; a backend may send it with its next statement
-        (PostgreSQL: one round trip fewer), its error then raised there, in the same transaction."""
+        """Run a write whose result is not read; a backend may send it with its next statement."""
         self.run(sql, params)
 
 

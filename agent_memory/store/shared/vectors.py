@@ -1,8 +1,5 @@
-"""Message vectors: embeddings of spoken turns, stored as float32 bytes, searched by core.vectors.
-
-Not sqlite-vec nor pgvector: this Python's sqlite3 cannot load extensions, and pgvector is not
-part of a stock PostgreSQL.
-"""
+"""Message vectors: embeddings of spoken turns, stored as float32 bytes, searched by core.vectors
+(not sqlite-vec nor pgvector: this sqlite3 loads no extensions, a stock PostgreSQL has no pgvector)."""
 
 from __future__ import annotations
 
@@ -67,10 +64,7 @@ class VectorReads(Repository):
     def nearest(
         self, user_id: str, character_id: str | None, query: Sequence[float], model: str, k: int
     ) -> list[tuple[int, float]]:
-        """The `k` messages whose `model` vectors are most like `query`: (message id, cosine), best first.
-
-        Within one pair, or within all of the user's pairs when `character_id` is None.
-        """
+        """The `k` messages of a pair (or the user's) whose vectors are most like `query`: (id, cosine)."""
         if k <= 0 or not query:
             return []
         vector = unit_rows([query])[0]
@@ -134,9 +128,8 @@ class Vectors(VectorReads):
     __slots__ = ()
 
     def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
-        """Store each message's vector (at unit length), replacing one it had (under a new id, so
-        cached matrices are read again); returns how many. The owner is read from the message,
-        and a message deleted meanwhile (a forget while its batch was embedded) gets none."""
+        """Store each message's unit vector, replacing one it had (under a new id); how many. A message
+        deleted meanwhile (a forget while its batch was embedded) gets none."""
         if not vectors:
             return 0
         rows = unit_rows([vector for _, vector in vectors])

@@ -16,8 +16,7 @@ from agent_memory.store.shared.sql import Sql
 
 
 class SharedView(Transaction):
-    """The repositories both backends run alike; a backend's view adds its own (sessions, jobs,
-    watches, vectors, search, recall, maintenance) beside them."""
+    """The repositories both backends run alike; a backend's view adds its own beside them."""
 
     def __init__(
         self, sql: Sql, *, analytics: type[Analytics] = Analytics, facts: type[Facts] = Facts

@@ -1,11 +1,7 @@
 """Watches: running agents the service follows (polling their transcript, refreshing memory).
 
-Who polls a followed agent is the backend's: one SQLite process polls them all, while
-PostgreSQL's instances split them by leases. An agent is polled and refreshed by the instance
-that holds it (first the one that started following it, then whichever polls it: each poll
-extends the lease past the next one), and one whose holder stopped renewing is taken over by
-whichever claims it next.
-"""
+Who polls a followed agent is the backend's: one SQLite process polls them all, PostgreSQL's
+instances split them by leases (each poll extends its lease; a lapsed one is taken over)."""
 
 from __future__ import annotations
 
@@ -37,8 +33,7 @@ class WatchReads(Repository):
         )
 
     def due_polls(self, now_ms: int, limit: int) -> list[Watch]:
-        """Followed agents whose poll is due, of those this instance may take (its own, or held
-        by nobody live), soonest first."""
+        """Followed agents whose poll is due, of those this instance may take, soonest first."""
         return self._due("next_poll_ms", now_ms, limit)
 
     def due_pushes(self, now_ms: int, limit: int) -> list[Watch]:
@@ -89,9 +84,8 @@ class Watches(WatchReads):
         style: str | None = None,
         max_history: int | None = None,
     ) -> WatchResult:
-        """Follow a running agent (held by this instance); an explicit request (not a platform
-        event) also updates or resumes an existing watch (`max_history`: the messages the agent
-        holds itself; `style`: its LLM message style, None the default)."""
+        """Follow a running agent (held by this instance); a request (not a platform event) also
+        updates or resumes an existing watch."""
         session = self.sql.one("SELECT status FROM sessions WHERE agent_id = ?", (agent_id,))
         if session is not None and session["status"] != "running":
             return "stopped"
@@ -100,20 +94,9 @@ class Watches(WatchReads):
         lease = self._lease(first_poll_ms)
         settings = {"persona": persona, "max_tokens": max_tokens, "style": style, "max_history": max_history}
         values = {"agent_id": agent_id, "origin": origin, "status": "watching", "next_poll_ms": first_poll_ms}
-        values |= {
-            "base_system_messages": base,
-            **settings,
-            "created_ms": stamp,
-            "updated_ms": stamp,
-            **lease,
-        }
+        values |= {"base_system_messages": base, **settings, "created_ms": stamp, "updated_ms": stamp}
         # Two instances told of one agent at once: one inserts, the other finds its row.
-        created = self.sql.one(
-            f"INSERT INTO watched_agents ({', '.join(values)}) VALUES ({', '.join('?' * len(values))}) "
-            "ON CONFLICT (agent_id) DO NOTHING RETURNING agent_id",
-            tuple(values.values()),
-        )
-        if created is not None:
+        if self.sql.insert_new("watched_agents", "agent_id", values | lease):
             return "created"
         if origin == "callback":
             return "unchanged"
@@ -139,8 +122,7 @@ class Watches(WatchReads):
         return "updated"
 
     def unfollow(self, agent_id: str, reason: str) -> Watch | None:
-        """Stop following an agent: the watch, stopped (None: it was not followed); one
-        statement, as ingest stops following a run on every transcript."""
+        """Stop following an agent, in one statement: the watch, stopped (None: it was not followed)."""
         return self.sql.record(
             Watch,
             "UPDATE watched_agents SET status = 'stopped', stop_reason = ?, push_due_ms = NULL, "
@@ -149,26 +131,19 @@ class Watches(WatchReads):
         )
 
     def polled(self, agent_id: str, *, next_poll_ms: int, error: str | None) -> None:
-        """Record a poll: failures count up until one succeeds; the poller holds the agent
-        until a lease after its next poll."""
+        """Record a poll: failures count up until one succeeds; the poller holds the agent on."""
         stamp = now_ms()
-        changes: dict[str, Any] = {
-            "next_poll_ms": next_poll_ms,
-            "updated_ms": stamp,
-            **self._lease(next_poll_ms),
-        }
-        assignments = ", ".join(f"{column} = ?" for column in changes)
+        changes = {"next_poll_ms": next_poll_ms, "updated_ms": stamp, **self._lease(next_poll_ms)}
+        last: int | str
         if error is None:
-            self.sql.run(
-                f"UPDATE watched_agents SET {assignments}, last_poll_ms = ?, polls = polls + 1, failures = 0, "
-                "last_error = NULL WHERE agent_id = ?",
-                (*changes.values(), stamp, agent_id),
-            )
+            counts, last = "last_poll_ms = ?, polls = polls + 1, failures = 0, last_error = NULL", stamp
         else:
-            self.sql.run(
-                f"UPDATE watched_agents SET {assignments}, failures = failures + 1, last_error = ? WHERE agent_id = ?",
-                (*changes.values(), error, agent_id),
-            )
+            counts, last = "failures = failures + 1, last_error = ?", error
+        assignments = "".join(f"{column} = ?, " for column in changes)
+        self.sql.run(
+            f"UPDATE watched_agents SET {assignments}{counts} WHERE agent_id = ?",
+            (*changes.values(), last, agent_id),
+        )
 
     def request_push(self, agent_id: str, due_ms: int) -> None:
         """Ask for a refresh no earlier than `due_ms` (an earlier request stands)."""
@@ -200,5 +175,4 @@ class Watches(WatchReads):
 
     @abstractmethod
     def release_held(self) -> int:
-        """Give up the agents this instance holds (it is stopping), so that another instance,
-        or this one started again, takes them at once; returns how many."""
+        """Give up the agents this instance holds (it is stopping) for another to take; how many."""

@@ -4,6 +4,7 @@ the rules forget and retention keep, are store/shared/maintenance.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from agent_memory.core.search import SearchKind
 from agent_memory.store.shared.maintenance import HELD, SERVICE, Maintenance
@@ -12,16 +13,14 @@ from agent_memory.store.types import SearchState, StorageStats
 
 __all__ = ["HELD", "NOT_HELD", "SQLiteMaintenance"]
 
-# The schema's tables outside HELD: they hold no user's data of their own. The search indexes
-# mirror messages, facts and summaries by trigger; forget drops the user's pair tokens and
-# scrubs the indexes.
+# The schema's tables outside HELD, holding no user's data of their own: the search and recall
+# indexes follow messages by trigger (forget drops the pair tokens and scrubs the indexes), the
+# rest are counts, message ids waiting to be indexed and views of the index.
 NOT_HELD = (
     "_sqlite_migrations",
     "sqlite_sequence",
     "search_state",
     "search_pairs",
-    # The recall index's documents follow messages by trigger, like the FTS indexes; the
-    # rest are per-pair counts, message ids waiting to be indexed, and views of the index.
     "recall_docs",
     "recall_pairs",
     "recall_pending",
@@ -29,9 +28,8 @@ NOT_HELD = (
     "memory_clock",
     *SERVICE,
 )
-# A forget optimizes the search index on the spot while the index is this small (rows of
-# its segment tables, about a page each: ~16 MB, ~80k messages, a few hundred ms); above
-# it the retention job scrubs the index in short merge steps shortly afterwards.
+# A forget optimizes the search index on the spot while it is this small (segment rows, a page
+# each: ~16 MB, ~80k messages, a few hundred ms); above it retention scrubs it in merge steps.
 INLINE_SCRUB_MAX_ROWS = 4000
 # The FTS5 tables that hold each kind's text: messages have the trigram index for search
 # and the word index for recall; facts and summaries are searched without one (m023).
@@ -60,27 +58,16 @@ class SQLiteMaintenance(Repository, Maintenance):
 
     def storage_stats(self) -> StorageStats:
         """Size of the database file, SQLite's page counts and its auto-vacuum mode (2: incremental)."""
-        pragma = {
-            name: self.sql.count(f"PRAGMA {name}")
-            for name in ("page_size", "page_count", "freelist_count", "auto_vacuum")
-        }
-        return {
-            "bytes": pragma["page_size"] * pragma["page_count"],
-            "advice": None if pragma["auto_vacuum"] == 2 else NO_SHRINK_ADVICE,
-            "page_size": pragma["page_size"],
-            "page_count": pragma["page_count"],
-            "freelist_count": pragma["freelist_count"],
-            "auto_vacuum": pragma["auto_vacuum"],
-        }
+        names = ("page_size", "page_count", "freelist_count", "auto_vacuum")
+        pragma: Any = {name: self.sql.count(f"PRAGMA {name}") for name in names}
+        advice = None if pragma["auto_vacuum"] == 2 else NO_SHRINK_ADVICE
+        return {"bytes": pragma["page_size"] * pragma["page_count"], "advice": advice, **pragma}
 
     def search_state(self) -> SearchState:
         """What the search index owes: dead rows since the last merge, forgets to scrub."""
         values = dict(self.conn.execute("SELECT name, value FROM search_state").fetchall())
-        return {
-            "dead_rows": values.get("dead_rows", 0),
-            "scrub_owed": values.get("scrub_owed", 0),
-            "messages_indexed_upto": values.get("messages_indexed_upto", 0),
-        }
+        state: Any = {name: values.get(name, 0) for name in SearchState.__annotations__}
+        return state
 
     # forgetting
 
@@ -89,8 +76,8 @@ class SQLiteMaintenance(Repository, Maintenance):
         return [row[0] for row in self.conn.execute(f"SELECT agent_id FROM sessions WHERE {where}", params)]
 
     def _forgot(self, where: str, params: Sequence[str], indexed: int) -> bool:
-        # The pairs' owner tokens go; the triggers removed one index entry per deleted message,
-        # fact and summary, and each stays in its old index segment until that segment is merged.
+        # The pairs' owner tokens go; each index entry the triggers deleted stays in its old
+        # segment until that segment is merged.
         self.conn.execute(f"DELETE FROM search_pairs WHERE {where}", params)
         if not indexed:
             return False
@@ -118,8 +105,7 @@ class SQLiteMaintenance(Repository, Maintenance):
         }
 
     def merge_search_index(self, kind: SearchKind, pages: int) -> bool:
-        """Merge about `pages` pages of one kind's indexes towards a single segment each; False
-        when each already is one (then no deleted entry is left in them)."""
+        """Merge about `pages` pages of a kind's indexes towards one segment each; False when each is."""
         changed = False
         for fts in INDEXES[kind]:
             before = self._structure(fts)

@@ -1,12 +1,8 @@
 """Search on SQLite: a contentless FTS5 trigram index of messages (the rest is store/shared/search.py).
 
-The index is kept in step by triggers (migration m003), each row tagged with its (user,
-character) pair's owner token, so a user's search reads only that user's postings; messages
-are indexed after they commit (`catch_up`). A user's facts and summaries, a few rows against
-thousands of messages, are read and matched here instead (m023: indexing them cost every
-condense job more than scanning them costs a search). Statistics are the user's own: FTS5's
-`bm25()` would count each phrase's documents across the whole database on every query.
-"""
+Each row is tagged with its pair's owner token, so a search reads only the user's postings;
+messages are indexed after they commit (`catch_up`). A user's few facts and summaries are read
+and matched here instead (m023: indexing them cost every condense job more than a scan costs)."""
 
 from __future__ import annotations
 
@@ -32,25 +28,19 @@ def folded(text: str) -> str:
 
 
 def folded_holds(text: str | None, term: str) -> bool:
-    """Whether `text` holds `term` (already folded) with case folded: the SQL function
-    `folded_holds`, which confirms what the trigram index only says may be there."""
+    """SQL `folded_holds`: whether `text` holds `term` (folded), confirming what the index says may be."""
     return text is not None and term in text.lower()
 
 
 def _trigrams(terms: Sequence[str]) -> str:
-    """An FTS5 query for the rows holding every trigram of every term (each 3+ characters).
-
-    The index keeps which rows hold a trigram, not where (detail=none: half the index and its
-    work per message), so it cannot match a phrase: a longer term's trigrams may be there apart,
-    and `_holding` confirms the rows it reads.
-    """
+    """An FTS5 query for the rows holding every trigram of every term (each 3+ characters); the
+    index (detail=none) cannot match a phrase, so `_holding` confirms the rows it reads."""
     pieces = dict.fromkeys(term[i : i + 3] for term in terms for i in range(len(term) - 2))
     return " AND ".join(map(fts_phrase, pieces))
 
 
 def _holding(terms: Sequence[str], alias: str = "t") -> tuple[str, list[str]]:
-    """The SQL that keeps the rows whose text holds each term longer than one trigram, and its
-    parameters (a term of exactly three characters is one trigram: the index is exact for it)."""
+    """The SQL keeping the rows that hold each term longer than one trigram, and its parameters."""
     longer = [folded(term) for term in terms if len(term) > 3]
     return "".join(f" AND folded_holds({alias}.content, ?)" for _ in longer), longer
 
