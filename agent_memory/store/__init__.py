@@ -1,9 +1,5 @@
-"""Storage, the only package that runs SQL: typed repository protocols and their backends.
-
-`make_store(settings)` / `open_store(settings)` build the store the settings name; callers
-hold it as a `Store` and reach the repositories through a `ReadView` or a `Transaction`
-(see `agent_memory.store.protocols`). Only this package knows which backend that is.
-"""
+"""Storage, the only package that runs SQL: `make_store` / `open_store` build the `Store` the
+settings name; only this package knows which backend that is (see `agent_memory.store.protocols`)."""
 
 from agent_memory.store.factory import make_store, open_store
 from agent_memory.store.protocols import NotBrief, ReadsHere, ReadView, Store, Transaction

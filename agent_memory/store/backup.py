@@ -1,11 +1,8 @@
 """`agent-memory backup`: a consistent copy of the SQLite database, taken while the service runs.
 
-SQLite's online backup API copies the database a few thousand pages at a time. The source
-connection holds one read transaction from the first page to the last, so every step reads the
-same commit (WAL: the service's writer carries on meanwhile, and the copy never restarts); the
-copy is written beside its destination and renamed into place once complete and checked, so a
-half-written file never carries the name. PostgreSQL has pg_dump for this (docs/operations.md).
-"""
+SQLite's online backup API copies it in steps inside one read transaction (every step reads the
+same commit, while the writer carries on); the copy is renamed into place once complete and
+checked, so a half-written file never carries the name. PostgreSQL has pg_dump for this."""
 
 from __future__ import annotations
 

@@ -107,16 +107,13 @@ class ConsoleReads(Repository):
         )
         by_user: dict[str, tuple[set[str], int, int | None]] = {}
         for row in rows:
-            by_user.setdefault(row["user_id"], (set(), 0, None))
-            characters, calls, seen = by_user[row["user_id"]]
+            characters, calls, seen = by_user.setdefault(row["user_id"], (set(), 0, None))
             if row["character_id"]:  # a user-wide fact names none ('' or NULL)
                 characters.add(row["character_id"])
             newest = seen if row["seen"] is None else max(seen or 0, row["seen"])
             by_user[row["user_id"]] = (characters, calls + int(row["calls"] or 0), newest)
         return [
-            UserEntry(user, sorted(by_user[user][0]), by_user[user][1], by_user[user][2])
-            for user in ids
-            if user in by_user
+            UserEntry(user, sorted(by_user[user][0]), *by_user[user][1:]) for user in ids if user in by_user
         ]
 
     def calls(self, user_id: str, character_id: str, limit: int) -> list[Session]:

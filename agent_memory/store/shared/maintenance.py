@@ -69,6 +69,8 @@ RESET_LOCK_SEED = 3
 # The forgets row every forget moves on (its own kind of key, no hash of anyone): another process
 # sharing the database drops what it holds of remembered text when it sees it move.
 LAST_FORGET = "last-forget"
+# A pair's covered messages said before a time.
+_AGED = "SELECT id FROM messages WHERE user_id = ? AND character_id = ? AND at_ms < ? AND id <= ? LIMIT ?"
 _FORGET_CUTOFF = (
     "SELECT max(forgot_ms) AS at, max(CASE WHEN key = ? THEN 1 ELSE 0 END) AS run "
     f"FROM {FORGETS} WHERE key IN (?, ?, ?)"
@@ -223,6 +225,11 @@ class Maintenance(MaintenanceReads):
             f"SELECT user_id, character_id, watermark_id FROM summaries{where} ORDER BY user_id, character_id LIMIT ?",
             (*params, pairs_per_call),
         )
+        # "Latest" as the context builder reads them: by time, then position.
+        older = (
+            "SELECT id FROM (SELECT id FROM messages WHERE user_id = ? AND character_id = ? "
+            f"ORDER BY at_ms DESC, seq DESC {self.sql.no_limit} OFFSET ?) AS older WHERE id <= ? LIMIT ?"
+        )
         deleted, resume, done = 0, after, len(pairs) < pairs_per_call
         for user, character, watermark_id in pairs:
             key = (user, character)
@@ -230,23 +237,9 @@ class Maintenance(MaintenanceReads):
             limit_id = watermark_id or 0
             ids: set[int] = set()
             if max_age_ms:
-                ids.update(
-                    self.sql.records(
-                        int,
-                        "SELECT id FROM messages WHERE user_id = ? AND character_id = ? AND at_ms < ? AND id <= ? LIMIT ?",
-                        (*key, now_ms - max_age_ms, limit_id, room + 1),
-                    )
-                )
+                ids.update(self.sql.records(int, _AGED, (*key, now_ms - max_age_ms, limit_id, room + 1)))
             if keep_latest:
-                # "Latest" as the context builder reads them: by time, then position.
-                ids.update(
-                    self.sql.records(
-                        int,
-                        "SELECT id FROM (SELECT id FROM messages WHERE user_id = ? AND character_id = ? "
-                        f"ORDER BY at_ms DESC, seq DESC {self.sql.no_limit} OFFSET ?) AS older WHERE id <= ? LIMIT ?",
-                        (*key, keep_latest, limit_id, room + 1),
-                    )
-                )
+                ids.update(self.sql.records(int, older, (*key, keep_latest, limit_id, room + 1)))
             chosen = sorted(ids)[:room]
             if chosen:
                 for among, values in self.sql.chunks("id", chosen):

@@ -82,23 +82,14 @@ class Restore(Repository):
 
     def fact(self, user_id: str, record: Record) -> tuple[int, bool]:
         """The id of the fact saying this for its pair: inserted, or the one held (and False)."""
-        character_id, text = record["character_id"], record["text"]
-        key = fact_key(text) or text
+        character_id, text, created = record["character_id"], record["text"], record["created_ms"]
+        key, updated = fact_key(text) or text, record.get("updated_ms") or created
+        times = (created, updated, record.get("valid_from") or updated)
         row = self.sql.one(
             "INSERT INTO facts (user_id, character_id, text, norm, pinned, origin, created_ms, updated_ms, "
             "valid_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (user_id, character_id, norm) DO NOTHING RETURNING id",
-            (
-                user_id,
-                character_id,
-                text,
-                key,
-                int(bool(record.get("pinned"))),
-                record.get("origin"),
-                record["created_ms"],
-                record.get("updated_ms") or record["created_ms"],
-                record.get("valid_from") or record.get("updated_ms") or record["created_ms"],
-            ),
+            (user_id, character_id, text, key, int(bool(record.get("pinned"))), record.get("origin"), *times),
         )
         if row is not None:
             return int(row["id"]), True

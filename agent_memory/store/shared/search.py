@@ -266,6 +266,8 @@ class SearchReads(Repository):
             f"SELECT count(DISTINCT m.user_id) AS users, count(*) AS messages {source}{filters}",
             (*first, *params),
         )
+        # Each row's columns are `MentionUser`'s, in order.
+        users: list[Any] = [{**row, "characters": sorted(self._listed(row["characters"]))} for row in rows]
         answer: Mentions = {
             "q": q,
             "role": role,
@@ -273,16 +275,7 @@ class SearchReads(Repository):
             "method": method,
             "total_users": totals["users"] if totals else 0,
             "total_messages": totals["messages"] if totals else 0,
-            "users": [
-                {
-                    "user_id": row["user_id"],
-                    "messages": row["messages"],
-                    "first_ms": row["first_ms"],
-                    "last_ms": row["last_ms"],
-                    "characters": sorted(self._listed(row["characters"])),
-                }
-                for row in rows
-            ],
+            "users": users,
         }
         if floor is not None and scanned is not None:
             answer["scanned_messages"] = scanned
