@@ -69,10 +69,6 @@ class RecallReads(Repository):
         """Hold the pair's recall index in memory now (a call is starting); True when it was read."""
         return False
 
-    def held(self, user_id: str, character_id: str) -> bool:
-        """Whether this process holds the pair's recall index in memory."""
-        return False
-
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
         """The best turns in the scope of `stats`: from each pair's copy in memory, else the index."""
         scores: dict[int, float] = {}
