@@ -113,12 +113,31 @@ async def ask(session: aiohttp.ClientSession, url: str, users: Sequence[User]) -
                 assert status == 200, answer
                 text = str((answer.get("system_message") or {}).get("content") or "")
                 row[f"recall_{budget}"] = q.answered_by(text)
+                row[f"recall_{budget}_text"] = text
                 row[f"recall_{budget}_tokens"] = int(answer.get("tokens") or 0)
                 row[f"bm25s_{budget}"] = q.answered_by("\n".join(fill(index.ranked(q.text), budget)))
             for budget, text in recent.items():
                 row[f"recency_{budget}"] = q.answered_by(text)
             rows.append(row)
     return rows
+
+
+def print_misses(rows: Sequence[dict[str, Any]], shown: int = 4) -> None:
+    """Each question recall_500 missed: its type, the question, its evidence turns and gold, and
+    the first `shown` memories recall gave instead (what outranked the evidence)."""
+    for row in rows:
+        if row["recall_500"]:
+            continue
+        q = row["question"]
+        print(f"missed [{q.type}/{q.language}] {q.user_id} {q.text!r} gold={q.answer!r} "
+              f"recall_1000={row['recall_1000']} bm25s_500={row['bm25s_500']}")  # fmt: skip
+        for turn in q.evidence:
+            print(f"    evidence: {turn.content!r}")
+        lines = [line for line in row["recall_500_text"].splitlines()[1:] if line.startswith("- ")]
+        for line in lines[:shown]:
+            print(f"    instead:  {line[:150]}")
+        if not lines:
+            print("    instead:  (nothing recalled)")
 
 
 def swap_roles(users: Sequence[User]) -> None:
@@ -200,12 +219,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print_table(figures)
     print(f"recall used on average {used[500]} of 500 tokens and {used[1000]} of 1,000")
     if args.misses:
-        for row in rows:
-            if not row["recall_500"]:
-                q = row["question"]
-                print(
-                    f"missed [{q.type}/{q.language}] {q.text!r} gold={q.answer!r} bm25s_500={row['bm25s_500']}"
-                )
+        print_misses(rows)
     return {
         "bench": "recall_hard", "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
         "filler": args.filler, "teller": args.teller,
@@ -230,7 +244,11 @@ def main() -> int:
     parser.add_argument("--condense-timeout", type=float, default=120.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
-    parser.add_argument("--misses", action="store_true", help="print the questions recall_500 missed")
+    parser.add_argument(
+        "--misses",
+        action="store_true",
+        help="print the questions recall_500 missed, their evidence and what recall gave instead",
+    )
     parser.add_argument("--db", help="this database file: filled when missing, else only asked again")
     args = parser.parse_args()
     with work_directory("agent-memory-recall-hard-", keep=args.keep) as workdir:

@@ -19,7 +19,8 @@ from agent_memory.cli import main as cli_main
 from agent_memory.core.domain import Summary
 from agent_memory.core.recall import CANDIDATES, HEADING, asks_when, rank, weighted_terms
 from agent_memory.core.recall_fit import fit, snippet
-from agent_memory.core.terms import RELATED_WEIGHT, compound_parts, query_terms, terms
+from agent_memory.core.related import RELATED_WEIGHT, compound_parts
+from agent_memory.core.terms import query_terms, terms
 from agent_memory.core.tokens import count_message_tokens
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction, open_store

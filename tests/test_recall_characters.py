@@ -13,7 +13,8 @@ from sqlite_utils import Database
 
 from agent_memory.core import terms as terms_module
 from agent_memory.core.recall import RELATED_COUNT, weighted_terms
-from agent_memory.core.terms import CHARACTER_WEIGHT, RELATED, is_character, query_terms, terms
+from agent_memory.core.related import RELATED
+from agent_memory.core.terms import CHARACTER_WEIGHT, is_character, query_terms, terms
 from agent_memory.store.postgres.migrations import m012_recall_characters
 from agent_memory.store.sqlite.migrations import m022_recall_characters
 
@@ -53,8 +54,9 @@ def test_chinese_characters_are_terms_beside_bigrams_and_weigh_less() -> None:
     weights = dict(weighted_terms(QUESTION))
     assert weights["养猫"] == 1.0 and weights["猫"] == CHARACTER_WEIGHT
     assert is_character("猫") and not is_character("猫咪") and not is_character("a")
-    # A Chinese word's related words are words, not their characters.
-    assert not any(is_character(term) for related in RELATED.values() for term in related)
+    # A Chinese word's related words are words, not their characters (a word of one character, 猫, is one).
+    every = {term for related in RELATED.values() for term in related}
+    assert "猫" in RELATED["宠物"] and not {"宠", "物", "救", "助"} & every
     assert "猫" in query_terms(QUESTION)
 
 

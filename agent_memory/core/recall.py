@@ -28,16 +28,13 @@ import numpy as np
 
 from agent_memory.core.dates import annotate
 from agent_memory.core.domain import Fact, Message, Summary
+from agent_memory.core.related import FORMS, RELATED, RELATED_WEIGHT, compound_parts, phrase_terms
 from agent_memory.core.render import said_text
 from agent_memory.core.terms import (
     CHARACTER_WEIGHT,
-    FORMS,
-    RELATED,
-    RELATED_WEIGHT,
     STOP_WORDS,
     cached_terms,
     character_parts,
-    compound_parts,
     query_terms,
     terms,
     text_length,
@@ -212,7 +209,7 @@ def candidates_for(max_tokens: int) -> int:
 @text_cache(1024)
 def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
     """The question's terms with their weights: numbers and names count more; everyday words
-    related to one asked (`core.terms.RELATED`) count less. Cached: a recall reads them twice
+    related to one asked (`core.related`) count less. Cached: a recall reads them twice
     (to rank and to fit), and a call asks about what was just said again."""
     weights: dict[str, float] = {}
     q = _SCAFFOLD.sub(" , ", q)
@@ -230,7 +227,8 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
             weights[term] = max(weights.get(term, 0.0), weight)
     for term in query_terms(q):
         weights.setdefault(term, CHARACTER_WEIGHT if term in parts else 1.0)
-    for word in q.casefold().split():
+    folded = q.casefold()
+    for word in folded.split():
         for part in compound_parts(word.strip("?!.,;:'\"")):
             weights.setdefault(part, RELATED_WEIGHT)
     for term in list(weights):
@@ -239,6 +237,8 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
     for term in list(weights):
         for related in RELATED.get(term, ()):
             weights.setdefault(related, RELATED_WEIGHT)
+    for related in phrase_terms(folded):
+        weights.setdefault(related, RELATED_WEIGHT)
     return tuple(weights.items())
 
 

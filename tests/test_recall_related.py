@@ -1,0 +1,45 @@
+"""Related words (core/related.py): a question worded apart from its answer finds it through the server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import said, seed
+from test_recall import MAY_8, recall, small_talk
+
+from agent_memory.core.recall import weighted_terms
+
+
+@pytest.mark.parametrize(
+    ("turn", "question"),
+    [
+        # A kind of the concept asked (a hyponym): tennis is a sport, a kitten a pet, 网球 a 运动.
+        ("I've been playing tennis every Tuesday evening with Rosa.", "Which sport do I do?"),
+        ("We got a little kitten, grey with white socks, called Smudge.", "What's my pet's name?"),
+        # A mood asked by what soothes it: "comfort" against "upset".
+        ("When I'm upset I put on my grandad's old jazz records.", "What comforts me?"),
+        # A phrase asked ("took in") by the words of its concept: adopted, shelter.
+        ("We adopted a greyhound from the shelter last winter.", "Which animal did we take in?"),
+        ("我每周三晚上都去打网球，出一身汗特别舒服。", "我平时做什么运动？"),
+        # A one-character word is a related word too: 猫 is a 宠物.
+        ("我家的猫叫奶茶，特别黏人。", "我的宠物叫什么？"),
+    ],
+)
+async def test_a_question_asked_with_a_related_word_finds_its_answer(
+    service: Any, turn: str, question: str
+) -> None:
+    lines = [*small_talk(10), turn, "Oh nice.", *small_talk(10)]
+    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    body = await recall(service, "u1", "luna", question)
+    assert body["memories"] and body["memories"][0]["text"] == turn, body["memories"]
+
+
+def test_a_kind_asked_brings_its_concept_not_the_other_kinds() -> None:
+    # "tennis" asked stands for "sport" (its head), not for "football" (another kind of it);
+    # the words asked weigh 1, the related ones less.
+    weights = dict(weighted_terms("Do I still play tennis on Tuesdays?"))
+    assert weights["tenni"] == 1.0
+    assert 0 < weights["sport"] < 1.0
+    assert "footbal" not in weights
+    assert "footbal" in dict(weighted_terms("What sport do I do?"))
