@@ -37,7 +37,7 @@ CONCEPTS: Final = (
     # Home and moving.
     "live living home house flat apartment | move moved moving relocate relocated neighbourhood "
     "neighborhood city town",
-    "move moved moving relocate relocated relocation | new place new home boxes van packing unpacking settle",
+    "move moved moving relocate relocated relocation | new place new home settle settled",
     # Work.
     "job work working career profession occupation employ employed employer employment workplace | "
     "shift shifts rota roster overtime office colleague colleagues coworker boss manager salary wage "
