@@ -735,6 +735,9 @@ async def test_postgres_ranks_and_searches_as_sqlite_does(tmp_path: Any, pg_clus
         "西湖边",
         "HSK五级 考试",
         "떡볶이 presentation",
+        # Related words (core/related.py) asked beside the question's own: the same on both.
+        "Which sport do I do, and what comforts me?",
+        "我的宠物叫什么？",
     )
 
     def answers(view: Any) -> list[Any]:

@@ -10,6 +10,8 @@ from test_recall import MAY_8, recall, small_talk
 
 from agent_memory.core.recall import weighted_terms
 
+pytestmark = pytest.mark.postgres
+
 
 @pytest.mark.parametrize(
     ("turn", "question"),

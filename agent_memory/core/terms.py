@@ -151,4 +151,3 @@ def query_terms(text: str) -> list[str]:
 # 0.5 and 1.0 gave 72.8/76.7, 74.4/77.2 and 73.9/80.0 % at 500 tokens; 0.5 was chosen before
 # (between the two: a matched bigram already counts its characters), not tuned further.
 CHARACTER_WEIGHT = 0.5
-
