@@ -934,6 +934,8 @@ LONG_DAY = (
         # The question says "Maya", the answer only "my sister".
         ("What has Maya been up to?", "Guess what, my sister got engaged last night!"),
         ("我表姐最近怎么样？", "佳怡上周领养了一只小猫，叫团子。"),
+        # Someone else's relation asked in Chinese (阿美的表姐): whoever said 我表姐佳怡 of theirs.
+        ("阿美的表姐最近怎么样？", "佳怡上周领养了一只小猫，叫团子。"),
         # A long turn shows the sentence that names her, not only its first one.
         ("Any news about my sister?", "Maya's puppy chewed through my scarf."),
     ],
@@ -969,6 +971,8 @@ def test_links_name_a_person_only_where_a_name_stands() -> None:
     assert asked_relations("What's the name of my cousin's pet?") == {"cousin": True}
     assert asked_relations("我姐姐养的动物叫什么名字？") == {"姐姐": True}
     assert asked_relations("What does Gina's sister do?") == {"sister": False}
+    assert asked_relations("阿美的表姐最近怎么样？") == {"表姐": False}
+    assert asked_relations("我的表姐和我们的老师") == {"表姐": True}
     # "My sister" asked is the user's: their "my sister Maya", or "your sister Maya" said to them;
     # not the character's own sister. Someone else's sister is whoever says "my sister" of theirs.
     said = [

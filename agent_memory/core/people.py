@@ -39,6 +39,8 @@ _ASKED_EN = re.compile(rf"\bmy {_EN_BEFORE}({_EN})(?:'s|’s)?\b", re.IGNORECASE
 _ASKED_ZH = re.compile(f"我(?:的)?({_ZH})")
 # Someone else's relation asked ("What does Gina's sister do?"): what they said of "my sister Tess".
 _ASKED_OTHER = re.compile(rf"\b([A-Z][a-z]+)(?:'s|’s) {_EN_BEFORE}({_EN})\b")
+# ...and in Chinese (佳怡的姐姐做什么工作？): a name of two characters, 的, a relation.
+_ASKED_OTHER_ZH = re.compile(f"([\u4e00-\u9fff]{{2}})的({_ZH})")
 # A person named by a relation: "my sister Maya", "my sister, Maya,", "my sister's name is Maya",
 # "my sister is called Maya"; the speaker's own ("my") or, said to them, theirs ("your").
 _LINK_EN = re.compile(
@@ -74,6 +76,10 @@ def asked_relations(q: str) -> Mapping[str, bool]:
     for match in _ASKED_OTHER.finditer(q):
         if match.group(1).casefold() not in STOP_WORDS:
             for term in _terms(match.group(2).casefold()):
+                found.setdefault(term, False)
+    for match in _ASKED_OTHER_ZH.finditer(q):
+        if not _NOT_IN_NAME.intersection(match.group(1)):  # 我的, 我们的, 今天的: no one's name
+            for term in _terms(match.group(2)):
                 found.setdefault(term, False)
     return found
 
