@@ -68,39 +68,45 @@ class SQLiteRecall(Repository, RecallReads):
         id_list = list(ids)
         for start in range(0, len(id_list), CHUNK):
             chunk = id_list[start : start + CHUNK]
-            rows = self.conn.execute(
-                "SELECT m.id, p.id, m.content FROM messages m JOIN search_pairs p "
-                "ON p.user_id = m.user_id AND p.character_id = m.character_id "
-                f"WHERE m.id IN ({marks(len(chunk))}) AND m.kind = 'turn' "
-                "AND NOT EXISTS (SELECT 1 FROM recall_docs d WHERE d.id = m.id)",
-                chunk,
-            ).fetchall()
-            docs, totals = [], dict[int, list[int]]()
-            for message_id, pair, content in rows:
-                found = index_terms(content or "")
-                if not found:
-                    continue
-                # Each term prefixed with the pair (`_pair_term`), in one join.
-                prefix = f"{pair}_"
-                length = text_length(content, found)
-                docs.append((message_id, pair, length, prefix + f" {prefix}".join(found)))
-                total = totals.setdefault(pair, [0, 0])
-                total[0] += 1
-                total[1] += length
-            self.conn.executemany(
-                "INSERT INTO recall_docs (id, pair, length, terms) VALUES (?, ?, ?, ?)", docs
-            )
-            self.conn.executemany(
-                "INSERT INTO recall_fts (rowid, terms) VALUES (?, ?)", [(d[0], d[3]) for d in docs]
-            )
-            self.conn.executemany(
-                "INSERT INTO recall_pairs (pair, docs, total_length, changes) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (pair) DO UPDATE SET docs = docs + excluded.docs, "
-                "total_length = total_length + excluded.total_length, changes = changes + excluded.docs",
-                [(pair, docs_, length, docs_) for pair, (docs_, length) in totals.items()],
-            )
-            indexed += len(docs)
+            indexed += self._add(f"m.id IN ({marks(len(chunk))})", chunk)
         return indexed
+
+    def _add(self, which: str, params: Sequence[object]) -> int:
+        """Index the spoken turns of the messages `which` selects (not indexed yet); returns how many."""
+        # Plain tuples, not the connection's Rows: every turn stored comes through here.
+        cursor = self.conn.cursor()
+        cursor.row_factory = None
+        rows = cursor.execute(
+            "SELECT m.id, p.id, m.content FROM messages m JOIN search_pairs p "
+            "ON p.user_id = m.user_id AND p.character_id = m.character_id "
+            f"WHERE {which} AND m.kind = 'turn' "
+            "AND NOT EXISTS (SELECT 1 FROM recall_docs d WHERE d.id = m.id)",
+            params,
+        ).fetchall()
+        docs: list[tuple[int, int, int, str]] = []
+        counts: dict[int, int] = {}
+        lengths: dict[int, int] = {}
+        for message_id, pair, content in rows:
+            found = index_terms(content or "")
+            if not found:
+                continue
+            # Each term prefixed with the pair (`_pair_term`), in one join.
+            prefix = f"{pair}_"
+            length = text_length(content, found)
+            docs.append((message_id, pair, length, prefix + f" {prefix}".join(found)))
+            counts[pair] = counts.get(pair, 0) + 1
+            lengths[pair] = lengths.get(pair, 0) + length
+        self.conn.executemany("INSERT INTO recall_docs (id, pair, length, terms) VALUES (?, ?, ?, ?)", docs)
+        self.conn.executemany(
+            "INSERT INTO recall_fts (rowid, terms) VALUES (?, ?)", [(d[0], d[3]) for d in docs]
+        )
+        self.conn.executemany(
+            "INSERT INTO recall_pairs (pair, docs, total_length, changes) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (pair) DO UPDATE SET docs = docs + excluded.docs, "
+            "total_length = total_length + excluded.total_length, changes = changes + excluded.docs",
+            [(pair, docs_, lengths[pair], docs_) for pair, docs_ in counts.items()],
+        )
+        return len(docs)
 
     def catch_up(self, limit: int) -> int:
         """Index up to `limit` messages stored since the last call, then up to `limit` changed
@@ -108,19 +114,16 @@ class SQLiteRecall(Repository, RecallReads):
         upto = self.conn.execute(
             "SELECT value FROM search_state WHERE name = 'recall_indexed_upto'"
         ).fetchone()[0]
-        ids = [
-            row[0]
-            for row in self.conn.execute(
-                "SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?", (upto, limit)
-            )
-        ]
-        if ids:
-            ensure_pairs(self.conn, upto, ids[-1])
-            self.index(ids)
-            self.conn.execute(
-                "UPDATE search_state SET value = ? WHERE name = 'recall_indexed_upto'", (ids[-1],)
-            )
-        return len(ids) + self.index_pending(limit)
+        # The next `limit` ids are a range: read by it, not by a list of each id.
+        read, last = self.conn.execute(
+            "SELECT count(*), max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
+            (upto, limit),
+        ).fetchone()
+        if read:
+            ensure_pairs(self.conn, upto, last)
+            self._add("m.id > ? AND m.id <= ?", (upto, last))
+            self.conn.execute("UPDATE search_state SET value = ? WHERE name = 'recall_indexed_upto'", (last,))
+        return int(read) + self.index_pending(limit)
 
     def index_pending(self, limit: int) -> int:
         """Index again up to `limit` messages whose text or pair changed; returns how many."""
