@@ -288,21 +288,14 @@ class PostgresStore(Store):
     # reads
 
     async def read(self, fn: Callable[[PostgresView], T]) -> T:
-        """`fn(view)` on a reader thread, answered as soon as `fn` returns, before its COMMIT.
-
-        A read-only snapshot's COMMIT changes nothing it answered: sent while the answer is on its
-        way, a request waits one round trip less. A scrub after a forget waits for such a snapshot
-        to end (`maintenance._horizon_passed`), as for any other.
-        """
+        """`fn(view)` on a reader thread, answered before its COMMIT (which changes nothing it answered:
+        a round trip less); a scrub after a forget waits for the snapshot to end, as for any other."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
 
-        def hand_over(result: T) -> None:
-            loop.call_soon_threadsafe(_settle, answer, result, None)
-
         def run() -> None:
             try:
-                self._read(fn, hand_over)
+                self._read(fn, lambda result: loop.call_soon_threadsafe(_settle, answer, result, None))
             except BaseException as exc:  # the caller's to see, unless it was answered already
                 try:
                     loop.call_soon_threadsafe(_settle, answer, None, exc)

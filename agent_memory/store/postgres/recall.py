@@ -416,12 +416,8 @@ class PostgresRecall(RecallIndexing):
         return found
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
-        """BM25 of the pair's turns: the best `limit`, by message id.
-
-        A turn counts as saying a word once (BM25 with binary term frequency, as on SQLite):
-        first the turns with the most (weighted) words of the question, then that shortlist
-        ranked with its lengths.
-        """
+        """BM25 of the pair's turns, the best `limit` by message id: binary term frequency, as on SQLite
+        (a shortlist of the turns with the most weighted words of the question, ranked with their lengths)."""
         present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
         if not present:
             return {}
