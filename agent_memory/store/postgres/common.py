@@ -166,7 +166,7 @@ class Instance:
     lease_ms: int
     # `fn(view)` in a read of its own on a pooled connection (`PostgresStore.read_now`): a pair's
     # recall index is read into memory with it in the background.
-    read_alone: Callable[[Callable[[Any], Any]], Any] | None = None
+    read_alone: Callable[[Callable[[Any], Any]], Any]
 
 
 class Repository(SharedRepository):
@@ -290,12 +290,9 @@ class PostgresSql(Sql):
     def locked(
         self, key: str, seed: int, sql: str, params: Sequence[Any] = (), *, shared: bool = False
     ) -> Row | None:
-        """`one` once this transaction holds the advisory lock of (`key`, `seed`), in one round trip.
-
-        Two statements in one query: the read's snapshot is taken after the lock is granted, so it
-        sees what the holder before committed. Seeds keep kinds of keys apart (sessions 0, inbox
-        events 1, users 2, reset marks 3); a shared lock waits only for an exclusive one. Reads need none.
-        """
+        """`one` once this transaction holds the advisory lock of (`key`, `seed`), both in one query: the
+        read's snapshot, taken after the lock is granted, sees what the holder before committed."""
+        # Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3).
         conn = self.conn
         if conn.read_only:
             return self.one(sql, params)

@@ -308,7 +308,7 @@ class PostgresStore(Store):
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
         return self._read(fn)
 
-    def _read(self, fn: Callable[[PostgresView], T], answered: Callable[[T], None] | None = None) -> T:
+    def _read(self, fn: Callable[[PostgresView], T], answered: Callable[[T], object] | None = None) -> T:
         pool = self._pool_of(self._reads)
         try:
             with pool.connection() as conn:
@@ -345,7 +345,7 @@ class PostgresStore(Store):
 
     @staticmethod
     def _transaction(
-        conn: Connection, begin: bytes, fn: Callable[[], T], answered: Callable[[T], None] | None = None
+        conn: Connection, begin: bytes, fn: Callable[[], T], answered: Callable[[T], object] | None = None
     ) -> T:
         """`fn()` in one transaction on an autocommit connection: `begin`, and what `fn` sends unread,
         go with its next read (`Connection.defer`); `answered` gets a read's result before its COMMIT."""

@@ -342,7 +342,6 @@ class PostgresRecall(RecallIndexing):
             # once the question that asked for it is answered: turning thousands of rows into
             # posting lists is tens of milliseconds of Python, which would hold that answer up.
             time.sleep(BACKGROUND_READ_AFTER_S)
-            assert self.instance.read_alone is not None
             found: Docs = self.instance.read_alone(lambda view: read(view.conn, whole))
             return found
 
@@ -356,9 +355,7 @@ class PostgresRecall(RecallIndexing):
                 else read(self.conn, _NEWER, last_id, pair)
             ),
             whole=lambda: read(self.conn, whole),
-            whole_later=read_alone
-            if self.instance.read_alone is not None
-            else lambda: read(self.conn, whole),
+            whole_later=read_alone,
             at_once=at_once,
         )
 

@@ -39,10 +39,8 @@ class RecallIndexing(Repository, RecallReads):
 
     def catch_up(self, limit: int) -> int:
         """Index up to `limit` queued messages (new or changed), in a transaction of its own; how many.
-
-        When another transaction is indexing every queued one, this waits for it to commit (at most
-        `WAIT_LOCK_MS`, then 0), so that a read afterwards sees what was queued before it asked.
-        """
+        When another is indexing every queued one, waits for its commit (at most `WAIT_LOCK_MS`, then
+        0), so that a read afterwards sees what was queued before it asked."""
         self._timeouts(QUEUE_STATEMENT_TIMEOUT_MS, lock_ms=QUEUE_STATEMENT_TIMEOUT_MS)
         taken = self._take(limit, wait=False)
         if not taken and self.behind():
