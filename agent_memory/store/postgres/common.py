@@ -22,16 +22,13 @@ R = TypeVar("R")
 
 
 class Connection(psycopg.Connection[DictRow]):
-    """A pooled connection, keeping the cursors its statements reuse and the statements it has
-    not sent yet.
+    """A pooled connection, keeping the cursors its statements reuse and the statements it has not sent.
 
-    Each statement sent on its own costs the service a round trip's CPU (~0.1 ms: psycopg's
-    execute, the loopback send and the wake-up), whatever the statement. In a write transaction
-    (`begin_deferred`), a statement whose result nobody reads (BEGIN, SAVEPOINT, most writes)
-    is bound here and kept (`defer`), then sent in one simple-protocol query with the next
-    statement whose result is read, or with the COMMIT. Whatever executes on this connection
-    sends the kept statements first (`execute`, `transaction`, the shared cursors), so the
-    order of statements is the order they were asked in.
+    A statement sent on its own costs a round trip's CPU (~0.1 ms), whatever it is. In a write
+    transaction (`begin_deferred`), a statement whose result nobody reads (BEGIN, SAVEPOINT, most
+    writes) is bound and kept (`defer`), then sent in one simple-protocol query with the next one
+    whose result is read, or with the COMMIT. Whatever executes here sends the kept ones first,
+    so statements run in the order they were asked in.
     """
 
     # Making a cursor (it copies the connection's adapters) costs about as much CPU as a small
@@ -40,7 +37,7 @@ class Connection(psycopg.Connection[DictRow]):
     _shared_client: psycopg.ClientCursor[DictRow] | None = None
     _binder: abc.Transformer | None = None
     # Statements bound and not sent yet (None: not in a write transaction that keeps them).
-    _deferred: list[bytes] | None = None
+    deferred: list[bytes] | None = None
     # How many times kept statements were sent or dropped (a savepoint asks whether its own was).
     deferred_batches = 0
 
@@ -51,76 +48,60 @@ class Connection(psycopg.Connection[DictRow]):
             self._shared = self.cursor()
         return self._shared
 
-    def _client(self) -> psycopg.ClientCursor[DictRow]:
-        """The reused cursor that binds parameters itself (several statements in one query)."""
-        if self._shared_client is None:
-            self._shared_client = psycopg.ClientCursor(self, row_factory=dict_row)
-        return self._shared_client
-
-    # statements kept for the next round trip
-
     def begin_deferred(self, begin: bytes) -> None:
-        """Start keeping statements: the write transaction's `begin` is the first (autocommit
-        connection: nothing is sent until a result is read, or until `commit_deferred`)."""
-        self._deferred = [begin]
+        """Start keeping statements, `begin` first (autocommit: nothing is sent until a read or COMMIT)."""
+        self.deferred = [begin]
 
     def bind(self, query: bytes, params: Sequence[Any] | None) -> bytes:
         """`query` with its parameters bound as literals, ready to be sent with others."""
         if params is None:
             return query
-        binder = self._binder
-        if binder is None:
-            binder = self._binder = Transformer(self)
+        if self._binder is None:
+            self._binder = Transformer(self)
         # As a ClientCursor binds (psycopg's own literals), without a cursor's result state.
-        bound = PostgresClientQuery(binder)
+        bound = PostgresClientQuery(self._binder)
         bound.convert(query, params)
         return bound.query
 
     def defer(self, statement: bytes) -> bool:
-        """Keep a bound statement for the next round trip; False (nothing kept) outside a write
-        transaction that keeps them: the caller sends it now."""
-        if self._deferred is None:
+        """Keep a bound statement for the next round trip; False outside a write transaction that
+        keeps them (the caller sends it now)."""
+        if self.deferred is None:
             return False
-        self._deferred.append(statement)
+        self.deferred.append(statement)
         return True
-
-    def kept(self) -> list[bytes] | None:
-        """The statements kept and not sent (None: this connection keeps none)."""
-        return self._deferred
 
     def drop_deferred(self, since: int = 0) -> None:
         """Forget the kept statements from index `since` on (a block that raised wrote nothing)."""
-        if self._deferred is not None:
-            del self._deferred[since:]
+        if self.deferred is not None:
+            del self.deferred[since:]
             self.deferred_batches += 1
 
     def send_deferred(self) -> None:
         """Send the kept statements now, if any (before a statement that cannot go with them)."""
-        if self._deferred:
+        if self.deferred:
             self.with_deferred()
 
     def with_deferred(self, *statements: bytes) -> psycopg.ClientCursor[DictRow]:
-        """Send the kept statements and then `statements` (bound) in one query; the cursor is
-        at the last one's result."""
+        """Send the kept statements, then `statements` (bound), in one query; the cursor at the last's result."""
         cursor, sent = self._send(statements)
         for _ in range(sent - 1):
             cursor.nextset()
         return cursor
 
     def _send(self, statements: tuple[bytes, ...]) -> tuple[psycopg.ClientCursor[DictRow], int]:
-        """The kept statements and then `statements`, sent in one query: the cursor at the first
-        one's result, and how many were sent."""
-        batch = [*(self._deferred or ()), *statements]
-        if self._deferred is not None:
-            self._deferred = []  # sent, whatever the server answers
+        """The kept statements and `statements` in one query: the cursor at the first's result, and how many."""
+        batch = [*(self.deferred or ()), *statements]
+        if self.deferred is not None:
+            self.deferred = []  # sent, whatever the server answers
             self.deferred_batches += 1
-        cursor = self._client()
-        cursor.execute(b"; ".join(batch))
-        return cursor, len(batch)
+        if self._shared_client is None:  # binds parameters itself: several statements in one query
+            self._shared_client = psycopg.ClientCursor(self, row_factory=dict_row)
+        self._shared_client.execute(b"; ".join(batch))
+        return self._shared_client, len(batch)
 
     def results(self, *statements: bytes, plain: int = 0) -> list[list[Any]]:
-        """Send the kept statements and then `statements` (bound) in one query: each one's rows
-        (several reads of one answer in one round trip), those of the last `plain` as tuples
+        """Each of `statements`' rows, sent after the kept ones in one query; the last `plain` as tuples
         (a dict per row costs ~5 us: 0.6 ms of CPU for a recall's ranked turns and neighbours)."""
         cursor, sent = self._send(statements)
         for _ in range(sent - len(statements)):
@@ -138,18 +119,13 @@ class Connection(psycopg.Connection[DictRow]):
         return found
 
     def commit_deferred(self) -> None:
-        """Send the kept statements with COMMIT; nothing at all if only BEGIN was kept."""
-        kept = self._deferred
+        """Send the kept statements with COMMIT; nothing at all if only BEGIN was kept (and none sent)."""
+        kept = self.deferred
         try:
-            # Only BEGIN kept, nothing sent: there is no transaction to commit.
             if kept is not None and (len(kept) > 1 or self.info.transaction_status != TransactionStatus.IDLE):
                 self.with_deferred(b"COMMIT")
         finally:
-            self._deferred = None
-
-    def end_deferred(self) -> None:
-        """Stop keeping statements, dropping any kept (the transaction failed: it is rolled back)."""
-        self._deferred = None
+            self.deferred = None
 
     # whatever else executes here sends the kept statements first
 
@@ -188,9 +164,9 @@ class Instance:
 
     name: str
     lease_ms: int
-    # Runs `fn(view)` in a read of its own, on a pooled connection (`PostgresStore.read_now`): a
-    # pair's recall index is read into memory with it in the background.
-    read_alone: Callable[[Callable[[Any], Any]], Any] | None = None
+    # `fn(view)` in a read of its own on a pooled connection (`PostgresStore.read_now`): a pair's
+    # recall index is read into memory with it in the background.
+    read_alone: Callable[[Callable[[Any], Any]], Any]
 
 
 class Repository(SharedRepository):
@@ -233,31 +209,31 @@ class PostgresSql(Sql):
         self.instance = instance
 
     def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[DictRow]:
+        """On the reused cursor (its result read at once), or with the kept statements, in one round trip."""
         conn = self.conn
-        if conn.kept():
-            # Statements are kept: this one goes with them, in one round trip.
+        if conn.deferred:
             return conn.with_deferred(conn.bind(dialect(sql), params))
-        # The reusable cursor: what a statement returns is read at once.
         return conn.shared_cursor().execute(dialect(sql), params)
 
+    def _rows(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[DictRow]:
+        # A cursor of its own unless statements are kept: a long result would otherwise stay in
+        # memory until the next statement.
+        return self._execute(sql, params) if self.conn.deferred else self.conn.execute(dialect(sql), params)
+
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        if self.conn.kept():
-            return list(self._execute(sql, params).fetchall())
-        # A cursor of its own: a long result would otherwise stay in memory until the next statement.
-        return list(self.conn.execute(dialect(sql), params).fetchall())
+        return list(self._rows(sql, params).fetchall())
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         return self._execute(sql, params).fetchone()
 
     def records(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> list[R]:
-        rows = self._execute(sql, params) if self.conn.kept() else self.conn.execute(dialect(sql), params)
-        return [make(*row.values()) for row in rows]
+        return [make(*row.values()) for row in self._rows(sql, params)]
 
     def build(self, make: Callable[..., R], row: Row) -> R:
         return make(*row.values())
 
     def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:
-        row = self._execute(sql, params).fetchone()  # one row: the reusable cursor will do
+        row = self._execute(sql, params).fetchone()
         return make(*row.values()) if row is not None else None
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
@@ -266,8 +242,7 @@ class PostgresSql(Sql):
     def send(self, sql: str, params: Sequence[Any] = ()) -> None:
         # Kept for the next round trip in a write transaction; errors surface there, within
         # the same savepoint block (`PostgresTransaction.savepoint` sends what it kept).
-        conn = self.conn
-        if not conn.defer(conn.bind(dialect(sql), params)):
+        if not self.conn.defer(self.conn.bind(dialect(sql), params)):
             self.run(sql, params)
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -287,10 +262,9 @@ class PostgresSql(Sql):
 
     def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
         # Sorted: concurrent bumps lock the pairs' rows in one order, so they queue, not deadlock.
+        # DO UPDATE reads the clock again once the row is locked: a transaction that waited for
+        # another's bump commits a higher version, so a version never goes back nor stays put.
         ordered = sorted(set(pairs))
-        # The clock is read again once the row is locked (DO UPDATE runs after the lock is
-        # taken): a transaction that waited for another's bump commits a higher version, so a
-        # version never goes back and never stays put over a change.
         if not ordered:
             return
         query, params = (
@@ -316,13 +290,9 @@ class PostgresSql(Sql):
     def locked(
         self, key: str, seed: int, sql: str, params: Sequence[Any] = (), *, shared: bool = False
     ) -> Row | None:
-        """`one` once this transaction holds the advisory lock of (`key`, `seed`), in one round trip.
-
-        Both go in one simple-protocol query (parameters bound here), as two statements: the
-        read's snapshot is taken after the lock is granted, so it sees what the holder before
-        committed. Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3);
-        a shared lock waits only for an exclusive one. Reads need none.
-        """
+        """`one` once this transaction holds the advisory lock of (`key`, `seed`), both in one query: the
+        read's snapshot, taken after the lock is granted, sees what the holder before committed."""
+        # Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3).
         conn = self.conn
         if conn.read_only:
             return self.one(sql, params)

@@ -1,15 +1,12 @@
 """The PostgreSQL store: pooled connections on threads, one transaction per write, many instances.
 
-Reads run in read-only REPEATABLE READ transactions (one consistent snapshot per function),
-writes in READ COMMITTED transactions that lock what they must (a session's windows merge
-under its advisory lock, jobs and followed agents are claimed with leases). A write that
-deadlocks or loses a serialisation race is run again from the start; its function only
-touches the transaction, so running it again is safe.
+Reads run in read-only REPEATABLE READ transactions (one snapshot per function), writes in READ
+COMMITTED ones that lock what they must (advisory locks, leases); a write that deadlocks or loses
+a serialisation race runs again (its function only touches the transaction, so that is safe).
 
-An outage trips a circuit: while PostgreSQL does not answer, every read and write fails at
-once with `DatabaseDown` (no request waits on the pool), and a probe connects every
-`PROBE_EVERY_S`; once one answers, the pools are made anew (their old connections are dead,
-and psycopg_pool's own reconnection backs off for many seconds) and the store serves again.
+An outage trips a circuit: while PostgreSQL does not answer, every read and write fails at once
+with `DatabaseDown`, and a probe connects every `PROBE_EVERY_S`; once one answers, the pools are
+made anew (psycopg_pool's own reconnection backs off for many seconds) and the store serves again.
 """
 
 from __future__ import annotations
@@ -75,14 +72,12 @@ CONNECT_OPTIONS: dict[str, Any] = {
     "keepalives_count": 3,
     "tcp_user_timeout": 10_000,
 }
-# While PostgreSQL is down, a probe connects this often to see whether it is back.
 PROBE_EVERY_S = 0.25
 # The indexer looks this often whether writes paused (store/shared/recall.py), and indexes
 # this many turns at a time.
 INDEX_EVERY_S = 0.2
 INDEX_CHUNK = 500
-# How often the pairs whose recall index this instance holds in memory are looked for in the
-# database: those another instance forgot are dropped within it.
+# The pairs whose recall index another instance forgot leave this one's memory within this.
 HELD_CHECK_S = 1.0
 # A write transaction's first statement, sent with its first read (`PostgresStore._transaction`).
 _BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
@@ -125,10 +120,6 @@ class _Outage:
 
     reason: str
     since: float
-
-
-def _index_chunk(tx: PostgresTransaction) -> int:
-    return tx.recall.catch_up(INDEX_CHUNK)
 
 
 def index_due(now: float, last_write: float, last_indexed: float) -> bool | None:
@@ -178,15 +169,11 @@ class PostgresTransaction(PostgresView):
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        """Undo only what the block wrote if it raises.
-
-        Not released when the block ends well: the commit ends it with the rest, and a RELEASE
-        is one more round trip on every callback (ingest applies each event in one). Its name is
-        its own, so an outer block's rollback goes back to the outer block's start.
-        """
+        """Undo only what the block wrote if it raises (never released: that is a round trip more
+        per callback, and the commit ends it; its own name keeps an outer block's rollback its own)."""
         conn = self.conn
         name = f"am_{next(_savepoints)}".encode()
-        kept = conn.kept()
+        kept = conn.deferred
         since, batches = len(kept) if kept is not None else 0, conn.deferred_batches
         if not conn.defer(b"SAVEPOINT " + name):
             conn.shared_cursor().execute(b"SAVEPOINT " + name)
@@ -230,17 +217,13 @@ class PostgresStore(Store):
 
     @property
     def location(self) -> str:
-        """The database URL, without its password."""
         return redact(self.url)
 
     # lifecycle
 
     def open(self) -> None:
-        """Migrate the database (one instance at a time), open the pools and start indexing.
-
-        Raises DatabaseDown when the server does not answer (the service waits and tries again),
-        StoreUnavailable when it refuses (no such database, wrong password).
-        """
+        """Migrate the database (one instance at a time), open the pools and start indexing; DatabaseDown
+        when the server does not answer (the service tries again), StoreUnavailable when it refuses."""
         try:
             with psycopg.connect(self.url, **CONNECT_OPTIONS) as conn:
                 ran = migrations.apply(conn)
@@ -274,8 +257,7 @@ class PostgresStore(Store):
     def _pool(self, name: str, *, read_only: bool, size: int, wait_s: float) -> ConnectionPool[Connection]:
         def configure(conn: Connection) -> None:
             conn.read_only = read_only  # the repositories ask (`PostgresSql.locked`)
-            # Each transaction sends its own BEGIN, with its first statement (`_transaction`).
-            conn.autocommit = True
+            conn.autocommit = True  # each transaction sends its BEGIN with its first statement
 
         pool: ConnectionPool[Connection] = ConnectionPool(
             self.url,
@@ -292,7 +274,6 @@ class PostgresStore(Store):
         return pool
 
     def close(self) -> None:
-        """Stop indexing, finish running work and close the pools."""
         self._stop.set()
         self._tripped.set()  # wakes the prober, which sees the stop
         for thread in (self._indexer, self._prober):
@@ -307,22 +288,14 @@ class PostgresStore(Store):
     # reads
 
     async def read(self, fn: Callable[[PostgresView], T]) -> T:
-        """`fn(view)` on a reader thread, answered as soon as `fn` returns, before its COMMIT.
-
-        A read-only snapshot's COMMIT changes nothing it answered: the reader thread sends it
-        while the answer is on its way, so a request waits one round trip less (on a loaded
-        machine each waits for PostgreSQL's backend to be scheduled). A scrub after a forget
-        waits for such a snapshot to end (`maintenance._horizon_passed`), as for any other.
-        """
+        """`fn(view)` on a reader thread, answered before its COMMIT (which changes nothing it answered:
+        a round trip less); a scrub after a forget waits for the snapshot to end, as for any other."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
 
-        def hand_over(result: T) -> None:
-            loop.call_soon_threadsafe(_settle, answer, result, None)
-
         def run() -> None:
             try:
-                self._read(fn, hand_over)
+                self._read(fn, lambda result: loop.call_soon_threadsafe(_settle, answer, result, None))
             except BaseException as exc:  # the caller's to see, unless it was answered already
                 try:
                     loop.call_soon_threadsafe(_settle, answer, None, exc)
@@ -333,10 +306,9 @@ class PostgresStore(Store):
         return await answer
 
     def read_now(self, fn: Callable[[PostgresView], T]) -> T:
-        """Run `fn(view)` on the calling thread in one snapshot (CLI and benchmarks)."""
         return self._read(fn)
 
-    def _read(self, fn: Callable[[PostgresView], T], answered: Callable[[T], None] | None = None) -> T:
+    def _read(self, fn: Callable[[PostgresView], T], answered: Callable[[T], object] | None = None) -> T:
         pool = self._pool_of(self._reads)
         try:
             with pool.connection() as conn:
@@ -349,7 +321,6 @@ class PostgresStore(Store):
     # writes
 
     async def write(self, fn: Callable[[PostgresTransaction], T]) -> T:
-        """Run `fn(tx)` in a transaction of its own; returns once it is committed."""
         loop = asyncio.get_running_loop()
         self._last_write = time.monotonic()
         # In the caller's context, so that what `fn` logs carries the caller's request id.
@@ -374,11 +345,10 @@ class PostgresStore(Store):
 
     @staticmethod
     def _transaction(
-        conn: Connection, begin: bytes, fn: Callable[[], T], answered: Callable[[T], None] | None = None
+        conn: Connection, begin: bytes, fn: Callable[[], T], answered: Callable[[T], object] | None = None
     ) -> T:
-        """`fn()` in one transaction on an autocommit connection: `begin`, and what `fn` sends
-        without reading its result, go with its next read (`Connection.defer`), the last with COMMIT.
-        `answered` is given the result before the COMMIT is sent (a read's)."""
+        """`fn()` in one transaction on an autocommit connection: `begin`, and what `fn` sends unread,
+        go with its next read (`Connection.defer`); `answered` gets a read's result before its COMMIT."""
         conn.begin_deferred(begin)
         try:
             result = fn()
@@ -386,7 +356,7 @@ class PostgresStore(Store):
                 answered(result)
             conn.commit_deferred()
         except BaseException:
-            conn.end_deferred()
+            conn.deferred = None  # the transaction failed: what it kept is rolled back
             if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
                 try:
                     conn.rollback()
@@ -407,14 +377,14 @@ class PostgresStore(Store):
     forget_held = staticmethod(forget_held)
 
     async def checkpoint(self) -> tuple[int, int, int]:
-        """Make what was deleted leave the table files now (see PostgresMaintenance.scrub)."""
+        # What forget owes the table files: PostgresMaintenance.scrub.
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._writers, self.run_outside_transaction, PostgresMaintenance.scrub
         )
 
     async def catch_up_search(self) -> int:
-        """Index the turns stored but not yet in the recall index (bounded); returns how many."""
+        # The recall index (search needs no catching up: PostgreSQL keeps its trigram index itself).
         return await self.write(lambda tx: tx.recall.catch_up(SEARCH_CATCH_UP))
 
     # the circuit
@@ -504,8 +474,7 @@ class PostgresStore(Store):
     # background indexing
 
     def _drop_forgotten(self) -> None:
-        """Every `HELD_CHECK_S`, drop the copies of pairs' recall indexes that another instance
-        forgot (their pairs are gone): a forget leaves none of their words in this process either."""
+        """Every `HELD_CHECK_S`, drop the copies of recall indexes whose pairs another instance forgot."""
         now = time.monotonic()
         if now - self._held_checked < HELD_CHECK_S or not POSTINGS.held_keys():
             return
@@ -522,7 +491,7 @@ class PostgresStore(Store):
                 due = index_due(time.monotonic(), self._last_write, self._last_indexed)
                 while due is not None and not self._stop.is_set():
                     self._last_indexed = time.monotonic()
-                    if self.write_now(_index_chunk) < INDEX_CHUNK or not due:
+                    if self.write_now(lambda tx: tx.recall.catch_up(INDEX_CHUNK)) < INDEX_CHUNK or not due:
                         break
                     # More is queued: indexed on while writes stay paused, else after them.
                     due = True if time.monotonic() - self._last_write >= IDLE_AFTER_S else None

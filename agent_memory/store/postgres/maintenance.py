@@ -1,19 +1,13 @@
 """Forgetting, retention and space on PostgreSQL: what makes deletion real in a shared database.
 
-A deleted row stays in its table's file until vacuum, and even VACUUM only marks its space
-free: the bytes stay in the page until something overwrites them, and an index (the trigram
-GIN indexes above all) keeps the keys of deleted text. So a forget records each table it
-deleted from (`scrub_owed`), and `scrub` (the store's checkpoint, run after every forget
-and by the retention job) rewrites those tables with VACUUM FULL: new files for the table,
-its TOAST and its indexes, the old ones truncated when it commits and unlinked at the
-CHECKPOINT after it, once no snapshot that could still see the deleted rows is open, nor any
-transaction older than the forget runs in any database of the server (the rewrite would copy
-them along). Small tables are rewritten at once; a large one holds its lock for the whole
-rewrite, so forgets of it are batched and it is rewritten within `SCRUB_BATCH_MS`. What
-remains in WAL segments, WAL archives and backups is the operator's (README: "Many instances
-on PostgreSQL").
-
-Retention's purges are bounded like SQLite's; what they delete is reclaimed by autovacuum.
+A deleted row's bytes stay in its page even after VACUUM, and an index (the trigram GIN index
+above all) keeps the keys of deleted text. So a forget records each table it deleted from
+(`scrub_owed`), and `scrub` (the store's checkpoint, after every forget and retention) rewrites
+them with VACUUM FULL (new files for the table, its TOAST and indexes; the old ones truncated at
+commit, unlinked at the CHECKPOINT after), once no snapshot or transaction that could still see
+the deleted rows is open (the rewrite would copy them along). A large table's forgets are batched
+within `SCRUB_BATCH_MS`. WAL, its archives and backups are the operator's (README: "Many
+instances on PostgreSQL"). Retention's purges are bounded; autovacuum reclaims what they delete.
 """
 
 from __future__ import annotations
@@ -74,7 +68,7 @@ class PostgresMaintenance(Repository, Maintenance):
     # figures
 
     def schema(self) -> list[str]:
-        return [row["name"] for row in self.sql.all("SELECT name FROM agent_memory_migrations ORDER BY name")]
+        return self.sql.records(str, "SELECT name FROM agent_memory_migrations ORDER BY name")
 
     def storage_stats(self) -> StorageStats:
         """The database's size; PostgreSQL reuses freed space itself (autovacuum), so no advice."""
@@ -102,11 +96,9 @@ class PostgresMaintenance(Repository, Maintenance):
     # forgetting
 
     def _sessions(self, where: str, params: Sequence[str], user_id: str) -> list[str]:
-        # The locks a merge takes, in its order: each session's (a merge under way finishes
-        # first, and none starts on it until this commits), then the user's. Without them a
-        # merge under way kept writing into a session deleted here: orphan messages whose
-        # places every later window of the run collided with. A merge holds its session's
-        # lock before it asks for the user's, so the user's comes last here.
+        # The locks a merge takes, in its order (its session's, then the user's): a merge under
+        # way finishes first, and none starts until this commits. Without them a merge kept
+        # writing into a session deleted here (orphan messages every later window collided with).
         sessions = f"SELECT agent_id FROM sessions WHERE {where} ORDER BY agent_id"
         self.sql.run(
             f"SELECT count(pg_advisory_xact_lock(hashtextextended(agent_id, 0))) FROM ({sessions}) AS s",
@@ -138,8 +130,7 @@ class PostgresMaintenance(Repository, Maintenance):
 
     @staticmethod
     def scrub(conn: Connection) -> tuple[int, int, int]:
-        """Rewrite the tables forgets deleted from (autocommit); returns (tables still owed,
-        tables rewritten, pages written)."""
+        """Rewrite the tables forgets deleted from (autocommit): (tables still owed, rewritten, pages written)."""
         owed = _one_int(conn, "SELECT count(*) FROM scrub_owed")
         if not owed:
             return (0, 0, 0)
@@ -235,8 +226,7 @@ def _horizon_passed(conn: Connection, xid: int) -> bool:
 
 
 def _rewrite(conn: Connection, relation: str) -> int | None:
-    """VACUUM FULL one table; its new size in pages, or None when it was not rewritten, or
-    copied along deleted rows that a snapshot PostgreSQL still counts could see."""
+    """VACUUM FULL one table: its new size in pages, or None (not rewritten, or deleted rows kept)."""
     filenode = b"SELECT pg_relation_filenode(%s::regclass) AS node"
     before = conn.execute(filenode, (relation,)).fetchone()
     kept: list[int] = []

@@ -281,14 +281,11 @@ def m005_forgetting(conn: psycopg.Connection) -> None:
     # A forget records here each table it deleted from; the scrub after it rewrites them
     # (maintenance.py). since_ms: the oldest forget not yet scrubbed; xid: the newest one's
     # transaction, which every older snapshot must have ended past before a rewrite drops it.
-    _run(
-        conn,
-        "CREATE TABLE scrub_owed (relation text PRIMARY KEY, since_ms bigint NOT NULL, xid bigint NOT NULL)",
-    )
-    # ANALYZE would copy sample values of these columns (sentences people said) into
+    # ANALYZE would copy sample values of the PRIVATE_TEXT columns (sentences people said) into
     # pg_statistic, a catalog no forget reaches; nothing filters on them by value.
     _run(
         conn,
+        "CREATE TABLE scrub_owed (relation text PRIMARY KEY, since_ms bigint NOT NULL, xid bigint NOT NULL)",
         *(
             f"ALTER TABLE {table} ALTER COLUMN {column} SET STATISTICS 0"
             for table, columns in PRIVATE_TEXT.items()
@@ -432,14 +429,6 @@ def m014_recall_changes(conn: psycopg.Connection) -> None:
     )
 
 
-def applied(conn: psycopg.Connection) -> list[str]:
-    """The migrations the database has, in order."""
-    exists = conn.execute("SELECT to_regclass('agent_memory_migrations') IS NOT NULL").fetchone()
-    if not exists or not exists[0]:
-        return []
-    return [row[0] for row in conn.execute("SELECT name FROM agent_memory_migrations ORDER BY name")]
-
-
 def apply(conn: psycopg.Connection) -> list[str]:
     """Apply the migrations the database lacks, each in its own transaction; returns their names."""
     conn.autocommit = True
@@ -448,7 +437,7 @@ def apply(conn: psycopg.Connection) -> list[str]:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS agent_memory_migrations (name text PRIMARY KEY, applied_ms bigint NOT NULL)"
         )
-        done = set(applied(conn))
+        done = {row[0] for row in conn.execute("SELECT name FROM agent_memory_migrations")}
         ran: list[str] = []
         for name, fn in MIGRATIONS:
             if name in done:

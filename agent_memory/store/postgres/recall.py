@@ -1,13 +1,9 @@
 """The recall index on PostgreSQL: each spoken turn's terms in a GIN-indexed array, ranked by BM25.
 
-Terms come from `core.terms`, as on SQLite, prefixed with the id of the message's (user,
-character) pair (`12:pottery`), so a GIN posting list is one pair's and a question reads only
-the asking pair's postings. BM25's statistics are the pair's own (`recall_pairs`, kept by
-`catch_up` and by a trigger when docs go). Turns are indexed after they commit: a trigger
-queues them in `recall_pending`, and any instance takes queued ids with SKIP LOCKED, so
-several index at once without taking a turn twice. Ranking follows SQLite's exactly (the same
-shortlist by matched words, then document length), so both backends answer alike.
-Taking queued turns and indexing them (any instance) is recall_index.py's part.
+Terms (`core.terms`, as on SQLite) are prefixed with the id of the message's (user, character)
+pair (`12:pottery`), so a GIN posting list is one pair's and a question reads only its own pair's
+postings. BM25's statistics are the pair's own (`recall_pairs`). Ranking follows SQLite's exactly
+(a shortlist by matched words, then document length). Indexing queued turns is recall_index.py's.
 """
 
 from __future__ import annotations
@@ -35,6 +31,8 @@ from agent_memory.store.shared.recall import (
 from agent_memory.store.shared.sql import pair_scope
 
 T = TypeVar("T")
+# The turns after an id, read already (a guess that missed read them).
+Newer = tuple[int, Docs] | None
 
 # A pair read into memory in the background waits this long first (`PostgresRecall._copy`).
 BACKGROUND_READ_AFTER_S = 0.1
@@ -45,15 +43,6 @@ RECALL_STATEMENT_TIMEOUT_MS = 10_000
 _SPOKEN = (
     f"SELECT {READ_COLUMNS} FROM messages WHERE agent_id = k.agent_id AND kind = 'turn' AND content != ''"
 )
-# Each asked message (id, session, place) with the spoken turn just before it and just after it.
-_NEIGHBOURS = (
-    "WITH k AS (SELECT * FROM unnest(?::bigint[], ?::text[], ?::bigint[]) AS k(of_id, agent_id, seq)) "
-    f"SELECT k.of_id, -1 AS side, n.* FROM k CROSS JOIN LATERAL ({_SPOKEN} AND seq < k.seq ORDER BY seq DESC LIMIT 1) n "
-    "UNION ALL "
-    f"SELECT k.of_id, 1 AS side, n.* FROM k CROSS JOIN LATERAL ({_SPOKEN} AND seq > k.seq ORDER BY seq LIMIT 1) n"
-)
-
-
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
 POSTINGS = PostingsCache()
 # The pairs' figures a recall reads, and which database this is (for the copies' keys).
@@ -61,7 +50,6 @@ _PAIRS = (
     "SELECT pair, docs, total_length, changes, user_id, character_id, "
     "(SELECT value FROM store_state WHERE name = 'database_id') AS database_id FROM recall_pairs"
 )
-
 
 # The figures of the pairs recalled in this process, by (database address, user, character): the
 # pair's next recall guesses they still hold (`PostgresRecall._guess`). Ids and counts only.
@@ -74,8 +62,7 @@ class Guessed(Exception):
 
 
 class IndexBehind(Exception):
-    """Turns wait to be indexed: a read asked to be made only when none do stops (`read_if_caught_up`)
-    before anything it read is used (a context cache would keep what it built)."""
+    """Turns wait to be indexed: a read made only when none do stops before it uses what it read."""
 
 
 # A pair's indexed turns (its change count in the same statement, so that both match).
@@ -87,6 +74,11 @@ _DOCS = (
 # (pair, id) index: the planner, which takes ids past its statistics' last for few, read the
 # newer turns of every pair by id otherwise (1 ms for a pair of 5,000 turns, none of them new).
 _NEWER = f"{_DOCS} WHERE (pair, id) > (%s, %s) AND (pair, id) <= (%s, 9223372036854775807) ORDER BY pair, id"
+
+
+def _figures(row: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A pair's index id, indexed turns and change count, from a row of `_PAIRS`."""
+    return row["pair"], row["docs"], row["changes"]
 
 
 def _docs(rows: Sequence[Sequence[Any]], prefix: int) -> Docs:
@@ -154,16 +146,14 @@ class PostgresRecall(RecallIndexing):
     # reading
 
     def behind(self) -> bool:
-        """Whether messages are queued that the index has not taken in yet."""
         self._settle()
         if self._behind is not None:  # read with the figures, in this read's snapshot
             return self._behind
         return bool(self.sql.count(_BEHIND))
 
     def read_if_caught_up(self, read: Callable[[], T]) -> tuple[T] | None:
-        """Whether the index is behind asked with the pair's figures (a round trip less): `read()`
-        stops there if it is; one snapshot, so the same answer as asking first. A read that
-        never ranked turns is asked after it (what it read did not depend on the index)."""
+        """Whether the index is behind asked with the pair's figures (a round trip less; one snapshot,
+        so the same answer as asking first): `read()` stops there if it is."""
         self._ask_behind = bool(self.conn.read_only)  # a write's statements see other snapshots
         # A pair held in memory is ranked with the figures it was last read at, checked with
         # its turns' read (one round trip for both); if they moved, the read is made again.
@@ -196,10 +186,7 @@ class PostgresRecall(RecallIndexing):
     def term_stats(
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
     ) -> TermStats:
-        """BM25's statistics over the turns in scope: each term's weighted idf, the average length.
-
-        Recall's first statement: the rest of its read is bounded from here (SET LOCAL, this read only).
-        """
+        # Recall's first statement: the rest of its read is bounded from here (this read only).
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
         rows, guessed, read_newer = self._pairs(user_id, character_id)
         self._owners = {(row["user_id"], row["character_id"]) for row in rows}
@@ -210,15 +197,7 @@ class PostgresRecall(RecallIndexing):
             row["pair"]: copy
             for row in rows
             if row["docs"]
-            and (
-                copy := self._copy(
-                    self._key(row["database_id"]),
-                    row["pair"],
-                    row["docs"],
-                    row["changes"],
-                    read_newer=read_newer,
-                )
-            )
+            and (copy := self._copy(self._key(row["database_id"]), *_figures(row), read_newer=read_newer))
         }
         copies = self._copies
         counts = self._frequencies(
@@ -323,11 +302,9 @@ class PostgresRecall(RecallIndexing):
         rows = self.sql.all(
             f"{_PAIRS} WHERE user_id = ? AND character_id = ? AND docs > 0", (user_id, character_id)
         )
-        return [(self._key(row["database_id"]), row["pair"], row["docs"], row["changes"]) for row in rows]
+        return [(self._key(row["database_id"]), *_figures(row)) for row in rows]
 
     def warm(self, user_id: str, character_id: str) -> bool:
-        """Read the pair's index into memory now, whatever its size (a call is starting: its
-        first question should not find it cold); False when already held or nothing to hold."""
         warmed = False
         for database, pair, docs, changes in self._pair_figures(user_id, character_id):
             if POSTINGS.held_or_reading((database, pair)):
@@ -336,7 +313,6 @@ class PostgresRecall(RecallIndexing):
         return warmed
 
     def held(self, user_id: str, character_id: str) -> bool:
-        """Whether this process holds the pair's index in memory (False when it has none)."""
         figures = self._pair_figures(user_id, character_id)
         return bool(figures) and all(POSTINGS.holds((database, pair)) for database, pair, _, _ in figures)
 
@@ -348,13 +324,11 @@ class PostgresRecall(RecallIndexing):
         changes: int,
         *,
         at_once: bool = False,
-        read_newer: tuple[int, Docs] | None = None,
+        read_newer: Newer = None,
     ) -> PairPostings | None:
         """The pair's index as held in memory, brought up to date (None: not held yet, or too large;
-        `read_newer`: the turns after an id, read already).
-
-        Its change count is read in the same statement as its turns, so that they match: another
-        instance's write is either in both or in neither."""
+        `read_newer`: the turns after an id, read already). Its change count is read in the same
+        statement as its turns, so that another instance's write is in both or in neither."""
         prefix = len(pair_term(pair, ""))
         whole = f"{_DOCS} WHERE pair = %s ORDER BY id"
 
@@ -368,7 +342,6 @@ class PostgresRecall(RecallIndexing):
             # once the question that asked for it is answered: turning thousands of rows into
             # posting lists is tens of milliseconds of Python, which would hold that answer up.
             time.sleep(BACKGROUND_READ_AFTER_S)
-            assert self.instance.read_alone is not None
             found: Docs = self.instance.read_alone(lambda view: read(view.conn, whole))
             return found
 
@@ -382,9 +355,7 @@ class PostgresRecall(RecallIndexing):
                 else read(self.conn, _NEWER, last_id, pair)
             ),
             whole=lambda: read(self.conn, whole),
-            whole_later=read_alone
-            if self.instance.read_alone is not None
-            else lambda: read(self.conn, whole),
+            whole_later=read_alone,
             at_once=at_once,
         )
 
@@ -442,12 +413,8 @@ class PostgresRecall(RecallIndexing):
         return found
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
-        """BM25 of the pair's turns: the best `limit`, by message id.
-
-        A turn counts as saying a word once (BM25 with binary term frequency, as on SQLite):
-        first the turns with the most (weighted) words of the question, then that shortlist
-        ranked with its lengths.
-        """
+        """BM25 of the pair's turns, the best `limit` by message id: binary term frequency, as on SQLite
+        (a shortlist of the turns with the most weighted words of the question, ranked with their lengths)."""
         present = [(term, weight) for term, weight in stats.idfs.items() if stats.frequencies[term]]
         if not present:
             return {}
@@ -471,16 +438,18 @@ class PostgresRecall(RecallIndexing):
         self._settle()
         # What `term_stats` read with the figures, once: a later ask reads again.
         read, self._facts = self._facts, None
-        if read is not None and read[0] == (user_id, character_id):
-            return read[1]
-        return super().facts(user_id, character_id)
+        return (
+            read[1] if read and read[0] == (user_id, character_id) else super().facts(user_id, character_id)
+        )
 
     def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
         self._settle()
         read, self._summary = self._summary, None
-        if read is not None and read[0] == (user_id, character_id):
-            return read[1]
-        return super().summaries(user_id, character_id)
+        return (
+            read[1]
+            if read and read[0] == (user_id, character_id)
+            else super().summaries(user_id, character_id)
+        )
 
     def _hits(self, scores: dict[int, float], limit: int) -> list[TurnHit]:
         """The best `limit` scored turns (then the newest), best first, read with the turns
@@ -489,15 +458,22 @@ class PostgresRecall(RecallIndexing):
         if not best:
             self._settle()
             return []
-        (found,) = self._settle(self.conn.bind(dialect(_WITH_NEIGHBOURS), (int_array(best),)))
+        messages, self._around = self._with_neighbours(best)
+        return [TurnHit(messages[i], scores[i]) for i in best if i in messages and self._owns(messages[i])]
+
+    def _with_neighbours(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, Message], dict[int, dict[int, Message]]]:
+        """The messages `ids` by id, and the turns around each by side (-1, 1), in one round trip."""
+        (found,) = self._settle(self.conn.bind(dialect(_WITH_NEIGHBOURS), (int_array(ids),)))
         messages: dict[int, Message] = {}
-        self._around = {i: {} for i in best}
+        around: dict[int, dict[int, Message]] = {i: {} for i in ids}
         for of_id, side, *columns in found:  # tuples (`_settle`)
             if side:
-                self._around[of_id][side] = message_of(columns)
+                around[of_id][side] = message_of(columns)
             else:
                 messages[of_id] = message_of(columns)
-        return [TurnHit(messages[i], scores[i]) for i in best if i in messages and self._owns(messages[i])]
+        return messages, around
 
     def _owns(self, message: Message) -> bool:
         # A turn moved to another pair keeps its doc in the old one until it is indexed again.
@@ -509,17 +485,10 @@ class PostgresRecall(RecallIndexing):
         if not messages:
             return {}
         self._settle()
-        held = self._around
-        if all(m.id in held for m in messages):  # read with the ranked turns (`_hits`)
-            return {m.id: (held[m.id].get(-1), held[m.id].get(1)) for m in messages}
-        rows = self.sql.all(
-            _NEIGHBOURS, ([m.id for m in messages], [m.agent_id for m in messages], [m.seq for m in messages])
-        )
-        found: dict[tuple[int, int], Message] = {}
-        for row in rows:
-            of_id, side, *message = row.values()
-            found[(of_id, side)] = message_of(message)
-        return {m.id: (found.get((m.id, -1)), found.get((m.id, 1))) for m in messages}
+        held = self._around  # read with the ranked turns (`_hits`)
+        if not all(m.id in held for m in messages):
+            held = self._with_neighbours([m.id for m in messages])[1]
+        return {m.id: (held[m.id].get(-1), held[m.id].get(1)) for m in messages}
 
 
 def forget_held() -> None:

@@ -1,15 +1,11 @@
 """The upkeep of PostgreSQL's recall index: queued turns taken and (re)indexed, by any instance.
 
-The queue is drained by one statement whose cost follows what it takes, whatever the
-planner believes of the queue's size: its rows are picked (and locked) once, in a
-materialised CTE, and the statement is planned afresh each time (never prepared). The old
-`DELETE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)`, once psycopg prepared it and
-PostgreSQL cached a generic plan while the queue was nearly empty (a 3-row estimate), ran as
-a nested-loop semi-join over every queued row against the picked ones: 7.1 s for 500 of
-35,000 queued ids, and minutes for a recall's 20,000 (it grows with queued × taken). Every
-transaction on the queue and index carries its own statement and lock timeouts
-(`SET LOCAL`): a backend left behind by a killed instance gives up within them, and a
-recall waits no longer than `WAIT_LOCK_MS` for another drain to commit.
+A trigger queues new and changed turns in `recall_pending`; instances take them with SKIP LOCKED.
+The queue is drained by one statement whose cost follows what it takes: its rows are picked (and
+locked) once, in a materialised CTE, planned afresh each time (never prepared: a generic plan
+cached while the queue was nearly empty took 7.1 s for 500 of 35,000 queued ids; bench/pg_drain.py).
+Every transaction on the queue and index sets its own statement and lock timeouts: a backend left
+by a killed instance gives up within them, and a recall waits at most `WAIT_LOCK_MS` for a drain.
 """
 
 from __future__ import annotations
@@ -42,13 +38,9 @@ class RecallIndexing(Repository, RecallReads):
     __slots__ = ()
 
     def catch_up(self, limit: int) -> int:
-        """Index up to `limit` queued messages (new or changed); returns how many were taken.
-
-        When every queued message is being indexed by another transaction, this waits for it
-        to commit (at most `WAIT_LOCK_MS`, then returns 0), so that a read afterwards sees
-        what was queued before it asked. Runs in a transaction of its own: its timeouts are
-        set for that transaction alone.
-        """
+        """Index up to `limit` queued messages (new or changed), in a transaction of its own; how many.
+        When another is indexing every queued one, waits for its commit (at most `WAIT_LOCK_MS`, then
+        0), so that a read afterwards sees what was queued before it asked."""
         self._timeouts(QUEUE_STATEMENT_TIMEOUT_MS, lock_ms=QUEUE_STATEMENT_TIMEOUT_MS)
         taken = self._take(limit, wait=False)
         if not taken and self.behind():
@@ -64,8 +56,7 @@ class RecallIndexing(Repository, RecallReads):
         return len(taken)
 
     def _timeouts(self, statement_ms: int, *, lock_ms: int | None = None) -> None:
-        """Bound this transaction's statements (and lock waits) from here on; never the session's."""
-        # Sent with the next statement: set before it runs, and no round trip of its own.
+        """Bound this transaction's statements (and lock waits) from here on, with the next statement."""
         if lock_ms is None:
             self.sql.send("SELECT set_config('statement_timeout', ?, true)", (str(statement_ms),))
             return

@@ -1,11 +1,9 @@
 """What PostgreSQL does its own way (the rest of each repository is store/shared/).
 
-Its instances split the work by leases (`lease_owner`, `lease_until_ms`): a job or a followed
-agent is claimed `FOR UPDATE SKIP LOCKED` and held for the store's lease time unless renewed, so
-what a dead instance held is taken over once its lease runs out, and named leases pick the one
-instance that does cluster-wide work (retention). Lease times are the instances' clocks, as every
-due time is, so the instances' clocks must agree (NTP) to well within the lease. Besides: a
-metric's percentiles, a session's move and a vector batch each in one statement.
+Instances split the work by leases: a job or a followed agent is claimed `FOR UPDATE SKIP LOCKED`
+and held for the lease time unless renewed, so what a dead instance held is taken over once its
+lease runs out; a named lease picks the one instance doing cluster-wide work (retention). Lease
+times are the instances' clocks, which must agree (NTP) to well within the lease.
 """
 
 from __future__ import annotations
@@ -37,6 +35,11 @@ _MOVE = (
 )
 
 
+def lease(sql: PostgresSql, until_ms: int) -> dict[str, Any]:
+    """This instance's claim, from `until_ms` on for the lease time."""
+    return {"lease_owner": sql.instance.name, "lease_until_ms": until_ms + sql.instance.lease_ms}
+
+
 class PostgresJobs(Jobs):
     """The `jobs` table, shared by every instance."""
 
@@ -49,24 +52,18 @@ class PostgresJobs(Jobs):
         return CLAIMABLE, [now_ms]
 
     def _lease(self, stamp: int) -> dict[str, Any]:
-        return {"lease_owner": self.sql.instance.name, "lease_until_ms": stamp + self.sql.instance.lease_ms}
+        return lease(self.sql, stamp)
 
     def renew(self, job_id: int) -> bool:
         """Extend this instance's lease on a running job; False if another holds it or it ended."""
-        lease = self._lease(now_ms())
-        return (
-            self.sql.run(
-                "UPDATE jobs SET lease_until_ms = ? WHERE id = ? AND status = 'running' AND lease_owner = ?",
-                (lease["lease_until_ms"], job_id, lease["lease_owner"]),
-            )
-            == 1
-        )
+        claim = lease(self.sql, now_ms())
+        sql = "UPDATE jobs SET lease_until_ms = ? WHERE id = ? AND status = 'running' AND lease_owner = ?"
+        return self.sql.run(sql, (claim["lease_until_ms"], job_id, claim["lease_owner"])) == 1
 
     def release_running(self) -> int:
-        """Make pending again the jobs whose holder let its lease run out (an instance that died);
-        the claims of live instances stand."""
+        """Make pending again the jobs whose holder's lease ran out (a dead instance's); live ones' stand."""
         return self.sql.run(
-            "UPDATE jobs SET status = 'pending', lease_owner = NULL, lease_until_ms = NULL "
+            f"UPDATE jobs SET status = 'pending'{self._free} "
             "WHERE status = 'running' AND coalesce(lease_until_ms, 0) < ?",
             (now_ms(),),
         )
@@ -82,10 +79,7 @@ class PostgresWatches(Watches):
         return f" AND {MINE_TO_TAKE}", [self.sql.instance.name, now_ms]
 
     def _lease(self, until_ms: int) -> dict[str, Any]:
-        return {
-            "lease_owner": self.sql.instance.name,
-            "lease_until_ms": until_ms + self.sql.instance.lease_ms,
-        }
+        return lease(self.sql, until_ms)
 
     def _claim(self, column: str, now_ms: int, limit: int) -> list[Watch]:
         # A lease this instance already holds past the claim's is kept.
@@ -102,11 +96,9 @@ class PostgresWatches(Watches):
         return sorted(claimed, key=lambda watch: (getattr(watch, column) or 0, watch.agent_id))
 
     def claim_polls(self, now_ms: int, limit: int) -> list[Watch]:
-        """Take the agents due a poll for this instance; others skip them while it polls."""
         return self._claim("next_poll_ms", now_ms, limit)
 
     def claim_pushes(self, now_ms: int, limit: int) -> list[Watch]:
-        """Take the agents due a refresh for this instance."""
         return self._claim("push_due_ms", now_ms, limit)
 
     def release_held(self) -> int:
