@@ -114,6 +114,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", ["sqlite", second])
 
 
+# A randomized sweep (a fast path checked against its plain form) runs a tenth of its rounds in the
+# fast tier, and all of them, marked `slow`, in the whole suite: the same seeded draws, cut short.
+SAMPLE_SHARE = 10
+
+
+@pytest.fixture(params=["sample", pytest.param("whole", marks=pytest.mark.slow)])
+def rounds(request: pytest.FixtureRequest) -> Callable[[int], int]:
+    """How many of a sweep's `count` rounds (or of a count it must reach) this run asks for."""
+    share = SAMPLE_SHARE if request.param == "sample" else 1
+    return lambda count: count // share
+
+
 # What a test must not inherit from the machine it runs on: the service's settings.
 MACHINE_SETTINGS = ("AGENT_MEMORY_", "AGORA_", "OPENAI_")
 

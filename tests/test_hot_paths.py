@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from agent_memory.core import recall
 from agent_memory.core.alignment import MAX_POSITIONS_PER_FINGERPRINT, Key, align, same_message
@@ -33,17 +33,17 @@ def plain_align(stored: Sequence[Key | str], window: Sequence[Key | str]) -> int
     return None
 
 
-def test_align_votes_as_same_message_does() -> None:
+def test_align_votes_as_same_message_does(rounds: Callable[[int], int]) -> None:
     rng = random.Random(3)
     placed = 0
-    for _ in range(20_000):
+    for _ in range(rounds(20_000)):
         keys, weights = KEYS[rng.randint(1, 4)]
         stored = rng.choices(keys, cum_weights=weights, k=rng.randint(0, 8))
         window = rng.choices(keys, cum_weights=weights, k=rng.randint(0, 5))
         found = align(stored, window)
         assert found == plain_align(stored, window), (stored, window)
         placed += found is not None
-    assert placed > 5_000
+    assert placed > rounds(5_000)
 
 
 def key_space(count: int) -> tuple[list[Key | str], list[float]]:
@@ -77,7 +77,9 @@ def plain_scored(summaries: Sequence[Summary], idfs: Mapping[str, float]) -> lis
     return scored
 
 
-def test_a_summary_scores_only_its_statements_that_hold_a_term_of_the_question() -> None:
+def test_a_summary_scores_only_its_statements_that_hold_a_term_of_the_question(
+    rounds: Callable[[int], int],
+) -> None:
     rng = random.Random(5)
     words = [
         "dog",
@@ -96,7 +98,7 @@ def test_a_summary_scores_only_its_statements_that_hold_a_term_of_the_question()
         "马拉松",
     ]
     found = 0
-    for _ in range(500):
+    for _ in range(rounds(500)):
         lines = []
         for _ in range(rng.randint(1, 30)):
             if rng.random() < 0.15:
@@ -111,7 +113,7 @@ def test_a_summary_scores_only_its_statements_that_hold_a_term_of_the_question()
         expected = plain_scored([summary], idfs)
         assert recall._scored([], [], [summary], idfs, 7.0) == expected
         found += len(expected)
-    assert found > 500
+    assert found > rounds(500)
 
 
 def plain_diverse(found: list[recall.Scored]) -> list[recall.Scored]:
@@ -138,7 +140,9 @@ def plain_diverse(found: list[recall.Scored]) -> list[recall.Scored]:
     return out + found[recall.DIVERSE_TOP :]
 
 
-def test_near_repeats_are_weighed_as_pair_by_pair_comparison_weighs_them() -> None:
+def test_near_repeats_are_weighed_as_pair_by_pair_comparison_weighs_them(
+    rounds: Callable[[int], int],
+) -> None:
     rng = random.Random(7)
     words = [
         "dog",
@@ -162,7 +166,7 @@ def test_near_repeats_are_weighed_as_pair_by_pair_comparison_weighs_them() -> No
         "and",
     ]
     discounted = 0
-    for _ in range(2_000):
+    for _ in range(rounds(2_000)):
         found: list[recall.Scored] = []
         for index in range(rng.randint(0, recall.DIVERSE_TOP + 10)):
             text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 9))) + f" w{rng.randint(0, 3)}"
@@ -179,7 +183,7 @@ def test_near_repeats_are_weighed_as_pair_by_pair_comparison_weighs_them() -> No
         expected = plain_diverse(found)
         assert recall._diverse(found) == expected
         discounted += sum(entry not in found for entry in expected)
-    assert discounted > 10_000
+    assert discounted > rounds(10_000)
 
 
 def test_two_turns_without_a_word_to_match_are_not_a_division_by_zero() -> None:

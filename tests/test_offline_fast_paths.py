@@ -7,6 +7,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 
 from agent_memory.condense import salience
@@ -122,7 +123,7 @@ def random_statement(rng: random.Random) -> str:
     return text + rng.choice(("", ".", "!", " now"))
 
 
-def test_caseless_patterns_answer_as_their_ignorecase_patterns() -> None:
+def test_caseless_patterns_answer_as_their_ignorecase_patterns(rounds: Callable[[int], int]) -> None:
     rng = random.Random(28)
     patterns = [
         salience.DATE_WORDS,
@@ -133,13 +134,13 @@ def test_caseless_patterns_answer_as_their_ignorecase_patterns() -> None:
     ]
     caseless = [Caseless(pattern) for pattern in patterns]
     found = 0
-    for _ in range(6_000):
+    for _ in range(rounds(6_000)):
         text = random_text(rng) if rng.random() < 0.7 else random_statement(rng)
         folded = fold_ascii(text)
         for pattern, fast in zip(patterns, caseless, strict=True):
             assert fast.search(text, folded) == (pattern.search(text) is not None), (pattern.pattern, text)
             found += fast.search(text, folded)
-    assert found > 5_000
+    assert found > rounds(5_000)
 
 
 def test_caseless_refuses_a_pattern_it_would_get_wrong() -> None:
@@ -167,26 +168,30 @@ def spans(matches: object) -> list[tuple[object, ...]]:
     return [(match.span(), match.groupdict()) for match in matches]  # type: ignore[attr-defined]
 
 
-def test_statement_finders_find_what_finditer_finds() -> None:
+def test_statement_finders_find_what_finditer_finds(rounds: Callable[[int], int]) -> None:
     rng = random.Random(11)
     finders = [*EN_FINDERS, partial(clause_matches, EN_EVENT_CLAUSE)]
     patterns = [*(pattern for _, pattern in EN_STATEMENTS), EN_EVENT_CLAUSE]
     assert sum(pattern.pattern.startswith(EN_START) for pattern in patterns) >= 10
     found: Counter[str] = Counter()
-    for _ in range(4_000):
+    for _ in range(rounds(4_000)):
         sentence = random_text(rng) if rng.random() < 0.5 else random_statement(rng)
         for pattern, find in zip(patterns, finders, strict=True):
             expected = spans(pattern.finditer(sentence))
             assert spans(find(sentence)) == expected, (pattern.pattern[:60], sentence)
             found[pattern.pattern] += bool(expected)
     # Every pattern beginning with EN_START was seen to match, its literals and starts kept.
-    assert all(found[p.pattern] > 20 for p in patterns if p.pattern.startswith(EN_START)), found.values()
+    assert all(found[p.pattern] > rounds(20) for p in patterns if p.pattern.startswith(EN_START)), (
+        found.values()
+    )
 
 
-def test_requests_and_introductions_hold_the_words_their_prefilter_asks_for() -> None:
+def test_requests_and_introductions_hold_the_words_their_prefilter_asks_for(
+    rounds: Callable[[int], int],
+) -> None:
     rng = random.Random(5)
     requests = introductions = 0
-    for _ in range(20_000):
+    for _ in range(rounds(20_000)):
         text = random_text(rng)
         if any(extract(sentence) for sentence in sentences(text) for extract in REQUEST_EXTRACTORS):
             requests += 1
@@ -194,7 +199,7 @@ def test_requests_and_introductions_hold_the_words_their_prefilter_asks_for() ->
         if any(pattern.search(text) for pattern in (EN_NAME, ZH_NAME, KO_NAME, JA_NAME)):
             introductions += 1
             assert may_hold(text, INTRODUCTION_WORDS), text
-    assert requests > 200 and introductions > 200
+    assert requests > rounds(200) and introductions > rounds(200)
 
 
 def test_resolve_gives_a_list_of_its_own_each_time() -> None:
@@ -203,15 +208,15 @@ def test_resolve_gives_a_list_of_its_own_each_time() -> None:
     assert [m.expression for m in resolve("see you tomorrow", 1_763_000_000_000)] == ["tomorrow"]
 
 
-def test_event_words_are_the_plain_findalls() -> None:
+def test_event_words_are_the_plain_findalls(rounds: Callable[[int], int]) -> None:
     rng = random.Random(7)
     seen = 0
-    for _ in range(6_000):
+    for _ in range(rounds(6_000)):
         text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
         plain = {m.lower() for m in EN_EVENT.findall(text)} | set(ZH_EVENTS.findall(text))
         assert event_words(text) == plain, text
         seen += bool(plain)
-    assert seen > 1_000
+    assert seen > rounds(1_000)
 
 
 def plain_fact_key(text: str) -> str:
@@ -221,37 +226,37 @@ def plain_fact_key(text: str) -> str:
     return " ".join(spaced.split())
 
 
-def test_fact_key_is_the_plain_key() -> None:
+def test_fact_key_is_the_plain_key(rounds: Callable[[int], int]) -> None:
     rng = random.Random(13)
     alphabet = [chr(code) for code in range(128)] + list("ＣＡＴé İıſK我的猫。，！ \u00a0\u3000ﬁ")
-    for _ in range(20_000):
+    for _ in range(rounds(20_000)):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         assert fact_key(text) == plain_fact_key(text), repr(text)
-    for _ in range(5_000):
+    for _ in range(rounds(5_000)):
         text = random_text(rng)
         assert fact_key(text) == plain_fact_key(text), repr(text)
 
 
-def test_is_profile_answers_as_its_ignorecase_patterns() -> None:
+def test_is_profile_answers_as_its_ignorecase_patterns(rounds: Callable[[int], int]) -> None:
     rng = random.Random(17)
     extra = ("fiancée", "FIANCÉE", "Fiancé", "after work", "After Work", "post office", "我妈妈", "工作")
     found = 0
-    for _ in range(6_000):
+    for _ in range(rounds(6_000)):
         text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
         if rng.random() < 0.3:
             text += " " + rng.choice(extra)
         plain = bool(EN_PROFILE.search(text) or ZH_PROFILE.search(text))
         assert is_profile.__wrapped__(text) == plain, text
         found += plain
-    assert found > 1_000
+    assert found > rounds(1_000)
 
 
-def test_resolve_finds_what_every_expression_tried_finds() -> None:
+def test_resolve_finds_what_every_expression_tried_finds(rounds: Callable[[int], int]) -> None:
     rng = random.Random(19)
     times = ("today", "Tonight", "last Friday", "next week", "THIS weekend", "two days ago", "in 3 weeks",
              "昨天", "下周五", "어제", "다음 주", "先週", "the day before yesterday")  # fmt: skip
     found = 0
-    for _ in range(4_000):
+    for _ in range(rounds(4_000)):
         text = random_text(rng)
         if rng.random() < 0.5:
             text += " " + rng.choice(times)
@@ -267,17 +272,17 @@ def test_resolve_finds_what_every_expression_tried_finds() -> None:
         )
         assert spans(dates._matches(text)) == spans(plain), text
         found += bool(plain)
-    assert found > 1_000
+    assert found > rounds(1_000)
 
 
-def test_salience_is_what_its_plain_patterns_give() -> None:
+def test_salience_is_what_its_plain_patterns_give(rounds: Callable[[int], int]) -> None:
     rng = random.Random(23)
     said = 1_763_000_000_000
     extra = ("My friend got married", "my colleague Anna", "我同事结婚了", "我是护士", "婚礼", "A nurse",
              "social worker", "Real estate agent", "check-up", "checkup", "due date", "support group", "exams",
              "lovee", "LOVED", "favorite", "enjoyed", "missed", "mine", "MY", "i'm", "Sept. 3", "3rd", "nurse_1",
              "next month", "Sunday", "İ love", "Ｉ am", "my_self", "Exams2")  # fmt: skip
-    for _ in range(3_000):
+    for _ in range(rounds(3_000)):
         text = random_text(rng) if rng.random() < 0.6 else random_statement(rng)
         for _ in range(rng.choice((0, 0, 1, 2))):
             text = rng.choice(extra) + rng.choice((" ", ", ", "")) + text
@@ -313,10 +318,10 @@ def plain_salience(text: str, at_ms: int) -> int:
     return score
 
 
-def test_statement_candidates_leave_out_only_patterns_that_cannot_match() -> None:
+def test_statement_candidates_leave_out_only_patterns_that_cannot_match(rounds: Callable[[int], int]) -> None:
     rng = random.Random(29)
     tried = Counter[int]()
-    for _ in range(6_000):
+    for _ in range(rounds(6_000)):
         sentence = random_text(rng) if rng.random() < 0.5 else random_statement(rng)
         candidates = en_candidates(sentence)
         for index, (_, pattern) in enumerate(EN_STATEMENTS):
@@ -326,4 +331,4 @@ def test_statement_candidates_leave_out_only_patterns_that_cannot_match() -> Non
                 tried[index] += 1
                 assert spans(EN_MATCHERS[index](sentence)) == spans(pattern.finditer(sentence)), sentence
     # Every pattern was tried, and each was left out of some sentences.
-    assert len(tried) == len(EN_STATEMENTS) and all(count < 6_000 for count in tried.values())
+    assert len(tried) == len(EN_STATEMENTS) and all(count < rounds(6_000) for count in tried.values())
