@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -165,7 +166,10 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The controller stops the shared server once every worker is done (or has crashed)."""
+    """The controller stops the shared server once every worker is done (or has crashed); a
+    process that was starting it in the background first lets that finish."""
+    if STARTING in config.stash:
+        config.stash[STARTING].join()
     if RUN_FOLDER in config.stash:
         from postgres_server import stop_shared
 
@@ -176,9 +180,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def pg_cluster(pytestconfig: pytest.Config) -> PostgresCluster:
-    """The run's one PostgreSQL server, started on first use by whichever worker needs it first;
-    each worker makes databases of its own in it."""
-    from postgres_server import bindir, shared
+    """The run's one PostgreSQL server, started on first use by whichever worker needs it first
+    (or earlier, by `pytest_collection_finish`); each worker makes databases of its own in it."""
+    from postgres_server import bindir
 
     if bindir() is None:
         # CI installs the server (.ci/run); a developer's machine without one runs SQLite alone.
@@ -186,10 +190,51 @@ def pg_cluster(pytestconfig: pytest.Config) -> PostgresCluster:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    worker = getattr(pytestconfig, "workerinput", None)
+    if STARTING in pytestconfig.stash:
+        pytestconfig.stash[STARTING].join()
+    return run_cluster(pytestconfig)
+
+
+def run_cluster(config: pytest.Config) -> PostgresCluster:
+    """The run's server as this process reaches it: started now if no process of the run has."""
+    from postgres_server import shared
+
+    worker = getattr(config, "workerinput", None)
     if worker is None:
-        return shared(Path(pytestconfig.stash[RUN_FOLDER]), "main", os.getpid())
+        return shared(Path(config.stash[RUN_FOLDER]), "main", os.getpid())
     return shared(Path(worker["run_folder"]), worker["workerid"], worker["controller"])
+
+
+# The thread starting the run's server in the background, in a process that will run PostgreSQL tests.
+STARTING = pytest.StashKey[threading.Thread]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A process whose selection holds PostgreSQL tests starts the run's server (initdb, start,
+    the migrated template: seconds) while its first tests run, not when its first PostgreSQL test
+    sets up; the first to ask starts it, the others find it (`postgres_server.shared`)."""
+    if session.config.option.collectonly or not any(map(on_postgres, session.items)):
+        return
+
+    def start() -> None:
+        try:
+            run_cluster(session.config).prepare()
+        except Exception:  # no server binaries, say: pg_cluster skips or fails with the reason
+            pass
+
+    thread = threading.Thread(target=start, name="postgres-start", daemon=True)
+    session.config.stash[STARTING] = thread
+    thread.start()
+
+
+def on_postgres(item: pytest.Item) -> bool:
+    """Whether the test runs on PostgreSQL: its `backend` is, or it asks for the server itself."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("backend") == "postgres":
+        return True
+    names = getattr(item, "fixturenames", ())
+    # The modules of PostgreSQL-only tests override `backend` (conftest's says sqlite).
+    return "pg_cluster" in names or ("backend" in names and hasattr(getattr(item, "module", None), "backend"))
 
 
 @pytest.fixture

@@ -140,10 +140,14 @@ class PostgresCluster:
 
     def database(self) -> str:
         """A fresh database with every migration applied (copied from a migrated template)."""
+        self.prepare()
+        return self.create(f"test_{next(self._names)}", template=TEMPLATE)
+
+    def prepare(self) -> None:
+        """Make the migrated template that `database` copies, if no process sharing the server has."""
         if not self._template_ready:
             self._make_template()
             self._template_ready = True
-        return self.create(f"test_{next(self._names)}", template=TEMPLATE)
 
     def _make_template(self) -> None:
         """The migrated template, made once per server by whichever process sharing it asks first."""
