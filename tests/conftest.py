@@ -152,10 +152,32 @@ def backend() -> str:
 RUN_FOLDER = pytest.StashKey[str]()
 
 
+# Where the tests' files (tmp_path: their SQLite databases) go when nobody said where: in memory,
+# if the machine has a tmpfs with room. The store commits with synchronous=FULL, and each fsync
+# of a disk file waits milliseconds (thousands of them in a run, ~6 per test) for nothing a test
+# checks: what a process or another instance reads back is the same from either.
+RAM_FOLDER = Path("/dev/shm")
+RAM_ROOM = 2 * 1024**3
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """The run's controller (the only process under `-n 0`) makes the run's folder."""
+    """The run's controller (the only process under `-n 0`) makes the run's folder, and puts the
+    tests' temporary files in memory unless told where (`--basetemp`, TMPDIR, PYTEST_DEBUG_TEMPROOT)."""
     if not hasattr(config, "workerinput"):
         config.stash[RUN_FOLDER] = tempfile.mkdtemp(prefix="agent-memory-run-")
+        told = config.option.basetemp or os.environ.get("TMPDIR") or os.environ.get("PYTEST_DEBUG_TEMPROOT")
+        if not told and has_room(RAM_FOLDER, RAM_ROOM):
+            # pytest's root of numbered temporary folders (it keeps the last three, as ever).
+            os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_FOLDER)
+
+
+def has_room(folder: Path, needed: int) -> bool:
+    """Whether this process may write in `folder`, and it has `needed` bytes free."""
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK) and stats.f_bavail * stats.f_frsize >= needed
 
 
 @pytest.hookimpl(optionalhook=True)
