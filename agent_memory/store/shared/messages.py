@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, get_type_hints
 
 from agent_memory.core.domain import Message, MessageChanges, MessageFingerprint
 from agent_memory.store.shared.facts import USER_WIDE
@@ -28,6 +28,8 @@ SPOKEN = "kind = 'turn'"
 MESSAGE_COLUMNS = tuple(NewMessage.__annotations__)
 # Rows arrive 32 at a time per callback: pick their values in C, not in a Python loop.
 _ROW = itemgetter(*MESSAGE_COLUMNS)
+# Where `NewMessage`'s flags (bools, stored as integers) are in a row.
+_FLAGS = tuple(place for place, kind in enumerate(get_type_hints(NewMessage).values()) if kind is bool)
 # What a row that leaves a column out stores in it (others: NULL).
 _DEFAULTS = {"kind": "turn"}
 
@@ -55,10 +57,14 @@ def _fingerprint(*row: Any) -> MessageFingerprint:
 def stored_row(message: NewMessage) -> list[Any]:
     """A new message's values in `MESSAGE_COLUMNS` order, as stored (a flag as an integer)."""
     try:
-        values = _ROW(message)
+        values = list(_ROW(message))
     except KeyError:  # a row may leave columns out
         values = [message.get(column, _DEFAULTS.get(column)) for column in MESSAGE_COLUMNS]
-    return [int(value) if value.__class__ is bool else value for value in values]
+    # Only the flags are bools (`NewMessage`): converted by place, not by testing every value.
+    for place in _FLAGS:
+        if values[place].__class__ is bool:
+            values[place] = int(values[place])
+    return values
 
 
 class MessageReads(Repository):
