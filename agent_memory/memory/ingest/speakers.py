@@ -64,6 +64,8 @@ class Speakers:
                 and message.speaker != owner
             ):
                 by_uid.setdefault(message.speaker, []).append(message)
+        if not by_uid:  # the usual call: no one else spoke
+            return outcome
         forgotten = 0
         # The run's end, when this event tells it (a 103 comes with its stop time, maybe before the 102).
         stop_ms = session.stop_ms or (event.stop_ms if isinstance(event, SessionEvent) else None)

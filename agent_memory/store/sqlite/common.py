@@ -6,6 +6,7 @@ import functools
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from typing import Any, TypeVar
 
 from agent_memory.store.shared.sql import Repository as SharedRepository
@@ -102,9 +103,7 @@ class SQLiteSql(Sql):
         while left:
             size = min(_MAX_ROWS, 1 << (left.bit_length() - 1))
             chunk = rows[start : start + size]
-            self.conn.execute(
-                _multi_insert(table, tuple(columns), size), [value for row in chunk for value in row]
-            )
+            self.conn.execute(_multi_insert(table, tuple(columns), size), list(chain.from_iterable(chunk)))
             start, left = start + size, left - size
 
     def bump(self, pairs: Iterable[tuple[str, str]]) -> None:
