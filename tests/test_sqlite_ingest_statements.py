@@ -1,0 +1,64 @@
+"""What a 103 costs SQLite's writer in statements: a run's messages go in by multi-row INSERTs,
+not one statement per message (issue 28); the rows are those a statement per message stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Service, agent_event, turns
+
+LABELS = {"user_id": "u-cost", "character_id": "c"}
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"
+
+
+async def traced(service: Service, envelope: dict[str, Any]) -> list[str]:
+    """The statements the writer ran for one callback (each execution of one, as SQLite traces them)."""
+    sent: list[str] = []
+    await service.store.write(lambda tx: tx.conn.set_trace_callback(sent.append))
+    try:
+        status, body = await service.callback(envelope)
+    finally:
+        await service.store.write(lambda tx: tx.conn.set_trace_callback(None))
+    assert (status, body["status"]) == (200, "done"), body
+    return [" ".join(sql.split()) for sql in sent]
+
+
+async def stored_rows(service: Service, agent_id: str) -> list[Any]:
+    """The session's message rows in id order, with the stored type of each flag."""
+    return await service.store.read(
+        lambda view: view.conn.execute(
+            "SELECT id, seq, content, interrupted, typeof(interrupted), gap_before, typeof(gap_before), "
+            "at_ms FROM messages WHERE agent_id = ? ORDER BY id",
+            (agent_id,),
+        ).fetchall()
+    )
+
+
+@pytest.mark.parametrize(("count", "inserts"), [(32, 1), (40, 2), (7, 3)])
+async def test_a_runs_messages_go_in_by_a_few_multi_row_inserts(
+    service: Service, count: int, inserts: int
+) -> None:
+    contents = turns(count)
+    contents[1]["metadata"].update({"interrupted": True, "interrupt_timestamp": 1_763_690_001_500})
+    agent_id = f"A-ROWS-{count}"
+    sent = await traced(service, agent_event(103, agent_id, labels=LABELS, contents=contents))
+    statements = [sql for sql in sent if sql.startswith("INSERT INTO messages")]
+    # Chunks of powers of two up to 32 rows: 32 is one statement, 40 is 32 + 8, 7 is 4 + 2 + 1.
+    assert len(statements) == inserts, statements
+    rows = await stored_rows(service, agent_id)
+    # Every message, ids in the window's order, flags stored as integers as before.
+    assert [row["seq"] for row in rows] == list(range(count))
+    assert [row["content"] for row in rows] == [message["content"] for message in contents]
+    assert [row["at_ms"] for row in rows] == [message["timestamp"] for message in contents]
+    assert {row["typeof(interrupted)"] for row in rows} == {"integer"}
+    assert {row["typeof(gap_before)"] for row in rows} == {"integer"}
+    assert [row["interrupted"] for row in rows] == [int(index == 1) for index in range(count)]
+    assert {row["gap_before"] for row in rows} == {0}
+    redelivered = await service.callback(agent_event(103, agent_id, labels=LABELS, contents=contents))
+    assert redelivered[1]["status"] == "duplicate"
+    assert await stored_rows(service, agent_id) == rows
