@@ -62,3 +62,20 @@ async def test_a_runs_messages_go_in_by_a_few_multi_row_inserts(
     redelivered = await service.callback(agent_event(103, agent_id, labels=LABELS, contents=contents))
     assert redelivered[1]["status"] == "duplicate"
     assert await stored_rows(service, agent_id) == rows
+
+
+def test_a_wide_tables_rows_go_in_within_the_oldest_variable_limit(tmp_path: Any) -> None:
+    # SQLite builds before 3.32 bind at most 999 variables a statement: 32 rows of 40 columns
+    # would be 1,280, so a wide table's chunks are smaller; every row still goes in, in order.
+    import sqlite3
+
+    from agent_memory.store.sqlite.common import SQLiteSql
+
+    conn = sqlite3.connect(tmp_path / "wide.db")
+    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    columns = [f"c{i}" for i in range(40)]
+    conn.execute(f"CREATE TABLE wide (id INTEGER PRIMARY KEY, {', '.join(columns)})")
+    rows = [[row * 100 + column for column in range(40)] for row in range(45)]
+    SQLiteSql(conn).insert_rows("wide", columns, rows)
+    assert [list(row) for row in conn.execute(f"SELECT {', '.join(columns)} FROM wide ORDER BY id")] == rows
+    conn.close()

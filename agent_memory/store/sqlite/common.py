@@ -40,8 +40,10 @@ def marks(count: int) -> str:
     return ", ".join("?" * count)
 
 
-# The most rows one INSERT of `SQLiteSql.insert_rows` writes.
+# The most rows one INSERT of `SQLiteSql.insert_rows` writes, and the most variables a statement
+# may bind in any SQLite build (999 before 3.32).
 _MAX_ROWS = 32
+_MAX_VARIABLES = 999
 
 
 @functools.lru_cache(maxsize=64)
@@ -98,10 +100,11 @@ class SQLiteSql(Sql):
         # Multi-row statements, not one statement per row: SQLite then steps one statement,
         # and updates an AUTOINCREMENT table's sequence once, per chunk (a 32-message callback
         # 0.43 -> 0.34 ms). Chunks of powers of two keep the statements few (for its cache)
-        # and each within the variable limit of any SQLite build (999).
+        # and each within the variable limit of any SQLite build, whatever the table's width.
+        most = max(1, min(_MAX_ROWS, _MAX_VARIABLES // len(columns)))
         start, left = 0, len(rows)
         while left:
-            size = min(_MAX_ROWS, 1 << (left.bit_length() - 1))
+            size = 1 << (min(left, most).bit_length() - 1)
             chunk = rows[start : start + size]
             self.conn.execute(_multi_insert(table, tuple(columns), size), list(chain.from_iterable(chunk)))
             start, left = start + size, left - size
