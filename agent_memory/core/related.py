@@ -19,9 +19,9 @@ seeds 31, 32, 41 included) flatter the table.
 A line is one concept: `heads | members`. Heads are the concept's names and synonyms and stand
 in for each other and for every member; a member (a kind of it, or a word it is said with)
 stands in for the heads only, not for the other members ("tennis" asked does not find
-"football"). A line without `|` is a set of synonyms. An entry of several English words is a
-phrase: asked, it brings its concept's words ("took in" a pet: adopted); it is never a word
-looked for. A Chinese entry is a word: matched by its bigrams (`core.terms`), a one-character
+"football"). A line without `|` is a set of synonyms. An entry of several English words joined
+by `_` is a phrase: asked, it brings its concept's words ("took_in" a pet: adopted); it is never
+a word looked for. A Chinese entry is a word: matched by its bigrams (`core.terms`), a one-character
 word (猫, 马) by its character. A word in several concepts gets the words of each.
 """
 
@@ -38,7 +38,7 @@ CONCEPTS: Final = (
     # Home and moving.
     "live living home house flat apartment | move moved moving relocate relocated neighbourhood "
     "neighborhood city town",
-    "move moved moving relocate relocated relocation | new place new home settle settled",
+    "move moved moving relocate relocated relocation | new_place new_home settle settled",
     # Work.
     "job work working career profession occupation employ employed employer employment workplace | "
     "shift shifts rota roster overtime office colleague colleagues coworker boss manager salary wage "
@@ -57,7 +57,7 @@ CONCEPTS: Final = (
     "pet pets animal animals creature creatures critter | dog dogs puppy cat cats kitten rabbit rabbits "
     "bunny hamster guinea parrot budgie bird goldfish fish tortoise turtle lizard snake ferret horse pony "
     "vet",
-    "adopt adopted adoption | rescue rescued shelter foster took in take in taken in pet",
+    "adopt adopted adoption | rescue rescued shelter foster took_in take_in taken_in pet",
     "dog dogs | puppy pup hound",
     "cat cats | kitten kitty",
     "rabbit rabbits | bunny",
@@ -167,22 +167,9 @@ def _split(line: str) -> tuple[list[str], list[str]]:
     return _entries(heads), _entries(members)
 
 
-_PHRASE_FIRST: Final = frozenset({"took", "take", "taken", "new"})
-
-
 def _entries(part: str) -> list[str]:
-    # Phrases are written as their words in a row; these start with a word that never stands alone here.
-    words = part.split()
-    out: list[str] = []
-    index = 0
-    while index < len(words):
-        if words[index] in _PHRASE_FIRST and index + 1 < len(words):
-            out.append(f"{words[index]} {words[index + 1]}")
-            index += 2
-        else:
-            out.append(words[index])
-            index += 1
-    return out
+    # A phrase is written with its words joined by "_" (`took_in`), so that an entry is one token.
+    return [entry.replace("_", " ") for entry in part.split()]
 
 
 def _indexes() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
