@@ -1,10 +1,13 @@
 """Hard recall benchmark: paraphrased, multi-session, temporal, other-person and inference questions.
 
-    python bench/recall_hard.py [--en 8] [--zh 4] [--seed 11] [--sessions 10 13] [--exchanges 22 30]
-                                [--condense session|end|off] [--concurrency 8] [--keep] [--db PATH] [--misses]
-                                [--teller user|character]
+    python bench/recall_hard.py [--set hard|life] [--en 8] [--zh 4] [--seed 11] [--sessions 10 13]
+                                [--exchanges 22 30] [--condense session|end|off] [--concurrency 8] [--keep]
+                                [--db PATH] [--misses] [--teller user|character]
 
-The data is synthetic (bench/recall_hard_data.py: seeded templates, see its docstring). Every
+The data is synthetic: `--set hard` (the default) is bench/recall_hard_data.py, some fifteen facts
+of a user's life among small talk; `--set life` is bench/life_data.py, some fifty details over
+about twenty calls told by both speakers in long turns, far more than a start context can quote
+(seeded templates, see their docstrings; seed 21 by default, sessions 18-24 of 14-20 exchanges). Every
 session goes to the real server as a signed Agora 103 callback, round by round, condensed with
 the offline condenser as bench/recall.py does (`--condense session` by default). Then each
 question is answered, side by side in one run, by:
@@ -36,12 +39,14 @@ import aiohttp
 import bm25s
 import recall
 from _common import Server, machine_info, print_machine, print_summary, work_directory
+from life_data import generate as generate_life
 from recall_hard_data import CHARACTERS, LANGUAGES, TYPES, User, generate, leaks
 
 PAIR = recall.PAIR
 METRICS = ("recall_500", "recall_1000", "system_messages_1500", "bm25s_500", "bm25s_1000",
            "recency_500", "recency_1000", "recency_1500")  # fmt: skip
 CHARS_PER_TOKEN = 4
+TELLERS = ("user", "character")
 
 
 def fill(lines: Sequence[str], budget: int) -> list[str]:
@@ -163,23 +168,33 @@ def report(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "by_language": {
             lang: rates([r for r in rows if r["question"].language == lang]) for lang in LANGUAGES
         },
+        "by_teller": {
+            teller: rates([r for r in rows if r["question"].teller == teller]) for teller in TELLERS
+        },
     }
 
 
 def print_table(figures: dict[str, Any]) -> None:
-    header = f"{'questions':<14}{'n':>5}" + "".join(f"{m:>22}" for m in METRICS)
+    header = f"{'questions':<20}{'n':>5}" + "".join(f"{m:>22}" for m in METRICS)
     print(header)
     print("-" * len(header))
-    lines = [("all", figures["overall"]), *figures["by_type"].items(), *figures["by_language"].items()]
+    lines = [("all", figures["overall"]), *figures["by_type"].items(), *figures["by_language"].items(),
+             *((f"told by {teller}", line) for teller, line in figures["by_teller"].items())]  # fmt: skip
     for name, line in lines:
-        print(f"{name:<14}{line['n']:>5}" + "".join(f"{line[m]:>21.1f}%" for m in METRICS))
+        if not line["n"]:
+            continue
+        print(f"{name:<20}{line['n']:>5}" + "".join(f"{line[m]:>21.1f}%" for m in METRICS))
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     info = machine_info()
     print_machine(info)
-    users = generate(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
-                     exchanges=tuple(args.exchanges), filler=args.filler)  # fmt: skip
+    if args.set == "life":
+        users = generate_life(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
+                              exchanges=tuple(args.exchanges))  # fmt: skip
+    else:
+        users = generate(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
+                         exchanges=tuple(args.exchanges), filler=args.filler)  # fmt: skip
     if args.teller == "character":
         swap_roles(users)
     leaked = leaks(users)
@@ -221,7 +236,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     if args.misses:
         print_misses(rows)
     return {
-        "bench": "recall_hard", "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
+        "bench": "recall_hard", "set": args.set, "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
         "filler": args.filler, "teller": args.teller,
         "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
         "recall_mean_tokens": used, "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
@@ -233,9 +248,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--en", type=int, default=8, help="English users")
     parser.add_argument("--zh", type=int, default=4, help="Chinese users")
-    parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--sessions", type=int, nargs=2, default=[10, 13], metavar=("LO", "HI"))
-    parser.add_argument("--exchanges", type=int, nargs=2, default=[22, 30], metavar=("LO", "HI"))
+    parser.add_argument("--set", choices=("hard", "life"), default="hard",
+                        help="the data: fifteen facts a user among small talk (hard), or a life told at length by both speakers (life)")  # fmt: skip
+    parser.add_argument("--seed", type=int, help="11 for the hard set, 21 for the life set by default")
+    parser.add_argument(
+        "--sessions", type=int, nargs=2, metavar=("LO", "HI"), help="10 13 (hard), 18 24 (life)"
+    )
+    parser.add_argument(
+        "--exchanges", type=int, nargs=2, metavar=("LO", "HI"), help="22 30 (hard), 14 20 (life)"
+    )
     parser.add_argument("--condense", choices=("session", "end", "off"), default="session")
     parser.add_argument("--filler", choices=("varied", "templates"), default="varied",
                         help="small talk mostly of lines seldom said twice (the default: a question-blind pick of the lines said once answers most of `templates`), or from a few repeated templates")  # fmt: skip
@@ -251,6 +272,10 @@ def main() -> int:
     )
     parser.add_argument("--db", help="this database file: filled when missing, else only asked again")
     args = parser.parse_args()
+    life = args.set == "life"
+    args.seed = args.seed if args.seed is not None else (21 if life else 11)
+    args.sessions = args.sessions or ([18, 24] if life else [10, 13])
+    args.exchanges = args.exchanges or ([14, 20] if life else [22, 30])
     with work_directory("agent-memory-recall-hard-", keep=args.keep) as workdir:
         summary = asyncio.run(run(args, workdir))
     print_summary(summary)

@@ -264,6 +264,7 @@ class Question:
     text: str
     answer: str
     evidence: tuple[Turn, ...]
+    teller: str = "user"  # who told the answer: the user, or the character of itself
 
     def answered_by(self, text: str) -> bool:
         """The gold answer, or the first 60 characters of every evidence turn, is in `text`."""

@@ -1,0 +1,54 @@
+"""The life set (bench/life_data.py): deterministic, told by both speakers, too much to quote whole."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import life_data
+import recall_hard_data
+
+from agent_memory.core.tokens import count_tokens
+
+
+def test_the_set_is_deterministic_bilingual_and_told_by_both_speakers() -> None:
+    """Same seed, same data; every type; the character tells details of its own, asked as "you"."""
+    users = life_data.generate(2, 1, seed=5)
+    assert json.dumps(recall_hard_data.as_json(users)) == json.dumps(
+        recall_hard_data.as_json(life_data.generate(2, 1, seed=5))
+    )
+    assert {u.language for u in users} == {"en", "zh"}
+    for user in users:
+        assert {q.type for q in user.questions} == set(recall_hard_data.TYPES)
+        assert {q.teller for q in user.questions} == {"user", "character"}
+        for q in user.questions:
+            role = "assistant" if q.teller == "character" else "user"
+            for turn in q.evidence:
+                said = next(s for s in user.sessions if s["agent_id"] == turn.agent_id)
+                assert said["contents"][turn.index] == {**said["contents"][turn.index], "role": role}
+            if q.type == "multi":
+                assert len({t.agent_id for t in q.evidence}) == 2
+    for seed in (21, 22):  # the default size: no gold answer is said outside its evidence
+        assert recall_hard_data.leaks(life_data.generate(8, 4, seed=seed)) == []
+
+
+def test_a_life_holds_more_than_a_start_context_can_quote() -> None:
+    """Each user's evidence turns alone take more than 1,500 tokens (a context must cut them)."""
+    for user in life_data.generate(2, 1, seed=21):
+        evidence = {t.content for q in user.questions for t in q.evidence}
+        assert len(user.questions) >= 35
+        assert sum(count_tokens(text) for text in evidence) > 1500
+
+
+def test_questions_about_the_characters_life_are_asked_of_you() -> None:
+    assert life_data.second_person("What's the novel I told you I'd been reading?", "en") == (
+        "What's the novel you told me you'd been reading?"
+    )
+    assert life_data.second_person("What did my team release?", "en") == "What did your team release?"
+    assert (
+        life_data.second_person("我跟你说过我在读的那本小说叫什么？", "zh")
+        == "你跟我说过你在读的那本小说叫什么？"
+    )
