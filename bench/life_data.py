@@ -238,7 +238,8 @@ POOLS: dict[str, dict[str, list[str]]] = {
     },
 }  # fmt: skip
 
-# What goes around a detail in a long turn: a reaction to the last thing said, a remark after.
+# What goes around a detail in a long turn, as in people's talk: a reaction to the last thing
+# said before it; after it, a feeling, a question back or a stock phrase, which tell nothing new.
 OPENERS = {
     "en": ["Oh, that's lovely to hear!", "Ha, I know what you mean.", "Anyway, guess what?", "Okay, news time.",
            "Right, before I forget.", "Honestly, this week has been a lot.", "Mm, fair enough.",
@@ -247,15 +248,14 @@ OPENERS = {
            "你猜怎么着？", "说个好玩的。"],
 }  # fmt: skip
 CODAS = {
-    "en": ["It took forever but I'm so glad.", "I'm honestly still smiling about it.", "Not bad for a Tuesday.",
-           "I'll show you pictures sometime.", "Life is funny like that.", "Anyway, that's my news.",
-           "I didn't expect to care this much.", "Everyone keeps asking me about it.",
-           "My sister thinks I've gone a bit mad, to be fair.", "I told half the street before lunch.",
-           "It's the kind of thing you remember for years.", "I nearly gave up twice along the way.",
-           "How has your week been, by the way?", "Sorry, I'm rambling, it's been that sort of day."],
-    "zh": ["折腾了好久，但是很值。", "我现在想起来还在笑。", "下次给你看照片。", "生活就是这么奇妙。",
-           "就这些，我的近况。", "没想到我会这么在意。", "我姐觉得我有点疯了，说得也对。", "还没到中午我就告诉了半条街的人。",
-           "这种事能记好多年。", "中间我差点放弃了两次。", "对了，你这周过得怎么样？", "不好意思，我话有点多，今天就是这样的一天。"],
+    "en": ["It was so much fun.", "I'm honestly so happy about it.", "Have you ever tried something like that?",
+           "What about you, anything new?", "It really made my week.", "I can't wait to do it again.",
+           "How has your week been, by the way?", "Sorry, I'm rambling again.", "Anyway, that's my news.",
+           "Life is funny like that.", "It took forever but it was worth it.", "I'll show you pictures sometime.",
+           "Honestly, what a week.", "I'm still smiling about it."],
+    "zh": ["太好玩了。", "我真的超开心。", "你试过类似的事吗？", "你呢，最近有什么新鲜事？", "这周因为这个特别开心。",
+           "真想再来一次。", "对了，你这周过得怎么样？", "不好意思，我又唠叨了。", "就这些，我的近况。", "生活就是这么奇妙。",
+           "折腾了好久，但是很值。", "下次给你看照片。", "这一周啊，真是。", "我现在想起来还在笑。"],
 }  # fmt: skip
 # Share words with the details without holding an answer.
 DISTRACT = {

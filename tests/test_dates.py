@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pytest
 
-from agent_memory.core.dates import DateMention, annotate, resolve
+from agent_memory.condense.life import stale
+from agent_memory.core.dates import DateMention, annotate, days_in, in_words, resolve
 
 
 def at(iso: str) -> int:
@@ -183,18 +184,38 @@ def test_a_longer_expression_is_not_split() -> None:
 
 def test_annotate_appends_one_note_and_keeps_the_text() -> None:
     text = "I went to a support group yesterday."
-    assert annotate(text, MONDAY) == "I went to a support group yesterday. (yesterday = 2023-05-07)"
+    assert annotate(text, MONDAY) == "I went to a support group yesterday. (yesterday = 7 May 2023)"
     several = annotate("Yesterday was fun; next month we go again, yesterday!", MONDAY)
     assert several == (
-        "Yesterday was fun; next month we go again, yesterday! (Yesterday = 2023-05-07; next month = 2023-06)"
+        "Yesterday was fun; next month we go again, yesterday! (Yesterday = 7 May 2023; next month = June 2023)"
     )
     chinese = annotate("我昨天去了超市，下个月去北京。", MONDAY)
-    assert chinese == "我昨天去了超市，下个月去北京。 (昨天 = 2023-05-07; 下个月 = 2023-06)"
+    assert chinese == "我昨天去了超市，下个月去北京。 (昨天 = 2023年5月7日; 下个月 = 2023年6月)"
     for original in (text, "我昨天去了超市", "last\n  Friday"):
         assert annotate(original, MONDAY).startswith(original)
-    assert annotate("last\n  Friday", MONDAY) == "last\n  Friday (last Friday = 2023-05-05)"
+    assert annotate("last\n  Friday", MONDAY) == "last\n  Friday (last Friday = 5 May 2023)"
 
 
 def test_annotate_leaves_text_without_expressions_alone() -> None:
     assert annotate("How are you?", MONDAY) == "How are you?"
     assert annotate("", MONDAY) == ""
+
+
+def test_dates_are_noted_in_words_as_people_write_them() -> None:
+    """A day, a week, a weekend, a month: in English and in Chinese; a year as it is."""
+    assert in_words("2023-05-07") == "7 May 2023" and in_words("2023-05-07", chinese=True) == "2023年5月7日"
+    assert in_words("week of 2023-05-01") == "week of 1 May 2023"
+    assert in_words("weekend of 2023-05-06", chinese=True) == "2023年5月6日那个周末"
+    assert in_words("2023-06") == "June 2023" and in_words("2023-06", chinese=True) == "2023年6月"
+    assert in_words("2024") == "2024"
+    assert days_in("said [2023-05-08] (next Tuesday = 16 May 2023; 下周二 = 2023年5月16日)") == [
+        date(2023, 5, 8), date(2023, 5, 16), date(2023, 5, 16),
+    ]  # fmt: skip
+    assert days_in("31 February 2024, 2024年2月30日") == []
+
+
+def test_a_thread_goes_stale_by_the_date_its_note_gives_in_words() -> None:
+    """The event's date in the note, not only the day it was said, dates a plan (life.stale)."""
+    thread = "- [2025-03-01] My exam is next Tuesday. (next Tuesday = 11 March 2025)"
+
+    assert not stale(thread, "2025-04-05") and stale(thread, "2025-04-20")

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import life_data
 import recall_hard_data
 
+from agent_memory.condense.offline import SUMMARY_MAX_TOKENS
 from agent_memory.core.tokens import count_tokens
 
 
@@ -36,11 +37,11 @@ def test_the_set_is_deterministic_bilingual_and_told_by_both_speakers() -> None:
 
 
 def test_a_life_holds_more_than_a_start_context_can_quote() -> None:
-    """Each user's evidence turns alone take more than 1,500 tokens (a context must cut them)."""
+    """Each user's evidence turns alone take more than the offline summary's whole budget."""
     for user in life_data.generate(2, 1, seed=21):
         evidence = {t.content for q in user.questions for t in q.evidence}
         assert len(user.questions) >= 35
-        assert sum(count_tokens(text) for text in evidence) > 1500
+        assert sum(count_tokens(text) for text in evidence) > SUMMARY_MAX_TOKENS
 
 
 def test_questions_about_the_characters_life_are_asked_of_you() -> None:

@@ -115,8 +115,8 @@ async def test_relative_dates_are_resolved_against_when_they_were_said(service) 
     body = await recall(service, "u1", "luna", "When did I go to the support group?")
     top = body["memories"][0]
     assert top["text"].startswith("I went to a support group yesterday and it was powerful.")
-    assert "2023-05-07" in top["text"]
-    assert "2023-05-07" in body["system_message"]["content"]
+    assert "7 May 2023" in top["text"]
+    assert "7 May 2023" in body["system_message"]["content"]
 
 
 async def test_a_when_question_prefers_the_turn_that_dates_the_event(service) -> None:
@@ -133,7 +133,7 @@ async def test_a_when_question_prefers_the_turn_that_dates_the_event(service) ->
     ]
     await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
     body = await recall(service, "u1", "luna", "When did we move into the new flat?")
-    assert body["memories"][0]["text"] == f"{dated} (two days ago = 2023-05-06)"
+    assert body["memories"][0]["text"] == f"{dated} (two days ago = 6 May 2023)"
     assert asks_when("从我们最近一次聊天算起，我搬家是多久以前？") and not asks_when("Where is the new flat?")
 
 
@@ -218,7 +218,7 @@ async def test_chinese_questions_find_chinese_answers(service) -> None:
     await seed(service, "u2", "xiaoyu", "z1", said(*lines, start_ms=MAY_8))
     body = await recall(service, "u2", "xiaoyu", "我姐姐的婚礼在哪里？")
     assert body["memories"][0]["text"].startswith("我下个月要去成都参加姐姐的婚礼。")
-    assert "2023-06" in body["memories"][0]["text"]  # 下个月, said in May 2023
+    assert "2023年6月" in body["memories"][0]["text"]  # 下个月, said in May 2023
 
 
 async def test_facts_and_summaries_are_recalled_with_turns(service) -> None:
@@ -241,7 +241,7 @@ async def test_a_summary_line_quoting_a_turn_is_the_same_memory_shown_once_as_th
     summary = Summary(
         user_id="u1", character_id="luna", watermark_id=1, covered_until_ms=MAY_8 + 30 * DAY_MS,
         text=f"About the user's life:\n- [2023-05-08] {statement}\n2023-05-08 13:56 UTC:\n"
-        f"- {statement} (yesterday = 2023-05-07)\n- The flat has a balcony.",
+        f"- {statement} (yesterday = 7 May 2023)\n- The flat has a balcony.",
         message_count=8, method="offline", model="test", created_ms=1, updated_ms=MAY_8 + 30 * DAY_MS,
     )  # fmt: skip
     await service.store.write(lambda tx: tx.summaries.put(summary))
@@ -830,7 +830,7 @@ async def test_near_repeats_of_one_line_do_not_crowd_out_a_different_memory(serv
 
 
 async def test_a_memory_shows_the_day_it_was_said_once_not_its_minute_or_a_today_note(service) -> None:
-    # The line's day says when; "(today = 2023-05-08)" and "13:56" would only spend the budget.
+    # The line's day says when; "(today = 8 May 2023)" and "13:56" would only spend the budget.
     climbing = "I'm finally at the climbing gym today, my very first session."
     await seed(service, "u1", "luna", "a1", said(*small_talk(6), climbing, "Enjoy!", start_ms=MAY_8))
     body = await recall(service, "u1", "luna", "How did my first climbing session go?")

@@ -228,11 +228,11 @@ def test_transcript_lines_resolve_relative_dates_against_their_own_time():
 
     assert render_transcript(messages).splitlines() == [
         "— 2023-05-08 —",
-        "[13:56] User: I went to a support group yesterday. (yesterday = 2023-05-07)",
+        "[13:56] User: I went to a support group yesterday. (yesterday = 7 May 2023)",
         "— 2023-05-09 —",
-        "[13:56] User: Next month I'm starting a course. (Next month = 2023-06)",
+        "[13:56] User: Next month I'm starting a course. (Next month = June 2023)",
         "[13:56] User: No dates here.",
-        "[13:56] Assistant: 上周五你说过的。 (上周五 = 2023-05-05)",
+        "[13:56] Assistant: 上周五你说过的。 (上周五 = 2023年5月5日)",
     ]
 
 
@@ -241,7 +241,7 @@ def test_the_day_itself_needs_no_note_under_its_day_header():
 
     (entry,) = transcript_entries(messages)
 
-    assert entry.text == "[13:56] User: Tonight I rest; tomorrow I fly. (tomorrow = 2023-05-09)"
+    assert entry.text == "[13:56] User: Tonight I rest; tomorrow I fly. (tomorrow = 9 May 2023)"
 
 
 def test_an_interrupted_reply_keeps_its_marks_and_gets_the_note_after_them():
@@ -257,7 +257,7 @@ def test_an_interrupted_reply_keeps_its_marks_and_gets_the_note_after_them():
         "See you tomorrow at the… [interrupted by the user; the unheard rest: park. Next Friday is the concert.]"
     )
     # The whole said text is dated, what was meant included.
-    assert entry.text == f"[13:56] Assistant: {said} (tomorrow = 2023-05-09; Next Friday = 2023-05-19)"
+    assert entry.text == f"[13:56] Assistant: {said} (tomorrow = 9 May 2023; Next Friday = 19 May 2023)"
 
 
 def test_the_condensing_llm_reads_the_resolved_dates():
@@ -268,6 +268,6 @@ def test_the_condensing_llm_reads_the_resolved_dates():
 
     content = build_user_content(CondenseInput(user_id="u-1", character_id="luna", messages=messages))
 
-    assert "User: My sister's wedding is this Saturday. (this Saturday = 2023-05-13)" in content
-    assert "User: 我昨天去了医院。 (昨天 = 2023-05-08)" in content
+    assert "User: My sister's wedding is this Saturday. (this Saturday = 13 May 2023)" in content
+    assert "User: 我昨天去了医院。 (昨天 = 2023年5月8日)" in content
     assert "(yesterday = " in SYSTEM_PROMPT  # the model is told what the notes mean

@@ -82,7 +82,7 @@ async def test_an_early_calls_pet_and_dated_event_outlast_forty_later_calls(star
 
     assert PROFILE_HEADING in text
     assert f"- [2025-11-21] {PET}" in text
-    assert f"- [2025-11-21] {RACE} (yesterday = 2025-11-20)" in text
+    assert f"- [2025-11-21] {RACE} (yesterday = 20 November 2025)" in text
     assert f"- [2025-11-21] {TRIP}" in text and f"- [2025-11-21] {FRIEND_MOVES}" in text
     assert "Call 0:" not in text  # the first call's small talk is long gone
     assert "Call 40:" in text  # the newest call's digest is there
@@ -101,7 +101,7 @@ async def test_an_open_thread_is_shown_until_it_is_followed_up(start_service):
     await call(service, 0, "Hi there, it's been a long week.", plan)
 
     text, _ = await start_of_call(service)
-    assert f"{THREADS_HEADING}\n- [2025-11-21] {plan} (next Tuesday = 2025-11-25)" in text
+    assert f"{THREADS_HEADING}\n- [2025-11-21] {plan} (next Tuesday = 25 November 2025)" in text
 
     await call(service, 3, "The kettle broke again this morning, typical.")
     text, _ = await start_of_call(service)
@@ -210,5 +210,5 @@ def test_the_characters_own_life_told_in_the_first_call_outlasts_sixty_later_cal
                             shorten_summary=shorten_summary)  # fmt: skip
 
     text = context.system_messages[0]["content"]
-    assert f"- [2025-11-21] Assistant: {own_life} (yesterday = 2025-11-20)" in text
+    assert f"- [2025-11-21] Assistant: {own_life} (yesterday = 20 November 2025)" in text
     assert advice not in text and "Call 59:" in text and context.tokens <= 1500

@@ -43,6 +43,10 @@ class CondenseInput(BaseModel):
     facts: list[FactIn] = Field(default_factory=list)
     # The stored turns since the watermark, in conversation order.
     messages: list[Message] = Field(default_factory=list)
+    # How many of the pair's indexed turns use each term of these messages and of the previous
+    # summary, and how many turns the index holds: what is common talk in this pair's history.
+    term_turns: dict[str, int] = Field(default_factory=dict)
+    indexed_turns: int = 0
 
 
 # -- what comes out ------------------------------------------------------------------------

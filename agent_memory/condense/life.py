@@ -25,7 +25,7 @@ from agent_memory.condense.statements.chinese import ZH_EVENTS
 from agent_memory.condense.statements.english import EN_EVENT, EN_JOBS, EN_SPECIES
 from agent_memory.condense.text import QUESTION, Caseless, fold_ascii
 from agent_memory.core.clock import format_day
-from agent_memory.core.dates import resolve
+from agent_memory.core.dates import days_in, resolve
 from agent_memory.core.textcache import text_cache
 from agent_memory.core.tokens import count_tokens
 
@@ -35,7 +35,6 @@ THREADS_HEADING = "Open threads (plans the user told of and has not followed up 
 DATED_BULLET = re.compile(r"^- \[(\d{4}-\d{2}-\d{2})\] ")
 # The date note `core.dates.annotate` appends: "(yesterday = 2023-05-07; next month = 2023-06)".
 DATE_NOTE = re.compile(r" \([^()]+ = [^()]+\)$")
-ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 ISO_PREFIX = re.compile(r"\d{4}(?:-\d{2}){0,2}")
 # After its date (or the day said, when it has none) a thread is kept this many days.
 THREAD_DAYS = 30
@@ -162,7 +161,7 @@ def followed_up(thread: str, later: str) -> bool:
 
 def stale(thread: str, newest_day: str) -> bool:
     """A thread whose date (or the day it was said) is over `THREAD_DAYS` before `newest_day`."""
-    days = [date(int(y), int(m), int(d)) for y, m, d in ISO_DAY.findall(thread)]
+    days = days_in(thread)  # the day it was said, and the event's date in its note
     if not days:
         return False
     newest = date.fromisoformat(newest_day)

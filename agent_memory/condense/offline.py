@@ -31,6 +31,7 @@ from agent_memory.condense.base import (
     unchanged,
 )
 from agent_memory.condense.facts_offline import extract_facts, known_names
+from agent_memory.condense.gist import NO_HISTORY, Call, History, gist
 from agent_memory.condense.life import (
     DATE_NOTE,
     DATED_BULLET,
@@ -181,12 +182,14 @@ def new_digest(
     several: bool,
     names: Collection[str] = (),
     seen: set[str] | None = None,
+    history: History = NO_HISTORY,
 ) -> tuple[Digest, list[str]]:
     """The digest of one session's messages (header, then its most informative statements) and
     the threads it opens; a statement whose key is in `seen` (said before) is not quoted again."""
     times = [message_at(message) for message, _ in said]
     header = header_line(day_span(min(times), max(times)))
     seen = set() if seen is None else seen
+    call = Call.of((text for _, text in said), history)
     ranked: list[tuple[int, int, str]] = []
     threads: list[str] = []
     for index, (message, text) in enumerate(said):
@@ -195,7 +198,8 @@ def new_digest(
             continue
         seen.add(key)
         said_at = message_at(message)
-        score = salience(text, said_at, names)
+        told = gist(text, call, STATEMENT_MAX_CHARS)
+        score = salience(text, said_at, names) + call.told(told)
         if message.role != "user":
             score += PROFILE_BONUS if tells_own_life(text) else -OTHER_SPEAKER_PENALTY
         elif is_profile(text):
@@ -208,7 +212,7 @@ def new_digest(
             else f"{speaker_label(message.role, message.speaker, several)}: "
         )
         # The header gives the session's day, so "today" needs no note.
-        body = prefix + annotate(clip_statement(text, said_at, names), said_at, same_day=False)
+        body = prefix + annotate(told, said_at, same_day=False)
         if message.role == "user" and is_thread(text, said_at):
             # Listed apart while open, and kept in the timeline where it was said.
             threads.append(dated(format_day(said_at), body))
@@ -326,6 +330,8 @@ class _Trim:
     names: Collection[str]
     max_tokens: int
     max_chars: int
+    # The pair's history, for what each bullet tells (`Call.told`) beside its salience.
+    history: Call
     # What `fits` would count of the summary's lines (reserved, profile, digests) and what
     # `lines_tokens(profile)` gives, kept as lines come and go: counting every line again after
     # each bullet dropped made trimming a long summary quadratic.
@@ -348,7 +354,10 @@ class _Trim:
     def score(self, bullet: str) -> int:
         """`bullet_score`, once per bullet."""
         if bullet not in self.scores:
-            self.scores[bullet] = bullet_score(bullet, self.names)
+            body = DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
+            self.scores[bullet] = bullet_score(bullet, self.names) + self.history.told(
+                OTHER_PREFIX.sub("", body)
+            )
         return self.scores[bullet]
 
     def profile_over(self) -> bool:
@@ -425,36 +434,43 @@ def fit_digests(
     profile: list[str] | None = None,
     max_tokens: int = SUMMARY_MAX_TOKENS,
     max_chars: int = SUMMARY_MAX_CHARS,
+    history: History = NO_HISTORY,
 ) -> list[Digest]:
     """The digests trimmed to fit beside `reserved` lines: the fullest digest loses its least
     informative bullet until each has MIN_BULLETS, then the oldest digest goes. With a
     `profile` (updated in place), a user's bullet about their life that goes moves there, dated;
     the profile keeps at most `PROFILE_SHARE` of the budget, its weakest bullet going first."""
     copies = [Digest(d.header, list(d.bullets)) for d in digests]
-    trim = _Trim(copies, profile, names, max_tokens, max_chars)
+    trim = _Trim(copies, profile, names, max_tokens, max_chars, Call.of((), history))
     trim.count(reserved)
     while trim.over() and trim.step():
         pass
     return trim.digests
 
 
-def summarize(previous: str | None, said: Sequence[tuple[Message, str]], names: Collection[str] = ()) -> str:
+def summarize(
+    previous: str | None,
+    said: Sequence[tuple[Message, str]],
+    names: Collection[str] = (),
+    history: History = NO_HISTORY,
+) -> str:
     """The labelled offline summary: the profile and open threads, then earlier digests carried
     forward and one per new session; `names` (of the people and pets the user's facts name)
     make a statement count more."""
     carried = parse_summary(previous or "")
-    threads, new = new_digests(carried, said, names)
+    threads, new = new_digests(carried, said, names, history)
     paragraphs = "\n".join(d.header for d in carried.digests if d.paragraph)
     profile = list(carried.profile)
     reserved = [LABEL, *section_lines(THREADS_HEADING, threads)]
-    digests = fit_digests([*(d for d in carried.digests if not d.paragraph), *new], reserved, names, profile)
+    kept = [*(d for d in carried.digests if not d.paragraph), *new]
+    digests = fit_digests(kept, reserved, names, profile, history=history)
     lines = summary_lines(profile, threads, digests)
     past = carried_paragraphs(paragraphs, lines) if paragraphs else ""
     return "\n".join(part for part in (LABEL, past, *lines[1:]) if part)
 
 
 def new_digests(
-    carried: Life, said: Sequence[tuple[Message, str]], names: Collection[str]
+    carried: Life, said: Sequence[tuple[Message, str]], names: Collection[str], history: History = NO_HISTORY
 ) -> tuple[list[str], list[Digest]]:
     """The open threads, the carried ones not followed up or stale and those opened since, and a
     digest per new session."""
@@ -468,7 +484,7 @@ def new_digests(
         user_texts = [text for message, text in session if message.role == "user"]
         # A thread from an earlier call is closed once the user speaks of its event again.
         threads = [t for t in threads if not any(followed_up(t, text) for text in user_texts)]
-        digest, opened = new_digest(session, several, names, seen)
+        digest, opened = new_digest(session, several, names, seen, history)
         new.append(digest)
         threads.extend(opened)
     if said:
@@ -539,7 +555,8 @@ def condense_offline(job: CondenseInput) -> CondenseOutput:
     facts = extract_facts(user_said, existing=(fact.text for fact in job.facts))
     names = known_names([*(fact.text for fact in job.facts), *(fact.text for fact in facts)])
     # The same gate as the LLM's answer: cleaned texts, one fact per key.
-    output = CondenseOutput(summary=summarize(job.previous_summary, said, names), add_facts=facts)
+    history = History(job.term_turns, job.indexed_turns)
+    output = CondenseOutput(summary=summarize(job.previous_summary, said, names, history), add_facts=facts)
     return sanitize(output, job.facts)
 
 

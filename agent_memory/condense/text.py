@@ -48,9 +48,13 @@ def clip(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:，、") + ELLIPSIS
 
 
+# Abbreviations whose period ends no sentence: "the ICU at St. Mary's, seven p.m. to seven a.m."
+# is one sentence, not four fragments that a digest would quote one of.
+ABBREVIATIONS = ("Mr", "Mrs", "Ms", "Dr", "St", "Mt", "Prof", "Jr", "Sr", "vs", "a.m", "p.m", "e.g", "i.e")
+_NOT_ABBREVIATED = "".join(rf"(?<!\b{re.escape(word)}\.)" for word in ABBREVIATIONS)
 # After CJK punctuation, after Latin punctuation and a space, or after Latin punctuation
 # directly followed by CJK text ("好!我想"), but not inside "3.5" or "St.Mary".
-SENTENCE_END = re.compile(r"(?<=[。！？])\s*|(?<=[.!?])(?:\s+|(?=[^\x00-\x7f]))|\n+")
+SENTENCE_END = re.compile(rf"(?<=[。！？])\s*|(?<=[.!?]){_NOT_ABBREVIATED}(?:\s+|(?=[^\x00-\x7f]))|\n+")
 
 
 def sentences(text: str) -> list[str]:

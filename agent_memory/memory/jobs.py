@@ -27,7 +27,9 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from agent_memory.condense.base import CondenseInput, CondenseOutput, Condenser, CondenseResult, FactIn
 from agent_memory.core.clock import Backoff, now_ms
 from agent_memory.core.domain import CONDENSE, Fact, Job, Message, Summary
+from agent_memory.core.recall import TermStats
 from agent_memory.core.render import is_renderable
+from agent_memory.core.terms import cached_terms
 from agent_memory.errors import LLMError, LLMUnavailable
 from agent_memory.logs import pair_ref
 from agent_memory.memory.schedule import start_interval
@@ -324,17 +326,24 @@ class CondenseJobs:
     async def _condense(self, job: Job) -> None:
         user_id, character_id = job.user_id, job.character_id
 
-        def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[Message]]:
+        def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[Message], TermStats]:
             summary = view.summaries.get(user_id, character_id)
             watermark = summary.watermark_id if summary else 0
             after = view.messages.after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1)
             held = held_from(view, user_id, character_id)
             if held is not None:
                 after = [message for message in after if message.id < held]
-            return summary, view.facts.of_pair(user_id, character_id), after
+            # How common each word of the new turns (and of the summary they join) is in the
+            # pair's history: the offline condenser quotes what is seldom said (condense.gist).
+            said = [message.content for message in after]
+            asked = sorted(
+                {term for text in (*said, summary.text if summary else "") for term in cached_terms(text)}
+            )
+            history = view.recall.term_stats(user_id, character_id, [(term, 1.0) for term in asked])
+            return summary, view.facts.of_pair(user_id, character_id), after, history
 
         read_ms = now_ms()
-        previous, facts, messages = await self.store.read(read)
+        previous, facts, messages, history = await self.store.read(read)
         more = len(messages) > MAX_MESSAGES_PER_CALL
         if more:
             # The one read past the limit is the highest id, wherever it falls in time: every
@@ -370,6 +379,8 @@ class CondenseJobs:
                     FactIn(id=fact.id, text=fact.text, scope=fact.scope, pinned=fact.pinned) for fact in facts
                 ],
                 messages=messages,
+                term_turns={term: turns for term, turns in history.frequencies.items() if turns},
+                indexed_turns=history.documents,
             )
         )
         took = time.monotonic() - started

@@ -1,0 +1,123 @@
+"""A digest quotes what a statement tells, judged against the pair's history (condense.gist)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from conftest import said, seed
+
+from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult
+from agent_memory.condense.gist import NO_HISTORY, Call, History, gist
+from agent_memory.condense.offline import LABEL, Digest, fit_digests
+from agent_memory.condense.text import sentences
+from agent_memory.core.terms import cached_terms
+from agent_memory.memory.jobs import CondenseJobs
+
+DAY_MS = 86_400_000
+FIRST_DAY_MS = 1_763_690_000_000  # 2025-11-21 01:53 UTC
+NEIGHBOURS = ["Gus", "Wendy", "Ravi", "Elena", "Tom", "Irene"]
+ACTS = ["walked my dog", "fed my cat", "took my dog to the park", "brushed my cat", "walked my puppy",
+        "bathed my dog", "played with my kitten"]  # fmt: skip
+NEWS = [
+    f"I finished the novel {title} and I love it."
+    for title in ("Glass Harbour", "Copper Moon", "Paper Tigers", "The Long Marigold", "Winter Finches",
+                  "Salt Orchard", "Nine Winters", "Little Thunder", "Quiet Engineers", "Borrowed Summers",
+                  "Amber Owls", "Static Orchard", "Brass Meridian", "Nightjar Parade", "Harbour Lights",
+                  "Velvet Foxes", "Moonlit Radio", "Lantern Tales", "Heron River", "Dusk Lighthouse")
+]  # fmt: skip
+
+
+def test_the_gist_leaves_out_the_reaction_and_the_question_back() -> None:
+    call = Call.of(["Oh wow, okay!", "How are you?", "Ha, that's great!"])
+    text = "Oh wow, okay! I went to a LGBTQ support group yesterday and it was so powerful. How are you?"
+
+    assert gist(text, call, 280) == "I went to a LGBTQ support group yesterday and it was so powerful."
+
+
+def test_a_name_keeps_its_short_sentence_beside_a_longer_one() -> None:
+    text = "Back from Lapland! Sunburnt, broke and completely happy."
+
+    assert gist(text, Call.of([text]), 280) == text
+
+
+def test_an_abbreviation_ends_no_sentence() -> None:
+    said_ = "It's the ICU at St. Mary's, seven p.m. to seven a.m., all month. Dr. Lee runs it."
+
+    assert sentences(said_) == [
+        "It's the ICU at St. Mary's, seven p.m. to seven a.m., all month.",
+        "Dr. Lee runs it.",
+    ]
+
+
+def test_words_the_history_says_often_tell_less() -> None:
+    routine = "My neighbour Gus got a new hedgehog feeder."
+    news = "I signed up for a beekeeping course."
+    alone = Call.of([routine, news])
+    history = Call.of([routine, news], History(Counter(cached_terms(routine) * 40), 60))
+
+    assert alone.told(routine) == alone.told(news) == 0  # a call alone ranks nothing
+    assert history.told(news) > history.told(routine) > 0
+
+
+def profile_kept(history: History) -> int:
+    """How many of the user's news a full profile keeps beside the neighbours' routine, which
+    salience alone ranks higher (a day, "my", a name, "always")."""
+    routine = [
+        f"- [2025-11-{10 + i}] My neighbour {who} and I {ACTS[i % len(ACTS)]} on Saturday after work, "
+        "as we always do."
+        for i, who in enumerate(NEIGHBOURS * 2)
+    ]
+    news = [f"- [2025-11-{10 + i}] {said_}" for i, said_ in enumerate(NEWS[:12])]
+    profile = sorted(routine + news)
+    fit_digests([Digest("2025-12-01:", ["- a call"])], [LABEL], (), profile, max_tokens=600, history=history)
+    return sum(line in profile for line in news)
+
+
+def test_with_the_history_a_full_profile_keeps_the_users_news_over_the_routine() -> None:
+    counts: Counter[str] = Counter()
+    for number in range(5):  # five calls of the same routine, and the news said once
+        for i, who in enumerate(NEIGHBOURS * 2):
+            counts.update(set(cached_terms(f"My neighbour {who} and I {ACTS[(i + number) % len(ACTS)]}")))
+            counts.update(set(cached_terms("on Saturday after work, as we always do.")))
+    for said_ in NEWS[:12]:
+        counts.update(set(cached_terms(said_)))
+
+    assert profile_kept(History(dict(counts), 200)) > profile_kept(NO_HISTORY)
+
+
+class Recording:
+    """A condenser that keeps the jobs it is given."""
+
+    def __init__(self) -> None:
+        self.jobs: list[CondenseInput] = []
+
+    async def condense(self, job: CondenseInput) -> CondenseResult:
+        self.jobs.append(job)
+        return CondenseResult(output=CondenseOutput(summary="condensed"), method="offline", model="stub")
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+@pytest.mark.postgres
+async def test_a_condensing_job_is_given_the_pairs_counts_from_the_recall_index(start_service: Any) -> None:
+    service = await start_service(summary_delay_s=3600, job_sweep_s=3600)
+    for number in range(3):
+        lines = ["My neighbour Gus got a new hedgehog feeder.", f"News number {number}: I adopted a cat."]
+        await seed(
+            service, "u-h", "luna", f"RUN-{number}", said(*lines, start_ms=FIRST_DAY_MS + number * DAY_MS)
+        )
+    while await service.store.catch_up_search():
+        pass
+    condenser = Recording()
+    await service.api("POST", "/v1/users/u-h/characters/luna/condense")
+
+    await CondenseJobs(service.settings, service.store, condenser).run_due_now()
+
+    (job,) = condenser.jobs
+    assert job.indexed_turns == 6 and len(job.messages) == 6
+    hedgehog, adopted = cached_terms("hedgehog adopted")
+    assert job.term_turns[hedgehog] == 3 and job.term_turns[adopted] == 3
+    assert job.term_turns[cached_terms("number")[0]] == 3
