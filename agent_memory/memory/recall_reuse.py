@@ -8,8 +8,14 @@ call's own recording changes it too, so each merge of the call's window reads th
 version before and after itself, in its transaction: a version the call's own merge moved from
 the one its last recall was read at still stands for what that recall could find. Only BM25's
 statistics move with the call's own turns (they count every indexed turn); the turns, facts
-and summaries it can find do not. A recall read while other turns of the pair were stored but
-not yet indexed is not kept (a recall a moment later would find them).
+and summaries it can find do not.
+
+A recall read while other sessions' turns of the pair were stored but not yet indexed (a busy
+writer indexes them once writes pause: the call just before this one, say) is kept with their
+count, and answered again only while that count stands: at one version the pair's other turns
+are the same ones, and indexing only takes them out of the count, so the same count means none
+of them was indexed since (a recall a moment after the index took one finds it). The count is
+read before the recall: one indexed in between counts as indexed after it.
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ QUESTIONS_HELD = 16
 
 @dataclass(slots=True)
 class Recalled:
-    """One question a call asked, its answer, and the versions of its pair's memory it read at."""
+    """One question a call asked, its answer, the versions of its pair's memory it read at, and
+    how many of the pair's other turns were not indexed yet (0: none)."""
 
     max_tokens: int
     versions: Versions
     found: Recall
+    lag: int = 0
 
 
 @dataclass(slots=True)
@@ -92,22 +100,26 @@ class RecallReuse:
             with self._lock:
                 call = self._call(session, user_id, character_id)
                 kept = call.asked.get(q)
-                if kept is not None and kept.versions == versions and kept.max_tokens == max_tokens:
-                    self.stats.recalls_reused += 1
-                    return replace(kept.found, read_ms=(time.perf_counter() - started) * 1000)
+                if kept is None or kept.versions != versions or kept.max_tokens != max_tokens:
+                    kept = None
+            # Kept while other turns waited for the index: only while none of them was indexed.
+            lag = self._lag(view, session, user_id, character_id) if kept is None or kept.lag else 0
+            if kept is not None and lag == kept.lag:
+                self.stats.recalls_reused += 1
+                return replace(kept.found, read_ms=(time.perf_counter() - started) * 1000)
             found = fresh(view)
-            # Nothing waits to be indexed (one cheap look), else none of the pair's other sessions' turns.
-            complete = not view.recall.behind() or not view.recall.lag(
-                user_id, character_id, exclude_session=session
-            )
             with self._lock:
-                if complete:
-                    call.asked[q] = Recalled(max_tokens, versions, found)
-                    while len(call.asked) > self.questions:
-                        call.asked.popitem(last=False)
+                call.asked[q] = Recalled(max_tokens, versions, found, lag)
+                while len(call.asked) > self.questions:
+                    call.asked.popitem(last=False)
             return found
 
         return read
+
+    @staticmethod
+    def _lag(view: ReadView, session: str, user_id: str, character_id: str) -> int:
+        """The pair's turns stored but not indexed yet, the call's own left out (one cheap look first)."""
+        return view.recall.lag(user_id, character_id, exclude_session=session) if view.recall.behind() else 0
 
     def _call(self, session: str, user_id: str, character_id: str) -> CallRecalls:
         call = self._calls.get(session)
