@@ -26,6 +26,9 @@ pytestmark = pytest.mark.postgres
         ("我每周三晚上都去打网球，出一身汗特别舒服。", "我平时做什么运动？"),
         # A one-character word is a related word too: 猫 is a 宠物.
         ("我家的猫叫奶茶，特别黏人。", "我的宠物叫什么？"),
+        # A verb's irregular past form ("drank" for "drink"), and a related word's ("sang": music, sing).
+        ("I drank far too much mulled cider at Gus's.", "What did I drink?"),
+        ("I sang at my cousin's wedding, my voice cracked twice.", "Have I done any music lately?"),
     ],
 )
 async def test_a_question_asked_with_a_related_word_finds_its_answer(

@@ -245,6 +245,10 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
             weights.setdefault(related, RELATED_WEIGHT)
     for related in phrase_terms(folded):
         weights.setdefault(related, RELATED_WEIGHT)
+    # A related word's other forms are the same related word ("purchase": buy, and so bought).
+    for term, weight in list(weights.items()):
+        for form in FORMS.get(term, ()):
+            weights.setdefault(form, weight)
     return tuple(weights.items())
 
 

@@ -135,7 +135,10 @@ CONCEPTS: Final = (
 )
 RELATED_WEIGHT = 0.6
 # English past forms the stemmer cannot join to their verb ("ran" and "run"): a question in one
-# tense finds a turn in the other, at full weight (they are the same word).
+# tense finds a turn in the other, at full weight (they are the same word). A closed list of the
+# common irregular verbs, less those whose past form is another everyday word (wound, rose, tore,
+# meant, rang, sank, stuck): "rose" asked would find "rise". The verbs of the stop list (go, get,
+# say, tell, think, know) are not asked at all.
 IRREGULAR_FORMS: Final = (
     "run ran|eat ate eaten|buy bought|meet met|make made|find found|feel felt|leave left|begin began begun"
     "|bring brought|teach taught|catch caught|win won|lose lost|write wrote written|swim swam swum"
@@ -144,6 +147,10 @@ IRREGULAR_FORMS: Final = (
     "|send sent|spend spent|build built|hear heard|keep kept|sleep slept|pay paid|hold held|stand stood"
     "|forget forgot forgotten|become became|come came|see saw seen|take took taken|give gave given"
     "|fight fought|throw threw thrown|bite bit bitten|hide hid hidden|shake shook|steal stole"
+    "|blow blew blown|burn burnt|dig dug|drink drank drunk|feed fed|freeze froze frozen|hang hung|lead led"
+    "|lend lent|seek sought|shine shone|shoot shot|sit sat|spin spun|strike struck|swear swore sworn"
+    "|sweep swept|understand understood|wake woke woken|weep wept|bend bent|bleed bled|breed bred"
+    "|dream dreamt|forgive forgave forgiven|learn learnt|smell smelt|spill spilt"
 )
 
 
