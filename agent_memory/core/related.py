@@ -16,7 +16,7 @@ bench/recall_hard.py's misses, and a few standard synonyms seen there stayed (ro
 words, "originally"); that set's topics are this table's domains, so its figures (held-out
 seeds 31, 32, 41 included) flatter the table. The pastimes' concepts (class and learning,
 cooking, painting, exhibitions, films watched, gardens grown, volunteering, prizes won,
-purchases, launches, boats, heights) were written while reading the misses of the life set
+purchases, launches, boats) were written while reading the misses of the life set
 (bench/life_data.py) on its dev seeds: its figures flatter them the same way, validation seeds too.
 
 A line is one concept: `heads | members`. Heads are the concept's names and synonyms and stand
@@ -121,8 +121,7 @@ CONCEPTS: Final = (
     "launch launched release released | ship shipped product project",
     "try tried attempt attempted",
     "evening evenings night nights",
-    "boat boats ship ships sail sailing yacht ferry cruise | seasick seasickness harbour harbor crew",
-    "skydive skydiving parachute bungee | heights plane jump",
+    "boat boats ship ships sail sailing yacht ferry cruise | harbour harbor crew",
     # Chinese. A word is matched by its bigrams; one character alone is a word too (猫, 马, 搬).
     "住在 住处 家 | 搬家 搬到 搬 新家 新房 房子 公寓 城市 租房 房东",
     "搬家 搬到 搬 | 新家 新房 入住",
@@ -145,8 +144,7 @@ CONCEPTS: Final = (
     "上线 发布 推出 | 项目 产品",
     "菜园 花园 园艺 种菜 种花 种植 种 | 收获 发芽 浇水",
     "做菜 下厨 烹饪 | 厨房 菜谱 烘焙 做饭",
-    "船 帆船 轮渡 游轮 渡轮 | 晕船 出海",
-    "跳伞 蹦极 | 恐高 高空 飞机",
+    "船 帆船 轮渡 游轮 渡轮 | 出海 码头",
     "生病 身体 健康 | 医生 医院 感冒 发烧 过敏 手术 受伤",
     "难过 伤心 心情不好 郁闷 低落 沮丧 | 哭",
     "安慰 治愈 | 难过 伤心 心情不好 郁闷 低落",
