@@ -11,7 +11,9 @@ from fakes.upstream_llm import FakeUpstreamLLM
 from test_llm_proxy import PARAMS, client, start
 from test_recall import MAY_8, content_of, recall, small_talk, system_messages, texts
 
+from agent_memory.core.domain import Summary
 from agent_memory.core.people import asked_about
+from agent_memory.core.recall import rank
 
 pytestmark = pytest.mark.postgres
 
@@ -102,3 +104,17 @@ async def test_the_custom_llm_endpoint_recalls_what_the_character_said_for_you(
     await client(service).chat.completions.create(model="m", messages=messages, extra_body=PARAMS)
     memory = upstream.requests[0]["messages"][1]["content"]
     assert memory.index(THE_CHARACTERS) < memory.index(THE_USERS)
+
+
+def test_a_summary_line_quoting_the_other_speaker_weighs_less() -> None:
+    # The offline digest labels the character's statements ("Assistant: …"); the user's are not.
+    text = "- Assistant: I won the raffle, a bat.\n- I won the raffle, a teddy bear."
+    summary = Summary("u1", "luna", text, 10, MAY_8, 10, "offline", None, MAY_8, MAY_8)
+    idfs = {term: 1.0 for term in ("won", "raffl")}
+
+    def ranked(speaker: str | None) -> list[str]:
+        found = rank(hits=[], facts=[], summaries=[summary], idfs=idfs, average_length=4.0, speaker=speaker)
+        return [memory.text for memory in found]
+
+    assert ranked("user") == ["I won the raffle, a teddy bear.", "Assistant: I won the raffle, a bat."]
+    assert ranked("assistant") == ["Assistant: I won the raffle, a bat.", "I won the raffle, a teddy bear."]
