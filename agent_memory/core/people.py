@@ -144,3 +144,37 @@ RELATION_LINK_WEIGHT = 0.6
 def _terms(word: str) -> list[str]:
     # A Chinese relation (姐姐) is one bigram; its characters are not what links it.
     return [term for term in terms(word) if len(term) > 1]
+
+
+# Who a question is about. Recall reads a question as the user says it to the character (at
+# /recall, the custom-LLM endpoint, a live call's turns): "you" is the character, "I" the user
+# (你 and 我). The pronouns of the asking are not who it is about: "do you remember", "tell me",
+# "I told you" (the one told; the teller is kept: "the book I told you about" is the user's).
+_FIRST_EN: Final = frozenset("i my me mine myself i've i'd i'm i'll we our ours us ourselves".split())  # noqa: SIM905
+_SECOND_EN: Final = frozenset("you your yours yourself yourselves you've you'd you're you'll".split())  # noqa: SIM905
+_ASKING_EN = re.compile(
+    r"\b(?:do|does|did|don't|didn't)\s+you\s+(?:still\s+|ever\s+|even\s+)?(?:remember|recall|know|think|guess)\b"
+    r"|\b(?:can|could|would|will|can't|won't)\s+you\s+(?:please\s+)?(?:remember|recall|tell|remind|show|say|guess)"
+    r"(?:\s+(?:me|us))?\b"
+    r"|\b(?:tell|told|telling|remind|reminded|show|showed|ask|asked|mentioned\s+to|said\s+to|say\s+to)"
+    r"\s+(?:me|you|us)\b"
+    r"|\bI\s+(?:wonder|forget|forgot|can't\s+remember|don't\s+remember|want\s+to\s+know)\b",
+    re.IGNORECASE,
+)
+_ASKING_ZH = re.compile(
+    r"(?:跟|和|给|对|告诉|问|提醒)(?:你|我)|你(?:还)?(?:记得|知道|觉得)|我(?:想知道|忘了)"
+)
+_PRONOUN_EN = re.compile(r"\b[a-z]+(?:['’][a-z]+)?\b", re.IGNORECASE)
+
+
+@text_cache(1024)
+def asked_about(q: str) -> str | None:
+    """Whose life a question asks about: "user" (I, my, 我), "assistant" (you, your, 你), or
+    None when it says neither more than the other."""
+    plain = _ASKING_ZH.sub(" ", _ASKING_EN.sub(" ", q))
+    words = [word.casefold().replace("’", "'") for word in _PRONOUN_EN.findall(plain)]
+    first = sum(word in _FIRST_EN for word in words) + plain.count("我")
+    second = sum(word in _SECOND_EN for word in words) + plain.count("你")
+    if first == second:
+        return None
+    return "user" if first > second else "assistant"

@@ -104,6 +104,12 @@ _SCAFFOLD = re.compile(
     r"|什么时候|哪一?天|几号|几月|多久(?:以前|之前)?|多长时间(?:以前|之前)?|什么日期|哪个月",
     re.IGNORECASE,
 )
+# A question about one speaker's life ("what did you win?" asks the character's, "what did I
+# win?" the user's: `core.people.asked_about`) prefers what that speaker said: the other's turns
+# (and summary lines quoting them) weigh this much. A preference, not a filter: "you" may be
+# said loosely, and a memory that matches far better still comes first.
+OTHER_SPEAKER_WEIGHT = 0.7
+_SPEAKER_LABEL = re.compile(r"^(User|Assistant):")
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +245,10 @@ def weighted_terms(q: str) -> tuple[tuple[str, float], ...]:
             weights.setdefault(related, RELATED_WEIGHT)
     for related in phrase_terms(folded):
         weights.setdefault(related, RELATED_WEIGHT)
+    # A related word's other forms are the same related word ("purchase": buy, and so bought).
+    for term, weight in list(weights.items()):
+        for form in FORMS.get(term, ()):
+            weights.setdefault(form, weight)
     return tuple(weights.items())
 
 
@@ -359,11 +369,21 @@ def rank(
     average_length: float,
     always: Sequence[Fact] = (),
     when: bool = False,
+    speaker: str | None = None,
 ) -> list[RecalledMemory]:
     """Turns, facts and summary lines in one list, best first; each text once. `when`: the
-    question asks when something happened (`asks_when`), so turns that date an event weigh more."""
+    question asks when something happened (`asks_when`), so turns that date an event weigh more;
+    `speaker`: it asks about what "user" or "assistant" said of themselves, so the other's weigh less."""
     always_ids = {fact.id for fact in always}
     scored = _scored(hits, [f for f in facts if f.id not in always_ids], summaries, idfs, average_length)
+    if speaker is not None:
+        other = "assistant" if speaker == "user" else "user"
+        scored = [
+            (score * OTHER_SPEAKER_WEIGHT, at_ms, text, source)
+            if _said_by(text, source) == other
+            else (score, at_ms, text, source)
+            for score, at_ms, text, source in scored
+        ]
     if when:
         scored = [
             (score * WHEN_WEIGHT, at_ms, text, source)
@@ -384,6 +404,14 @@ def rank(
     found = _diverse([entry for entry in found if entry[0] >= floor])
     pinned = [RecalledMemory("fact", f.text, f.updated_ms, 0.0, None, id=f.id, always=True) for f in always]
     return pinned + _distinct(found)
+
+
+def _said_by(text: str, source: TurnHit | Fact | Summary) -> str | None:
+    """Who said a memory: a turn's role, or the speaker a summary line quotes ("Assistant: …"); None for a fact."""
+    if isinstance(source, TurnHit):
+        return source.message.role
+    label = _SPEAKER_LABEL.match(text) if isinstance(source, Summary) else None
+    return label.group(1).lower() if label else None
 
 
 def _diverse(found: list[Scored]) -> list[Scored]:

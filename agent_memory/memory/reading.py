@@ -16,7 +16,7 @@ from agent_memory.condense import make_ranker
 from agent_memory.condense.offline import shorten_summary
 from agent_memory.core.context import Context, build_context, recall_budget, with_recall
 from agent_memory.core.domain import Message, Summary
-from agent_memory.core.people import linked_terms
+from agent_memory.core.people import asked_about, linked_terms
 from agent_memory.core.recall import (
     CANDIDATES as RECALL_CANDIDATES,
 )
@@ -344,6 +344,7 @@ def recall_in(
         average_length=stats.average_length,
         always=[fact for fact in facts if fact.scope == "user"] if character_id is None else (),
         when=asks_when(q),
+        speaker=asked_about(q),
     )
     return fit(
         q,
