@@ -14,6 +14,7 @@ from conftest import stored_message
 
 from agent_memory.condense import make_condenser
 from agent_memory.condense.base import (
+    SUMMARY_MAX_CHARS,
     CondenseInput,
     CondenseOutput,
     FactAdd,
@@ -332,7 +333,7 @@ async def test_malformed_twice_is_bad_output_after_two_calls(
     [
         "malformed",
         {"add_facts": [], "update_facts": [], "remove_facts": []},
-        {**GOOD, "summary": "x" * 4001},
+        {**GOOD, "summary": "x" * (SUMMARY_MAX_CHARS + 1)},
         Reply(content=""),  # a 200 without content
     ],
     ids=[

@@ -16,7 +16,8 @@ from agent_memory.core.domain import Message
 from agent_memory.core.facts import MAX_FACT_CHARS, clean_text, fact_key
 from agent_memory.errors import InvalidField
 
-SUMMARY_MAX_CHARS = 4000
+# Any condenser's summary, at most (the offline one stops at 5,200: ~1,300 tokens of English).
+SUMMARY_MAX_CHARS = 6000
 
 Scope = Literal["user", "character"]
 Method = Literal["llm", "offline"]
