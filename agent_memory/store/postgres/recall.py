@@ -105,20 +105,6 @@ _WITH_NEIGHBOURS = (
 class PostgresRecall(RecallIndexing):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = (
-        "_around",
-        "_ask_behind",
-        "_behind",
-        "_checked",
-        "_copies",
-        "_facts",
-        "_may_guess",
-        "_owners",
-        "_pending",
-        "_read",
-        "_summary",
-    )
-
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(conn, instance)
         # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.

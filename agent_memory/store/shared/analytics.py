@@ -104,8 +104,6 @@ def _sums(sql: Sql) -> tuple[str, str, str]:
 class AnalyticsReads(Repository):
     """Statistics over sessions, messages and per-turn metrics."""
 
-    __slots__ = ()
-
     def _row(self, sql: str, params: Sequence[Any] = ()) -> Row:
         """The one row an aggregate query answers."""
         row = self.sql.one(sql, params)
@@ -318,8 +316,6 @@ class AnalyticsReads(Repository):
 
 class Analytics(AnalyticsReads):
     """Statistics over sessions, messages and per-turn metrics; recording the metrics."""
-
-    __slots__ = ()
 
     def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
         """Keep per-turn values, dated by their turn or `at_ms`; a resent turn replaces its values."""

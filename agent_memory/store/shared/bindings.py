@@ -12,8 +12,6 @@ CHANNEL_COLUMNS = "channel, user_id, character_id, created_ms, updated_ms"
 class BindingReads(Repository):
     """The `bindings` and `channel_bindings` tables, read."""
 
-    __slots__ = ()
-
     def of_agent(self, agent_id: str) -> Binding | None:
         return self.sql.record(
             Binding,
@@ -29,8 +27,6 @@ class BindingReads(Repository):
 
 class Bindings(BindingReads):
     """The `bindings` and `channel_bindings` tables."""
-
-    __slots__ = ()
 
     def bind_agent(self, agent_id: str, user_id: str, character_id: str) -> None:
         """Tie an agent run to a pair (binding it again replaces the binding)."""

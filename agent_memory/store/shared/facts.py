@@ -71,8 +71,6 @@ def summary_of(row: Row) -> Summary:
 class FactReads(Repository):
     """The `facts` table (what is remembered now) and `fact_history` (past texts, ended facts)."""
 
-    __slots__ = ()
-
     def of_pair(self, user_id: str, character_id: str) -> list[Fact]:
         """The pair's facts and the user's user-wide facts, oldest first."""
         return [fact_of(row) for row in self.sql.all(PAIR_FACTS, (user_id, character_id, USER_WIDE))]
@@ -101,7 +99,6 @@ class Facts(FactReads):
     """The facts' writes. A write that another instance's equal fact refuses (the unique key)
     is undone alone, in a savepoint: one SQLite process never meets one."""
 
-    __slots__ = ()
     # The id a new fact takes (a backend that would hand out an ended fact's id again says another).
     new_id = "DEFAULT"
 
@@ -262,8 +259,6 @@ PAIR_FACTS = (
 class SummaryReads(Repository):
     """The `summaries` table: one per pair."""
 
-    __slots__ = ()
-
     def get(self, user_id: str, character_id: str) -> Summary | None:
         row = self.sql.one(PAIR_SUMMARY, (user_id, character_id))
         return summary_of(row) if row is not None else None
@@ -271,8 +266,6 @@ class SummaryReads(Repository):
 
 class Summaries(SummaryReads):
     """The summaries' writes."""
-
-    __slots__ = ()
 
     def put(self, summary: Summary) -> None:
         """Store the pair's summary, replacing the one it had."""

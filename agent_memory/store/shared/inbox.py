@@ -24,8 +24,6 @@ BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 class InboxReads(Repository):
     """The `inbox` table, read."""
 
-    __slots__ = ()
-
     def get(self, event_id: str) -> InboxEntry | None:
         return self.sql.record(
             InboxEntry, f"SELECT {INBOX_COLUMNS} FROM inbox WHERE notice_id = ?", (event_id,)
@@ -47,8 +45,6 @@ class InboxReads(Repository):
 
 class Inbox(InboxReads):
     """The `inbox` table."""
-
-    __slots__ = ()
 
     def insert(self, entry: InboxEntry) -> bool:
         """Record a raw event; False if its event id was already recorded (by any instance)."""

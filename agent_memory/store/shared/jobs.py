@@ -26,8 +26,6 @@ _INSERT = (
 class JobReads(Repository):
     """The `jobs` table, read."""
 
-    __slots__ = ()
-
     def get(self, kind: JobKind, user_id: str, character_id: str) -> Job | None:
         return self.sql.record(
             Job,
@@ -67,7 +65,6 @@ class JobReads(Repository):
 class Jobs(JobReads):
     """The queue's writes; claims are the backend's."""
 
-    __slots__ = ()
     # What a job no longer running gives up besides its status (a backend's lease).
     _free = ""
     # What keeps a claim off the rows another instance is claiming at the same moment.

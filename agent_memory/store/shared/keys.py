@@ -20,8 +20,6 @@ _REPLACE = ", ".join(f"{column} = excluded.{column}" for column in ROUTE_COLUMNS
 class ApiKeyReads(Repository):
     """The `api_keys` table, read."""
 
-    __slots__ = ()
-
     def by_hash(self, key_hash: str) -> ApiKey | None:
         return self.sql.record(ApiKey, f"SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?", (key_hash,))
 
@@ -32,8 +30,6 @@ class ApiKeyReads(Repository):
 
 class ApiKeys(ApiKeyReads):
     """The `api_keys` table."""
-
-    __slots__ = ()
 
     def add(self, name: str | None, scope: KeyScope, key_hash: str, created_ms: int) -> ApiKey:
         key = self.sql.record(
@@ -66,8 +62,6 @@ def _route(*row: Any) -> LlmRoute:
 class LlmRouteReads(Repository):
     """The `llm_routes` table, read."""
 
-    __slots__ = ()
-
     def by_key_hash(self, key_hash: str) -> LlmRoute | None:
         return self.sql.record(
             _route, f"SELECT {ROUTE_COLUMNS} FROM llm_routes WHERE key_hash = ?", (key_hash,)
@@ -84,8 +78,6 @@ class LlmRouteReads(Repository):
 
 class LlmRoutes(LlmRouteReads):
     """The `llm_routes` table."""
-
-    __slots__ = ()
 
     def add(self, route: LlmRoute) -> None:
         """Store a route (a key minted again replaces its route)."""

@@ -98,8 +98,6 @@ def _digest(*parts: str) -> str:
 class MaintenanceReads(Repository):
     """The database's figures, and when a user, pair or agent run was last forgotten."""
 
-    __slots__ = ()
-
     def counts(self) -> dict[str, int]:
         """Rows held of each main kind (messages, sessions, facts, summaries, jobs, inbox)."""
         return {table: self.sql.count(f"SELECT count(*) FROM {table}") for table in COUNTED}
@@ -134,8 +132,6 @@ class MaintenanceReads(Repository):
 class Maintenance(MaintenanceReads):
     """What both backends forget and purge alike (purges in bounded steps); a purge removes a
     message only when its pair's committed summary covers it (its id at or below the watermark)."""
-
-    __slots__ = ()
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
         """Delete everything held for a pair (its user's user-wide facts stay), or a user (None),

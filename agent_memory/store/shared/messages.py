@@ -70,8 +70,6 @@ def stored_row(message: NewMessage) -> list[Any]:
 class MessageReads(Repository):
     """Stored transcripts, by pair (conversation order: time, then place) or by session."""
 
-    __slots__ = ()
-
     def latest(
         self,
         user_id: str,
@@ -142,8 +140,6 @@ class MessageReads(Repository):
 class Messages(MessageReads):
     """The `messages` table (search and recall index it: by trigger, or queued by trigger)."""
 
-    __slots__ = ()
-
     def insert(self, rows: Iterable[NewMessage]) -> None:
         """Insert new items (the ingest hot path: dozens per callback, one statement)."""
         batch = list(rows)
@@ -187,8 +183,6 @@ class Messages(MessageReads):
 
 class Versions(Repository):
     """When a pair's memory last changed, as a number that only grows (bumped by trigger or `Sql.bump`)."""
-
-    __slots__ = ()
 
     def of_pair(self, user_id: str, character_id: str) -> tuple[int, int]:
         """The pair's change counter and the user's user-wide facts' one (0: never changed); they only grow."""

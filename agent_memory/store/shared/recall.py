@@ -43,7 +43,6 @@ T = TypeVar("T")
 class RecallReads(Repository):
     """The word index of spoken turns as recall reads it; what recall shows besides is written here."""
 
-    __slots__ = ()
     # The pairs' postings this process holds in memory, by pair id (each backend's own slot).
     _copies: dict[int, PairPostings]
 

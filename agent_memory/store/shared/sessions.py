@@ -48,8 +48,6 @@ def _columns(changes: SessionChanges | Session) -> dict[str, Any]:
 class SessionReads(Repository):
     """Agent runs and who they belong to."""
 
-    __slots__ = ()
-
     def get(self, agent_id: str) -> Session | None:
         row = self.sql.locked(
             agent_id, 0, f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = ?", (agent_id,)
@@ -82,8 +80,6 @@ class SessionReads(Repository):
 
 class Sessions(SessionReads):
     """The `sessions` table; how a session's messages move to another pair is the backend's."""
-
-    __slots__ = ()
 
     def insert(self, session: Session) -> None:
         self.sql.send(

@@ -35,8 +35,6 @@ _PAIR = "WHERE user_id = ? AND character_id = ? AND model = ? AND dims = ?"
 class VectorReads(Repository):
     """The `message_vectors` table, read (rows leave with their messages, by trigger or foreign key)."""
 
-    __slots__ = ()
-
     def missing(
         self, user_id: str, character_id: str, model: str, dimensions: int | None, limit: int
     ) -> list[Message]:
@@ -124,8 +122,6 @@ class VectorReads(Repository):
 
 class Vectors(VectorReads):
     """The `message_vectors` table; how a batch is stored is the backend's."""
-
-    __slots__ = ()
 
     def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
         """Store each message's unit vector, replacing one it had (under a new id); how many. A message

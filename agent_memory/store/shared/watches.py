@@ -25,8 +25,6 @@ QUALIFIED = ", ".join(f"w.{column}" for column in WATCH_COLUMNS.split(", "))
 class WatchReads(Repository):
     """The `watched_agents` table, read."""
 
-    __slots__ = ()
-
     def get(self, agent_id: str) -> Watch | None:
         return self.sql.record(
             Watch, f"SELECT {WATCH_COLUMNS} FROM watched_agents WHERE agent_id = ?", (agent_id,)
@@ -65,8 +63,6 @@ class WatchReads(Repository):
 
 class Watches(WatchReads):
     """The followed agents' writes; claims are the backend's."""
-
-    __slots__ = ()
 
     def _lease(self, until_ms: int) -> dict[str, Any]:
         """The columns that make this instance hold an agent until `until_ms` (one process: none)."""

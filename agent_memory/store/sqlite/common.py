@@ -56,8 +56,6 @@ def _multi_insert(table: str, columns: tuple[str, ...], rows: int) -> str:
 class Repository(SharedRepository):
     """One aggregate's SQL over a connection (a reader's, or the writer's inside its transaction)."""
 
-    __slots__ = ("conn",)
-
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(SQLiteSql(conn))
         self.conn = conn
@@ -66,7 +64,6 @@ class Repository(SharedRepository):
 class SQLiteSql(Sql):
     """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""
 
-    __slots__ = ("conn",)
     list_max = CHUNK
     least, greatest = "min", "max"
     no_limit = "LIMIT -1"

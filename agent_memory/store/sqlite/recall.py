@@ -47,8 +47,6 @@ def _pair_term(pair: int, term: str) -> str:
 class SQLiteRecall(Repository, RecallReads):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ("_copies", "_key", "_owners", "_path", "brief")
-
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         # Set while a brief read runs on the event loop: a search in SQLite would hold it up.
