@@ -21,8 +21,8 @@ _INSERT = (
 BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 
 
-class InboxReads(Repository):
-    """The `inbox` table, read."""
+class Inbox(Repository):
+    """The `inbox` table."""
 
     def get(self, event_id: str) -> InboxEntry | None:
         return self.sql.record(
@@ -41,10 +41,6 @@ class InboxReads(Repository):
             f"SELECT {INBOX_COLUMNS} FROM inbox WHERE status = ? ORDER BY received_ms, notice_id{self.sql.binary} LIMIT ?",
             (status, limit),
         )
-
-
-class Inbox(InboxReads):
-    """The `inbox` table."""
 
     def insert(self, entry: InboxEntry) -> bool:
         """Record a raw event; False if its event id was already recorded (by any instance)."""

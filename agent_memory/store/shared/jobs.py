@@ -23,8 +23,8 @@ _INSERT = (
 )
 
 
-class JobReads(Repository):
-    """The `jobs` table, read."""
+class Jobs(Repository):
+    """The `jobs` table; claims are the backend's."""
 
     def get(self, kind: JobKind, user_id: str, character_id: str) -> Job | None:
         return self.sql.record(
@@ -60,10 +60,6 @@ class JobReads(Repository):
     @abstractmethod
     def _claimable(self, now_ms: int) -> tuple[str, list[Any]]:
         """Whether a row may be claimed at `now_ms`: the condition and its parameters."""
-
-
-class Jobs(JobReads):
-    """The queue's writes; claims are the backend's."""
 
     # What a job no longer running gives up besides its status (a backend's lease).
     _free = ""

@@ -67,8 +67,9 @@ def stored_row(message: NewMessage) -> list[Any]:
     return values
 
 
-class MessageReads(Repository):
-    """Stored transcripts, by pair (conversation order: time, then place) or by session."""
+class Messages(Repository):
+    """Stored transcripts, by pair (conversation order: time, then place) or by session; search and
+    recall index them (by trigger, or queued by trigger)."""
 
     def latest(
         self,
@@ -135,10 +136,6 @@ class MessageReads(Repository):
         )
         rows.reverse()
         return rows
-
-
-class Messages(MessageReads):
-    """The `messages` table (search and recall index it: by trigger, or queued by trigger)."""
 
     def insert(self, rows: Iterable[NewMessage]) -> None:
         """Insert new items (the ingest hot path: dozens per callback, one statement)."""

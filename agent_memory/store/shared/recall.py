@@ -13,8 +13,8 @@ from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit
 from agent_memory.store.shared.facts import (
     FACT_COLUMNS,
     SUMMARY_COLUMNS,
-    FactReads,
-    SummaryReads,
+    Facts,
+    Summaries,
     fact_of,
     summary_of,
 )
@@ -118,14 +118,14 @@ class RecallReads(Repository):
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
         """The facts in scope: a pair's and the user-wide ones, or all of the user's (None)."""
         if character_id is not None:
-            return FactReads(self.sql).of_pair(user_id, character_id)
+            return Facts(self.sql).of_pair(user_id, character_id)
         rows = self.sql.all(f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = ? ORDER BY id", (user_id,))
         return [fact_of(row) for row in rows]
 
     def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
         """The summary of a pair, or of each of the user's pairs (None; by character)."""
         if character_id is not None:
-            summary = SummaryReads(self.sql).get(user_id, character_id)
+            summary = Summaries(self.sql).get(user_id, character_id)
             return [summary] if summary is not None else []
         rows = self.sql.all(
             f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ? ORDER BY character_id{self.sql.binary}",
