@@ -76,11 +76,6 @@ _DOCS = (
 _NEWER = f"{_DOCS} WHERE (pair, id) > (%s, %s) AND (pair, id) <= (%s, 9223372036854775807) ORDER BY pair, id"
 
 
-def _figures(row: Mapping[str, Any]) -> tuple[int, int, int]:
-    """A pair's index id, indexed turns and change count, from a row of `_PAIRS`."""
-    return row["pair"], row["docs"], row["changes"]
-
-
 def _docs(rows: Sequence[Sequence[Any]], prefix: int) -> Docs:
     """Turns read (`_DOCS`' columns) as a copy takes them in: their terms without the pair's prefix."""
     now = rows[0][0] if rows else None
@@ -104,6 +99,8 @@ _WITH_NEIGHBOURS = (
 
 class PostgresRecall(RecallIndexing):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
+
+    postings = POSTINGS
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(conn, instance)
@@ -182,8 +179,7 @@ class PostgresRecall(RecallIndexing):
         self._copies = guessed or {
             row["pair"]: copy
             for row in rows
-            if row["docs"]
-            and (copy := self._copy(self._key(row["database_id"]), *_figures(row), read_newer=read_newer))
+            if row["docs"] and (copy := self._copy(*self._figures(row), read_newer=read_newer))
         }
         copies = self._copies
         counts = self._frequencies(
@@ -283,38 +279,28 @@ class PostgresRecall(RecallIndexing):
         """Which database this is, as the copies' keys say it: its address and its own id."""
         return f"{self.sql.database()}#{database_id or 0}"
 
-    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[str, int, int, int]]:
-        """The pair's copy keys and index ids with their indexed turns and change counts (pairs with turns only)."""
+    def _figures(self, row: Mapping[str, Any]) -> tuple[tuple[str, int], int, int]:
+        """A pair's copy key, indexed turns and change count, from a row of `_PAIRS`."""
+        return (self._key(row["database_id"]), row["pair"]), row["docs"], row["changes"]
+
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
         rows = self.sql.all(
             f"{_PAIRS} WHERE user_id = ? AND character_id = ? AND docs > 0", (user_id, character_id)
         )
-        return [(self._key(row["database_id"]), *_figures(row)) for row in rows]
-
-    def warm(self, user_id: str, character_id: str) -> bool:
-        warmed = False
-        for database, pair, docs, changes in self._pair_figures(user_id, character_id):
-            if POSTINGS.held_or_reading((database, pair)):
-                continue
-            warmed = self._copy(database, pair, docs, changes, at_once=True) is not None or warmed
-        return warmed
-
-    def held(self, user_id: str, character_id: str) -> bool:
-        figures = self._pair_figures(user_id, character_id)
-        return bool(figures) and all(POSTINGS.holds((database, pair)) for database, pair, _, _ in figures)
+        return [self._figures(row) for row in rows]
 
     def _copy(
         self,
-        database: str,
-        pair: int,
+        key: tuple[str, int],
         docs: int,
         changes: int,
         *,
         at_once: bool = False,
         read_newer: Newer = None,
     ) -> PairPostings | None:
-        """The pair's index as held in memory, brought up to date (None: not held yet, or too large;
-        `read_newer`: the turns after an id, read already). Its change count is read in the same
-        statement as its turns, so that another instance's write is in both or in neither."""
+        """As `RecallReads._copy` (`read_newer`: the turns after an id, read already). Its change
+        count is read in the same statement as its turns: another instance's write is in both or neither."""
+        pair = key[1]
         prefix = len(pair_term(pair, ""))
         whole = f"{_DOCS} WHERE pair = %s ORDER BY id"
 
@@ -332,7 +318,7 @@ class PostgresRecall(RecallIndexing):
             return found
 
         return POSTINGS.current(
-            (database, pair),
+            key,
             changes,
             docs,
             newer=lambda last_id: (

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from agent_memory.core.domain import Fact, Message, Summary
-from agent_memory.core.postings import PairPostings
+from agent_memory.core.postings import PairPostings, PostingsCache
 from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit
 from agent_memory.store.shared.facts import (
     FACT_COLUMNS,
@@ -43,8 +43,10 @@ T = TypeVar("T")
 class RecallReads(Repository):
     """The word index of spoken turns as recall reads it; what recall shows besides is written here."""
 
-    # The pairs' postings this process holds in memory, by pair id (each backend's own slot).
+    # The pairs' postings this process holds in memory, by pair id (each backend's own slot), and
+    # the backend's cache of them (keyed by database and pair id).
     _copies: dict[int, PairPostings]
+    postings: PostingsCache
 
     @abstractmethod
     def behind(self) -> bool:
@@ -65,8 +67,29 @@ class RecallReads(Repository):
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
 
     def warm(self, user_id: str, character_id: str) -> bool:
-        """Hold the pair's recall index in memory now (a call is starting); True when it was read."""
-        return False
+        """Read the pair's index into memory now, whatever its size (a call is starting: its
+        first question should not find it cold); False when already held or nothing to hold."""
+        warmed = False
+        for key, docs, changes in self._pair_figures(user_id, character_id):
+            if self.postings.held_or_reading(key):
+                continue
+            warmed = self._copy(key, docs, changes, at_once=True) is not None or warmed
+        return warmed
+
+    def held(self, user_id: str, character_id: str) -> bool:
+        """Whether this process holds the pair's index in memory (False when it has none)."""
+        keys = [key for key, _, _ in self._pair_figures(user_id, character_id)]
+        return bool(keys) and all(self.postings.holds(key) for key in keys)
+
+    @abstractmethod
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
+        """The copy key, indexed turns and change count of each of the pair's index ids with turns."""
+
+    @abstractmethod
+    def _copy(
+        self, key: tuple[str, int], docs: int, changes: int, *, at_once: bool = False
+    ) -> PairPostings | None:
+        """The pair's index as held in memory, brought up to date (None: not held yet, or too large)."""
 
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
         """The best turns in the scope of `stats`: from each pair's copy in memory, else the index."""

@@ -47,6 +47,8 @@ def _pair_term(pair: int, term: str) -> str:
 class SQLiteRecall(Repository, RecallReads):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
+    postings = POSTINGS
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         # Set while a brief read runs on the event loop: a search in SQLite would hold it up.
@@ -183,7 +185,7 @@ class SQLiteRecall(Repository, RecallReads):
         self._copies = {
             pair: copy
             for pair, docs, _, changes in rows
-            if docs and (copy := self._copy(pair, docs, changes))
+            if docs and (copy := self._copy((self._database(), pair), docs, changes))
         }
         frequencies: dict[str, int] = {}
         for term, _ in weighted:
@@ -194,32 +196,18 @@ class SQLiteRecall(Repository, RecallReads):
         idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
         return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
 
-    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[int, int, int]]:
-        """The pair's index ids with their indexed turns and change counts (pairs with turns only)."""
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
         rows = self.conn.execute(
             "SELECT p.id, r.docs, r.changes FROM search_pairs p JOIN recall_pairs r ON r.pair = p.id "
             "WHERE p.user_id = ? AND p.character_id = ? AND r.docs > 0",
             (user_id, character_id),
         ).fetchall()
-        return [(row[0], row[1], row[2]) for row in rows]
+        return [((self._database(), row[0]), row[1], row[2]) for row in rows]
 
-    def warm(self, user_id: str, character_id: str) -> bool:
-        """Read the pair's index into memory now, whatever its size (a call is starting: its
-        first question should not find it cold); False when already held or nothing to hold."""
-        warmed = False
-        for pair, docs, changes in self._pair_figures(user_id, character_id):
-            if POSTINGS.held_or_reading((self._database(), pair)):
-                continue
-            warmed = self._copy(pair, docs, changes, at_once=True) is not None or warmed
-        return warmed
-
-    def held(self, user_id: str, character_id: str) -> bool:
-        """Whether this process holds the pair's index in memory (False when it has none)."""
-        figures = self._pair_figures(user_id, character_id)
-        return bool(figures) and all(POSTINGS.holds((self._database(), pair)) for pair, _, _ in figures)
-
-    def _copy(self, pair: int, docs: int, changes: int, *, at_once: bool = False) -> PairPostings | None:
-        """The pair's index as held in memory, brought up to date (None: not held yet, or too large)."""
+    def _copy(
+        self, key: tuple[str, int], docs: int, changes: int, *, at_once: bool = False
+    ) -> PairPostings | None:
+        pair = key[1]
         prefix = len(f"{pair}_")
         columns = (
             "SELECT (SELECT changes FROM recall_pairs WHERE pair = ?), id, length, terms FROM recall_docs"
@@ -242,7 +230,7 @@ class SQLiteRecall(Repository, RecallReads):
                 conn.close()
 
         return POSTINGS.current(
-            (self._database(), pair),
+            key,
             changes,
             docs,
             newer=lambda last_id: read(
