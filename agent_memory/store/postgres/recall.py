@@ -16,16 +16,13 @@ from psycopg.rows import tuple_row
 
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.postings import Docs, PairPostings, PostingsCache
-from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit
 from agent_memory.store.postgres.common import Connection, Instance, dialect, int_array
 from agent_memory.store.postgres.recall_index import RecallIndexing, pair_term
 from agent_memory.store.shared.facts import PAIR_FACTS, PAIR_SUMMARY, USER_WIDE, fact_of, summary_of
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCIES,
-    FREQUENCY_CACHE_SIZE,
-    FREQUENCY_TTL_S,
-    MAX_POSTINGS,
     SHORTLIST_FACTOR,
 )
 from agent_memory.store.shared.sql import pair_scope
@@ -181,18 +178,7 @@ class PostgresRecall(RecallIndexing):
             for row in rows
             if row["docs"] and (copy := self._copy(*self._figures(row), read_newer=read_newer))
         }
-        copies = self._copies
-        counts = self._frequencies(
-            [(pair, term) for term, _ in weighted for pair in pairs if pair not in copies]
-        )
-        frequencies = {
-            term: sum(
-                copy.frequency(term) if (copy := copies.get(pair)) else counts[(pair, term)] for pair in pairs
-            )
-            for term, _ in weighted
-        }
-        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
-        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+        return self._stats(weighted, pairs, documents, total_length)
 
     def _pairs(
         self, user_id: str, character_id: str | None
@@ -358,31 +344,14 @@ class PostgresRecall(RecallIndexing):
                 FIGURES.pop(figures_key, None)
         return len(gone)
 
-    def _frequencies(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
-        """In how many of its pair's turns each term is, counted in one query. A count is reused
-        for `FREQUENCY_TTL_S` (a few seconds of new turns barely move an idf); a word not said
-        yet is counted again each time, as a turn may say it any moment."""
-        database, now = self.sql.database(), time.monotonic()
-        found: dict[tuple[int, str], int] = {}
-        for key in keys:
-            cached = FREQUENCIES.get((database, *key))
-            if cached is not None and cached[0] > now:
-                found[key] = cached[1]
-        missing = [key for key in dict.fromkeys(keys) if key not in found]
-        if not missing:
-            return found
+    def _count(self, keys: Sequence[tuple[int, str]]) -> list[int]:
+        # All in one query (a round trip each would cost more than the counting).
         rows = self.sql.all(
             "SELECT (SELECT count(*) FROM recall_docs WHERE terms @> ARRAY[k.term]) AS docs "
             "FROM unnest(?::text[]) WITH ORDINALITY AS k(term, position) ORDER BY k.position",
-            ([pair_term(pair, term) for pair, term in missing],),
+            ([pair_term(pair, term) for pair, term in keys],),
         )
-        if len(FREQUENCIES) + len(missing) > FREQUENCY_CACHE_SIZE:
-            FREQUENCIES.clear()
-        for key, row in zip(missing, rows, strict=True):
-            found[key] = int(row["docs"])
-            if found[key]:
-                FREQUENCIES[(database, *key)] = (now + FREQUENCY_TTL_S, found[key])
-        return found
+        return [int(row["docs"]) for row in rows]
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
         """BM25 of the pair's turns, the best `limit` by message id: binary term frequency, as on SQLite

@@ -3,13 +3,14 @@ that both rank a question's turns alike."""
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.postings import PairPostings, PostingsCache
-from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.store.shared.facts import (
     FACT_COLUMNS,
     SUMMARY_COLUMNS,
@@ -65,6 +66,45 @@ class RecallReads(Repository):
         self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
+
+    def _stats(
+        self, weighted: Sequence[tuple[str, float]], pairs: list[int], documents: int, total_length: int
+    ) -> TermStats:
+        """`term_stats` of the scope's pairs: each term's frequency from each pair's copy in memory, else
+        counted through the index. A count is reused for `FREQUENCY_TTL_S` (a few seconds of new turns
+        barely move an idf); a word not said yet is counted again each time: a turn may say it any moment."""
+        database, now = self._database(), time.monotonic()
+        keys = [(pair, term) for term, _ in weighted for pair in pairs if pair not in self._copies]
+        counts: dict[tuple[int, str], int] = {}
+        for key in keys:
+            cached = FREQUENCIES.get((database, *key))
+            if cached is not None and cached[0] > now:
+                counts[key] = cached[1]
+        missing = [key for key in dict.fromkeys(keys) if key not in counts]
+        if missing:
+            if len(FREQUENCIES) + len(missing) > FREQUENCY_CACHE_SIZE:
+                FREQUENCIES.clear()
+            for key, count in zip(missing, self._count(missing), strict=True):
+                counts[key] = count
+                if count:
+                    FREQUENCIES[(database, *key)] = (now + FREQUENCY_TTL_S, count)
+        frequencies = {
+            term: sum(
+                copy.frequency(term) if (copy := self._copies.get(pair)) else counts[(pair, term)]
+                for pair in pairs
+            )
+            for term, _ in weighted
+        }
+        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
+        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    @abstractmethod
+    def _count(self, keys: Sequence[tuple[int, str]]) -> list[int]:
+        """In how many of its pair's turns each (pair, term) is, through the index."""
+
+    def _database(self) -> str:
+        """Which database this is, as the frequencies' keys say it."""
+        return self.sql.database()
 
     def warm(self, user_id: str, character_id: str) -> bool:
         """Read the pair's index into memory now, whatever its size (a call is starting: its

@@ -10,21 +10,17 @@ they commit, with the trigram index (`SQLiteSearch.catch_up`): a webhook never w
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterable, Sequence
 
 from agent_memory.core.domain import Message
 from agent_memory.core.postings import Docs, PairPostings, PostingsCache
-from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, weighted_idfs
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.core.terms import text_length
 from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCIES,
-    FREQUENCY_CACHE_SIZE,
-    FREQUENCY_TTL_S,
-    MAX_POSTINGS,
     SHORTLIST_FACTOR,
     RecallReads,
 )
@@ -187,14 +183,7 @@ class SQLiteRecall(Repository, RecallReads):
             for pair, docs, _, changes in rows
             if docs and (copy := self._copy((self._database(), pair), docs, changes))
         }
-        frequencies: dict[str, int] = {}
-        for term, _ in weighted:
-            frequencies[term] = sum(
-                copy.frequency(term) if (copy := self._copies.get(pair)) else self._frequency(pair, term)
-                for pair in pairs
-            )
-        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
-        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+        return self._stats(weighted, pairs, documents, total_length)
 
     def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
         rows = self.conn.execute(
@@ -241,24 +230,16 @@ class SQLiteRecall(Repository, RecallReads):
             at_once=at_once,
         )
 
-    def _frequency(self, pair: int, term: str) -> int:
-        """In how many of the pair's turns `term` is (counting a long posting list costs a tenth
-        of a millisecond or more, so a count is reused for `FREQUENCY_TTL_S`: a few seconds
-        of new turns barely move an idf)."""
-        key = (self._database(), pair, term)
-        now = time.monotonic()
-        cached = FREQUENCIES.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        row = self.conn.execute(
-            "SELECT doc FROM recall_terms WHERE term = ?", (_pair_term(pair, term),)
-        ).fetchone()
-        frequency = int(row[0]) if row else 0
-        if frequency:  # a word not said yet is looked up again: a turn may say it any moment
-            if len(FREQUENCIES) >= FREQUENCY_CACHE_SIZE:
-                FREQUENCIES.clear()
-            FREQUENCIES[key] = (now + FREQUENCY_TTL_S, frequency)
-        return frequency
+    def _count(self, keys: Sequence[tuple[int, str]]) -> list[int]:
+        # A statement each (in process: no round trip to save); a long posting list costs a tenth
+        # of a millisecond or more to count.
+        counts = []
+        for pair, term in keys:
+            row = self.conn.execute(
+                "SELECT doc FROM recall_terms WHERE term = ?", (_pair_term(pair, term),)
+            ).fetchone()
+            counts.append(int(row[0]) if row else 0)
+        return counts
 
     def _database(self) -> str:
         """Which database this connection reads, as its file and its id (pair ids are per database)."""
