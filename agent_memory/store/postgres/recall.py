@@ -101,10 +101,6 @@ class PostgresRecall(RecallIndexing):
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(conn, instance)
-        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
-        self._owners: set[tuple[str, str]] = set()
-        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
-        self._copies: dict[int, PairPostings] = {}
         # Read with the pair's figures (`term_stats`), for `facts` and `summaries` of that pair.
         self._facts: tuple[tuple[str, str], list[Fact]] | None = None
         self._summary: tuple[tuple[str, str], list[Summary]] | None = None
@@ -415,10 +411,6 @@ class PostgresRecall(RecallIndexing):
             else:
                 messages[of_id] = message_of(columns)
         return messages, around
-
-    def _owns(self, message: Message) -> bool:
-        # A turn moved to another pair keeps its doc in the old one until it is indexed again.
-        return (message.user_id, message.character_id) in self._owners
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session, all in one

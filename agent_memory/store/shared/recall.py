@@ -20,7 +20,7 @@ from agent_memory.store.shared.facts import (
     summary_of,
 )
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
-from agent_memory.store.shared.sql import Repository
+from agent_memory.store.shared.sql import Repository, Sql
 
 # A term in more of a pair's turns than this says little and costs a long posting list.
 MAX_POSTINGS = 3000
@@ -44,10 +44,15 @@ T = TypeVar("T")
 class RecallReads(Repository):
     """The word index of spoken turns as recall reads it; what recall shows besides is written here."""
 
-    # The pairs' postings this process holds in memory, by pair id (each backend's own slot), and
-    # the backend's cache of them (keyed by database and pair id).
-    _copies: dict[int, PairPostings]
+    # The backend's cache of the pairs' postings held in memory (keyed by database and pair id).
     postings: PostingsCache
+
+    def __init__(self, sql: Sql) -> None:
+        super().__init__(sql)
+        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
+        self._owners: set[tuple[str, str]] = set()
+        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
+        self._copies: dict[int, PairPostings] = {}
 
     @abstractmethod
     def behind(self) -> bool:
@@ -175,8 +180,9 @@ class RecallReads(Repository):
         ]
 
     def _owns(self, message: Message) -> bool:
-        """Whether a scored turn is one of the scope's (a backend whose scores may be stale says)."""
-        return True
+        """Whether a scored turn is one of the scope's: a copy held in memory answers by id, and a turn
+        moved to another pair keeps its doc in the old one until it is indexed again."""
+        return (message.user_id, message.character_id) in self._owners
 
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
         """The facts in scope: a pair's and the user-wide ones, or all of the user's (None)."""

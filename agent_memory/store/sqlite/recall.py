@@ -51,10 +51,6 @@ class SQLiteRecall(Repository, RecallReads):
         self.brief = False
         self._key: str | None = None
         self._path = ""
-        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
-        self._owners: set[tuple[str, str]] = set()
-        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
-        self._copies: dict[int, PairPostings] = {}
 
     # indexing (writer)
 
@@ -290,10 +286,6 @@ class SQLiteRecall(Repository, RecallReads):
             ),
         ).fetchall()
         return {doc: score for doc, score in rows}
-
-    def _owns(self, message: Message) -> bool:
-        # A copy held in memory answers by id: a turn it names must still be one of the asked pairs'.
-        return (message.user_id, message.character_id) in self._owners
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
         """The spoken turns just before and just after each message in its session (a statement
