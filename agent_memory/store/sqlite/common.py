@@ -14,9 +14,6 @@ from agent_memory.store.shared.sql import Row, Sql
 
 R = TypeVar("R")
 
-# Ids per `IN (...)`, below SQLite's variable limit.
-CHUNK = 500
-
 
 def fts_phrase(term: str) -> str:
     """A term as an FTS5 string: matched as a substring by the trigram tokenizer, whole by recall's."""
@@ -64,7 +61,7 @@ class Repository(SharedRepository):
 class SQLiteSql(Sql):
     """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""
 
-    list_max = CHUNK
+    list_max = 500  # below the variable limit of any SQLite build
     least, greatest = "min", "max"
     no_limit = "LIMIT -1"
 

@@ -25,7 +25,7 @@ from agent_memory.store.shared.recall import (
     RecallReads,
 )
 from agent_memory.store.shared.sql import pair_scope
-from agent_memory.store.sqlite.common import CHUNK, Repository, ensure_pairs, fts_phrase, marks
+from agent_memory.store.sqlite.common import Repository, ensure_pairs, fts_phrase
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
 POSTINGS = PostingsCache()
@@ -56,12 +56,7 @@ class SQLiteRecall(Repository, RecallReads):
 
     def index(self, ids: Iterable[int]) -> int:
         """Index the spoken turns among message `ids` (others are skipped); returns how many."""
-        indexed = 0
-        id_list = list(ids)
-        for start in range(0, len(id_list), CHUNK):
-            chunk = id_list[start : start + CHUNK]
-            indexed += self._add(f"m.id IN ({marks(len(chunk))})", chunk)
-        return indexed
+        return sum(self._add(among, values) for among, values in self.sql.chunks("m.id", list(ids)))
 
     def _add(self, which: str, params: Sequence[object]) -> int:
         """Index the spoken turns of the messages `which` selects (not indexed yet); returns how many."""
@@ -123,9 +118,8 @@ class SQLiteRecall(Repository, RecallReads):
         if not ids:
             return 0
         self.index(ids)
-        for start in range(0, len(ids), CHUNK):
-            chunk = ids[start : start + CHUNK]
-            self.conn.execute(f"DELETE FROM recall_pending WHERE id IN ({marks(len(chunk))})", chunk)
+        for among, values in self.sql.chunks("id", ids):
+            self.conn.execute(f"DELETE FROM recall_pending WHERE {among}", values)
         return len(ids)
 
     # reading
