@@ -389,8 +389,7 @@ class PostgresRecall(RecallIndexing):
         )
 
     def _hits(self, scores: dict[int, float], limit: int) -> list[TurnHit]:
-        """The best `limit` scored turns (then the newest), best first, read with the turns
-        around each in one round trip."""
+        """As `RecallReads._hits`, the turns around each read with them, in one round trip."""
         best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
         if not best:
             self._settle()
@@ -413,8 +412,7 @@ class PostgresRecall(RecallIndexing):
         return messages, around
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
-        """The spoken turns just before and just after each message in its session, all in one
-        round trip (a recall shows a dozen memories or more: one trip each cost milliseconds)."""
+        """As `RecallReads.neighbours`, in one round trip (a dozen memories or more: a trip each cost ms)."""
         if not messages:
             return {}
         self._settle()

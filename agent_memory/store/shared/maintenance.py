@@ -182,8 +182,7 @@ class Maintenance(Repository):
 
     @abstractmethod
     def _forgot(self, where: str, params: Sequence[str], indexed: int) -> bool:
-        """Drop the pairs' index bookkeeping and make the `indexed` rows' text leave the files (or
-        owe that: True)."""
+        """Drop the pairs' index upkeep; make the `indexed` rows' text leave the files (or owe it: True)."""
 
     def mark_reset(self, user_id: str, character_id: str) -> None:
         """Record that the pair's learned memory is rebuilt from now (a session's words left it): a

@@ -33,8 +33,7 @@ _PAIR = "WHERE user_id = ? AND character_id = ? AND model = ? AND dims = ?"
 
 
 class Vectors(Repository):
-    """The `message_vectors` table (rows leave with their messages, by trigger or foreign key); how a
-    batch is stored is the backend's."""
+    """The `message_vectors` table (rows leave with their messages, by trigger or foreign key)."""
 
     def missing(
         self, user_id: str, character_id: str, model: str, dimensions: int | None, limit: int

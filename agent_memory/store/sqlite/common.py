@@ -21,8 +21,7 @@ def fts_phrase(term: str) -> str:
 
 
 def ensure_pairs(conn: sqlite3.Connection, after_id: int, upto_id: int) -> None:
-    """Give every pair of the messages with ids in (after_id, upto_id] an index id (the search
-    and the recall indexes share them)."""
+    """Give each pair of the messages with ids in (after_id, upto_id] an index id (search's and recall's)."""
     conn.execute(
         "INSERT INTO search_pairs (user_id, character_id) "
         "SELECT DISTINCT user_id, character_id FROM messages m WHERE id > ? AND id <= ? "

@@ -96,8 +96,7 @@ class SQLiteRecall(Repository, RecallReads):
         return len(docs)
 
     def catch_up(self, limit: int) -> int:
-        """Index up to `limit` messages stored since the last call, then up to `limit` changed
-        ones; returns how many messages were read."""
+        """Index up to `limit` new messages, then up to `limit` changed ones; how many were read."""
         upto = self.conn.execute(
             "SELECT value FROM search_state WHERE name = 'recall_indexed_upto'"
         ).fetchone()[0]
@@ -282,8 +281,7 @@ class SQLiteRecall(Repository, RecallReads):
         return {doc: score for doc, score in rows}
 
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
-        """The spoken turns just before and just after each message in its session (a statement
-        each: SQLite answers in process, no round trip to save)."""
+        """As `RecallReads.neighbours`, a statement each (SQLite answers in process: no trip to save)."""
         around: dict[int, tuple[Message | None, Message | None]] = {}
         for message in messages:
             found: dict[int, Message] = {
