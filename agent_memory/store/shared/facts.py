@@ -73,6 +73,9 @@ class Facts(Repository):
     write that another instance's equal fact refuses (the unique key) is undone alone, in a savepoint:
     one SQLite process never meets one."""
 
+    # The id a new fact takes (a backend that would hand out an ended fact's id again says another).
+    new_id = "DEFAULT"
+
     def of_pair(self, user_id: str, character_id: str) -> list[Fact]:
         """The pair's facts and the user's user-wide facts, oldest first."""
         return [fact_of(row) for row in self.sql.all(PAIR_FACTS, (user_id, character_id, USER_WIDE))]
@@ -95,9 +98,6 @@ class Facts(Repository):
         if now is not None:
             past.append(FactVersion(now.id, now.text, now.origin, now.valid_from, None, None))
         return past
-
-    # The id a new fact takes (a backend that would hand out an ended fact's id again says another).
-    new_id = "DEFAULT"
 
     def add(
         self,
