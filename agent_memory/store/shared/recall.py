@@ -75,11 +75,24 @@ class RecallReads(Repository):
     def _stats(
         self, weighted: Sequence[tuple[str, float]], pairs: list[int], documents: int, total_length: int
     ) -> TermStats:
-        """`term_stats` of the scope's pairs: each term's frequency from each pair's copy in memory, else
-        counted through the index. A count is reused for `FREQUENCY_TTL_S` (a few seconds of new turns
-        barely move an idf); a word not said yet is counted again each time: a turn may say it any moment."""
+        """`term_stats` of the scope's pairs: a term's frequency from each pair's copy, else `_counts`."""
+        copies = self._copies
+        cold = [pair for pair in pairs if pair not in copies]
+        counts = self._counts([(pair, term) for term, _ in weighted for pair in cold]) if cold else {}
+        frequencies = {
+            term: sum(
+                copy.frequency(term) if (copy := copies.get(pair)) else counts[(pair, term)] for pair in pairs
+            )
+            for term, _ in weighted
+        }
+        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
+        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    def _counts(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
+        """In how many of its pair's turns each (pair, term) is. A count is reused for `FREQUENCY_TTL_S`
+        (a few seconds of new turns barely move an idf); a word not said yet is counted again each
+        time, as a turn may say it any moment."""
         database, now = self._database(), time.monotonic()
-        keys = [(pair, term) for term, _ in weighted for pair in pairs if pair not in self._copies]
         counts: dict[tuple[int, str], int] = {}
         for key in keys:
             cached = FREQUENCIES.get((database, *key))
@@ -93,19 +106,11 @@ class RecallReads(Repository):
                 counts[key] = count
                 if count:
                     FREQUENCIES[(database, *key)] = (now + FREQUENCY_TTL_S, count)
-        frequencies = {
-            term: sum(
-                copy.frequency(term) if (copy := self._copies.get(pair)) else counts[(pair, term)]
-                for pair in pairs
-            )
-            for term, _ in weighted
-        }
-        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
-        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+        return counts
 
     @abstractmethod
     def _count(self, keys: Sequence[tuple[int, str]]) -> list[int]:
-        """In how many of its pair's turns each (pair, term) is, through the index."""
+        """`_counts` of terms not counted lately, through the backend's index."""
 
     def _database(self) -> str:
         """Which database this is, as the frequencies' keys say it."""
