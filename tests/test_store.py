@@ -62,6 +62,19 @@ async def test_every_table_is_cleared_by_forget_or_holds_nothing_of_a_user(store
     assert found == {held.table for held in HELD} | set(NOT_HELD)
 
 
+async def test_a_write_asked_of_a_read_is_refused_and_the_reader_reads_on(store: Store) -> None:
+    # A read's repositories are the ones a write has (one class per table): its connection refuses
+    # the write (SQLite's readers are query_only, PostgreSQL's reads READ ONLY), not the types; and
+    # the refusal leaves the reader in no transaction, whose snapshot would hide every later write.
+    await store.write(lambda tx: tx.inbox.insert(InboxEntry("n1", 101, 1, "{}", "received")))
+    with pytest.raises(Exception, match=r"read-only|readonly"):
+        store.read_now(lambda view: view.inbox.set_status("n1", "applied"))
+    before = store.read_now(lambda view: view.inbox.get("n1"))
+    await store.write(lambda tx: tx.inbox.set_status("n1", "failed"))
+    after = store.read_now(lambda view: view.inbox.get("n1"))
+    assert (before and before.status, after and after.status) == ("received", "failed")
+
+
 async def test_repositories_give_back_what_they_were_given(store: Store) -> None:
     original = session()
     await store.write(lambda tx: tx.sessions.insert(original))

@@ -1,8 +1,7 @@
 """What the rest of the service may ask of a store: a `Store` runs plain functions on a `ReadView`
 (`await store.read(fn)`) or in a durable `Transaction` (`await store.write(fn)`; one that raises
 leaves nothing behind). The repositories are synchronous, so a backend runs them on threads over
-blocking connections and a use-case that reads and then writes stays one transaction; each comes
-as its read half (a `ReadView`'s) and its full form (a `Transaction`'s)."""
+blocking connections and a use-case that reads and then writes stays one transaction."""
 
 from __future__ import annotations
 
@@ -13,23 +12,22 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar, runtime_checkable
 
-from agent_memory.store.shared.analytics import Analytics, AnalyticsReads
-from agent_memory.store.shared.bindings import BindingReads, Bindings
-from agent_memory.store.shared.console import ConsoleReads, ConsoleSessionReads, ConsoleSessions
+from agent_memory.store.shared.analytics import Analytics
+from agent_memory.store.shared.bindings import Bindings
+from agent_memory.store.shared.console import ConsoleReads, ConsoleSessions
 from agent_memory.store.shared.export import Export
-from agent_memory.store.shared.facts import FactReads, Facts, Summaries, SummaryReads
-from agent_memory.store.shared.inbox import Inbox, InboxReads
-from agent_memory.store.shared.jobs import JobReads, Jobs
-from agent_memory.store.shared.keys import ApiKeyReads, ApiKeys, LlmRouteReads, LlmRoutes
-from agent_memory.store.shared.maintenance import Maintenance, MaintenanceReads
-from agent_memory.store.shared.messages import MessageReads, Messages
-from agent_memory.store.shared.messages import Versions as VersionReads
+from agent_memory.store.shared.facts import Facts, Summaries
+from agent_memory.store.shared.inbox import Inbox
+from agent_memory.store.shared.jobs import Jobs
+from agent_memory.store.shared.keys import ApiKeys, LlmRoutes
+from agent_memory.store.shared.maintenance import Maintenance
+from agent_memory.store.shared.messages import Messages, Versions
 from agent_memory.store.shared.recall import RecallReads
 from agent_memory.store.shared.restore import Restore
 from agent_memory.store.shared.search import SearchReads
-from agent_memory.store.shared.sessions import SessionReads, Sessions
-from agent_memory.store.shared.vectors import VectorReads, Vectors
-from agent_memory.store.shared.watches import Watches, WatchReads
+from agent_memory.store.shared.sessions import Sessions
+from agent_memory.store.shared.vectors import Vectors
+from agent_memory.store.shared.watches import Watches
 
 T = TypeVar("T")
 
@@ -53,36 +51,9 @@ class Leases(Protocol):
 
 
 class ReadView:
-    """Read-only repositories over one consistent connection (each repository's read half)."""
-
-    # Classes, not protocols: a Transaction names the same repositories in their full form, and
-    # a protocol's member may narrow its type only as a property. A backend's view is a
-    # `store.shared.view.SharedView`, which is a Transaction.
-
-    sessions: SessionReads
-    messages: MessageReads
-    facts: FactReads
-    summaries: SummaryReads
-    jobs: JobReads
-    inbox: InboxReads
-    watches: WatchReads
-    bindings: BindingReads
-    llm_routes: LlmRouteReads
-    api_keys: ApiKeyReads
-    search: SearchReads
-    recall: RecallReads
-    versions: VersionReads
-    vectors: VectorReads
-    analytics: AnalyticsReads
-    export: Export
-    restore: Restore
-    maintenance: MaintenanceReads
-    console_sessions: ConsoleSessionReads
-    console: ConsoleReads
-
-
-class Transaction(ReadView):
-    """The writable repositories inside one transaction."""
+    """The repositories over one consistent connection: a read calls only their reads (a write in
+    a read is refused: SQLite's readers are query_only, PostgreSQL's reads READ ONLY). A backend's
+    view is a `store.shared.view.SharedView`, which is a Transaction."""
 
     sessions: Sessions
     messages: Messages
@@ -94,10 +65,21 @@ class Transaction(ReadView):
     bindings: Bindings
     llm_routes: LlmRoutes
     api_keys: ApiKeys
+    search: SearchReads
+    recall: RecallReads
+    versions: Versions
     vectors: Vectors
     analytics: Analytics
+    export: Export
+    restore: Restore
     maintenance: Maintenance
     console_sessions: ConsoleSessions
+    console: ConsoleReads
+
+
+class Transaction(ReadView):
+    """The repositories inside one write transaction."""
+
     leases: Leases
 
     def savepoint(self) -> AbstractContextManager[None]:

@@ -172,8 +172,6 @@ class Instance:
 class Repository(SharedRepository):
     """One aggregate's SQL over a pooled connection, inside the caller's transaction."""
 
-    __slots__ = ("conn", "instance")
-
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(PostgresSql(conn, instance))
         self.conn = conn
@@ -200,7 +198,6 @@ _BUMP_ONE = (
 class PostgresSql(Sql):
     """Statements written once, run on a pooled connection; knows this instance, for leases."""
 
-    __slots__ = ("conn", "instance")
     binary = ' COLLATE "C"'
     for_update = " FOR UPDATE"
 

@@ -63,8 +63,6 @@ REWRITE_WORK_MEM = "128MB"
 class PostgresMaintenance(Repository, Maintenance):
     """Forget, bounded purges and the figures of the database; `scrub` rewrites what forget owes."""
 
-    __slots__ = ()
-
     # figures
 
     def schema(self) -> list[str]:

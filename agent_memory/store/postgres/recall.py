@@ -16,16 +16,13 @@ from psycopg.rows import tuple_row
 
 from agent_memory.core.domain import Fact, Message, Summary
 from agent_memory.core.postings import Docs, PairPostings, PostingsCache
-from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit
 from agent_memory.store.postgres.common import Connection, Instance, dialect, int_array
 from agent_memory.store.postgres.recall_index import RecallIndexing, pair_term
 from agent_memory.store.shared.facts import PAIR_FACTS, PAIR_SUMMARY, USER_WIDE, fact_of, summary_of
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCIES,
-    FREQUENCY_CACHE_SIZE,
-    FREQUENCY_TTL_S,
-    MAX_POSTINGS,
     SHORTLIST_FACTOR,
 )
 from agent_memory.store.shared.sql import pair_scope
@@ -76,11 +73,6 @@ _DOCS = (
 _NEWER = f"{_DOCS} WHERE (pair, id) > (%s, %s) AND (pair, id) <= (%s, 9223372036854775807) ORDER BY pair, id"
 
 
-def _figures(row: Mapping[str, Any]) -> tuple[int, int, int]:
-    """A pair's index id, indexed turns and change count, from a row of `_PAIRS`."""
-    return row["pair"], row["docs"], row["changes"]
-
-
 def _docs(rows: Sequence[Sequence[Any]], prefix: int) -> Docs:
     """Turns read (`_DOCS`' columns) as a copy takes them in: their terms without the pair's prefix."""
     now = rows[0][0] if rows else None
@@ -105,26 +97,10 @@ _WITH_NEIGHBOURS = (
 class PostgresRecall(RecallIndexing):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = (
-        "_around",
-        "_ask_behind",
-        "_behind",
-        "_checked",
-        "_copies",
-        "_facts",
-        "_may_guess",
-        "_owners",
-        "_pending",
-        "_read",
-        "_summary",
-    )
+    postings = POSTINGS
 
     def __init__(self, conn: Connection, instance: Instance) -> None:
         super().__init__(conn, instance)
-        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
-        self._owners: set[tuple[str, str]] = set()
-        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
-        self._copies: dict[int, PairPostings] = {}
         # Read with the pair's figures (`term_stats`), for `facts` and `summaries` of that pair.
         self._facts: tuple[tuple[str, str], list[Fact]] | None = None
         self._summary: tuple[tuple[str, str], list[Summary]] | None = None
@@ -196,21 +172,9 @@ class PostgresRecall(RecallIndexing):
         self._copies = guessed or {
             row["pair"]: copy
             for row in rows
-            if row["docs"]
-            and (copy := self._copy(self._key(row["database_id"]), *_figures(row), read_newer=read_newer))
+            if row["docs"] and (copy := self._copy(*self._figures(row), read_newer=read_newer))
         }
-        copies = self._copies
-        counts = self._frequencies(
-            [(pair, term) for term, _ in weighted for pair in pairs if pair not in copies]
-        )
-        frequencies = {
-            term: sum(
-                copy.frequency(term) if (copy := copies.get(pair)) else counts[(pair, term)] for pair in pairs
-            )
-            for term, _ in weighted
-        }
-        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
-        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+        return self._stats(weighted, pairs, documents, total_length)
 
     def _pairs(
         self, user_id: str, character_id: str | None
@@ -297,38 +261,28 @@ class PostgresRecall(RecallIndexing):
         """Which database this is, as the copies' keys say it: its address and its own id."""
         return f"{self.sql.database()}#{database_id or 0}"
 
-    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[str, int, int, int]]:
-        """The pair's copy keys and index ids with their indexed turns and change counts (pairs with turns only)."""
+    def _figures(self, row: Mapping[str, Any]) -> tuple[tuple[str, int], int, int]:
+        """A pair's copy key, indexed turns and change count, from a row of `_PAIRS`."""
+        return (self._key(row["database_id"]), row["pair"]), row["docs"], row["changes"]
+
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
         rows = self.sql.all(
             f"{_PAIRS} WHERE user_id = ? AND character_id = ? AND docs > 0", (user_id, character_id)
         )
-        return [(self._key(row["database_id"]), *_figures(row)) for row in rows]
-
-    def warm(self, user_id: str, character_id: str) -> bool:
-        warmed = False
-        for database, pair, docs, changes in self._pair_figures(user_id, character_id):
-            if POSTINGS.held_or_reading((database, pair)):
-                continue
-            warmed = self._copy(database, pair, docs, changes, at_once=True) is not None or warmed
-        return warmed
-
-    def held(self, user_id: str, character_id: str) -> bool:
-        figures = self._pair_figures(user_id, character_id)
-        return bool(figures) and all(POSTINGS.holds((database, pair)) for database, pair, _, _ in figures)
+        return [self._figures(row) for row in rows]
 
     def _copy(
         self,
-        database: str,
-        pair: int,
+        key: tuple[str, int],
         docs: int,
         changes: int,
         *,
         at_once: bool = False,
         read_newer: Newer = None,
     ) -> PairPostings | None:
-        """The pair's index as held in memory, brought up to date (None: not held yet, or too large;
-        `read_newer`: the turns after an id, read already). Its change count is read in the same
-        statement as its turns, so that another instance's write is in both or in neither."""
+        """As `RecallReads._copy` (`read_newer`: the turns after an id, read already). Its change
+        count is read in the same statement as its turns: another instance's write is in both or neither."""
+        pair = key[1]
         prefix = len(pair_term(pair, ""))
         whole = f"{_DOCS} WHERE pair = %s ORDER BY id"
 
@@ -346,7 +300,7 @@ class PostgresRecall(RecallIndexing):
             return found
 
         return POSTINGS.current(
-            (database, pair),
+            key,
             changes,
             docs,
             newer=lambda last_id: (
@@ -386,31 +340,14 @@ class PostgresRecall(RecallIndexing):
                 FIGURES.pop(figures_key, None)
         return len(gone)
 
-    def _frequencies(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
-        """In how many of its pair's turns each term is, counted in one query. A count is reused
-        for `FREQUENCY_TTL_S` (a few seconds of new turns barely move an idf); a word not said
-        yet is counted again each time, as a turn may say it any moment."""
-        database, now = self.sql.database(), time.monotonic()
-        found: dict[tuple[int, str], int] = {}
-        for key in keys:
-            cached = FREQUENCIES.get((database, *key))
-            if cached is not None and cached[0] > now:
-                found[key] = cached[1]
-        missing = [key for key in dict.fromkeys(keys) if key not in found]
-        if not missing:
-            return found
+    def _count(self, keys: Sequence[tuple[int, str]]) -> list[int]:
+        # All in one query (a round trip each would cost more than the counting).
         rows = self.sql.all(
             "SELECT (SELECT count(*) FROM recall_docs WHERE terms @> ARRAY[k.term]) AS docs "
             "FROM unnest(?::text[]) WITH ORDINALITY AS k(term, position) ORDER BY k.position",
-            ([pair_term(pair, term) for pair, term in missing],),
+            ([pair_term(pair, term) for pair, term in keys],),
         )
-        if len(FREQUENCIES) + len(missing) > FREQUENCY_CACHE_SIZE:
-            FREQUENCIES.clear()
-        for key, row in zip(missing, rows, strict=True):
-            found[key] = int(row["docs"])
-            if found[key]:
-                FREQUENCIES[(database, *key)] = (now + FREQUENCY_TTL_S, found[key])
-        return found
+        return [int(row["docs"]) for row in rows]
 
     def _scores(self, pair: int, stats: TermStats, limit: int) -> dict[int, float]:
         """BM25 of the pair's turns, the best `limit` by message id: binary term frequency, as on SQLite
@@ -452,8 +389,7 @@ class PostgresRecall(RecallIndexing):
         )
 
     def _hits(self, scores: dict[int, float], limit: int) -> list[TurnHit]:
-        """The best `limit` scored turns (then the newest), best first, read with the turns
-        around each in one round trip."""
+        """As `RecallReads._hits`, the turns around each read with them, in one round trip."""
         best = sorted(scores, key=lambda doc: (-scores[doc], -doc))[:limit]
         if not best:
             self._settle()
@@ -475,13 +411,8 @@ class PostgresRecall(RecallIndexing):
                 messages[of_id] = message_of(columns)
         return messages, around
 
-    def _owns(self, message: Message) -> bool:
-        # A turn moved to another pair keeps its doc in the old one until it is indexed again.
-        return (message.user_id, message.character_id) in self._owners
-
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
-        """The spoken turns just before and just after each message in its session, all in one
-        round trip (a recall shows a dozen memories or more: one trip each cost milliseconds)."""
+        """As `RecallReads.neighbours`, in one round trip (a dozen memories or more: a trip each cost ms)."""
         if not messages:
             return {}
         self._settle()

@@ -35,8 +35,6 @@ def pair_term(pair: int, term: str) -> str:
 class RecallIndexing(Repository, RecallReads):
     """The recall index's upkeep (any instance, in its own write transaction); `PostgresRecall` reads it."""
 
-    __slots__ = ()
-
     def catch_up(self, limit: int) -> int:
         """Index up to `limit` queued messages (new or changed), in a transaction of its own; how many.
         When another is indexing every queued one, waits for its commit (at most `WAIT_LOCK_MS`, then

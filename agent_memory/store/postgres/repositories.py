@@ -43,7 +43,6 @@ def lease(sql: PostgresSql, until_ms: int) -> dict[str, Any]:
 class PostgresJobs(Jobs):
     """The `jobs` table, shared by every instance."""
 
-    __slots__ = ()
     sql: PostgresSql
     _free = ", lease_owner = NULL, lease_until_ms = NULL"
     _skip_claimed = " FOR UPDATE SKIP LOCKED"
@@ -72,7 +71,6 @@ class PostgresJobs(Jobs):
 class PostgresWatches(Watches):
     """The `watched_agents` table, shared by every instance: each poll extends its poller's lease."""
 
-    __slots__ = ()
     sql: PostgresSql
 
     def _mine(self, now_ms: int) -> tuple[str, list[Any]]:
@@ -112,7 +110,6 @@ class PostgresWatches(Watches):
 class PostgresLeases(Repository):
     """The `leases` table: a name, the instance holding it, and until when."""
 
-    __slots__ = ()
     sql: PostgresSql
 
     def acquire(self, name: str, ttl_ms: int) -> bool:
@@ -132,7 +129,6 @@ class PostgresAnalytics(Analytics):
     """Statistics, a metric's percentiles all in its one query: nearest rank, which is what
     `percentile_disc` computes (the value at rank ceil(p * n))."""
 
-    __slots__ = ()
     ranks_column = ", percentile_disc(?::float8[]) WITHIN GROUP (ORDER BY a.value_ms) AS ranks"
     ranks_params = ([fraction for _, fraction in PERCENTILES],)
 
@@ -143,16 +139,12 @@ class PostgresAnalytics(Analytics):
 class PostgresSessions(Sessions):
     """The `sessions` table."""
 
-    __slots__ = ()
-
     def _move_messages(self, agent_id: str, user_id: str, character_id: str) -> int:
         return self.sql.run(_MOVE, (agent_id, user_id, character_id))
 
 
 class PostgresVectors(Vectors):
     """The `message_vectors` table (rows leave with their messages: foreign key and trigger, m004)."""
-
-    __slots__ = ()
 
     def _store(self, model: str, dims: int, vectors: Sequence[tuple[int, bytes]]) -> int:
         # The last vector given for a message is the one kept (one statement cannot touch a row twice).

@@ -22,7 +22,6 @@ _ORDER = {"message": "t.id", "fact": "t.id", "summary": "t.updated_ms"}
 class PostgresSearch(Repository, SearchReads):
     """Search through the trigram indexes (and bounded substring scans for short words)."""
 
-    __slots__ = ("recall",)
     recall: PostgresRecall
     sources = SOURCES
     like = "ILIKE"

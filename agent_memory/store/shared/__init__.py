@@ -1,1 +1,1 @@
-"""What both backends hold alike: policy constants and pure helpers, no SQL dialect and no driver."""
+"""The repositories both backends run alike, one per table, written once over a backend's `Sql`; no driver."""

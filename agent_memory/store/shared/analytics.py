@@ -101,10 +101,8 @@ def _sums(sql: Sql) -> tuple[str, str, str]:
     return messages, talk, counts
 
 
-class AnalyticsReads(Repository):
-    """Statistics over sessions, messages and per-turn metrics."""
-
-    __slots__ = ()
+class Analytics(Repository):
+    """Statistics over sessions, messages and per-turn metrics; recording the metrics."""
 
     def _row(self, sql: str, params: Sequence[Any] = ()) -> Row:
         """The one row an aggregate query answers."""
@@ -314,12 +312,6 @@ class AnalyticsReads(Repository):
             "latency_stages_ms": self.stage_percentiles(since_ms=since_ms, until_ms=until_ms),
             "callbacks": self.callback_problems(since_ms=since_ms, until_ms=until_ms),
         }
-
-
-class Analytics(AnalyticsReads):
-    """Statistics over sessions, messages and per-turn metrics; recording the metrics."""
-
-    __slots__ = ()
 
     def record_metrics(self, agent_id: str, rows: Sequence[MetricRow], at_ms: int) -> int:
         """Keep per-turn values, dated by their turn or `at_ms`; a resent turn replaces its values."""

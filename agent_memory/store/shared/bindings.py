@@ -9,10 +9,8 @@ from agent_memory.store.shared.sql import Repository
 CHANNEL_COLUMNS = "channel, user_id, character_id, created_ms, updated_ms"
 
 
-class BindingReads(Repository):
-    """The `bindings` and `channel_bindings` tables, read."""
-
-    __slots__ = ()
+class Bindings(Repository):
+    """The `bindings` and `channel_bindings` tables."""
 
     def of_agent(self, agent_id: str) -> Binding | None:
         return self.sql.record(
@@ -25,12 +23,6 @@ class BindingReads(Repository):
         return self.sql.record(
             ChannelBinding, f"SELECT {CHANNEL_COLUMNS} FROM channel_bindings WHERE channel = ?", (channel,)
         )
-
-
-class Bindings(BindingReads):
-    """The `bindings` and `channel_bindings` tables."""
-
-    __slots__ = ()
 
     def bind_agent(self, agent_id: str, user_id: str, character_id: str) -> None:
         """Tie an agent run to a pair (binding it again replaces the binding)."""

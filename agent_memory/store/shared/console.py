@@ -14,10 +14,8 @@ from agent_memory.store.shared.watches import QUALIFIED
 CONSOLE_COLUMNS = "token_hash, key_hash, created_ms, expires_ms"
 
 
-class ConsoleSessionReads(Repository):
-    """The `console_sessions` table, read."""
-
-    __slots__ = ()
+class ConsoleSessions(Repository):
+    """The `console_sessions` table."""
 
     def get(self, token_hash: str, now_ms: int) -> ConsoleSession | None:
         """The live session of this token hash (None once it expired)."""
@@ -26,12 +24,6 @@ class ConsoleSessionReads(Repository):
             f"SELECT {CONSOLE_COLUMNS} FROM console_sessions WHERE token_hash = ? AND expires_ms > ?",
             (token_hash, now_ms),
         )
-
-
-class ConsoleSessions(ConsoleSessionReads):
-    """The `console_sessions` table."""
-
-    __slots__ = ()
 
     def open(self, session: ConsoleSession) -> None:
         """Keep a new sign-in, dropping the expired ones (they would never be read again)."""
@@ -61,8 +53,6 @@ _PAIRS = (
 
 class ConsoleReads(Repository):
     """Reads across users the console lists (no other route needs them)."""
-
-    __slots__ = ()
 
     def users(self, q: str | None, after: str | None, limit: int) -> UserPage:
         """Users whose id contains `q` (any case), in id order after `after`, at most `limit`."""

@@ -103,8 +103,6 @@ def export_report(user_id: str, kinds: dict[str, Rows]) -> Report:
 class Export(Repository):
     """Everything held about one user, as plain rows (the export's JSON shape)."""
 
-    __slots__ = ()
-
     def user(self, user_id: str) -> Report | None:
         """One consistent snapshot of everything a forget of the user deletes; None if nothing is held."""
         c = self.sql.binary

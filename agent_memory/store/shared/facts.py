@@ -68,10 +68,13 @@ def summary_of(row: Row) -> Summary:
     return Summary(**{**row, "message_count": row["message_count"] or 0, "meta": loads_object(row["meta"])})
 
 
-class FactReads(Repository):
-    """The `facts` table (what is remembered now) and `fact_history` (past texts, ended facts)."""
+class Facts(Repository):
+    """The `facts` table (what is remembered now) and `fact_history` (past texts, ended facts). A
+    write that another instance's equal fact refuses (the unique key) is undone alone, in a savepoint:
+    one SQLite process never meets one."""
 
-    __slots__ = ()
+    # The id a new fact takes (a backend that would hand out an ended fact's id again says another).
+    new_id = "DEFAULT"
 
     def of_pair(self, user_id: str, character_id: str) -> list[Fact]:
         """The pair's facts and the user's user-wide facts, oldest first."""
@@ -95,15 +98,6 @@ class FactReads(Repository):
         if now is not None:
             past.append(FactVersion(now.id, now.text, now.origin, now.valid_from, None, None))
         return past
-
-
-class Facts(FactReads):
-    """The facts' writes. A write that another instance's equal fact refuses (the unique key)
-    is undone alone, in a savepoint: one SQLite process never meets one."""
-
-    __slots__ = ()
-    # The id a new fact takes (a backend that would hand out an ended fact's id again says another).
-    new_id = "DEFAULT"
 
     def add(
         self,
@@ -259,20 +253,12 @@ PAIR_FACTS = (
 )
 
 
-class SummaryReads(Repository):
+class Summaries(Repository):
     """The `summaries` table: one per pair."""
-
-    __slots__ = ()
 
     def get(self, user_id: str, character_id: str) -> Summary | None:
         row = self.sql.one(PAIR_SUMMARY, (user_id, character_id))
         return summary_of(row) if row is not None else None
-
-
-class Summaries(SummaryReads):
-    """The summaries' writes."""
-
-    __slots__ = ()
 
     def put(self, summary: Summary) -> None:
         """Store the pair's summary, replacing the one it had."""

@@ -21,10 +21,8 @@ _INSERT = (
 BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 
 
-class InboxReads(Repository):
-    """The `inbox` table, read."""
-
-    __slots__ = ()
+class Inbox(Repository):
+    """The `inbox` table."""
 
     def get(self, event_id: str) -> InboxEntry | None:
         return self.sql.record(
@@ -43,12 +41,6 @@ class InboxReads(Repository):
             f"SELECT {INBOX_COLUMNS} FROM inbox WHERE status = ? ORDER BY received_ms, notice_id{self.sql.binary} LIMIT ?",
             (status, limit),
         )
-
-
-class Inbox(InboxReads):
-    """The `inbox` table."""
-
-    __slots__ = ()
 
     def insert(self, entry: InboxEntry) -> bool:
         """Record a raw event; False if its event id was already recorded (by any instance)."""

@@ -23,10 +23,13 @@ _INSERT = (
 )
 
 
-class JobReads(Repository):
-    """The `jobs` table, read."""
+class Jobs(Repository):
+    """The `jobs` table; claims are the backend's."""
 
-    __slots__ = ()
+    # What a job no longer running gives up besides its status (a backend's lease).
+    _free = ""
+    # What keeps a claim off the rows another instance is claiming at the same moment.
+    _skip_claimed = ""
 
     def get(self, kind: JobKind, user_id: str, character_id: str) -> Job | None:
         return self.sql.record(
@@ -62,16 +65,6 @@ class JobReads(Repository):
     @abstractmethod
     def _claimable(self, now_ms: int) -> tuple[str, list[Any]]:
         """Whether a row may be claimed at `now_ms`: the condition and its parameters."""
-
-
-class Jobs(JobReads):
-    """The queue's writes; claims are the backend's."""
-
-    __slots__ = ()
-    # What a job no longer running gives up besides its status (a backend's lease).
-    _free = ""
-    # What keeps a claim off the rows another instance is claiming at the same moment.
-    _skip_claimed = ""
 
     def schedule(
         self,

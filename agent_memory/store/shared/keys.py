@@ -17,10 +17,8 @@ ROUTE_COLUMNS = (
 _REPLACE = ", ".join(f"{column} = excluded.{column}" for column in ROUTE_COLUMNS.split(", ")[1:])
 
 
-class ApiKeyReads(Repository):
-    """The `api_keys` table, read."""
-
-    __slots__ = ()
+class ApiKeys(Repository):
+    """The `api_keys` table."""
 
     def by_hash(self, key_hash: str) -> ApiKey | None:
         return self.sql.record(ApiKey, f"SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?", (key_hash,))
@@ -28,12 +26,6 @@ class ApiKeyReads(Repository):
     def all(self) -> list[ApiKey]:
         """Every key, revoked ones too, oldest first."""
         return self.sql.records(ApiKey, f"SELECT {KEY_COLUMNS} FROM api_keys ORDER BY id")
-
-
-class ApiKeys(ApiKeyReads):
-    """The `api_keys` table."""
-
-    __slots__ = ()
 
     def add(self, name: str | None, scope: KeyScope, key_hash: str, created_ms: int) -> ApiKey:
         key = self.sql.record(
@@ -63,10 +55,8 @@ def _route(*row: Any) -> LlmRoute:
     return LlmRoute(*values)
 
 
-class LlmRouteReads(Repository):
-    """The `llm_routes` table, read."""
-
-    __slots__ = ()
+class LlmRoutes(Repository):
+    """The `llm_routes` table."""
 
     def by_key_hash(self, key_hash: str) -> LlmRoute | None:
         return self.sql.record(
@@ -80,12 +70,6 @@ class LlmRouteReads(Repository):
             f"SELECT {ROUTE_COLUMNS} FROM llm_routes WHERE agent_id = ? ORDER BY created_ms, key_hash{self.sql.binary}",
             (agent_id,),
         )
-
-
-class LlmRoutes(LlmRouteReads):
-    """The `llm_routes` table."""
-
-    __slots__ = ()
 
     def add(self, route: LlmRoute) -> None:
         """Store a route (a key minted again replaces its route)."""

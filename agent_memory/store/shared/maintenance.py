@@ -95,10 +95,10 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-class MaintenanceReads(Repository):
-    """The database's figures, and when a user, pair or agent run was last forgotten."""
-
-    __slots__ = ()
+class Maintenance(Repository):
+    """The database's figures, when a user, pair or agent run was last forgotten, and what both
+    backends forget and purge alike (purges in bounded steps); a purge removes a message only when
+    its pair's committed summary covers it (its id at or below the watermark)."""
 
     def counts(self) -> dict[str, int]:
         """Rows held of each main kind (messages, sessions, facts, summaries, jobs, inbox)."""
@@ -129,13 +129,6 @@ class MaintenanceReads(Repository):
         user, pair, run = cutoff_keys(user_id, character_id, agent_id)
         row = self.sql.locked(user_id, USER_LOCK_SEED, _FORGET_CUTOFF, (run, user, pair, run), shared=True)
         return None if row is None or row["at"] is None else ForgetCutoff(int(row["at"]), bool(row["run"]))
-
-
-class Maintenance(MaintenanceReads):
-    """What both backends forget and purge alike (purges in bounded steps); a purge removes a
-    message only when its pair's committed summary covers it (its id at or below the watermark)."""
-
-    __slots__ = ()
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:
         """Delete everything held for a pair (its user's user-wide facts stay), or a user (None),
@@ -189,8 +182,7 @@ class Maintenance(MaintenanceReads):
 
     @abstractmethod
     def _forgot(self, where: str, params: Sequence[str], indexed: int) -> bool:
-        """Drop the pairs' index bookkeeping and make the `indexed` rows' text leave the files (or
-        owe that: True)."""
+        """Drop the pairs' index upkeep; make the `indexed` rows' text leave the files (or owe it: True)."""
 
     def mark_reset(self, user_id: str, character_id: str) -> None:
         """Record that the pair's learned memory is rebuilt from now (a session's words left it): a

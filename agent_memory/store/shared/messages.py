@@ -67,10 +67,9 @@ def stored_row(message: NewMessage) -> list[Any]:
     return values
 
 
-class MessageReads(Repository):
-    """Stored transcripts, by pair (conversation order: time, then place) or by session."""
-
-    __slots__ = ()
+class Messages(Repository):
+    """Stored transcripts, by pair (conversation order: time, then place) or by session; search and
+    recall index them (by trigger, or queued by trigger)."""
 
     def latest(
         self,
@@ -138,12 +137,6 @@ class MessageReads(Repository):
         rows.reverse()
         return rows
 
-
-class Messages(MessageReads):
-    """The `messages` table (search and recall index it: by trigger, or queued by trigger)."""
-
-    __slots__ = ()
-
     def insert(self, rows: Iterable[NewMessage]) -> None:
         """Insert new items (the ingest hot path: dozens per callback, one statement)."""
         batch = list(rows)
@@ -187,8 +180,6 @@ class Messages(MessageReads):
 
 class Versions(Repository):
     """When a pair's memory last changed, as a number that only grows (bumped by trigger or `Sql.bump`)."""
-
-    __slots__ = ()
 
     def of_pair(self, user_id: str, character_id: str) -> tuple[int, int]:
         """The pair's change counter and the user's user-wide facts' one (0: never changed); they only grow."""

@@ -3,23 +3,24 @@ that both rank a question's turns alike."""
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from agent_memory.core.domain import Fact, Message, Summary
-from agent_memory.core.postings import PairPostings
-from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit
+from agent_memory.core.postings import PairPostings, PostingsCache
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, TurnHit, weighted_idfs
 from agent_memory.store.shared.facts import (
     FACT_COLUMNS,
     SUMMARY_COLUMNS,
-    FactReads,
-    SummaryReads,
+    Facts,
+    Summaries,
     fact_of,
     summary_of,
 )
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
-from agent_memory.store.shared.sql import Repository
+from agent_memory.store.shared.sql import Repository, Sql
 
 # A term in more of a pair's turns than this says little and costs a long posting list.
 MAX_POSTINGS = 3000
@@ -43,9 +44,15 @@ T = TypeVar("T")
 class RecallReads(Repository):
     """The word index of spoken turns as recall reads it; what recall shows besides is written here."""
 
-    __slots__ = ()
-    # The pairs' postings this process holds in memory, by pair id (each backend's own slot).
-    _copies: dict[int, PairPostings]
+    # The backend's cache of the pairs' postings held in memory (keyed by database and pair id).
+    postings: PostingsCache
+
+    def __init__(self, sql: Sql) -> None:
+        super().__init__(sql)
+        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
+        self._owners: set[tuple[str, str]] = set()
+        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
+        self._copies: dict[int, PairPostings] = {}
 
     @abstractmethod
     def behind(self) -> bool:
@@ -65,9 +72,74 @@ class RecallReads(Repository):
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
 
+    def _stats(
+        self, weighted: Sequence[tuple[str, float]], pairs: list[int], documents: int, total_length: int
+    ) -> TermStats:
+        """`term_stats` of the scope's pairs: a term's frequency from each pair's copy, else `_counts`."""
+        copies = self._copies
+        cold = [pair for pair in pairs if pair not in copies]
+        counts = self._counts([(pair, term) for term, _ in weighted for pair in cold]) if cold else {}
+        frequencies = {
+            term: sum(
+                copy.frequency(term) if (copy := copies.get(pair)) else counts[(pair, term)] for pair in pairs
+            )
+            for term, _ in weighted
+        }
+        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
+        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+
+    def _counts(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
+        """In how many of its pair's turns each (pair, term) is. A count is reused for `FREQUENCY_TTL_S`
+        (a few seconds of new turns barely move an idf); a word not said yet is counted again each
+        time, as a turn may say it any moment."""
+        database, now = self._database(), time.monotonic()
+        counts: dict[tuple[int, str], int] = {}
+        for key in keys:
+            cached = FREQUENCIES.get((database, *key))
+            if cached is not None and cached[0] > now:
+                counts[key] = cached[1]
+        missing = [key for key in dict.fromkeys(keys) if key not in counts]
+        if missing:
+            if len(FREQUENCIES) + len(missing) > FREQUENCY_CACHE_SIZE:
+                FREQUENCIES.clear()
+            for key, count in zip(missing, self._count(missing), strict=True):
+                counts[key] = count
+                if count:
+                    FREQUENCIES[(database, *key)] = (now + FREQUENCY_TTL_S, count)
+        return counts
+
+    @abstractmethod
+    def _count(self, keys: Sequence[tuple[int, str]]) -> list[int]:
+        """`_counts` of terms not counted lately, through the backend's index."""
+
+    def _database(self) -> str:
+        """Which database this is, as the frequencies' keys say it."""
+        return self.sql.database()
+
     def warm(self, user_id: str, character_id: str) -> bool:
-        """Hold the pair's recall index in memory now (a call is starting); True when it was read."""
-        return False
+        """Read the pair's index into memory now, whatever its size (a call is starting: its
+        first question should not find it cold); False when already held or nothing to hold."""
+        warmed = False
+        for key, docs, changes in self._pair_figures(user_id, character_id):
+            if self.postings.held_or_reading(key):
+                continue
+            warmed = self._copy(key, docs, changes, at_once=True) is not None or warmed
+        return warmed
+
+    def held(self, user_id: str, character_id: str) -> bool:
+        """Whether this process holds the pair's index in memory (False when it has none)."""
+        keys = [key for key, _, _ in self._pair_figures(user_id, character_id)]
+        return bool(keys) and all(self.postings.holds(key) for key in keys)
+
+    @abstractmethod
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
+        """The copy key, indexed turns and change count of each of the pair's index ids with turns."""
+
+    @abstractmethod
+    def _copy(
+        self, key: tuple[str, int], docs: int, changes: int, *, at_once: bool = False
+    ) -> PairPostings | None:
+        """The pair's index as held in memory, brought up to date (None: not held yet, or too large)."""
 
     def turns(self, stats: TermStats, limit: int) -> list[TurnHit]:
         """The best turns in the scope of `stats`: from each pair's copy in memory, else the index."""
@@ -113,20 +185,21 @@ class RecallReads(Repository):
         ]
 
     def _owns(self, message: Message) -> bool:
-        """Whether a scored turn is one of the scope's (a backend whose scores may be stale says)."""
-        return True
+        """Whether a scored turn is one of the scope's: a copy held in memory answers by id, and a turn
+        moved to another pair keeps its doc in the old one until it is indexed again."""
+        return (message.user_id, message.character_id) in self._owners
 
     def facts(self, user_id: str, character_id: str | None) -> list[Fact]:
         """The facts in scope: a pair's and the user-wide ones, or all of the user's (None)."""
         if character_id is not None:
-            return FactReads(self.sql).of_pair(user_id, character_id)
+            return Facts(self.sql).of_pair(user_id, character_id)
         rows = self.sql.all(f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = ? ORDER BY id", (user_id,))
         return [fact_of(row) for row in rows]
 
     def summaries(self, user_id: str, character_id: str | None) -> list[Summary]:
         """The summary of a pair, or of each of the user's pairs (None; by character)."""
         if character_id is not None:
-            summary = SummaryReads(self.sql).get(user_id, character_id)
+            summary = Summaries(self.sql).get(user_id, character_id)
             return [summary] if summary is not None else []
         rows = self.sql.all(
             f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ? ORDER BY character_id{self.sql.binary}",

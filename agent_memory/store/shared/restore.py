@@ -31,8 +31,6 @@ def _json_text(value: Any) -> str | None:
 class Restore(Repository):
     """Writes an export's records back, leaving what is already held as it is."""
 
-    __slots__ = ()
-
     def session_owners(self, agent_ids: Sequence[str]) -> dict[str, str]:
         """Which user holds each of these agent runs' sessions (those held at all)."""
         return {

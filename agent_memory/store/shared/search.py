@@ -117,7 +117,6 @@ def sources(summary_key: str) -> dict[SearchKind, Kind]:
 class SearchReads(Repository):
     """A user's search and an operator's mentions; how an index finds a word's rows is the backend's."""
 
-    __slots__ = ()
     recall: RecallReads
     sources: dict[SearchKind, Kind]
     # How a term is matched as a substring (PostgreSQL's ILIKE folds case in every script).

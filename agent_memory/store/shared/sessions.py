@@ -45,10 +45,8 @@ def _columns(changes: SessionChanges | Session) -> dict[str, Any]:
     return values
 
 
-class SessionReads(Repository):
-    """Agent runs and who they belong to."""
-
-    __slots__ = ()
+class Sessions(Repository):
+    """Agent runs and who they belong to; how a session's messages move to another pair is the backend's."""
 
     def get(self, agent_id: str) -> Session | None:
         row = self.sql.locked(
@@ -78,12 +76,6 @@ class SessionReads(Repository):
             f"ORDER BY start_ms, agent_id{self.sql.binary}",
             (channel, *values),
         )
-
-
-class Sessions(SessionReads):
-    """The `sessions` table; how a session's messages move to another pair is the backend's."""
-
-    __slots__ = ()
 
     def insert(self, session: Session) -> None:
         self.sql.send(

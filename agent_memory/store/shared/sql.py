@@ -31,8 +31,6 @@ def _duplicate(exc: BaseException) -> bool:
 class Sql(ABC):
     """One backend's way of running the statements repositories share (inside the caller's transaction)."""
 
-    __slots__ = ()
-
     # What orders text by its bytes, whatever the database's locale (SQLite's default does).
     binary = ""
     # What a write's read of rows it will change adds, to lock them (one writer needs nothing).
@@ -168,8 +166,6 @@ def values_of(record: Any) -> tuple[Any, ...]:
 
 class Repository:
     """One aggregate's SQL, written once, run by its backend's `Sql`."""
-
-    __slots__ = ("sql",)
 
     def __init__(self, sql: Sql) -> None:
         self.sql = sql

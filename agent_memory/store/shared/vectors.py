@@ -32,10 +32,8 @@ _WITHOUT_VECTOR = (
 _PAIR = "WHERE user_id = ? AND character_id = ? AND model = ? AND dims = ?"
 
 
-class VectorReads(Repository):
-    """The `message_vectors` table, read (rows leave with their messages, by trigger or foreign key)."""
-
-    __slots__ = ()
+class Vectors(Repository):
+    """The `message_vectors` table (rows leave with their messages, by trigger or foreign key)."""
 
     def missing(
         self, user_id: str, character_id: str, model: str, dimensions: int | None, limit: int
@@ -120,12 +118,6 @@ class VectorReads(Repository):
         entry = PairMatrix(_version(found, (0, 0, 0)), _ids(found), _matrix(found, dims))
         pair_matrices.put(key, entry)
         return entry
-
-
-class Vectors(VectorReads):
-    """The `message_vectors` table; how a batch is stored is the backend's."""
-
-    __slots__ = ()
 
     def add(self, model: str, vectors: Sequence[tuple[int, Sequence[float]]]) -> int:
         """Store each message's unit vector, replacing one it had (under a new id); how many. A message

@@ -22,10 +22,8 @@ WATCH_COLUMNS = (
 QUALIFIED = ", ".join(f"w.{column}" for column in WATCH_COLUMNS.split(", "))
 
 
-class WatchReads(Repository):
-    """The `watched_agents` table, read."""
-
-    __slots__ = ()
+class Watches(Repository):
+    """The `watched_agents` table; who polls a followed agent is the backend's."""
 
     def get(self, agent_id: str) -> Watch | None:
         return self.sql.record(
@@ -61,12 +59,6 @@ class WatchReads(Repository):
     def _mine(self, now_ms: int) -> tuple[str, list[Any]]:
         """` AND` which agents this instance may take at `now_ms` (one process: all), and its parameters."""
         return "", []
-
-
-class Watches(WatchReads):
-    """The followed agents' writes; claims are the backend's."""
-
-    __slots__ = ()
 
     def _lease(self, until_ms: int) -> dict[str, Any]:
         """The columns that make this instance hold an agent until `until_ms` (one process: none)."""

@@ -14,9 +14,6 @@ from agent_memory.store.shared.sql import Row, Sql
 
 R = TypeVar("R")
 
-# Ids per `IN (...)`, below SQLite's variable limit.
-CHUNK = 500
-
 
 def fts_phrase(term: str) -> str:
     """A term as an FTS5 string: matched as a substring by the trigram tokenizer, whole by recall's."""
@@ -24,8 +21,7 @@ def fts_phrase(term: str) -> str:
 
 
 def ensure_pairs(conn: sqlite3.Connection, after_id: int, upto_id: int) -> None:
-    """Give every pair of the messages with ids in (after_id, upto_id] an index id (the search
-    and the recall indexes share them)."""
+    """Give each pair of the messages with ids in (after_id, upto_id] an index id (search's and recall's)."""
     conn.execute(
         "INSERT INTO search_pairs (user_id, character_id) "
         "SELECT DISTINCT user_id, character_id FROM messages m WHERE id > ? AND id <= ? "
@@ -56,8 +52,6 @@ def _multi_insert(table: str, columns: tuple[str, ...], rows: int) -> str:
 class Repository(SharedRepository):
     """One aggregate's SQL over a connection (a reader's, or the writer's inside its transaction)."""
 
-    __slots__ = ("conn",)
-
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(SQLiteSql(conn))
         self.conn = conn
@@ -66,8 +60,7 @@ class Repository(SharedRepository):
 class SQLiteSql(Sql):
     """Statements written once, run on a SQLite connection (`?` is its own placeholder)."""
 
-    __slots__ = ("conn",)
-    list_max = CHUNK
+    list_max = 500  # below the variable limit of any SQLite build
     least, greatest = "min", "max"
     no_limit = "LIMIT -1"
 

@@ -80,6 +80,9 @@ def _connect(path: Path, *, writer: bool) -> sqlite3.Connection:
         conn.execute("PRAGMA secure_delete = ON")
         conn.execute("PRAGMA foreign_keys = ON")
     else:
+        # A reader begins no transaction of its own: one begun for a write it refuses (query_only)
+        # would stay open, and the reader read its snapshot from then on.
+        conn.isolation_level = None
         conn.execute("PRAGMA query_only = ON")
     return conn
 

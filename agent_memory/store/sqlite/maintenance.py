@@ -49,8 +49,6 @@ NO_SHRINK_ADVICE = (
 class SQLiteMaintenance(Repository, Maintenance):
     """Forget, bounded purges, the search index's upkeep and giving space back."""
 
-    __slots__ = ()
-
     # figures
 
     def schema(self) -> list[str]:

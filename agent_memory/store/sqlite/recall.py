@@ -10,26 +10,22 @@ they commit, with the trigram index (`SQLiteSearch.catch_up`): a webhook never w
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterable, Sequence
 
 from agent_memory.core.domain import Message
 from agent_memory.core.postings import Docs, PairPostings, PostingsCache
-from agent_memory.core.recall import BM25_B, BM25_K1, TermStats, weighted_idfs
+from agent_memory.core.recall import BM25_B, BM25_K1, TermStats
 from agent_memory.core.terms import terms as index_terms
 from agent_memory.core.terms import text_length
 from agent_memory.store.protocols import NotBrief
 from agent_memory.store.shared.messages import READ_COLUMNS, message_of
 from agent_memory.store.shared.recall import (
     FREQUENCIES,
-    FREQUENCY_CACHE_SIZE,
-    FREQUENCY_TTL_S,
-    MAX_POSTINGS,
     SHORTLIST_FACTOR,
     RecallReads,
 )
 from agent_memory.store.shared.sql import pair_scope
-from agent_memory.store.sqlite.common import CHUNK, Repository, ensure_pairs, fts_phrase, marks
+from agent_memory.store.sqlite.common import Repository, ensure_pairs, fts_phrase
 
 # Copies of the most recently asked pairs' indexes, shared by every connection of this process.
 POSTINGS = PostingsCache()
@@ -47,7 +43,7 @@ def _pair_term(pair: int, term: str) -> str:
 class SQLiteRecall(Repository, RecallReads):
     """Ranked turns of a pair for a question, and the upkeep of the word index."""
 
-    __slots__ = ("_copies", "_key", "_owners", "_path", "brief")
+    postings = POSTINGS
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
@@ -55,21 +51,12 @@ class SQLiteRecall(Repository, RecallReads):
         self.brief = False
         self._key: str | None = None
         self._path = ""
-        # The (user, character) of the pairs the last `term_stats` read: a turn is only ever theirs.
-        self._owners: set[tuple[str, str]] = set()
-        # The in-memory copies of the pairs the last `term_stats` read, for `turns` to score with.
-        self._copies: dict[int, PairPostings] = {}
 
     # indexing (writer)
 
     def index(self, ids: Iterable[int]) -> int:
         """Index the spoken turns among message `ids` (others are skipped); returns how many."""
-        indexed = 0
-        id_list = list(ids)
-        for start in range(0, len(id_list), CHUNK):
-            chunk = id_list[start : start + CHUNK]
-            indexed += self._add(f"m.id IN ({marks(len(chunk))})", chunk)
-        return indexed
+        return sum(self._add(among, values) for among, values in self.sql.chunks("m.id", list(ids)))
 
     def _add(self, which: str, params: Sequence[object]) -> int:
         """Index the spoken turns of the messages `which` selects (not indexed yet); returns how many."""
@@ -109,8 +96,7 @@ class SQLiteRecall(Repository, RecallReads):
         return len(docs)
 
     def catch_up(self, limit: int) -> int:
-        """Index up to `limit` messages stored since the last call, then up to `limit` changed
-        ones; returns how many messages were read."""
+        """Index up to `limit` new messages, then up to `limit` changed ones; how many were read."""
         upto = self.conn.execute(
             "SELECT value FROM search_state WHERE name = 'recall_indexed_upto'"
         ).fetchone()[0]
@@ -131,9 +117,8 @@ class SQLiteRecall(Repository, RecallReads):
         if not ids:
             return 0
         self.index(ids)
-        for start in range(0, len(ids), CHUNK):
-            chunk = ids[start : start + CHUNK]
-            self.conn.execute(f"DELETE FROM recall_pending WHERE id IN ({marks(len(chunk))})", chunk)
+        for among, values in self.sql.chunks("id", ids):
+            self.conn.execute(f"DELETE FROM recall_pending WHERE {among}", values)
         return len(ids)
 
     # reading
@@ -185,43 +170,22 @@ class SQLiteRecall(Repository, RecallReads):
         self._copies = {
             pair: copy
             for pair, docs, _, changes in rows
-            if docs and (copy := self._copy(pair, docs, changes))
+            if docs and (copy := self._copy((self._database(), pair), docs, changes))
         }
-        frequencies: dict[str, int] = {}
-        for term, _ in weighted:
-            frequencies[term] = sum(
-                copy.frequency(term) if (copy := self._copies.get(pair)) else self._frequency(pair, term)
-                for pair in pairs
-            )
-        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
-        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+        return self._stats(weighted, pairs, documents, total_length)
 
-    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[int, int, int]]:
-        """The pair's index ids with their indexed turns and change counts (pairs with turns only)."""
+    def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
         rows = self.conn.execute(
             "SELECT p.id, r.docs, r.changes FROM search_pairs p JOIN recall_pairs r ON r.pair = p.id "
             "WHERE p.user_id = ? AND p.character_id = ? AND r.docs > 0",
             (user_id, character_id),
         ).fetchall()
-        return [(row[0], row[1], row[2]) for row in rows]
+        return [((self._database(), row[0]), row[1], row[2]) for row in rows]
 
-    def warm(self, user_id: str, character_id: str) -> bool:
-        """Read the pair's index into memory now, whatever its size (a call is starting: its
-        first question should not find it cold); False when already held or nothing to hold."""
-        warmed = False
-        for pair, docs, changes in self._pair_figures(user_id, character_id):
-            if POSTINGS.held_or_reading((self._database(), pair)):
-                continue
-            warmed = self._copy(pair, docs, changes, at_once=True) is not None or warmed
-        return warmed
-
-    def held(self, user_id: str, character_id: str) -> bool:
-        """Whether this process holds the pair's index in memory (False when it has none)."""
-        figures = self._pair_figures(user_id, character_id)
-        return bool(figures) and all(POSTINGS.holds((self._database(), pair)) for pair, _, _ in figures)
-
-    def _copy(self, pair: int, docs: int, changes: int, *, at_once: bool = False) -> PairPostings | None:
-        """The pair's index as held in memory, brought up to date (None: not held yet, or too large)."""
+    def _copy(
+        self, key: tuple[str, int], docs: int, changes: int, *, at_once: bool = False
+    ) -> PairPostings | None:
+        pair = key[1]
         prefix = len(f"{pair}_")
         columns = (
             "SELECT (SELECT changes FROM recall_pairs WHERE pair = ?), id, length, terms FROM recall_docs"
@@ -244,7 +208,7 @@ class SQLiteRecall(Repository, RecallReads):
                 conn.close()
 
         return POSTINGS.current(
-            (self._database(), pair),
+            key,
             changes,
             docs,
             newer=lambda last_id: read(
@@ -255,24 +219,16 @@ class SQLiteRecall(Repository, RecallReads):
             at_once=at_once,
         )
 
-    def _frequency(self, pair: int, term: str) -> int:
-        """In how many of the pair's turns `term` is (counting a long posting list costs a tenth
-        of a millisecond or more, so a count is reused for `FREQUENCY_TTL_S`: a few seconds
-        of new turns barely move an idf)."""
-        key = (self._database(), pair, term)
-        now = time.monotonic()
-        cached = FREQUENCIES.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        row = self.conn.execute(
-            "SELECT doc FROM recall_terms WHERE term = ?", (_pair_term(pair, term),)
-        ).fetchone()
-        frequency = int(row[0]) if row else 0
-        if frequency:  # a word not said yet is looked up again: a turn may say it any moment
-            if len(FREQUENCIES) >= FREQUENCY_CACHE_SIZE:
-                FREQUENCIES.clear()
-            FREQUENCIES[key] = (now + FREQUENCY_TTL_S, frequency)
-        return frequency
+    def _count(self, keys: Sequence[tuple[int, str]]) -> list[int]:
+        # A statement each (in process: no round trip to save); a long posting list costs a tenth
+        # of a millisecond or more to count.
+        counts = []
+        for pair, term in keys:
+            row = self.conn.execute(
+                "SELECT doc FROM recall_terms WHERE term = ?", (_pair_term(pair, term),)
+            ).fetchone()
+            counts.append(int(row[0]) if row else 0)
+        return counts
 
     def _database(self) -> str:
         """Which database this connection reads, as its file and its id (pair ids are per database)."""
@@ -324,13 +280,8 @@ class SQLiteRecall(Repository, RecallReads):
         ).fetchall()
         return {doc: score for doc, score in rows}
 
-    def _owns(self, message: Message) -> bool:
-        # A copy held in memory answers by id: a turn it names must still be one of the asked pairs'.
-        return (message.user_id, message.character_id) in self._owners
-
     def neighbours(self, messages: Sequence[Message]) -> dict[int, tuple[Message | None, Message | None]]:
-        """The spoken turns just before and just after each message in its session (a statement
-        each: SQLite answers in process, no round trip to save)."""
+        """As `RecallReads.neighbours`, a statement each (SQLite answers in process: no trip to save)."""
         around: dict[int, tuple[Message | None, Message | None]] = {}
         for message in messages:
             found: dict[int, Message] = {

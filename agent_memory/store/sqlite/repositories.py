@@ -24,7 +24,6 @@ _COPIED = MOVED_COLUMNS.replace("seq, ", "")
 class SQLiteFacts(Facts):
     """The `facts` table and its history, over a SQLite connection."""
 
-    __slots__ = ()
     # An id no fact had before: an ended fact's history keeps its id (SQLite would hand the
     # newest one out again).
     new_id = "1 + max(coalesce((SELECT max(id) FROM facts), 0), coalesce((SELECT max(fact_id) FROM fact_history), 0))"
@@ -32,8 +31,6 @@ class SQLiteFacts(Facts):
 
 class SQLiteJobs(Jobs):
     """The `jobs` table. One process claims: a job left running was its own (see release_running)."""
-
-    __slots__ = ()
 
     def _claimable(self, now_ms: int) -> tuple[str, list[Any]]:
         return "status = 'pending'", []
@@ -51,8 +48,6 @@ class SQLiteJobs(Jobs):
 class SQLiteWatches(Watches):
     """The `watched_agents` table: one process polls and refreshes every followed agent."""
 
-    __slots__ = ()
-
     def claim_polls(self, now_ms: int, limit: int) -> list[Watch]:
         return self.due_polls(now_ms, limit)
 
@@ -67,8 +62,6 @@ class SQLiteWatches(Watches):
 class SQLiteLeases(Repository):
     """Cluster-wide work needs no arbiter when the cluster is one process."""
 
-    __slots__ = ()
-
     def acquire(self, name: str, ttl_ms: int) -> bool:
         """Always held: no other instance shares the file."""
         return True
@@ -76,8 +69,6 @@ class SQLiteLeases(Repository):
 
 class SQLiteSessions(Sessions):
     """The `sessions` table."""
-
-    __slots__ = ()
 
     def _move_messages(self, agent_id: str, user_id: str, character_id: str) -> int:
         # Copies first (new ids above every other), shifted out of the originals' seq range
@@ -94,8 +85,6 @@ class SQLiteSessions(Sessions):
 
 class SQLiteVectors(Vectors):
     """The `message_vectors` table (rows leave with their messages, by trigger: see m012)."""
-
-    __slots__ = ()
 
     def _store(self, model: str, dims: int, vectors: Sequence[tuple[int, bytes]]) -> int:
         # One statement a vector; REPLACE gives a replaced vector a new id.

@@ -48,7 +48,6 @@ def _holding(terms: Sequence[str], alias: str = "t") -> tuple[str, list[str]]:
 class SQLiteSearch(Repository, SearchReads):
     """Search over the FTS5 indexes (and bounded substring scans for short words)."""
 
-    __slots__ = ("recall",)
     recall: SQLiteRecall
     sources = SOURCES
     characters = "json_group_array(DISTINCT m.character_id)"
