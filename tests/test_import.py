@@ -160,6 +160,19 @@ async def test_a_user_forgotten_after_the_export_is_refused_unless_forced(servic
     assert_error(status, report, 400, "bad_request")
 
 
+async def test_a_forget_in_the_exports_own_millisecond_counts_as_after_it(service: Service) -> None:
+    """Which came first is unknown; a forget is final, so the import is refused unless forced."""
+    document = json.loads(await small_world(service))
+    status, _ = await service.api("DELETE", "/v1/users/u-ida")
+    assert status == 200
+    cutoff = await service.store.read(lambda view: view.maintenance.forget_cutoff("u-ida", ""))
+    document["exported_ms"] = cutoff.at_ms
+
+    status, body = await service.api("POST", "/v1/import", data=json.dumps(document).encode())
+
+    assert "was forgotten at 20" in assert_error(status, body, 409, "conflict")
+
+
 SECOND = '"seq": "second"'
 
 

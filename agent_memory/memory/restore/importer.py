@@ -140,8 +140,10 @@ class Importer:
         report = ImportReport(plan.user_id, sorted(plan.characters))
         report.not_restored = {kind: plan.seen[kind] for kind in NOT_RESTORED if plan.seen.get(kind)}
         report.forgotten_ms = await self.store.read(lambda view: self._forgotten(view, plan))
+        # A forget in the export's own millisecond may have come after it: a forget is final, so
+        # the tie counts as after (the user can force an import it refuses).
         if report.forgotten_ms is not None and (
-            plan.exported_ms is None or report.forgotten_ms > plan.exported_ms
+            plan.exported_ms is None or report.forgotten_ms >= plan.exported_ms
         ):
             if not self.force:
                 taken = (
@@ -149,7 +151,7 @@ class Importer:
                 )
                 raise Conflict(
                     f"user {plan.user_id!r} was forgotten at {format_datetime(report.forgotten_ms)} "
-                    f"(forgot_ms {report.forgotten_ms}), after this export was taken ({taken}): importing "
+                    f"(forgot_ms {report.forgotten_ms}), after or as this export was taken ({taken}): importing "
                     "it brings back what was forgotten; force it (agent-memory import --force, "
                     "POST /v1/import?force=true) if that is meant"
                 )
