@@ -10,7 +10,9 @@ from conftest import said, seed
 
 from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult
 from agent_memory.condense.gist import NO_HISTORY, Call, History, gist
-from agent_memory.condense.offline import LABEL, Digest, fit_digests
+from agent_memory.condense.life import speaks_of_self
+from agent_memory.condense.offline import LABEL, OTHER_SPEAKER_PENALTY, Digest, bullet_score, fit_digests
+from agent_memory.condense.salience import salience
 from agent_memory.condense.text import sentences
 from agent_memory.core.terms import cached_terms
 from agent_memory.memory.jobs import CondenseJobs
@@ -121,3 +123,18 @@ async def test_a_condensing_job_is_given_the_pairs_counts_from_the_recall_index(
     hedgehog, adopted = cached_terms("hedgehog adopted")
     assert job.term_turns[hedgehog] == 3 and job.term_turns[adopted] == 3
     assert job.term_turns[cached_terms("number")[0]] == 3
+
+
+def test_the_characters_news_of_itself_counts_as_the_users_its_advice_less() -> None:
+    """In a call between two people each one's news is asked about; advice to the user is not news."""
+    own, to_user = (
+        "I finished the novel Glass Harbour last week.",
+        "You finished the novel Glass Harbour last week.",
+    )
+
+    assert speaks_of_self(own) and not speaks_of_self(to_user)
+    assert not speaks_of_self("Tell me more.") and not speaks_of_self(
+        "You could try a walk before bed tonight."
+    )
+    assert bullet_score(f"- Assistant: {own}") == salience(own)
+    assert bullet_score(f"- Assistant: {to_user}") == salience(to_user) - OTHER_SPEAKER_PENALTY

@@ -116,6 +116,18 @@ def tells_own_life(text: str) -> bool:
     return SPEAKER_SELF.search(text) is not None or FIRST_PERSON.search(text) is not None
 
 
+# The speaker as the subject or owner: "I went", "my sister", "we saw", "our flat" (not "tell me").
+SELF_SUBJECT = re.compile(r"\b(?:i|i'm|i've|i'd|my|we|we're|we've|our)\b|我", re.IGNORECASE)
+
+
+@text_cache(16384)  # asked of every line of the character's, then of its bullets at each later job
+def speaks_of_self(text: str) -> bool:
+    """Whether another speaker's statement is about themselves ("I finished The Salt Orchard")
+    rather than to the user (advice, a question back): in a call between two people each one's
+    news is asked about, and a persona's stories stay consistent."""
+    return count_tokens(text) >= MIN_LIFE_TOKENS and SELF_SUBJECT.search(text) is not None
+
+
 def is_life_event(bullet: str) -> bool:
     """Whether a digest bullet tells of an event with its date resolved ("… (yesterday = 2025-03-15)")."""
     return bool(event_words(bullet)) and DATE_NOTE.search(bullet) is not None

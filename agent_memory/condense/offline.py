@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 from agent_memory.condense.base import (
     CondenseInput,
@@ -43,11 +42,12 @@ from agent_memory.condense.life import (
     is_life_event,
     is_profile,
     is_thread,
+    speaks_of_self,
     stale,
     tells_own_life,
 )
 from agent_memory.condense.salience import salience
-from agent_memory.condense.text import ELLIPSIS, clip, sentences
+from agent_memory.condense.text import ELLIPSIS, sentences
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day
 from agent_memory.core.dates import annotate
@@ -75,7 +75,8 @@ MIN_BULLETS = 2
 STATEMENT_MAX_CHARS = 280
 # Below this a line is filler ("ok", "Thanks!") and not worth quoting even when it is all there is.
 MIN_SALIENCE = 4
-# The other speaker's lines count, but the user's say more about the user.
+# The other speaker's lines count, but the user's say more about the user; a line of theirs about
+# themselves (`speaks_of_self`) counts as the user's would.
 OTHER_SPEAKER_PENALTY = 15
 # What the user says about their life (people, pets, work, places, likes, health) outlasts chat.
 PROFILE_BONUS = 15
@@ -127,32 +128,6 @@ def header_line(span: str) -> str:
     return f"{span}:"
 
 
-def clip_statement(
-    text: str, at_ms: int, names: Collection[str] = (), limit: int = STATEMENT_MAX_CHARS
-) -> str:
-    """A long statement cut to its most informative sentences (in order, "…" where some were
-    left out), else to `limit` characters."""
-    if len(text) <= limit:
-        return text
-    parts = sentences(text)
-    scores = [salience(part, at_ms, names) for part in parts]
-    ranked = sorted(range(len(parts)), key=lambda i: (-scores[i], i))
-    kept: list[int] = []
-    for index in ranked:
-        if (
-            scores[index] >= MIN_SALIENCE
-            and sum(len(parts[i]) + 3 for i in kept) + len(parts[index]) <= limit
-        ):
-            kept.append(index)
-    if not kept:
-        return clip(parts[ranked[0]], limit)
-    kept.sort()
-    out = parts[kept[0]]
-    for before, index in pairwise(kept):
-        out += (" " if index == before + 1 else f" {ELLIPSIS} ") + parts[index]
-    return out
-
-
 def bullet_score(bullet: str, names: Collection[str] = ()) -> int:
     """How informative a digest bullet is, read back from its text (for trimming)."""
     body = DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
@@ -162,7 +137,7 @@ def bullet_score(bullet: str, names: Collection[str] = ()) -> int:
         score += PROFILE_BONUS
     if other and tells_own_life(body[other.end() :]):
         score += PROFILE_BONUS
-    elif other and body.startswith("Assistant"):
+    elif other and body.startswith("Assistant") and not speaks_of_self(body[other.end() :]):
         score -= OTHER_SPEAKER_PENALTY
     return score
 
@@ -201,8 +176,10 @@ def new_digest(
         said_at = message_at(message)
         told = gist(text, call, STATEMENT_MAX_CHARS)
         score = salience(text, said_at, names) + call.told(told)
-        if message.role != "user":
-            score += PROFILE_BONUS if tells_own_life(text) else -OTHER_SPEAKER_PENALTY
+        if message.role != "user" and tells_own_life(text):
+            score += PROFILE_BONUS
+        elif message.role != "user" and not speaks_of_self(told):
+            score -= OTHER_SPEAKER_PENALTY
         elif is_profile(text):
             score += PROFILE_BONUS
         if score < MIN_SALIENCE:
