@@ -275,8 +275,8 @@ def second_person(text: str, language: str) -> str:
     if language == "zh":
         return re.sub("[我你]", lambda m: "你" if m.group() == "我" else "我", text)
     swaps = {"I": "you", "my": "your", "me": "you", "I'd": "you'd", "I'm": "you're", "I've": "you've",
-             "you": "me", "your": "my"}  # fmt: skip
-    return re.sub(r"\b(?:I'd|I'm|I've|I|my|me|you|your)\b", lambda m: swaps[m.group()], text)
+             "we": "you", "our": "your", "you": "me", "your": "my"}  # fmt: skip
+    return re.sub(r"\b(?:I'd|I'm|I've|I|my|me|we|our|you|your)\b", lambda m: swaps[m.group()], text)
 
 
 def article_free(value: str) -> str:

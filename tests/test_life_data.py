@@ -49,6 +49,7 @@ def test_questions_about_the_characters_life_are_asked_of_you() -> None:
         "What's the novel you told me you'd been reading?"
     )
     assert life_data.second_person("What did my team release?", "en") == "What did your team release?"
+    assert life_data.second_person("Which project did we ship?", "en") == "Which project did you ship?"
     assert (
         life_data.second_person("我跟你说过我在读的那本小说叫什么？", "zh")
         == "你跟我说过你在读的那本小说叫什么？"
