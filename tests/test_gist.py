@@ -47,10 +47,10 @@ def test_a_name_keeps_its_short_sentence_beside_a_longer_one() -> None:
 def test_an_abbreviation_ends_no_sentence() -> None:
     said_ = "It's the ICU at St. Mary's, seven p.m. to seven a.m., all month. Dr. Lee runs it."
 
-    assert sentences(said_) == [
+    assert sentences(said_) == (
         "It's the ICU at St. Mary's, seven p.m. to seven a.m., all month.",
         "Dr. Lee runs it.",
-    ]
+    )
 
 
 def test_words_the_history_says_often_tell_less() -> None:

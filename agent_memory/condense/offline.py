@@ -263,7 +263,7 @@ def carry_forward(previous: str, room: int) -> str:
         paragraphs.pop(0)
     if not paragraphs or len(paragraphs[0]) <= room:
         return "\n".join(paragraphs)
-    parts = sentences(paragraphs[0])
+    parts = list(sentences(paragraphs[0]))
     while len(parts) > 1 and len(" ".join(parts)) + len(ELLIPSIS) > room:
         parts.pop(0)
     text = " ".join(parts)

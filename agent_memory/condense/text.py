@@ -7,6 +7,8 @@ import string
 from collections.abc import Iterable
 from typing import Literal
 
+from agent_memory.core.textcache import text_cache
+
 Language = Literal["en", "zh", "ja", "ko"]
 
 ELLIPSIS = "…"
@@ -57,9 +59,11 @@ _NOT_ABBREVIATED = "".join(rf"(?<!\b{re.escape(word)}\.)" for word in ABBREVIATI
 SENTENCE_END = re.compile(rf"(?<=[。！？])\s*|(?<=[.!?]){_NOT_ABBREVIATED}(?:\s+|(?=[^\x00-\x7f]))|\n+")
 
 
-def sentences(text: str) -> list[str]:
+# A statement is split for its facts, for its salience and for its gist: once (a forget empties it).
+@text_cache(16384)
+def sentences(text: str) -> tuple[str, ...]:
     """`text` split after sentence-ending punctuation (Latin and CJK)."""
-    return [part.strip() for part in SENTENCE_END.split(text) if part and part.strip()]
+    return tuple(part.strip() for part in SENTENCE_END.split(text) if part and part.strip())
 
 
 # A sentence ending in a question mark or particle (吗, 么, 까) asks rather than states.
