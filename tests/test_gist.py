@@ -138,3 +138,21 @@ def test_the_characters_news_of_itself_counts_as_the_users_its_advice_less() -> 
     )
     assert bullet_score(f"- Assistant: {own}") == salience(own)
     assert bullet_score(f"- Assistant: {to_user}") == salience(to_user) - OTHER_SPEAKER_PENALTY
+
+
+def test_a_statement_that_tells_much_outlasts_its_call_in_the_profile_whatever_its_topic() -> None:
+    """No profile cue in "a beekeeping course": kept for what it tells once its call's digest goes."""
+    course = "I signed up for a beekeeping course on Thursday nights at the community centre."
+    calls = [
+        Digest(f"2025-12-{day:02d}:", [f"- Call {day} was quiet, as calls go.", "- It rained."])
+        for day in range(1, 29)
+    ]
+    digests = [Digest("2025-11-30:", [f"- {course}", "- It rained."]), *calls]
+    counts = Counter(
+        {term: 28 for text in ("Call was quiet, as calls go.", "It rained.") for term in cached_terms(text)}
+    )
+
+    for history, kept in ((NO_HISTORY, False), (History(dict(counts), 60), True)):
+        profile: list[str] = []
+        fit_digests(digests, [LABEL], (), profile, max_tokens=300, history=history)
+        assert (f"- [2025-11-30] {course}" in profile) is kept, profile

@@ -80,6 +80,12 @@ MIN_SALIENCE = 4
 OTHER_SPEAKER_PENALTY = 15
 # What the user says about their life (people, pets, work, places, likes, health) outlasts chat.
 PROFILE_BONUS = 15
+# A statement that tells this much against the pair's history (`Call.told`: some six words said
+# nowhere else in it) is life the profile keeps, whatever its topic: a course, a concert, a present
+# have no cue word (bench/recall_hard.py --set life, seeds 21 / 22 / 31 / 32: 41.7 / 44.3 / 40.0 /
+# 40.3 -> 51.1 / 54.0 / 50.6 / 48.7 %; the hard set 92.8 / 88.9 -> 92.8 / 90.6 %). At 30 the
+# profile took in more of the day-to-day and lost older life to it (tests/test_start_context.py).
+PROFILE_TOLD = 35
 
 
 # -- messages ------------------------------------------------------------------------------
@@ -376,12 +382,18 @@ class _Trim:
 
     def keep(self, bullet: str, digest: Digest) -> None:
         """A user's bullet about their life (or another speaker's about their own) that leaves
-        `digest` moves to the profile, dated."""
+        `digest` moves to the profile, dated: one the profile's cues match, a dated event, or one
+        that tells much against the pair's history, whatever its topic (`PROFILE_TOLD`)."""
         profile, body, key = self.profile, bullet.removeprefix(BULLET), bullet_key(bullet)
         other = OTHER_PREFIX.match(body)
-        if profile is None or key in self.keys or (other and not tells_own_life(body[other.end() :])):
+        said = body[other.end() :] if other else body
+        if (
+            profile is None
+            or key in self.keys
+            or (other and not (tells_own_life(said) or speaks_of_self(said)))
+        ):
             return
-        if not (is_profile(body) or is_life_event(body)):
+        if not (is_profile(body) or is_life_event(body) or self.history.told(said) >= PROFILE_TOLD):
             return
         self.keys.add(key)
         if not profile:
