@@ -86,13 +86,23 @@ async def test_a_new_runs_transcript_updates_its_session_once_and_reads_no_watch
         "SELECT pg_advisory_xact_lock_shared",  # the user's, before the forget cut-off is read
     ]
     assert sent[0].startswith("BEGIN") and sent[-1] == "COMMIT"
-    # The whole callback: 16 queries in session 12, 13 in session 13, each a round trip. Now
-    # what is written without being read goes with the next read or the commit: BEGIN with the
-    # inbox read under its lock; the savepoint with the session read under its lock; the new
-    # session with the forget cut-off read under the user's lock; the pair's version; the
-    # messages (COPY, two round trips, alone by psycopg's rule); the condense job and the
-    # session's update with the watch (RETURNING); the inbox row with COMMIT.
-    assert len(statements) <= 7, statements
+    # The whole callback: 16 queries in session 12, 13 in session 13, each a round trip, 7 in
+    # session 14. What is written without being read goes with the next read or the commit: BEGIN
+    # with the inbox read and then the session read, each under its lock; the savepoint and the
+    # new session with the forget cut-off read under the user's lock; the pair's version with the
+    # messages' COPY (two round trips); the condense job and the session's update with the watch
+    # (RETURNING); the inbox row with COMMIT.
+    assert len(statements) <= 5, statements
+    assert "FROM inbox WHERE" in statements[0] and "FROM sessions WHERE" in statements[0], statements[0]
+    assert [
+        sql.split(" (")[0] for sql in sent if sql.startswith(("INSERT INTO memory_versions", "COPY"))
+    ] == [
+        "INSERT INTO memory_versions",
+        "COPY messages",
+    ]
+    assert any(
+        query.startswith("INSERT INTO memory_versions") and "; COPY messages" in query for query in statements
+    )
     redelivered = await service.callback(agent_event(103, "A-COST", labels=LABELS, contents=turns(32)))
     assert redelivered[1]["status"] == "duplicate"
     messages = await service.store.read(lambda view: view.messages.of_session("A-COST"))
@@ -161,3 +171,22 @@ async def test_an_events_write_refused_by_the_server_fails_that_event_alone(serv
     assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
     assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
     assert await service.store.read(lambda view: view.messages.of_session("A-REFUSED")) == []
+
+
+async def test_a_statement_sent_with_the_copy_and_refused_fails_that_event_alone(service: Service) -> None:
+    """The pair's version goes in the COPY's query: refused there, it fails its event (rolled back
+    to the event's savepoint), and the raw event is still recorded."""
+    await service.store.write(
+        lambda tx: tx.conn.execute(
+            b"ALTER TABLE memory_versions ADD CONSTRAINT refused CHECK (user_id <> 'u-refused')"
+        )
+    )
+    labels = {"user_id": "u-refused", "character_id": "c"}
+    status, body = await service.callback(agent_event(103, "A-REFUSED", labels=labels, contents=turns(4)))
+    assert (status, body["status"]) == (200, "failed"), body
+    inbox = await service.store.read(lambda view: view.inbox.get("A-REFUSED:103"))
+    assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
+    assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
+    assert await service.store.read(lambda view: view.messages.of_session("A-REFUSED")) == []
+    status, body = await service.callback(agent_event(103, "A-KEPT", labels=LABELS, contents=turns(4)))
+    assert (status, body["status"], body["new_messages"]) == (200, "done", 4), body

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import ChannelBinding, Session
@@ -48,6 +49,13 @@ def session_changes(session: Session, event: SessionEvent | HistoryWindow, uid: 
     if event.labels and not session.labels:
         changes["labels"] = event.labels
     return changes
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An event's session as read already in the transaction, under its lock (None: it has none)."""
+
+    session: Session | None
 
 
 class Sessions:
@@ -103,20 +111,24 @@ class Sessions:
         return None
 
     def session_to_write(
-        self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int
+        self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int, stored: Stored | None = None
     ) -> tuple[Session, ForgetCutoff | None]:
-        """The event's session (`ensure_session`) and when its pair was last forgotten (None:
-        never). On a shared database the cut-off is read under the user's lock: a forget of the
-        user under way is waited for, and it may have deleted the session meanwhile."""
-        session = self.ensure_session(tx, event, stamp)
+        """The event's session (`ensure_session`; `stored`: as read already) and when its pair was
+        last forgotten (None: never). On a shared database the cut-off is read under the user's
+        lock: a forget of the user under way is waited for, and it may have deleted the session
+        meanwhile (so it is read again)."""
+        session = self.ensure_session(tx, event, stamp, stored)
         cutoff = tx.maintenance.forget_cutoff(session.user_id, session.character_id, session.agent_id)
         if cutoff is not None:
             session = self.ensure_session(tx, event, stamp)
         return session, cutoff
 
-    def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:
-        """The event's session, created or moved to a better-founded identity."""
-        session = tx.sessions.get(event.agent_id)
+    def ensure_session(
+        self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int, stored: Stored | None = None
+    ) -> Session:
+        """The event's session, created or moved to a better-founded identity; `stored`: as read
+        already in this transaction, under its lock (None: read it)."""
+        session = tx.sessions.get(event.agent_id) if stored is None else stored.session
         identity, uid = self.resolve_identity(
             tx, event, session.rtc_uid if session else None, session.channel if session else None
         )

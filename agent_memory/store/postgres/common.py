@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -11,7 +11,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import abc
 from psycopg._queries import PostgresClientQuery
+from psycopg.abc import PQGen, Query
 from psycopg.adapt import Transformer
+from psycopg.generators import execute
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row, tuple_row
 
@@ -19,6 +21,21 @@ from agent_memory.store.shared.sql import Repository as SharedRepository
 from agent_memory.store.shared.sql import Row, Sql
 
 R = TypeVar("R")
+
+
+class _KeptThenCopy(psycopg.Cursor[DictRow]):
+    """A cursor whose COPY may follow other statements in its query (psycopg refuses any result
+    before a COPY's): the statements kept for the next round trip go with it, not in one of their own."""
+
+    def _start_copy_gen(self, statement: Query, params: Any = None) -> PQGen[None]:
+        if params is not None:
+            raise TypeError("a COPY after kept statements takes no parameters: they are bound already")
+        yield from self._start_query()
+        self._execute_send(self._convert_query(statement), binary=False)  # one simple-protocol query
+        results = yield from execute(self._pgconn)
+        # A kept statement the server refused ends the query there: its error is the COPY's.
+        self._check_copy_result(results[-1])
+        self._set_results(results[-1:])
 
 
 class Connection(psycopg.Connection[DictRow]):
@@ -35,6 +52,7 @@ class Connection(psycopg.Connection[DictRow]):
     # statement's round trip: statements whose small result is read at once share one.
     _shared: psycopg.Cursor[DictRow] | None = None
     _shared_client: psycopg.ClientCursor[DictRow] | None = None
+    _copier: _KeptThenCopy | None = None
     _binder: abc.Transformer | None = None
     # Statements bound and not sent yet (None: not in a write transaction that keeps them).
     deferred: list[bytes] | None = None
@@ -99,6 +117,16 @@ class Connection(psycopg.Connection[DictRow]):
             self._shared_client = psycopg.ClientCursor(self, row_factory=dict_row)
         self._shared_client.execute(b"; ".join(batch))
         return self._shared_client, len(batch)
+
+    def copy_in(self, statement: bytes) -> AbstractContextManager[psycopg.Copy]:
+        """`COPY … FROM STDIN` sent in one query after the kept statements (one round trip less)."""
+        kept = self.deferred or []
+        if self.deferred is not None:
+            self.deferred = []  # sent, whatever the server answers
+            self.deferred_batches += 1
+        if self._copier is None:
+            self._copier = _KeptThenCopy(self)
+        return self._copier.copy(b"".join(each + b"; " for each in kept) + statement)
 
     def results(self, *statements: bytes, plain: int = 0) -> list[list[Any]]:
         """Each of `statements`' rows, sent after the kept ones in one query; the last `plain` as tuples
@@ -253,10 +281,9 @@ class PostgresSql(Sql):
         return int(next(iter(row.values()))) if row else 0
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        # One COPY, rows in order (ids follow it): adapting a row is done in C.
-        with self.conn.shared_cursor().copy(
-            f"COPY {table} ({', '.join(columns)}) FROM STDIN".encode()
-        ) as copy:
+        # One COPY, rows in order (ids follow it): adapting a row is done in C. What is kept (the
+        # pairs' version bump) goes in its query.
+        with self.conn.copy_in(f"COPY {table} ({', '.join(columns)}) FROM STDIN".encode()) as copy:
             for row in rows:
                 copy.write_row(row)
 
@@ -272,7 +299,7 @@ class PostgresSql(Sql):
             if len(ordered) == 1
             else (_BUMP, ([user for user, _ in ordered], [character for _, character in ordered]))
         )
-        # Kept for the next round trip: the COPY of the messages it guards sends it first.
+        # Kept for the next round trip: the COPY of the messages it guards sends it in its query.
         if not self.conn.defer(self.conn.bind(query, params)):
             self.conn.shared_cursor().execute(query, params)
 
@@ -292,13 +319,26 @@ class PostgresSql(Sql):
     ) -> Row | None:
         """`one` once this transaction holds the advisory lock of (`key`, `seed`), both in one query: the
         read's snapshot, taken after the lock is granted, sees what the holder before committed."""
-        # Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3).
         conn = self.conn
         if conn.read_only:
             return self.one(sql, params)
+        # With whatever statements are kept (BEGIN, a SAVEPOINT), in the same round trip.
+        return conn.with_deferred(self._lock(key, seed, shared), conn.bind(dialect(sql), params)).fetchone()
+
+    def locked_each(self, reads: Sequence[tuple[str, int, str, Sequence[Any]]]) -> list[Row | None]:
+        """Each lock, then the read it guards, in order, in one round trip with the kept statements."""
+        conn = self.conn
+        if conn.read_only:
+            return [self.one(sql, params) for _, _, sql, params in reads]
+        statements: list[bytes] = []
+        for key, seed, sql, params in reads:
+            statements += (self._lock(key, seed), conn.bind(dialect(sql), params))
+        return [rows[0] if rows else None for rows in conn.results(*statements)[1::2]]
+
+    def _lock(self, key: str, seed: int, shared: bool = False) -> bytes:
+        """The statement taking the advisory lock of (`key`, `seed`) until commit, or a share of it."""
+        # Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3).
         kind = "_shared" if shared else ""
-        lock = conn.bind(
+        return self.conn.bind(
             f"SELECT pg_advisory_xact_lock{kind}(hashtextextended(%s, {seed:d}))".encode(), (key,)
         )
-        # With whatever statements are kept (BEGIN, a SAVEPOINT), in the same round trip.
-        return conn.with_deferred(lock, conn.bind(dialect(sql), params)).fetchone()

@@ -5,7 +5,8 @@ Ingest asks `has` before it applies an event and records it after, in one transa
 
 from __future__ import annotations
 
-from agent_memory.core.domain import InboxEntry, InboxStatus
+from agent_memory.core.domain import InboxEntry, InboxStatus, Session
+from agent_memory.store.shared.sessions import SESSION_GET, session_of
 from agent_memory.store.shared.sql import Repository, values_of
 
 # In `InboxEntry`'s order; the table's names are Agora's (notice_id, label_user, ...).
@@ -17,6 +18,7 @@ _INSERT = (
     f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (notice_id) DO NOTHING"
 )
+_HAS = "SELECT 1 AS found FROM inbox WHERE notice_id = ?"
 # What takes a raw event's text (a forget's).
 BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 
@@ -33,8 +35,16 @@ class InboxReads(Repository):
 
     def has(self, event_id: str) -> bool:
         """Whether the event was recorded; on a write, another instance applying it is waited for."""
-        found = self.sql.locked(event_id, 1, "SELECT 1 AS found FROM inbox WHERE notice_id = ?", (event_id,))
+        found = self.sql.locked(event_id, 1, _HAS, (event_id,))
         return found is not None
+
+    def has_then_session(self, event_id: str, agent_id: str) -> tuple[bool, Session | None]:
+        """`has`, then the agent run's session (`Sessions.get`, its lock taken after the event's),
+        read together: the event's session is read next whenever it was not recorded."""
+        found, session = self.sql.locked_each(
+            [(event_id, 1, _HAS, (event_id,)), (agent_id, 0, SESSION_GET, (agent_id,))]
+        )
+        return found is not None, None if session is None else self.sql.build(session_of, session)
 
     def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
         """Entries of one status, oldest received first."""

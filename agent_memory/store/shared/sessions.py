@@ -18,6 +18,7 @@ SESSION_COLUMNS = (
     "start_ms, stop_ms, labels, rtc_uid, message_count, gap_count, error_count, first_seen_ms, "
     "updated_ms, token_warning_ms, turn_count, turns_truncated"
 )
+SESSION_GET = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = ?"
 _SESSION_MARKS = ", ".join("?" * len(SESSION_COLUMNS.split(", ")))
 # The message columns a move copies as they are (besides the pair, and the id it renews).
 MOVED_COLUMNS = ", ".join(column for column in MESSAGE_COLUMNS if column not in ("user_id", "character_id"))
@@ -51,9 +52,7 @@ class SessionReads(Repository):
     __slots__ = ()
 
     def get(self, agent_id: str) -> Session | None:
-        row = self.sql.locked(
-            agent_id, 0, f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = ?", (agent_id,)
-        )
+        row = self.sql.locked(agent_id, 0, SESSION_GET, (agent_id,))
         return self.sql.build(session_of, row) if row is not None else None
 
     def speaking_in(self, user_id: str, character_id: str | None) -> list[tuple[str, str]]:

@@ -121,6 +121,10 @@ class Sql(ABC):
         """`one` once a write holds the lock of (`key`, `seed`) or a share of it (one writer needs none)."""
         return self.one(sql, params)
 
+    def locked_each(self, reads: Sequence[tuple[str, int, str, Sequence[Any]]]) -> list[Row | None]:
+        """`locked` of each (key, seed, statement, parameters) in order; a backend may send them all at once."""
+        return [self.locked(key, seed, sql, params) for key, seed, sql, params in reads]
+
     def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:
         """`make(*row)` of the first row, or None."""
         found = self.records(make, sql, params)
