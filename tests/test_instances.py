@@ -114,6 +114,8 @@ async def test_a_pairs_messages_commit_in_id_order_whichever_instance_writes_the
 
     def slow(tx: Transaction) -> None:
         tx.messages.insert([{**turns_of("u-order", 1)[0], "agent_id": "run-a"}])
+        # A read after it, as a merge's: PostgreSQL sends what the write kept (the insert) with it.
+        assert len(tx.messages.of_session("run-a")) == 1
         holding.set()
         release.wait(10)
 
