@@ -16,6 +16,7 @@ from agent_memory.memory.ingest import Ingestor
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
 from agent_memory.store import open_store
+from agent_memory.web.keys import MEMORY
 
 pytestmark = pytest.mark.postgres
 
@@ -47,6 +48,40 @@ async def test_a_runs_transcript_redelivered_under_new_ids_at_once_is_merged_onc
     session = await service.store.read(lambda view: view.sessions.get("A-MERGED"))
     assert session is not None and session.message_count == len(messages) == 32
     assert [message.seq for message in messages] == list(range(32))
+
+
+async def test_callbacks_racing_a_forget_of_their_user_leave_no_part_of_a_run(service: Service) -> None:
+    """A forget among a user's callbacks, round after round: each callback is applied whole before
+    it (and forgotten with the rest) or after it (what was said before it left out), never half."""
+    memory = service.server.app[MEMORY]
+    labels = {"user_id": "u-forget", "character_id": "c"}
+    runs = [f"F{round_}-{k}" for round_ in range(4) for k in range(6)]
+    forgotten = 0
+    for round_ in range(4):
+        mine = runs[6 * round_ : 6 * round_ + 6]
+        sends = [
+            asyncio.ensure_future(service.callback(agent_event(103, agent, labels=labels, contents=turns(8))))
+            for agent in mine
+        ]
+        # The forget starts once the first of them is stored, the others under way.
+        while not await service.store.read(lambda view, mine=mine: any(map(view.sessions.get, mine))):
+            await asyncio.sleep(0.001)
+        receipt = await memory.admin.forget("u-forget", None)
+        forgotten += receipt.get("messages", 0)
+        answers = await asyncio.gather(*sends)
+        assert all(status == 200 and body["status"] == "done" for status, body in answers), answers
+
+    assert forgotten > 0  # the forgets deleted callbacks applied before them
+
+    def held(view: Any) -> list[tuple[str, int, int]]:
+        sessions = [view.sessions.get(agent) for agent in runs]
+        return [
+            (s.agent_id, s.message_count, len(view.messages.of_session(s.agent_id))) for s in sessions if s
+        ]
+
+    # What the last forget did not delete was said before it: left out, so every run holds nothing.
+    assert all(count == stored == 0 for _, count, stored in await service.store.read(held))
+    assert await service.store.read(lambda view: view.messages.after("u-forget", "c", 0, 100)) == []
 
 
 # Text a literal or a COPY row could get wrong: quotes, backslashes, tabs and newlines, a percent
