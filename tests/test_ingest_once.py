@@ -13,6 +13,7 @@ import pytest
 from conftest import Service, agent_event, encode, turns
 
 from agent_memory.memory.ingest import Ingestor
+from agent_memory.memory.ingest.sessions import Stored
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
 from agent_memory.store import open_store
@@ -82,6 +83,22 @@ async def test_callbacks_racing_a_forget_of_their_user_leave_no_part_of_a_run(se
     # What the last forget did not delete was said before it: left out, so every run holds nothing.
     assert all(count == stored == 0 for _, count, stored in await service.store.read(held))
     assert await service.store.read(lambda view: view.messages.after("u-forget", "c", 0, 100)) == []
+
+
+async def test_a_cut_off_read_ahead_for_another_pair_than_the_sessions_is_not_used(store: Any) -> None:
+    """The forget cut-off read with the inbox check is for the pair the labels name: when the
+    session ends up under another pair, that pair's cut-off is read."""
+    await store.write(lambda tx: tx.maintenance.forget("u-forgotten", "c"))
+    envelope = agent_event(
+        103, "A-AHEAD", labels={"user_id": "u-forgotten", "character_id": "c"}, contents=turns(2)
+    )
+    _, event = parse_callback(encode(envelope), 1_763_700_000_000, follow=False)
+    ingestor = Ingestor(Settings(db_path=":memory:"))
+    ahead = Stored(None, ("u-elsewhere", "c"), None)  # as if read for a pair it did not end under
+    session, cutoff = await store.write(
+        lambda tx: ingestor.sessions.session_to_write(tx, event, 1_763_700_000_000, ahead)
+    )
+    assert (session.user_id, cutoff is not None) == ("u-forgotten", True)
 
 
 # Text a literal or a COPY row could get wrong: quotes, backslashes, tabs and newlines, a percent

@@ -93,10 +93,8 @@ class Ingestor:
         """
         stored: Stored | None = None
         if isinstance(event, SessionEvent):
-            # Its session is read with the check, under its lock taken after the event's: a
-            # round trip less on a shared database.
-            recorded, session = tx.inbox.has_then_session(raw.event_id, event.agent_id)
-            stored = Stored(session)
+            # What applying it reads first is read with the check (`Sessions.opening_reads`).
+            recorded, stored = self.sessions.opening_reads(tx, raw.event_id, event)
         else:
             recorded = tx.inbox.has(raw.event_id)
         if recorded:

@@ -19,8 +19,8 @@ from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.waiting import Wait
 
+from agent_memory.store.shared.sql import LockedRead, Row, Sql
 from agent_memory.store.shared.sql import Repository as SharedRepository
-from agent_memory.store.shared.sql import Row, Sql
 
 R = TypeVar("R")
 COPY_IN = ExecStatus.COPY_IN
@@ -356,14 +356,14 @@ class PostgresSql(Sql):
         # With whatever statements are kept (BEGIN, a SAVEPOINT), in the same round trip.
         return conn.with_deferred(self._lock(key, seed, shared), conn.bind(dialect(sql), params)).fetchone()
 
-    def locked_each(self, reads: Sequence[tuple[str, int, str, Sequence[Any]]]) -> list[Row | None]:
+    def locked_each(self, reads: Sequence[LockedRead]) -> list[Row | None]:
         """Each lock, then the read it guards, in order, in one round trip with the kept statements."""
         conn = self.conn
         if conn.read_only:
-            return [self.one(sql, params) for _, _, sql, params in reads]
+            return [self.one(sql, params) for _, _, sql, params, _ in reads]
         statements: list[bytes] = []
-        for key, seed, sql, params in reads:
-            statements += (self._lock(key, seed), conn.bind(dialect(sql), params))
+        for key, seed, sql, params, shared in reads:
+            statements += (self._lock(key, seed, shared), conn.bind(dialect(sql), params))
         return [rows[0] if rows else None for rows in conn.results(*statements)[1::2]]
 
     def _lock(self, key: str, seed: int, shared: bool = False) -> bytes:

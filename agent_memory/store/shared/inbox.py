@@ -5,9 +5,10 @@ Ingest asks `has` before it applies an event and records it after, in one transa
 
 from __future__ import annotations
 
-from agent_memory.core.domain import InboxEntry, InboxStatus, Session
-from agent_memory.store.shared.sessions import SESSION_GET, session_of
-from agent_memory.store.shared.sql import Repository, values_of
+from collections.abc import Sequence
+
+from agent_memory.core.domain import InboxEntry, InboxStatus
+from agent_memory.store.shared.sql import LockedRead, Repository, Row, values_of
 
 # In `InboxEntry`'s order; the table's names are Agora's (notice_id, label_user, ...).
 INBOX_COLUMNS = (
@@ -38,13 +39,11 @@ class InboxReads(Repository):
         found = self.sql.locked(event_id, 1, _HAS, (event_id,))
         return found is not None
 
-    def has_then_session(self, event_id: str, agent_id: str) -> tuple[bool, Session | None]:
-        """`has`, then the agent run's session (`Sessions.get`, its lock taken after the event's),
-        read together: the event's session is read next whenever it was not recorded."""
-        found, session = self.sql.locked_each(
-            [(event_id, 1, _HAS, (event_id,)), (agent_id, 0, SESSION_GET, (agent_id,))]
-        )
-        return found is not None, None if session is None else self.sql.build(session_of, session)
+    def has_then(self, event_id: str, reads: Sequence[LockedRead]) -> tuple[bool, list[Row | None]]:
+        """`has`, then `reads` (each under its lock, taken after the event's), read together: what
+        applying the event reads first, whenever it was not recorded."""
+        found, *rows = self.sql.locked_each([(event_id, 1, _HAS, (event_id,), False), *reads])
+        return found is not None, rows
 
     def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
         """Entries of one status, oldest received first."""

@@ -10,7 +10,7 @@ from typing import Any
 from agent_memory.core.domain import IdentitySource, Session
 from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.store.shared.messages import MESSAGE_COLUMNS
-from agent_memory.store.shared.sql import Repository, pair_scope
+from agent_memory.store.shared.sql import LockedRead, Repository, Row, pair_scope
 from agent_memory.store.types import SessionChanges
 
 SESSION_COLUMNS = (
@@ -52,7 +52,15 @@ class SessionReads(Repository):
     __slots__ = ()
 
     def get(self, agent_id: str) -> Session | None:
-        row = self.sql.locked(agent_id, 0, SESSION_GET, (agent_id,))
+        return self.session_from(self.sql.locked(agent_id, 0, SESSION_GET, (agent_id,)))
+
+    @staticmethod
+    def get_read(agent_id: str) -> LockedRead:
+        """`get`'s read, under the session's lock, to send with others (`Sql.locked_each`)."""
+        return agent_id, 0, SESSION_GET, (agent_id,), False
+
+    def session_from(self, row: Row | None) -> Session | None:
+        """The session a `get_read` row holds."""
         return self.sql.build(session_of, row) if row is not None else None
 
     def speaking_in(self, user_id: str, character_id: str | None) -> list[tuple[str, str]]:
