@@ -32,7 +32,7 @@ from postgres_server import PostgresCluster
 from agent_memory.memory.ingest import Ingestor
 from agent_memory.platforms.agora.events import parse_callback
 from agent_memory.settings import Settings
-from agent_memory.store.postgres import PostgresStore
+from agent_memory.store.postgres import PostgresStore, common
 
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 from _common import print_summary
@@ -56,6 +56,15 @@ def counting(sent: list[int]) -> None:
         sent[0] += 1
         return command(self, *args, **kwargs)
 
+    # A query with a COPY's rows in it (store/postgres/common.py) is sent by the store itself.
+    with_rows = getattr(common, "_sent_with_rows", None)
+    if with_rows is not None:
+
+        def noted_rows(*args: Any) -> Any:
+            sent[0] += 1
+            return with_rows(*args)
+
+        common._sent_with_rows = noted_rows
     psycopg.Cursor.execute = noted_execute  # type: ignore[method-assign]
     psycopg.Cursor.copy = noted_copy  # type: ignore[method-assign]
     psycopg.Connection._exec_command = noted_command  # type: ignore[method-assign]

@@ -114,6 +114,7 @@ async def test_a_pairs_messages_commit_in_id_order_whichever_instance_writes_the
 
     def slow(tx: Transaction) -> None:
         tx.messages.insert([{**turns_of("u-order", 1)[0], "agent_id": "run-a"}])
+        assert len(tx.messages.of_session("run-a")) == 1  # a read, as a merge's: the insert is sent
         holding.set()
         release.wait(10)
 

@@ -17,6 +17,7 @@ from psycopg import _connection_base
 
 from agent_memory.core.domain import Session
 from agent_memory.store import Store
+from agent_memory.store.postgres import common
 
 LABELS = {"user_id": "u-cost", "character_id": "c"}
 # Where one statement of a round trip's query ends and the next begins (the test's texts hold no "; ").
@@ -36,7 +37,7 @@ def backend() -> str:
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every query the service's write threads send, in order (transaction control included):
-    a round trip each (COPY two)."""
+    a round trip each (one with a COPY two)."""
     sent: list[str] = []
 
     def note(query: Any) -> None:
@@ -59,6 +60,13 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         note(query)
         return command(self, query, *args, **kwargs)
 
+    def noted_rows(cursor: Any, batch: list[Any]) -> Any:
+        note(b"; ".join(each.statement if isinstance(each, common._Rows) else each for each in batch))
+        return sent_with_rows(cursor, batch)
+
+    sent_with_rows = getattr(common, "_sent_with_rows", None)  # the query a COPY's rows go in
+    if sent_with_rows is not None:
+        monkeypatch.setattr(common, "_sent_with_rows", noted_rows)
     monkeypatch.setattr(psycopg.Cursor, "execute", noted_execute)
     monkeypatch.setattr(psycopg.Cursor, "copy", noted_copy)
     monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", noted_command)
@@ -86,13 +94,21 @@ async def test_a_new_runs_transcript_updates_its_session_once_and_reads_no_watch
         "SELECT pg_advisory_xact_lock_shared",  # the user's, before the forget cut-off is read
     ]
     assert sent[0].startswith("BEGIN") and sent[-1] == "COMMIT"
-    # The whole callback: 16 queries in session 12, 13 in session 13, each a round trip. Now
-    # what is written without being read goes with the next read or the commit: BEGIN with the
-    # inbox read under its lock; the savepoint with the session read under its lock; the new
-    # session with the forget cut-off read under the user's lock; the pair's version; the
-    # messages (COPY, two round trips, alone by psycopg's rule); the condense job and the
-    # session's update with the watch (RETURNING); the inbox row with COMMIT.
-    assert len(statements) <= 7, statements
+    # The whole callback: 16 queries in session 12, 13 in session 13, each a round trip, 7 in
+    # session 14. What is written without being read goes with the next read or the commit: BEGIN
+    # with the inbox read, the session read and the forget cut-off of the pair its labels name,
+    # each under its lock in that order; the savepoint, the new session, the pair's version, the
+    # messages' COPY (its rows sent when the server asks: two round trips), the condense job and
+    # the session's update with the watch (RETURNING); the inbox row with COMMIT.
+    assert len(statements) <= 3, statements
+    first = statements[0]
+    assert (
+        first.index("FROM inbox WHERE") < first.index("FROM sessions WHERE") < first.index("FROM forgets")
+    ), first
+    with_rows = [query for query in statements if "COPY messages" in query]
+    assert len(with_rows) == 1 and with_rows[0].startswith("SAVEPOINT"), statements
+    assert with_rows[0].index("INSERT INTO memory_versions") < with_rows[0].index("COPY messages"), with_rows
+    assert with_rows[0].split("; ")[-1].startswith("UPDATE watched_agents"), with_rows
     redelivered = await service.callback(agent_event(103, "A-COST", labels=LABELS, contents=turns(32)))
     assert redelivered[1]["status"] == "duplicate"
     messages = await service.store.read(lambda view: view.messages.of_session("A-COST"))
@@ -161,3 +177,57 @@ async def test_an_events_write_refused_by_the_server_fails_that_event_alone(serv
     assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
     assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
     assert await service.store.read(lambda view: view.messages.of_session("A-REFUSED")) == []
+
+
+async def test_a_statement_sent_with_the_copy_and_refused_fails_that_event_alone(service: Service) -> None:
+    """The pair's version goes in the COPY's query: refused there, it fails its event (rolled back
+    to the event's savepoint), and the raw event is still recorded."""
+    await service.store.write(
+        lambda tx: tx.conn.execute(
+            b"ALTER TABLE memory_versions ADD CONSTRAINT refused CHECK (user_id <> 'u-refused')"
+        )
+    )
+    labels = {"user_id": "u-refused", "character_id": "c"}
+    status, body = await service.callback(agent_event(103, "A-REFUSED", labels=labels, contents=turns(4)))
+    assert (status, body["status"]) == (200, "failed"), body
+    inbox = await service.store.read(lambda view: view.inbox.get("A-REFUSED:103"))
+    assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
+    assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
+    assert await service.store.read(lambda view: view.messages.of_session("A-REFUSED")) == []
+    status, body = await service.callback(agent_event(103, "A-KEPT", labels=LABELS, contents=turns(4)))
+    assert (status, body["status"], body["new_messages"]) == (200, "done", 4), body
+
+
+async def test_a_copy_refused_with_statements_after_it_fails_that_event_alone(service: Service) -> None:
+    """The messages' COPY refused by the server (its rows sent, the statements after it in the
+    same query never run) fails its event, rolled back to the event's savepoint."""
+    await service.store.write(
+        lambda tx: tx.conn.execute(
+            b"ALTER TABLE messages ADD CONSTRAINT refused CHECK (content <> 'refused')"
+        )
+    )
+    contents = turns(6)
+    contents[4]["content"] = "refused"
+    status, body = await service.callback(agent_event(103, "A-REFUSED", labels=LABELS, contents=contents))
+    assert (status, body["status"]) == (200, "failed"), body
+    inbox = await service.store.read(lambda view: view.inbox.get("A-REFUSED:103"))
+    assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
+    assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
+    jobs = await service.store.read(
+        lambda view: view.conn.execute(b"SELECT count(*) AS n FROM jobs").fetchone()
+    )
+    assert jobs["n"] == 0
+    status, body = await service.callback(agent_event(103, "A-KEPT", labels=LABELS, contents=turns(4)))
+    assert (status, body["status"], body["new_messages"]) == (200, "done", 4), body
+
+
+async def test_rows_larger_than_one_chunk_are_sent_whole(service: Service) -> None:
+    """A transcript whose rows exceed what is handed to libpq at once goes in several chunks."""
+    contents = turns(48)
+    for number, message in enumerate(contents):
+        message["content"] = f"{number} " + "x" * 4000
+    assert sum(len(message["content"]) for message in contents) > 128 * 1024  # common._COPY_CHUNK
+    status, body = await service.callback(agent_event(103, "A-LONG", labels=LABELS, contents=contents))
+    assert (status, body["status"], body["new_messages"]) == (200, "done", 48), body
+    stored = await service.store.read(lambda view: view.messages.of_session("A-LONG"))
+    assert [message.content for message in stored] == [message["content"] for message in contents]

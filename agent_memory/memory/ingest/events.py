@@ -13,7 +13,7 @@ from agent_memory.core.domain import ChannelBinding, InboxEntry, MessageFingerpr
 from agent_memory.core.events import TURN, HistoryWindow, KnownEnd, Outcome, RawEvent, SessionEvent, storable
 from agent_memory.memory.ingest.arrivals import arrival
 from agent_memory.memory.ingest.merge import merge
-from agent_memory.memory.ingest.sessions import Sessions
+from agent_memory.memory.ingest.sessions import Sessions, Stored
 from agent_memory.memory.ingest.speakers import Speakers
 from agent_memory.memory.jobs import schedule_condense
 from agent_memory.settings import Settings
@@ -91,9 +91,15 @@ class Ingestor:
         `event` is what the platform made of it (off the writer thread): a neutral event,
         or the outcome of one that is not used.
         """
-        if tx.inbox.has(raw.event_id):
+        stored: Stored | None = None
+        if isinstance(event, SessionEvent):
+            # What applying it reads first is read with the check (`Sessions.opening_reads`).
+            recorded, stored = self.sessions.opening_reads(tx, raw.event_id, event)
+        else:
+            recorded = tx.inbox.has(raw.event_id)
+        if recorded:
             return Outcome("duplicate", agent_id=raw.agent_id)
-        outcome = self._apply(tx, raw, event)
+        outcome = self._apply(tx, raw, event, stored)
         # Written once, with its final status: an update would rewrite (and zero) the raw body.
         # A body holding what was said before a forget is not kept (its id is: a redelivery
         # is still recognised), as the forget blanked those it found.
@@ -124,13 +130,15 @@ class Ingestor:
             tx.inbox.set_status(raw.event_id, outcome.status, outcome.detail)
         return outcome
 
-    def _apply(self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome) -> Outcome:
-        """Apply an event; a failure is rolled back and returned, never raised."""
+    def _apply(
+        self, tx: Transaction, raw: RawEvent, event: SessionEvent | Outcome, stored: Stored | None = None
+    ) -> Outcome:
+        """Apply an event (`stored`: its session, read already); a failure is rolled back and returned, never raised."""
         if isinstance(event, Outcome):
             return event
         try:
             with tx.savepoint():
-                outcome = self.apply_event(tx, event, raw.notify_ms or raw.received_ms)
+                outcome = self.apply_event(tx, event, raw.notify_ms or raw.received_ms, stored)
         except Exception as exc:  # the raw event stays; `agent-memory reprocess` retries it
             log.exception("callback %s (type %s) failed", raw.event_id, raw.event_type)
             return Outcome("failed", detail=f"{type(exc).__name__}: {exc}")
@@ -138,12 +146,15 @@ class Ingestor:
             return outcome
         return set_aside(outcome, event.skipped, f"callback {raw.event_id} (type {raw.event_type})")
 
-    def apply_event(self, tx: Transaction, event: SessionEvent, stamp: int) -> Outcome:
+    def apply_event(
+        self, tx: Transaction, event: SessionEvent, stamp: int, stored: Stored | None = None
+    ) -> Outcome:
         """Apply one session event to sessions, messages, watches and metrics.
 
-        `stamp` is when the platform says it happened: it dates what has no time of its own.
+        `stamp` is when the platform says it happened: it dates what has no time of its own;
+        `stored`: the event's session as read already in this transaction (None: read it).
         """
-        session, cutoff = self.sessions.session_to_write(tx, event, stamp)
+        session, cutoff = self.sessions.session_to_write(tx, event, stamp, stored)
         agent_id = session.agent_id
         changes: SessionChanges = {"updated_ms": now_ms()}
         if event.kind == "history":

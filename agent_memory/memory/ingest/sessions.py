@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import ChannelBinding, Session
@@ -50,6 +51,17 @@ def session_changes(session: Session, event: SessionEvent | HistoryWindow, uid: 
     return changes
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What applying an event reads first, read already in the transaction under its locks: the
+    event's session (None: it has none), and when the pair its labels name was last forgotten
+    (`cutoff`, for `pair`; None: not read)."""
+
+    session: Session | None
+    pair: tuple[str, str] | None = None
+    cutoff: ForgetCutoff | None = None
+
+
 class Sessions:
     """Finds, creates, moves and binds the sessions events write in; used on the writer thread."""
 
@@ -68,10 +80,9 @@ class Sessions:
         `known_uid` and `known_channel` are what the stored session already knows: a polled
         history window usually carries neither.
         """
-        labels = event.labels
-        user = labels.get(self.settings.label_user_key)
-        if user:
-            character = labels.get(self.settings.label_character_key) or self.settings.default_character
+        labelled = self.labelled_pair(event)
+        if labelled is not None:
+            user, character = labelled
             uid = known_uid or self.own_speaker(event, user)
             return Identity(user_id=user, character_id=character, source=event.labels_source), uid
         binding = tx.bindings.of_agent(event.agent_id)
@@ -90,6 +101,30 @@ class Sessions:
         place = f"channel:{channel}" if channel else f"agent:{event.agent_id}"
         return Identity(user_id=place, character_id=character, source="channel"), None
 
+    def labelled_pair(self, event: SessionEvent | HistoryWindow) -> tuple[str, str] | None:
+        """The (user, character) the event's labels name (None: no user label)."""
+        labels = event.labels
+        user = labels.get(self.settings.label_user_key)
+        if not user:
+            return None
+        return user, labels.get(self.settings.label_character_key) or self.settings.default_character
+
+    def opening_reads(
+        self, tx: Transaction, event_id: str, event: SessionEvent | HistoryWindow
+    ) -> tuple[bool, Stored]:
+        """Whether the event was recorded (`Inbox.has`), then its session and, when its labels name
+        a pair, that pair's forget cut-off, each under its lock in that order (the event's, the
+        session's, the user's shared), read together: one round trip on a shared database."""
+        pair = self.labelled_pair(event)
+        reads = [tx.sessions.get_read(event.agent_id)]
+        if pair is not None:
+            reads.append(tx.maintenance.cutoff_read(*pair, event.agent_id))
+        recorded, rows = tx.inbox.has_then(event_id, reads)
+        session = tx.sessions.session_from(rows[0])
+        if pair is None:
+            return recorded, Stored(session)
+        return recorded, Stored(session, pair, tx.maintenance.cutoff_from(rows[1]))
+
     def own_speaker(self, event: SessionEvent | HistoryWindow, user_id: str | None) -> str | None:
         """The run's own speaker (its user's RTC uid): the first to say something whom no label
         `<AGENT_MEMORY_LABEL_USER>.<uid>` names as someone else; the others' own words are also
@@ -103,20 +138,27 @@ class Sessions:
         return None
 
     def session_to_write(
-        self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int
+        self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int, stored: Stored | None = None
     ) -> tuple[Session, ForgetCutoff | None]:
-        """The event's session (`ensure_session`) and when its pair was last forgotten (None:
-        never). On a shared database the cut-off is read under the user's lock: a forget of the
-        user under way is waited for, and it may have deleted the session meanwhile."""
-        session = self.ensure_session(tx, event, stamp)
-        cutoff = tx.maintenance.forget_cutoff(session.user_id, session.character_id, session.agent_id)
+        """The event's session (`ensure_session`; `stored`: as read already) and when its pair was
+        last forgotten (None: never). On a shared database the cut-off is read under the user's
+        lock: a forget of the user under way is waited for, and it may have deleted the session
+        meanwhile (so it is read again)."""
+        session = self.ensure_session(tx, event, stamp, stored)
+        if stored is not None and stored.pair == (session.user_id, session.character_id):
+            cutoff = stored.cutoff  # read already, under the same lock
+        else:
+            cutoff = tx.maintenance.forget_cutoff(session.user_id, session.character_id, session.agent_id)
         if cutoff is not None:
             session = self.ensure_session(tx, event, stamp)
         return session, cutoff
 
-    def ensure_session(self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int) -> Session:
-        """The event's session, created or moved to a better-founded identity."""
-        session = tx.sessions.get(event.agent_id)
+    def ensure_session(
+        self, tx: Transaction, event: SessionEvent | HistoryWindow, stamp: int, stored: Stored | None = None
+    ) -> Session:
+        """The event's session, created or moved to a better-founded identity; `stored`: as read
+        already in this transaction, under its lock (None: read it)."""
+        session = tx.sessions.get(event.agent_id) if stored is None else stored.session
         identity, uid = self.resolve_identity(
             tx, event, session.rtc_uid if session else None, session.channel if session else None
         )

@@ -6,19 +6,61 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import abc
+from psycopg._copy_base import MAX_BUFFER_SIZE, format_row_text
 from psycopg._queries import PostgresClientQuery
+from psycopg.abc import PQGen
 from psycopg.adapt import Transformer
-from psycopg.pq import TransactionStatus
+from psycopg.generators import copy_to, execute, fetch_many
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import DictRow, dict_row, tuple_row
+from psycopg.waiting import Wait
 
+from agent_memory.store.shared.sql import LockedRead, Row, Sql
 from agent_memory.store.shared.sql import Repository as SharedRepository
-from agent_memory.store.shared.sql import Row, Sql
 
 R = TypeVar("R")
+COPY_IN = ExecStatus.COPY_IN
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A `COPY … FROM STDIN` kept with its rows (text format) for the next round trip's query."""
+
+    statement: bytes
+    data: bytes
+
+
+# The most bytes of rows handed to libpq at once (psycopg's Copy splits alike).
+_COPY_CHUNK = MAX_BUFFER_SIZE
+
+
+def _sent_with_rows(cursor: psycopg.ClientCursor[DictRow], batch: list[bytes | _Rows]) -> PQGen[None]:
+    """Send `batch` as one query, each COPY's rows when the server asks for them, and read every
+    statement's result into `cursor` (psycopg's execute refuses a COPY, its copy() anything else)."""
+    yield from cursor._start_query()
+    query = b"; ".join(each.statement if isinstance(each, _Rows) else each for each in batch)
+    cursor._execute_send(cursor._convert_query(query), binary=False)  # one simple-protocol query
+    pgconn = cursor._pgconn
+    results = yield from execute(pgconn)
+    for rows in (each for each in batch if isinstance(each, _Rows)):
+        if results[-1].status != COPY_IN:
+            break  # refused before it: the query ended there, with that error
+        results.pop()  # the server asking for the rows, not a statement's result
+        for start in range(0, len(rows.data), _COPY_CHUNK):
+            yield from copy_to(pgconn, rows.data[start : start + _COPY_CHUNK], flush=False)
+        while pgconn.put_copy_end(None) == 0:
+            while not (yield Wait.W):
+                continue
+        while pgconn.flush():
+            while not (yield Wait.W):
+                continue
+        results += yield from fetch_many(pgconn)  # the COPY's, then the next statements' up to another COPY
+    cursor._check_results(results)
+    cursor._set_results(results)
 
 
 class Connection(psycopg.Connection[DictRow]):
@@ -37,7 +79,7 @@ class Connection(psycopg.Connection[DictRow]):
     _shared_client: psycopg.ClientCursor[DictRow] | None = None
     _binder: abc.Transformer | None = None
     # Statements bound and not sent yet (None: not in a write transaction that keeps them).
-    deferred: list[bytes] | None = None
+    deferred: list[bytes | _Rows] | None = None
     # How many times kept statements were sent or dropped (a savepoint asks whether its own was).
     deferred_batches = 0
 
@@ -52,20 +94,24 @@ class Connection(psycopg.Connection[DictRow]):
         """Start keeping statements, `begin` first (autocommit: nothing is sent until a read or COMMIT)."""
         self.deferred = [begin]
 
+    def binder(self) -> abc.Transformer:
+        """The connection's adapters, without a cursor's result state: for literals and COPY rows."""
+        if self._binder is None:
+            self._binder = Transformer(self)
+        return self._binder
+
     def bind(self, query: bytes, params: Sequence[Any] | None) -> bytes:
         """`query` with its parameters bound as literals, ready to be sent with others."""
         if params is None:
             return query
-        if self._binder is None:
-            self._binder = Transformer(self)
-        # As a ClientCursor binds (psycopg's own literals), without a cursor's result state.
-        bound = PostgresClientQuery(self._binder)
+        # As a ClientCursor binds (psycopg's own literals).
+        bound = PostgresClientQuery(self.binder())
         bound.convert(query, params)
         return bound.query
 
-    def defer(self, statement: bytes) -> bool:
-        """Keep a bound statement for the next round trip; False outside a write transaction that
-        keeps them (the caller sends it now)."""
+    def defer(self, statement: bytes | _Rows) -> bool:
+        """Keep a bound statement (or a COPY with its rows) for the next round trip; False outside
+        a write transaction that keeps them (the caller sends it now)."""
         if self.deferred is None:
             return False
         self.deferred.append(statement)
@@ -97,8 +143,13 @@ class Connection(psycopg.Connection[DictRow]):
             self.deferred_batches += 1
         if self._shared_client is None:  # binds parameters itself: several statements in one query
             self._shared_client = psycopg.ClientCursor(self, row_factory=dict_row)
-        self._shared_client.execute(b"; ".join(batch))
-        return self._shared_client, len(batch)
+        cursor = self._shared_client
+        if any(isinstance(each, _Rows) for each in batch):
+            with self.lock:
+                self.wait(_sent_with_rows(cursor, batch))
+        else:
+            cursor.execute(b"; ".join(cast("list[bytes]", batch)))
+        return cursor, len(batch)
 
     def results(self, *statements: bytes, plain: int = 0) -> list[list[Any]]:
         """Each of `statements`' rows, sent after the kept ones in one query; the last `plain` as tuples
@@ -250,10 +301,17 @@ class PostgresSql(Sql):
         return int(next(iter(row.values()))) if row else 0
 
     def insert_rows(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        # One COPY, rows in order (ids follow it): adapting a row is done in C.
-        with self.conn.shared_cursor().copy(
-            f"COPY {table} ({', '.join(columns)}) FROM STDIN".encode()
-        ) as copy:
+        # One COPY, rows in order (ids follow it): adapting a row is done in C. In a write it is
+        # kept, rows and all, for the next round trip's query (the pairs' version bump before it,
+        # the statements after it, as they were asked).
+        conn, statement = self.conn, f"COPY {table} ({', '.join(columns)}) FROM STDIN".encode()
+        if conn.deferred is not None:
+            data = bytearray()
+            for row in rows:
+                format_row_text(row, conn.binder(), data)
+            conn.defer(_Rows(statement, bytes(data)))
+            return
+        with conn.shared_cursor().copy(statement) as copy:
             for row in rows:
                 copy.write_row(row)
 
@@ -269,7 +327,7 @@ class PostgresSql(Sql):
             if len(ordered) == 1
             else (_BUMP, ([user for user, _ in ordered], [character for _, character in ordered]))
         )
-        # Kept for the next round trip: the COPY of the messages it guards sends it first.
+        # Kept for the next round trip: the COPY of the messages it guards goes in the same query.
         if not self.conn.defer(self.conn.bind(query, params)):
             self.conn.shared_cursor().execute(query, params)
 
@@ -289,13 +347,26 @@ class PostgresSql(Sql):
     ) -> Row | None:
         """`one` once this transaction holds the advisory lock of (`key`, `seed`), both in one query: the
         read's snapshot, taken after the lock is granted, sees what the holder before committed."""
-        # Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3).
         conn = self.conn
         if conn.read_only:
             return self.one(sql, params)
+        # With whatever statements are kept (BEGIN, a SAVEPOINT), in the same round trip.
+        return conn.with_deferred(self._lock(key, seed, shared), conn.bind(dialect(sql), params)).fetchone()
+
+    def locked_each(self, reads: Sequence[LockedRead]) -> list[Row | None]:
+        """Each lock, then the read it guards, in order, in one round trip with the kept statements."""
+        conn = self.conn
+        if conn.read_only:
+            return [self.one(sql, params) for _, _, sql, params, _ in reads]
+        statements: list[bytes] = []
+        for key, seed, sql, params, shared in reads:
+            statements += (self._lock(key, seed, shared), conn.bind(dialect(sql), params))
+        return [rows[0] if rows else None for rows in conn.results(*statements)[1::2]]
+
+    def _lock(self, key: str, seed: int, shared: bool = False) -> bytes:
+        """The statement taking the advisory lock of (`key`, `seed`) until commit, or a share of it."""
+        # Seeds keep kinds of keys apart (sessions 0, inbox events 1, users 2, reset marks 3).
         kind = "_shared" if shared else ""
-        lock = conn.bind(
+        return self.conn.bind(
             f"SELECT pg_advisory_xact_lock{kind}(hashtextextended(%s, {seed:d}))".encode(), (key,)
         )
-        # With whatever statements are kept (BEGIN, a SAVEPOINT), in the same round trip.
-        return conn.with_deferred(lock, conn.bind(dialect(sql), params)).fetchone()

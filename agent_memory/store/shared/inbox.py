@@ -5,8 +5,10 @@ Ingest asks `has` before it applies an event and records it after, in one transa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agent_memory.core.domain import InboxEntry, InboxStatus
-from agent_memory.store.shared.sql import Repository, values_of
+from agent_memory.store.shared.sql import LockedRead, Repository, Row, values_of
 
 # In `InboxEntry`'s order; the table's names are Agora's (notice_id, label_user, ...).
 INBOX_COLUMNS = (
@@ -17,6 +19,7 @@ _INSERT = (
     f"INSERT INTO inbox ({INBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (notice_id) DO NOTHING"
 )
+_HAS = "SELECT 1 AS found FROM inbox WHERE notice_id = ?"
 # What takes a raw event's text (a forget's).
 BLANK = "UPDATE inbox SET body = '', status = 'forgotten', error = NULL"
 
@@ -31,8 +34,14 @@ class Inbox(Repository):
 
     def has(self, event_id: str) -> bool:
         """Whether the event was recorded; on a write, another instance applying it is waited for."""
-        found = self.sql.locked(event_id, 1, "SELECT 1 AS found FROM inbox WHERE notice_id = ?", (event_id,))
+        found = self.sql.locked(event_id, 1, _HAS, (event_id,))
         return found is not None
+
+    def has_then(self, event_id: str, reads: Sequence[LockedRead]) -> tuple[bool, list[Row | None]]:
+        """`has`, then `reads` (each under its lock, taken after the event's), read together: what
+        applying the event reads first, whenever it was not recorded."""
+        found, *rows = self.sql.locked_each([(event_id, 1, _HAS, (event_id,), False), *reads])
+        return found is not None, rows
 
     def by_status(self, status: InboxStatus, limit: int) -> list[InboxEntry]:
         """Entries of one status, oldest received first."""

@@ -12,7 +12,7 @@ from typing import Literal
 from agent_memory.core.clock import now_ms
 from agent_memory.core.search import SearchKind
 from agent_memory.store.shared.inbox import BLANK
-from agent_memory.store.shared.sql import Repository, pair_scope
+from agent_memory.store.shared.sql import LockedRead, Repository, Row, pair_scope
 from agent_memory.store.types import ForgetCutoff, ForgetReceipt, PurgeStep, SearchState, StorageStats
 
 
@@ -126,8 +126,18 @@ class Maintenance(Repository):
     ) -> ForgetCutoff | None:
         """When the pair, its user or the agent run was last forgotten (None: never); on a shared
         database under the user's lock shared, so a forget under way is waited for."""
+        key, seed, sql, params, shared = self.cutoff_read(user_id, character_id, agent_id)
+        return self.cutoff_from(self.sql.locked(key, seed, sql, params, shared=shared))
+
+    @staticmethod
+    def cutoff_read(user_id: str, character_id: str, agent_id: str | None = None) -> LockedRead:
+        """`forget_cutoff`'s read, under the user's lock shared, to send with others (`Sql.locked_each`)."""
         user, pair, run = cutoff_keys(user_id, character_id, agent_id)
-        row = self.sql.locked(user_id, USER_LOCK_SEED, _FORGET_CUTOFF, (run, user, pair, run), shared=True)
+        return user_id, USER_LOCK_SEED, _FORGET_CUTOFF, (run, user, pair, run), True
+
+    @staticmethod
+    def cutoff_from(row: Row | None) -> ForgetCutoff | None:
+        """The cut-off a `cutoff_read` row holds."""
         return None if row is None or row["at"] is None else ForgetCutoff(int(row["at"]), bool(row["run"]))
 
     def forget(self, user_id: str, character_id: str | None) -> ForgetReceipt:

@@ -10,7 +10,7 @@ from typing import Any
 from agent_memory.core.domain import IdentitySource, Session
 from agent_memory.core.jsonutil import dumps, loads_object
 from agent_memory.store.shared.messages import MESSAGE_COLUMNS
-from agent_memory.store.shared.sql import Repository, pair_scope
+from agent_memory.store.shared.sql import LockedRead, Repository, Row, pair_scope
 from agent_memory.store.types import SessionChanges
 
 SESSION_COLUMNS = (
@@ -18,6 +18,7 @@ SESSION_COLUMNS = (
     "start_ms, stop_ms, labels, rtc_uid, message_count, gap_count, error_count, first_seen_ms, "
     "updated_ms, token_warning_ms, turn_count, turns_truncated"
 )
+SESSION_GET = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = ?"
 _SESSION_MARKS = ", ".join("?" * len(SESSION_COLUMNS.split(", ")))
 # The message columns a move copies as they are (besides the pair, and the id it renews).
 MOVED_COLUMNS = ", ".join(column for column in MESSAGE_COLUMNS if column not in ("user_id", "character_id"))
@@ -49,9 +50,15 @@ class Sessions(Repository):
     """Agent runs and who they belong to; how a session's messages move to another pair is the backend's."""
 
     def get(self, agent_id: str) -> Session | None:
-        row = self.sql.locked(
-            agent_id, 0, f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = ?", (agent_id,)
-        )
+        return self.session_from(self.sql.locked(agent_id, 0, SESSION_GET, (agent_id,)))
+
+    @staticmethod
+    def get_read(agent_id: str) -> LockedRead:
+        """`get`'s read, under the session's lock, to send with others (`Sql.locked_each`)."""
+        return agent_id, 0, SESSION_GET, (agent_id,), False
+
+    def session_from(self, row: Row | None) -> Session | None:
+        """The session a `get_read` row holds."""
         return self.sql.build(session_of, row) if row is not None else None
 
     def speaking_in(self, user_id: str, character_id: str | None) -> list[tuple[str, str]]:

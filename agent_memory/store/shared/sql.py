@@ -10,11 +10,14 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import fields
 from typing import Any, TypeVar
 
-__all__ = ["Duplicate", "Repository", "Row", "Sql", "pair_scope", "values_of"]
+__all__ = ["Duplicate", "LockedRead", "Repository", "Row", "Sql", "pair_scope", "values_of"]
 
 R = TypeVar("R")
 # A row by column name: `row["id"]`, `**row`.
 Row = Mapping[str, Any]
+# A read a write makes under a lock (`Sql.locked`): the lock's key and seed, the statement, its
+# parameters, and whether the lock is shared.
+LockedRead = tuple[str, int, str, Sequence[Any], bool]
 
 
 class Duplicate(Exception):
@@ -118,6 +121,12 @@ class Sql(ABC):
     ) -> Row | None:
         """`one` once a write holds the lock of (`key`, `seed`) or a share of it (one writer needs none)."""
         return self.one(sql, params)
+
+    def locked_each(self, reads: Sequence[LockedRead]) -> list[Row | None]:
+        """`locked` of each read in order; a backend may send them all at once."""
+        return [
+            self.locked(key, seed, sql, params, shared=shared) for key, seed, sql, params, shared in reads
+        ]
 
     def record(self, make: Callable[..., R], sql: str, params: Sequence[Any] = ()) -> R | None:
         """`make(*row)` of the first row, or None."""
