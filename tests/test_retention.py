@@ -362,8 +362,12 @@ def assert_no_trace(db_path: Path | str) -> None:
     for name, marker in MARKERS.items():
         assert marker.encode() not in data, name
         left = [piece.decode() for piece in trigrams(marker) if piece in data]
-        # Where each piece was found: a lone trigram may be a random token's, not the marker's.
-        assert not left, (name, {piece: around(data, piece.encode()) for piece in left})
+        # Three given bytes turn up by chance in megabytes of pages (a page header's LSN and
+        # checksum are as good as random: one "xjw" was found so, once in four runs under load),
+        # while what an index keeps of a word is all its pieces. So one lone ASCII trigram is
+        # chance; two, or one of multibyte text (nine given bytes), is the marker's.
+        chance = len(left) == 1 and len(left[0].encode()) == 3
+        assert not left or chance, (name, {piece: around(data, piece.encode()) for piece in left})
 
 
 def around(data: bytes, piece: bytes) -> bytes:
