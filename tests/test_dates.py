@@ -7,7 +7,8 @@ from datetime import UTC, date, datetime
 import pytest
 
 from agent_memory.condense.life import stale
-from agent_memory.core.dates import DateMention, annotate, days_in, in_words, resolve
+from agent_memory.core.dates import DateMention, annotate, resolve
+from agent_memory.core.worded import days_in, in_words
 
 
 def at(iso: str) -> int:

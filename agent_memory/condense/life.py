@@ -25,9 +25,10 @@ from agent_memory.condense.statements.chinese import ZH_EVENTS
 from agent_memory.condense.statements.english import EN_EVENT, EN_JOBS, EN_SPECIES
 from agent_memory.condense.text import QUESTION, Caseless, fold_ascii
 from agent_memory.core.clock import format_day
-from agent_memory.core.dates import days_in, resolve
+from agent_memory.core.dates import resolve
 from agent_memory.core.textcache import text_cache
 from agent_memory.core.tokens import count_tokens
+from agent_memory.core.worded import days_in
 
 PROFILE_HEADING = "About the user's life, kept from all earlier calls (the day it was said):"
 THREADS_HEADING = "Open threads (plans the user told of and has not followed up yet):"

@@ -181,13 +181,7 @@ def new_digest(
         seen.add(key)
         said_at = message_at(message)
         told = gist(text, call, STATEMENT_MAX_CHARS)
-        score = salience(text, said_at, names) + call.told(told)
-        if message.role != "user" and tells_own_life(text):
-            score += PROFILE_BONUS
-        elif message.role != "user" and not speaks_of_self(told):
-            score -= OTHER_SPEAKER_PENALTY
-        elif is_profile(text):
-            score += PROFILE_BONUS
+        score = statement_score(message, text, told, call, names)
         if score < MIN_SALIENCE:
             continue
         prefix = (
@@ -201,14 +195,30 @@ def new_digest(
             # Listed apart while open, and kept in the timeline where it was said.
             threads.append(dated(format_day(said_at), body))
         ranked.append((-score, index, BULLET + body))
-    chosen: list[tuple[int, str]] = []
+    return Digest(header, chosen(header, ranked)), threads
+
+
+def statement_score(message: Message, text: str, told: str, call: Call, names: Collection[str]) -> int:
+    """How much a session's statement deserves quoting (its gist `told`): salience, what it tells
+    against the pair's history, more for the user's life, less for another speaker's words to the user."""
+    score = salience(text, message_at(message), names) + call.told(told)
+    if message.role != "user" and tells_own_life(text):
+        return score + PROFILE_BONUS
+    if message.role != "user" and not speaks_of_self(told):
+        return score - OTHER_SPEAKER_PENALTY
+    return score + PROFILE_BONUS if is_profile(text) else score
+
+
+def chosen(header: str, ranked: list[tuple[int, int, str]]) -> list[str]:
+    """The best ranked bullets (score negated, index, bullet) that fit a digest, in the order said."""
+    kept: list[tuple[int, str]] = []
     used = lines_tokens([header])
     for _, index, bullet in sorted(ranked):  # ties go to the earlier statement: deterministic
         cost = lines_tokens([bullet])
-        if len(chosen) < MAX_BULLETS and used + cost <= SECTION_MAX_TOKENS:
-            chosen.append((index, bullet))
+        if len(kept) < MAX_BULLETS and used + cost <= SECTION_MAX_TOKENS:
+            kept.append((index, bullet))
             used += cost
-    return Digest(header, [bullet for _, bullet in sorted(chosen)]), threads
+    return [bullet for _, bullet in sorted(kept)]
 
 
 def strip_label(summary: str) -> str:
