@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recall_data import SMALL_TALK, Turn
-from recall_hard_data import CHARACTERS, PAST, Question, User, render_date, varied_line
+from recall_hard_data import CHARACTERS, PAST, Question, User, render_date, session_payload, varied_line
 
 EPOCH = dt.date(2025, 1, 13)
 
@@ -353,12 +353,7 @@ def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int
                 contents.append({"role": role, "content": said[teller], "turn_id": turn + 1, "timestamp": at,
                                  "metadata": {"source": "asr" if role == "user" else "llm"}})  # fmt: skip
                 at += rng.randint(1500, 8000)
-        user.sessions.append({
-            "agent_id": agent_id, "name": f"agent-{user.user_id}-{number}",
-            "channel": f"room-{user.user_id}-{number}", "start_ts": start_ms // 1000,
-            "stop_ts": at // 1000 + 2, "contents": contents,
-            "labels": {"user_id": user.user_id, "character_id": user.character_id},
-        })  # fmt: skip
+        user.sessions.append(session_payload(user, number, agent_id, start_ms, at, contents))
     user.questions.extend(questions(user, told, placed, meant, people, rng))
     return user
 

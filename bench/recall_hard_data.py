@@ -421,12 +421,7 @@ def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int
             at += rng.randint(1500, 8000)
             contents.append({"role": "assistant", "content": reply, "turn_id": turn + 1, "timestamp": at,
                              "metadata": {"source": "llm"}})  # fmt: skip
-        user.sessions.append({
-            "agent_id": agent_id, "name": f"agent-{user.user_id}-{number}",
-            "channel": f"room-{user.user_id}-{number}", "start_ts": start_ms // 1000,
-            "stop_ts": at // 1000 + 2, "contents": contents,
-            "labels": {"user_id": user.user_id, "character_id": user.character_id},
-        })  # fmt: skip
+        user.sessions.append(session_payload(user, number, agent_id, start_ms, at, contents))
     sep = "、" if lang == "zh" else " and "
     gold = {
         "pet": (p["pet"], ("pet",)), "work": (p["work"], ("work",)), "hometown": (p["hometown"], ("hometown",)),
@@ -446,6 +441,17 @@ def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int
         user.questions.append(Question(user.user_id, user.character_id, lang, kind, rng.choice(wordings),
                                        answer, tuple(placed[k] for k in keys)))  # fmt: skip
     return user
+
+
+def session_payload(user: User, number: int, agent_id: str, start_ms: int, last_ms: int,
+                    contents: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """One call of `user`'s as an Agora 103 payload (its number, run id, first and last moments)."""
+    return {
+        "agent_id": agent_id, "name": f"agent-{user.user_id}-{number}",
+        "channel": f"room-{user.user_id}-{number}", "start_ts": start_ms // 1000,
+        "stop_ts": last_ms // 1000 + 2, "contents": contents,
+        "labels": {"user_id": user.user_id, "character_id": user.character_id},
+    }  # fmt: skip
 
 
 def generate(en: int = 8, zh: int = 4, *, seed: int = 11, sessions: tuple[int, int] = (10, 13),
