@@ -49,7 +49,15 @@ DEFAULT_MAX_TOKENS = 500
 HEADING = "Memories from your earlier conversations with this user that may help now (most relevant first; dates UTC):"
 USER_FACTS_HEADING = "Always true about this user:"
 BM25_K1 = 1.2
-BM25_B = 0.75
+# No length normalisation for what recall scores (turns, and facts and summary lines on the same
+# scale). A turn counts each word once (binary term frequency), so a long turn gains nothing by
+# repeating a word: what b would correct is only that it says more things. People say their news
+# at length (a greeting, the news, a question back), and b = 0.75 put such a turn under a short
+# one that shares a word with the question ("Why did the scarecrow win an award?" above "I won
+# the raffle at the school fair, a cookbook ..."). bench/recall_hard.py at 500 tokens, b 0.75
+# -> 0: life seeds 21/22 74.9 -> 76.6 / 73.2 -> 74.1 %, hard seed 11 86.1 -> 87.2 %; 0.3 and
+# 0.15 gave less, 0.05 less than 0.
+BM25_B = 0.0
 # Terms that are numbers or names (capitalised inside the question) weigh this much more.
 NUMBER_WEIGHT = 1.5
 NAME_WEIGHT = 1.3
@@ -261,9 +269,11 @@ def _is_name(word: str, position: int) -> bool:
     return position > 0 or bare.endswith(("'s", "’s"))
 
 
-def okapi(matches: Iterable[tuple[int, float]], length: float, average_length: float) -> float:
+def okapi(
+    matches: Iterable[tuple[int, float]], length: float, average_length: float, *, b: float = BM25_B
+) -> float:
     """Okapi BM25 of one text from its (term frequency, idf) per query term and its length."""
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / max(average_length, 1.0))
+    norm = BM25_K1 * (1 - b + b * length / max(average_length, 1.0))
     return sum(idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in matches if tf)
 
 

@@ -2,7 +2,7 @@
 
 The store's search (`store.shared.search`) finds the rows; these say which words a query asks
 for, whether it is several words (then ranked like recall), how a row that holds them scores
-(BM25 over the matched text: `okapi`, k1 = 1.2, b = 0.75) and the snippet a result shows.
+(BM25 over the matched text: `okapi`, k1 = 1.2, b = `MATCH_B`) and the snippet a result shows.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from agent_memory.core.domain import Fact, Summary
 from agent_memory.core.recall import TermStats, TurnHit, bm25, idf, okapi
 from agent_memory.core.terms import terms as terms_of
 
+# A row matched by its characters counts every time it says the term (not once, as recall's
+# turns do): there the usual length normalisation holds.
+MATCH_B = 0.75
 # What search looks through, and whose messages a mention query counts.
 SearchKind = Literal["message", "fact", "summary"]
 SEARCH_KINDS: Final[tuple[SearchKind, ...]] = ("message", "fact", "summary")
@@ -117,7 +120,7 @@ def scored_rows(
     scored: list[Scored] = []
     for row in rows:
         tfs = term_frequencies(row["text"], patterns)
-        score = okapi(zip(tfs, idfs, strict=True), len(row["text"]), avg_length)
+        score = okapi(zip(tfs, idfs, strict=True), len(row["text"]), avg_length, b=MATCH_B)
         scored.append((score, row["at_ms"] or 0, {"kind": kind, **row}))
     return scored
 
