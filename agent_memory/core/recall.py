@@ -118,6 +118,9 @@ _SCAFFOLD = re.compile(
 # said loosely, and a memory that matches far better still comes first.
 OTHER_SPEAKER_WEIGHT = 0.7
 _SPEAKER_LABEL = re.compile(r"^(User|Assistant):")
+_QUOTED_SPEAKER = re.compile(r"^(?:user|assistant):\s*")  # ... in a `statement_key`
+# A summary line of at least this many distinct terms that a turn says is that turn quoted (`_distinct`).
+QUOTE_TERMS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,17 +507,36 @@ def _statement_terms(text: str, day_ms: int) -> Mapping[str, tuple[int, ...]]:
 
 
 def _distinct(found: Sequence[Scored]) -> list[RecalledMemory]:
-    """The memories of `found` (best first), each text once."""
+    """The memories of `found` (best first), each text once; a summary line that quotes a sentence
+    of a turn kept is that turn (the condenser keeps a long turn's news as such a line)."""
     kept: list[RecalledMemory] = []
     seen: dict[str, int] = {}
+    # The kept turns' texts, and the kept summary lines' statements without their speaker, by index.
+    turns: dict[int, str] = {}
+    quotes: dict[int, str] = {}
     for score, at_ms, text, source in found:
         key = statement_key(text)
         index = seen.get(key)
+        if index is None and isinstance(source, Summary):
+            quote = _QUOTED_SPEAKER.sub("", key)
+            if len(_term_counts(quote)[0]) < QUOTE_TERMS:
+                pass  # too short to say it was quoted from one turn rather than said in several
+            elif any(quote in said for said in turns.values()):
+                continue  # shown already, in the turn with its time
+            else:
+                quotes[len(kept)] = quote
+        elif index is None and isinstance(source, TurnHit):
+            index = next((at for at, quote in quotes.items() if quote in key), None)
         if index is None:
             seen[key] = len(kept)
+            if isinstance(source, TurnHit):
+                turns[len(kept)] = key
             kept.append(_memory(source, text, at_ms, score))
         elif isinstance(source, TurnHit) and kept[index].kind == "summary":
             # The turn a summary line quotes says it with its time and the turns around it: in its place.
+            seen[key] = index
+            turns[index] = key
+            quotes.pop(index, None)
             kept[index] = _memory(source, text, at_ms, kept[index].score)
     return kept
 
