@@ -280,13 +280,13 @@ def okapi(
     return sum(idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in matches if tf)
 
 
-def bm25(text: str, idfs: Mapping[str, float], average_length: float) -> float:
+def bm25(text: str, idfs: Mapping[str, float], average_length: float, *, b: float = BM25_B) -> float:
     """BM25 of one text (a fact, a summary line) for the weighted idfs of a question."""
     counts, length = _term_counts(text)
     # A question has a few terms, a text many: each of the question's is looked up, and most
     # texts have none of them.
     matches = [(counts[term], idf) for term, idf in idfs.items() if term in counts]
-    return okapi(matches, length, average_length) if matches else 0.0
+    return okapi(matches, length, average_length, b=b) if matches else 0.0
 
 
 @text_cache(8192)

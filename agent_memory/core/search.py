@@ -16,8 +16,8 @@ from agent_memory.core.domain import Fact, Summary
 from agent_memory.core.recall import TermStats, TurnHit, bm25, idf, okapi
 from agent_memory.core.terms import terms as terms_of
 
-# A row matched by its characters counts every time it says the term (not once, as recall's
-# turns do): there the usual length normalisation holds.
+# A search ranks whole rows, which count every time they say a term (not once, as recall's
+# turns do), and a summary is one row of a whole life: the usual length normalisation holds.
 MATCH_B = 0.75
 # What search looks through, and whose messages a mention query counts.
 SearchKind = Literal["message", "fact", "summary"]
@@ -239,14 +239,14 @@ def words_answer(
         item["agent_id"], item["role"] = message.agent_id, message.role
         scored.append((turn.score, message.at_ms, item))
     for fact in facts:
-        score = bm25(fact.text, stats.idfs, stats.average_length)
+        score = bm25(fact.text, stats.idfs, stats.average_length, b=MATCH_B)
         if score > 0:
             # A user-wide fact names no character ("").
             item = hit("fact", fact.id, fact.character_id or "", fact.text, fact.updated_ms, patterns)
             item["scope"], item["pinned"] = fact.scope, fact.pinned
             scored.append((score, fact.updated_ms, item))
     for summary in summaries:
-        score = bm25(summary.text, stats.idfs, stats.average_length)
+        score = bm25(summary.text, stats.idfs, stats.average_length, b=MATCH_B)
         if score > 0:
             at, text = summary.updated_ms, summary.text
             item = hit("summary", summary.watermark_id, summary.character_id, text, at, patterns)
