@@ -104,11 +104,14 @@ _WHEN = re.compile(
     re.IGNORECASE,
 )
 # The words that say what kind of answer is wanted ("how long ago", "on what date", 哪天, 多久以前)
-# name no content: "long" would find "the long way home", 哪天 the bigrams around it. They are
-# left out of the question's terms (the question stays a when-question: `asks_when` reads it whole).
+# name no content: "long" would find "the long way home", 哪天 the bigrams around it; nor does the
+# count of answers asked for ("Which two films …?", "Name the two classes …"): "two" found "I
+# stayed up until two" and "two days ago". They are left out of the question's terms (the
+# question stays a when-question: `asks_when` reads it whole).
 _SCAFFOLD = re.compile(
     r"\bhow (?:long|many (?:days|weeks|months|years|times)|much time)(?: ago| before| after| back)?\b"
     r"|\b(?:what|which) (?:date|day|month|year|time of (?:the )?year)\b|\b(?:days|weeks|months|years) ago\b"
+    r"|\b(?:which|what|name (?:the|my|your)) (?:two|three|four)\b"
     r"|什么时候|哪一?天|几号|几月|多久(?:以前|之前)?|多长时间(?:以前|之前)?|什么日期|哪个月",
     re.IGNORECASE,
 )
