@@ -198,6 +198,34 @@ async def test_ranking_prefers_more_and_denser_matches(service) -> None:
     assert len((await search(service, "u-3", "coffee", limit=1))["results"]) == 1
 
 
+async def test_a_search_of_several_words_ranks_a_turn_above_a_whole_summary_that_says_them(service) -> None:
+    # A summary is searched as one row, a whole life long: its length counts against it (recall
+    # scores its lines one by one, without length normalisation).
+    turn = "I won the raffle at the school fair!"
+    await seed(service, "u-4", "luna", "AGENT-W", said(turn, "Wow, lucky you."))
+    lines = [f"- [2025-03-{day:02d}] Day {day} at the allotment with the neighbours." for day in range(1, 29)]
+    fairs = [f"- [2025-04-0{day}] The school fair raffle, won again, year {day}." for day in range(1, 4)]
+    summary = Summary(
+        user_id="u-4",
+        character_id="luna",
+        text="\n".join([*lines, *fairs]),
+        watermark_id=1,
+        covered_until_ms=0,
+        message_count=2,
+        method="offline",
+        model="test",
+        created_ms=1,
+        updated_ms=2,
+    )
+    await service.store.write(lambda tx: tx.summaries.put(summary))
+    await service.store.catch_up_search()
+    body = await search(service, "u-4", "won the raffle at the school fair")
+    assert [(r["kind"], r["kind"] == "summary" or r["text"] == turn) for r in body["results"]] == [
+        ("message", True),
+        ("summary", True),
+    ]
+
+
 @pytest.mark.parametrize(
     ("params", "needle"),
     [

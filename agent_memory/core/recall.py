@@ -49,7 +49,15 @@ DEFAULT_MAX_TOKENS = 500
 HEADING = "Memories from your earlier conversations with this user that may help now (most relevant first; dates UTC):"
 USER_FACTS_HEADING = "Always true about this user:"
 BM25_K1 = 1.2
-BM25_B = 0.75
+# No length normalisation for what recall scores (turns, and facts and summary lines on the same
+# scale). A turn counts each word once (binary term frequency), so a long turn gains nothing by
+# repeating a word: what b would correct is only that it says more things. People say their news
+# at length (a greeting, the news, a question back), and b = 0.75 put such a turn under a short
+# one that shares a word with the question ("Why did the scarecrow win an award?" above "I won
+# the raffle at the school fair, a cookbook ..."). bench/recall_hard.py at 500 tokens, b 0.75
+# -> 0: life seeds 21/22 74.9 -> 76.6 / 73.2 -> 74.1 %, hard seed 11 86.1 -> 87.2 %; 0.3 and
+# 0.15 gave less, 0.05 less than 0.
+BM25_B = 0.0
 # Terms that are numbers or names (capitalised inside the question) weigh this much more.
 NUMBER_WEIGHT = 1.5
 NAME_WEIGHT = 1.3
@@ -96,11 +104,14 @@ _WHEN = re.compile(
     re.IGNORECASE,
 )
 # The words that say what kind of answer is wanted ("how long ago", "on what date", 哪天, 多久以前)
-# name no content: "long" would find "the long way home", 哪天 the bigrams around it. They are
-# left out of the question's terms (the question stays a when-question: `asks_when` reads it whole).
+# name no content: "long" would find "the long way home", 哪天 the bigrams around it; nor does the
+# count of answers asked for ("Which two films …?", "Name the two classes …"): "two" found "I
+# stayed up until two" and "two days ago". They are left out of the question's terms (the
+# question stays a when-question: `asks_when` reads it whole).
 _SCAFFOLD = re.compile(
     r"\bhow (?:long|many (?:days|weeks|months|years|times)|much time)(?: ago| before| after| back)?\b"
     r"|\b(?:what|which) (?:date|day|month|year|time of (?:the )?year)\b|\b(?:days|weeks|months|years) ago\b"
+    r"|\b(?:which|what|name (?:the|my|your)) (?:two|three|four)\b"
     r"|什么时候|哪一?天|几号|几月|多久(?:以前|之前)?|多长时间(?:以前|之前)?|什么日期|哪个月",
     re.IGNORECASE,
 )
@@ -110,6 +121,9 @@ _SCAFFOLD = re.compile(
 # said loosely, and a memory that matches far better still comes first.
 OTHER_SPEAKER_WEIGHT = 0.7
 _SPEAKER_LABEL = re.compile(r"^(User|Assistant):")
+_QUOTED_SPEAKER = re.compile(r"^(?:user|assistant):\s*")  # ... in a `statement_key`
+# A summary line of at least this many distinct terms that a turn says is that turn quoted (`_distinct`).
+QUOTE_TERMS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,19 +275,21 @@ def _is_name(word: str, position: int) -> bool:
     return position > 0 or bare.endswith(("'s", "’s"))
 
 
-def okapi(matches: Iterable[tuple[int, float]], length: float, average_length: float) -> float:
+def okapi(
+    matches: Iterable[tuple[int, float]], length: float, average_length: float, *, b: float = BM25_B
+) -> float:
     """Okapi BM25 of one text from its (term frequency, idf) per query term and its length."""
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / max(average_length, 1.0))
+    norm = BM25_K1 * (1 - b + b * length / max(average_length, 1.0))
     return sum(idf * tf * (BM25_K1 + 1) / (tf + norm) for tf, idf in matches if tf)
 
 
-def bm25(text: str, idfs: Mapping[str, float], average_length: float) -> float:
+def bm25(text: str, idfs: Mapping[str, float], average_length: float, *, b: float = BM25_B) -> float:
     """BM25 of one text (a fact, a summary line) for the weighted idfs of a question."""
     counts, length = _term_counts(text)
     # A question has a few terms, a text many: each of the question's is looked up, and most
     # texts have none of them.
     matches = [(counts[term], idf) for term, idf in idfs.items() if term in counts]
-    return okapi(matches, length, average_length) if matches else 0.0
+    return okapi(matches, length, average_length, b=b) if matches else 0.0
 
 
 @text_cache(8192)
@@ -494,17 +510,36 @@ def _statement_terms(text: str, day_ms: int) -> Mapping[str, tuple[int, ...]]:
 
 
 def _distinct(found: Sequence[Scored]) -> list[RecalledMemory]:
-    """The memories of `found` (best first), each text once."""
+    """The memories of `found` (best first), each text once; a summary line that quotes a sentence
+    of a turn kept is that turn (the condenser keeps a long turn's news as such a line)."""
     kept: list[RecalledMemory] = []
     seen: dict[str, int] = {}
+    # The kept turns' texts, and the kept summary lines' statements without their speaker, by index.
+    turns: dict[int, str] = {}
+    quotes: dict[int, str] = {}
     for score, at_ms, text, source in found:
         key = statement_key(text)
         index = seen.get(key)
+        if index is None and isinstance(source, Summary):
+            quote = _QUOTED_SPEAKER.sub("", key)
+            if len(_term_counts(quote)[0]) < QUOTE_TERMS:
+                pass  # too short to say it was quoted from one turn rather than said in several
+            elif any(quote in said for said in turns.values()):
+                continue  # shown already, in the turn with its time
+            else:
+                quotes[len(kept)] = quote
+        elif index is None and isinstance(source, TurnHit):
+            index = next((at for at, quote in quotes.items() if quote in key), None)
         if index is None:
             seen[key] = len(kept)
+            if isinstance(source, TurnHit):
+                turns[len(kept)] = key
             kept.append(_memory(source, text, at_ms, score))
         elif isinstance(source, TurnHit) and kept[index].kind == "summary":
             # The turn a summary line quotes says it with its time and the turns around it: in its place.
+            seen[key] = index
+            turns[index] = key
+            quotes.pop(index, None)
             kept[index] = _memory(source, text, at_ms, kept[index].score)
     return kept
 

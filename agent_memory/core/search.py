@@ -2,7 +2,7 @@
 
 The store's search (`store.shared.search`) finds the rows; these say which words a query asks
 for, whether it is several words (then ranked like recall), how a row that holds them scores
-(BM25 over the matched text: `okapi`, k1 = 1.2, b = 0.75) and the snippet a result shows.
+(BM25 over the matched text: `okapi`, k1 = 1.2, b = `MATCH_B`) and the snippet a result shows.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from agent_memory.core.domain import Fact, Summary
 from agent_memory.core.recall import TermStats, TurnHit, bm25, idf, okapi
 from agent_memory.core.terms import terms as terms_of
 
+# A search ranks whole rows, which count every time they say a term (not once, as recall's
+# turns do), and a summary is one row of a whole life: the usual length normalisation holds.
+MATCH_B = 0.75
 # What search looks through, and whose messages a mention query counts.
 SearchKind = Literal["message", "fact", "summary"]
 SEARCH_KINDS: Final[tuple[SearchKind, ...]] = ("message", "fact", "summary")
@@ -117,7 +120,7 @@ def scored_rows(
     scored: list[Scored] = []
     for row in rows:
         tfs = term_frequencies(row["text"], patterns)
-        score = okapi(zip(tfs, idfs, strict=True), len(row["text"]), avg_length)
+        score = okapi(zip(tfs, idfs, strict=True), len(row["text"]), avg_length, b=MATCH_B)
         scored.append((score, row["at_ms"] or 0, {"kind": kind, **row}))
     return scored
 
@@ -236,14 +239,14 @@ def words_answer(
         item["agent_id"], item["role"] = message.agent_id, message.role
         scored.append((turn.score, message.at_ms, item))
     for fact in facts:
-        score = bm25(fact.text, stats.idfs, stats.average_length)
+        score = bm25(fact.text, stats.idfs, stats.average_length, b=MATCH_B)
         if score > 0:
             # A user-wide fact names no character ("").
             item = hit("fact", fact.id, fact.character_id or "", fact.text, fact.updated_ms, patterns)
             item["scope"], item["pinned"] = fact.scope, fact.pinned
             scored.append((score, fact.updated_ms, item))
     for summary in summaries:
-        score = bm25(summary.text, stats.idfs, stats.average_length)
+        score = bm25(summary.text, stats.idfs, stats.average_length, b=MATCH_B)
         if score > 0:
             at, text = summary.updated_ms, summary.text
             item = hit("summary", summary.watermark_id, summary.character_id, text, at, patterns)
