@@ -3,11 +3,12 @@
 People wrap what they tell in what they say to everyone ("Oh wow, okay. I finally finished
 The Salt Orchard, the ending wrecked me. Anyway, that's my news."). A digest that quotes whole
 turns spends much of its budget on the wrapping (on bench/recall_hard.py's life set a summary
-held 23 statements a user where 43 fit). A sentence's specificity is the inverse document frequency of the words it uses, over the
-pair's whole history where the condensing job read it from the recall index (`History`), else
-over its call: a reaction, a stock phrase, a question back or the everyday round uses words said
-again and again; news uses words said once. The gist keeps the most specific sentence and those
-nearly as specific, in the order said; and a statement's specificity counts toward quoting it.
+held 23 statements a user where 43 fit). A sentence's specificity is the inverse document
+frequency of the words it uses, over the pair's whole history where the condensing job read it
+from the recall index (`History`), else over its call: a reaction, a stock phrase, a question
+back or the everyday round uses words said again and again; news uses words said once. The gist
+keeps the most specific sentence and those nearly as specific, in the order said; and a
+statement's specificity counts toward quoting it.
 """
 
 from __future__ import annotations
