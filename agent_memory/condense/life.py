@@ -34,7 +34,7 @@ PROFILE_HEADING = "About the user's life, kept from all earlier calls (the day i
 THREADS_HEADING = "Open threads (plans the user told of and has not followed up yet):"
 # A profile or thread bullet starts with the day it was said: `- [2025-03-16] …`.
 DATED_BULLET = re.compile(r"^- \[(\d{4}-\d{2}-\d{2})\] ")
-# The date note `core.dates.annotate` appends: "(yesterday = 2023-05-07; next month = 2023-06)".
+# The date note `core.dates.annotate` appends: "(yesterday = 7 May 2023; next month = June 2023)".
 DATE_NOTE = re.compile(r" \([^()]+ = [^()]+\)$")
 ISO_PREFIX = re.compile(r"\d{4}(?:-\d{2}){0,2}")
 # After its date (or the day said, when it has none) a thread is kept this many days.
@@ -130,7 +130,7 @@ def speaks_of_self(text: str) -> bool:
 
 
 def is_life_event(bullet: str) -> bool:
-    """Whether a digest bullet tells of an event with its date resolved ("… (yesterday = 2025-03-15)")."""
+    """Whether a digest bullet tells of an event with its date resolved ("… (yesterday = 15 March 2025)")."""
     return bool(event_words(bullet)) and DATE_NOTE.search(bullet) is not None
 
 

@@ -39,7 +39,7 @@ some are pinned), and the new part of the conversation as a dated transcript (ti
 UTC). "Assistant" lines are the character. A line marked "[interrupted by the user …]" \
 was cut off: the user only heard the text before the bracket, and the bracket tells what \
 the character was going to say. A note at the end of a line such as "(yesterday = \
-2026-11-02; next month = 2026-12)" gives the absolute dates of the relative expressions in \
+2 November 2026; next month = December 2026)" gives the absolute dates of the relative expressions in \
 it, resolved against when the line was said; use them.
 
 Answer with one JSON object:
