@@ -164,12 +164,8 @@ async def test_statements_kept_for_the_next_round_trip_keep_the_transactions_gua
     assert await agents(store) == {"after-block", "after-sent-block", "after-refused", "only-kept"}
 
 
-async def test_an_events_write_refused_by_the_server_fails_that_event_alone(service: Service) -> None:
-    """A write kept for later and refused when sent fails its event (rolled back to the event's
-    savepoint), and the raw event is still recorded, as when each write was sent at once."""
-    await service.store.write(
-        lambda tx: tx.conn.execute(b"ALTER TABLE jobs ADD CONSTRAINT refused CHECK (user_id <> 'u-refused')")
-    )
+async def assert_refused_alone(service: Service) -> None:
+    """A 103 of u-refused's fails (200, "failed"): its raw event recorded failed, nothing of it stored."""
     labels = {"user_id": "u-refused", "character_id": "c"}
     status, body = await service.callback(agent_event(103, "A-REFUSED", labels=labels, contents=turns(4)))
     assert (status, body["status"]) == (200, "failed"), body
@@ -177,6 +173,15 @@ async def test_an_events_write_refused_by_the_server_fails_that_event_alone(serv
     assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
     assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
     assert await service.store.read(lambda view: view.messages.of_session("A-REFUSED")) == []
+
+
+async def test_an_events_write_refused_by_the_server_fails_that_event_alone(service: Service) -> None:
+    """A write kept for later and refused when sent fails its event (rolled back to the event's
+    savepoint), and the raw event is still recorded, as when each write was sent at once."""
+    await service.store.write(
+        lambda tx: tx.conn.execute(b"ALTER TABLE jobs ADD CONSTRAINT refused CHECK (user_id <> 'u-refused')")
+    )
+    await assert_refused_alone(service)
 
 
 async def test_a_statement_sent_with_the_copy_and_refused_fails_that_event_alone(service: Service) -> None:
@@ -187,13 +192,7 @@ async def test_a_statement_sent_with_the_copy_and_refused_fails_that_event_alone
             b"ALTER TABLE memory_versions ADD CONSTRAINT refused CHECK (user_id <> 'u-refused')"
         )
     )
-    labels = {"user_id": "u-refused", "character_id": "c"}
-    status, body = await service.callback(agent_event(103, "A-REFUSED", labels=labels, contents=turns(4)))
-    assert (status, body["status"]) == (200, "failed"), body
-    inbox = await service.store.read(lambda view: view.inbox.get("A-REFUSED:103"))
-    assert inbox is not None and inbox.status == "failed" and "refused" in (inbox.error or "")
-    assert await service.store.read(lambda view: view.sessions.get("A-REFUSED")) is None
-    assert await service.store.read(lambda view: view.messages.of_session("A-REFUSED")) == []
+    await assert_refused_alone(service)
     status, body = await service.callback(agent_event(103, "A-KEPT", labels=LABELS, contents=turns(4)))
     assert (status, body["status"], body["new_messages"]) == (200, "done", 4), body
 

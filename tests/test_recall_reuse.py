@@ -12,7 +12,7 @@ import pytest
 from conftest import Service, agent_event, deliver, wait_for
 from conftest import stored as messages_of
 from fakes.upstream_llm import FakeUpstreamLLM, Script
-from test_llm_proxy import LLM_TOKEN, start
+from test_llm_proxy import LLM_TOKEN, said, start
 
 from agent_memory.core.recall import Recall
 from agent_memory.memory.live_calls import ProxyStats
@@ -64,16 +64,6 @@ def index_held(monkeypatch: pytest.MonkeyPatch) -> None:
     what is stored only when a recall over HTTP catches it up."""
     monkeypatch.setattr(sqlite_engine, "IDLE_AFTER_S", 3600.0)
     monkeypatch.setattr(pg_engine, "INDEX_EVERY_S", 3600.0)
-
-
-def said(index: int, text: str) -> dict[str, Any]:
-    """Message `index` of a call as Agora keeps it: a user turn, then the reply, and so on."""
-    user = index % 2 == 0
-    return {
-        "role": "user" if user else "assistant", "content": text, "turn_id": index // 2 + 1,
-        "timestamp": 1_795_100_000_000 + index * 3000,
-        "metadata": {"source": "asr", "user": "1001"} if user else {"source": "llm"},
-    }  # fmt: skip
 
 
 async def ask(service: Service, upstream: FakeUpstreamLLM, lines: list[str], *, stored: bool = True) -> str:
