@@ -74,11 +74,12 @@ ZH_PROFILE = re.compile(
     "|俱乐部|教练|训练|练|联赛|爱好"
     "|过敏|医生|确诊|素食|吃素|不吃肉|饮食|怀孕|受伤|生病"
 )
-# The speaker as the subject or owner ("I ran", "we got the keys", "our flat", 我们): with a life
-# cue, a line of another speaker (the character, a second caller) tells of their own life.
-SPEAKER_SELF = re.compile(
-    r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|our|ours|us)\b|我", re.IGNORECASE
-)
+# The speaker as the subject or owner: "I went", "my sister", "we saw", "our flat" (not "tell me").
+_SUBJECT_OR_OWNER = r"i|i'm|i've|i'd|i'll|my|we|we're|we've|our"
+SELF_SUBJECT = re.compile(rf"\b(?:{_SUBJECT_OR_OWNER})\b|我", re.IGNORECASE)
+# ... or the object too ("me", "us"): with a life cue, a line of another speaker (the character, a
+# second caller) tells of their own life.
+SPEAKER_SELF = re.compile(rf"\b(?:{_SUBJECT_OR_OWNER}|me|mine|myself|ours|us)\b|我", re.IGNORECASE)
 # Shorter than this, a line of another speaker is a reaction ("Ha, I love that."), not a life told.
 MIN_LIFE_TOKENS = 8
 # A promise to tell how something went.
@@ -115,10 +116,6 @@ def tells_own_life(text: str) -> bool:
     if count_tokens(text) < MIN_LIFE_TOKENS or not is_profile(text):
         return False
     return SPEAKER_SELF.search(text) is not None or FIRST_PERSON.search(text) is not None
-
-
-# The speaker as the subject or owner: "I went", "my sister", "we saw", "our flat" (not "tell me").
-SELF_SUBJECT = re.compile(r"\b(?:i|i'm|i've|i'd|my|we|we're|we've|our)\b|我", re.IGNORECASE)
 
 
 @text_cache(16384)  # asked of every line of the character's, then of its bullets at each later job

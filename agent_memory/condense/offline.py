@@ -134,9 +134,14 @@ def header_line(span: str) -> str:
     return f"{span}:"
 
 
+def bullet_body(bullet: str) -> str:
+    """What a digest or profile bullet quotes: its text without the day, the "- " or the date note."""
+    return DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
+
+
 def bullet_score(bullet: str, names: Collection[str] = ()) -> int:
     """How informative a digest bullet is, read back from its text (for trimming)."""
-    body = DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
+    body = bullet_body(bullet)
     other = OTHER_PREFIX.match(body)
     score = salience(OTHER_PREFIX.sub("", body), names=names)
     if other is None and is_profile(body):
@@ -150,8 +155,7 @@ def bullet_score(bullet: str, names: Collection[str] = ()) -> int:
 
 def bullet_key(bullet: str) -> str:
     """What makes two bullets the same statement: their text without date notes or day."""
-    body = DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
-    return fact_key(OTHER_PREFIX.sub("", body))
+    return fact_key(OTHER_PREFIX.sub("", bullet_body(bullet)))
 
 
 def lines_tokens(lines: Iterable[str]) -> int:
@@ -348,10 +352,8 @@ class _Trim:
     def score(self, bullet: str) -> int:
         """`bullet_score`, once per bullet."""
         if bullet not in self.scores:
-            body = DATE_NOTE.sub("", DATED_BULLET.sub("", bullet).removeprefix(BULLET))
-            self.scores[bullet] = bullet_score(bullet, self.names) + self.history.told(
-                OTHER_PREFIX.sub("", body)
-            )
+            said = OTHER_PREFIX.sub("", bullet_body(bullet))
+            self.scores[bullet] = bullet_score(bullet, self.names) + self.history.told(said)
         return self.scores[bullet]
 
     def profile_over(self) -> bool:
