@@ -59,13 +59,13 @@ def texts(body: dict[str, Any]) -> list[str]:
 
 
 def test_terms_stem_english_drop_stop_words_and_split_cjk_into_bigrams() -> None:
-    assert query_terms("When did Caroline go to the LGBTQ support groups?") == [
-        "carolin",
-        "lgbtq",
+    assert query_terms("When did Rosalind go to the bereavement support groups?") == [
+        "rosalind",
+        "bereav",
         "support",
         "group",
     ]
-    assert terms("I researched adoption agencies") == terms("researching an adoption agency")
+    assert terms("I researched pottery studios") == terms("researching a pottery studio")
     assert terms("我明天考试") == ["我明", "明天", "天考", "考试", "我", "明", "天", "考", "试"]
     assert terms("학교에 가요") == ["학교", "교에", "가요"]
     assert terms("It cost $1,200 on 3/14") == ["cost", "1200", "3", "14"]
