@@ -2,7 +2,7 @@
 
     python bench/recall_hard.py [--set hard|life] [--en 8] [--zh 4] [--seed 11] [--sessions 10 13]
                                 [--exchanges 22 30] [--condense session|end|off] [--concurrency 8] [--keep]
-                                [--db PATH] [--misses] [--teller user|character]
+                                [--db PATH] [--misses] [--teller user|character] [--named]
 
 The data is synthetic: `--set hard` (the default) is bench/recall_hard_data.py, some fifteen facts
 of a user's life among small talk; `--set life` is bench/life_data.py, some fifty details over
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import random
 import re
 import time
 from collections.abc import Sequence
@@ -154,6 +156,64 @@ def swap_roles(users: Sequence[User]) -> None:
                 message["role"] = "assistant" if message["role"] == "user" else "user"
 
 
+# How two people who know each other open and close a call, by name (`--named`).
+GREETINGS = {
+    "en": (("Hi {name}!", "Hey {name}, good to hear from you.", "{name}! Hello again."),
+           ("Talk soon, {name}.", "Bye for now, {name}!", "Take care, {name}.")),
+    "zh": (("{name}你好！", "嗨，{name}！", "{name}，又见面啦。"), ("{name}，回头聊。", "拜拜，{name}！", "{name}，保重。")),
+}  # fmt: skip
+# A question about someone's life as an outsider asks it: by their name (N), no "I" or "you".
+THIRD_PERSON_EN = (
+    (r"\b(?:did|have) (?:I|you) tell (?:you|me)\b", "did N mention"), (r"\b(?:I|you) told (?:you|me)\b", "N mentioned"),
+    (r"\bam I\b", "is N"), (r"\bare you\b", "is N"), (r"\bhave (?:I|you)\b", "has N"),
+    (r"\bdo (?:I|you)\b", "does N"), (r"\b(?:I'd|you'd)\b", "N had"), (r"\b(?:I'm|you're)\b", "N is"),
+    (r"\b(?:I've|you've)\b", "N has"), (r"\b(?:my|your)\b", "N's"), (r"\b(?:we)\b", "N and co"),
+    (r"\b(?:our)\b", "N's"), (r"\b(?:I|you|me)\b", "N"),
+)  # fmt: skip
+
+
+def name_speakers(users: Sequence[User]) -> None:
+    """`--named`: the speakers greet each other by name at each call's start and end (as people who
+    know each other do), and every question names whom it asks about instead of "I" or "you"."""
+    for user in users:
+        character = CHARACTERS[user.language][int(user.user_id[-2:]) % 2]
+        hello, bye = GREETINGS[user.language]
+        rng = random.Random(user.user_id)
+        changed: dict[tuple[str, int], str] = {}
+        for session in user.sessions:
+            contents = session["contents"]
+            for role, other in (("user", character), ("assistant", user.name)):
+                said = [i for i, m in enumerate(contents) if m["role"] == role]
+                for index, lines, at_start in ((said[0], hello, True), (said[-1], bye, False)):
+                    greeting = rng.choice(lines).format(name=other)
+                    text = contents[index]["content"]
+                    gap = "" if user.language == "zh" else " "
+                    contents[index]["content"] = (
+                        f"{greeting}{gap}{text}" if at_start else f"{text}{gap}{greeting}"
+                    )
+                    changed[(session["agent_id"], index)] = contents[index]["content"]
+        roles = {(s["agent_id"], i): m["role"] for s in user.sessions for i, m in enumerate(s["contents"])}
+        for number, q in enumerate(user.questions):
+            first = q.evidence[0]
+            teller = user.name if roles[(first.agent_id, first.index)] == "user" else character
+            evidence = tuple(
+                dataclasses.replace(t, content=changed.get((t.agent_id, t.index), t.content))
+                for t in q.evidence
+            )
+            user.questions[number] = dataclasses.replace(
+                q, text=third_person(q.text, user.language, teller), evidence=evidence
+            )
+
+
+def third_person(text: str, language: str, name: str) -> str:
+    """A question in the first or second person asked of `name` in the third."""
+    if language == "zh":
+        return re.sub("[我你]", name, text)
+    for pattern, into in THIRD_PERSON_EN:
+        text = re.sub(pattern, into.replace("N", name), text)
+    return text
+
+
 def rates(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(rows)}
     for metric in METRICS:
@@ -197,6 +257,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                          exchanges=tuple(args.exchanges), filler=args.filler)  # fmt: skip
     if args.teller == "character":
         swap_roles(users)
+    if args.named:
+        name_speakers(users)
     leaked = leaks(users)
     messages = sum(len(s["contents"]) for u in users for s in u.sessions)
     print(f"generated {len(users)} users ({args.en} English, {args.zh} Chinese), "
@@ -237,7 +299,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         print_misses(rows)
     return {
         "bench": "recall_hard", "set": args.set, "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
-        "filler": args.filler, "teller": args.teller,
+        "filler": args.filler, "teller": args.teller, "named": args.named,
         "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
         "recall_mean_tokens": used, "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
         "server_exit": exit_code, "machine": info,
@@ -260,6 +322,8 @@ def main() -> int:
     parser.add_argument("--condense", choices=("session", "end", "off"), default="session")
     parser.add_argument("--filler", choices=("varied", "templates"), default="varied",
                         help="small talk mostly of lines seldom said twice (the default: a question-blind pick of the lines said once answers most of `templates`), or from a few repeated templates")  # fmt: skip
+    parser.add_argument("--named", action="store_true",
+                        help="the speakers greet each other by name, and the questions ask about them by name (no I or you)")  # fmt: skip
     parser.add_argument("--teller", choices=("user", "character"), default="user",
                         help="who tells the life: the user (the default), or the character, the user saying the small talk")  # fmt: skip
     parser.add_argument("--condense-timeout", type=float, default=120.0)

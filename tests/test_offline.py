@@ -214,8 +214,8 @@ SAID = 1_683_554_160_000  # Monday 2023-05-08 13:56 UTC
         ("My sister's wedding is on June 3rd.", ["The user's sister's wedding is on June 3rd"]),
         ("My sister's wedding is next Saturday and I need a dress.",
          ["The user's sister's wedding is next Saturday (next Saturday = 20 May 2023)"]),
-        ("I went to a LGBTQ support group yesterday.",
-         ["The user went to a LGBTQ support group yesterday (yesterday = 7 May 2023)"]),
+        ("I went to a bereavement support group yesterday.",
+         ["The user went to a bereavement support group yesterday (yesterday = 7 May 2023)"]),
         ("I ran my first half marathon last Sunday, my legs still hurt.",
          ["The user ran their first half marathon last Sunday (last Sunday = 7 May 2023)"]),
         ("I have a job interview at a bank tomorrow and I'm nervous.",
@@ -273,7 +273,7 @@ def test_self_statements_become_facts(said: str, facts: list[str]) -> None:
         "My friend Nadia's wedding is next Saturday.",
         "My boss flew to Madrid for a conference yesterday.",
         "My cousin Ben has a dog called Oreo.",
-        "Caroline said her sister Anna is a lawyer.",
+        "Rosalind said her sister Anna is a lawyer.",
         "我不是护士。",
         "如果我是护士就好了。",
         "我想当医生。",
@@ -327,8 +327,8 @@ async def test_english_digest_is_labelled_dated_and_quotes_salient_lines() -> No
 
 
 DATED = dialogue(
-    "Hey Caroline, good to see you! How have you been?",
-    "Hey Mel! I went to a LGBTQ support group yesterday and it was so powerful.",
+    "Hey Dana, good to see you! How have you been?",
+    "Hey Jo! I went to a bereavement support group yesterday and it was so powerful.",
     "Wow, that's cool. What happened there?",
     "The stories were inspiring. Next month I'm starting a counseling course, and today I feel hopeful.",
     "That's great! I ran a charity race last Saturday, by the way.",
@@ -344,13 +344,16 @@ async def test_digest_resolves_relative_dates_against_each_statement() -> None:
         THREADS_HEADING,
         "- [2023-05-08] Next month I'm starting a counseling course, and today I feel hopeful. (Next month = June 2023)",
         "2023-05-08:",
-        "- I went to a LGBTQ support group yesterday and it was so powerful. (yesterday = 7 May 2023)",
+        "- I went to a bereavement support group yesterday and it was so powerful. (yesterday = 7 May 2023)",
         "- Next month I'm starting a counseling course, and today I feel hopeful. (Next month = June 2023)",
         "- Assistant: I ran a charity race last Saturday, by the way. (last Saturday = 6 May 2023)",
         "- Nice!",
     )
+    # How the call opened names both speakers (`facts_offline.greeting_facts`).
     assert [fact.text for fact in result.add_facts] == [
-        "The user went to a LGBTQ support group yesterday (yesterday = 7 May 2023)"
+        "The user's name is Dana",
+        "The user calls you Jo",
+        "The user went to a bereavement support group yesterday (yesterday = 7 May 2023)",
     ]
 
 
@@ -660,6 +663,7 @@ async def test_example_conversations() -> None:
     chinese = await run_offline(conversation_messages("zh_xiaoyu_tutor.json"))
 
     assert [fact.text for fact in english.add_facts] == [
+        "The user calls you Luna",
         "The user is a nurse (as of 2026-11-03)",
         "The user has a cat named Miso",
         "The user has their critical care certification exam on the 22nd",

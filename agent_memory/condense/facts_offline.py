@@ -11,6 +11,7 @@ from agent_memory.condense.statements.english import en_third_person, pet_follow
 from agent_memory.condense.text import QUESTION, clip, fold_ascii, sentences
 from agent_memory.core.dates import annotate
 from agent_memory.core.facts import MAX_FACT_CHARS, undated_key
+from agent_memory.core.people import speaker_names
 
 # -- facts from explicit requests and introductions -------------------------------------------
 EN_REMEMBER = re.compile(
@@ -221,6 +222,47 @@ def introductions(text: str) -> list[tuple[str, Scope]]:
     return found
 
 
+# -- names from greetings ---------------------------------------------------------------------
+# How people who know each other open a call: "Hi Sam!", "Hey Sam, good to hear from you",
+# "Sam! Hello again", 小林你好, 嗨，小林. The name greeted is the other speaker's.
+_EN_HELLO = r"(?:hi|hey|hello|hiya|morning|good (?:morning|afternoon|evening))"
+EN_GREETED = re.compile(
+    rf"^(?i:{_EN_HELLO})[,!]?\s+(?P<a>[A-Z][a-z]+)\b(?![' ][a-z])|^(?P<b>[A-Z][a-z]+)[!,]\s+(?i:{_EN_HELLO})\b"
+)
+ZH_GREETED = re.compile(
+    r"^(?P<a>[\u4e00-\u9fff]{2,3}?)[，,]?(?:你好|您好)|^(?:嗨|哈喽|你好)[，,]\s*(?P<b>[\u4e00-\u9fff]{2,3})[！!，,。]"
+)
+
+
+def greeted(text: str) -> str | None:
+    """The name a turn opens by greeting (None: it greets no one by name)."""
+    match = EN_GREETED.match(text) or ZH_GREETED.match(text)
+    if match is None:
+        return None
+    name = match.group("a") or match.group("b")
+    return None if name.casefold() in EN_NOT_NAMES or name.casefold() in _NOT_GREETED else name
+
+
+# Words that stand where a greeted name does: "Hey there", "Hello everyone", 大家好.
+_NOT_GREETED = {"there", "everyone", "everybody", "all", "guys", "folks", "again", "you", "大家"}
+
+
+def greeting_facts(openings: Iterable[tuple[str, str]]) -> list[tuple[str, Scope]]:
+    """Facts from how each call opens (role, its first turn): the name the character greets the
+    user by is the user's; the one the user greets the character by, the character's."""
+    found: list[tuple[str, Scope]] = []
+    for role, text in openings:
+        name = greeted(text)
+        if name is None:
+            continue
+        zh = not name.isascii()
+        if role == "assistant":
+            found.append((f"用户叫{name}" if zh else f"The user's name is {name}", "user"))
+        else:
+            found.append((f"用户叫你{name}" if zh else f"The user calls you {name}", "character"))
+    return found
+
+
 # -- facts -----------------------------------------------------------------------------------
 def message_facts(text: str, at_ms: int) -> list[tuple[str, Scope]]:
     """The facts one user message states, with relative dates resolved against `at_ms`."""
@@ -242,17 +284,20 @@ def message_facts(text: str, at_ms: int) -> list[tuple[str, Scope]]:
     return found
 
 
-def extract_facts(said: Iterable[tuple[str, int]], existing: Iterable[str] = ()) -> list[FactAdd]:
-    """New facts from the user's statements (text, said at ms), none equal to an existing one."""
+def extract_facts(
+    said: Iterable[tuple[str, int]], existing: Iterable[str] = (), openings: Iterable[tuple[str, str]] = ()
+) -> list[FactAdd]:
+    """New facts from the user's statements (text, said at ms) and from how calls open (role, first
+    turn: `greeting_facts`), none equal to an existing one."""
     known = {undated_key(text) for text in existing}
     added: list[FactAdd] = []
-    for text, at_ms in said:
-        for fact_text, scope in message_facts(text, at_ms):
-            fact_text = clip(fact_text, MAX_FACT_CHARS)
-            key = undated_key(fact_text)
-            if key and key not in known:
-                known.add(key)
-                added.append(FactAdd(text=fact_text, scope=scope))
+    stated = (fact for text, at_ms in said for fact in message_facts(text, at_ms))
+    for fact_text, scope in (*greeting_facts(openings), *stated):
+        fact_text = clip(fact_text, MAX_FACT_CHARS)
+        key = undated_key(fact_text)
+        if key and key not in known:
+            known.add(key)
+            added.append(FactAdd(text=fact_text, scope=scope))
     return added
 
 
@@ -263,5 +308,9 @@ FACT_NAME = re.compile(
 
 
 def known_names(facts: Iterable[str]) -> set[str]:
-    """The names of people and pets in the user's facts."""
-    return {name for text in facts for match in FACT_NAME.finditer(text) for name in match.groups() if name}
+    """The names of people and pets in the user's facts (not the speakers' own: a greeting says
+    theirs, and tells nothing)."""
+    texts = list(facts)
+    found = {name for text in texts for match in FACT_NAME.finditer(text) for name in match.groups() if name}
+    speakers = speaker_names(texts)
+    return {name for name in found if name.casefold() not in speakers}

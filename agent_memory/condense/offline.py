@@ -102,6 +102,19 @@ def spoken(messages: Iterable[Message]) -> Iterator[tuple[Message, str]]:
             yield message, text
 
 
+def openings(messages: Iterable[Message]) -> list[tuple[str, str]]:
+    """Each call's first turn of each speaker (role, text), of the calls that start among `messages`."""
+    first: dict[tuple[str, str], str] = {}
+    for message in messages:
+        if message.seq <= OPENING_SEQ and message.kind == "turn" and message.content.strip():
+            first.setdefault((message.agent_id, message.role), message.content.strip())
+    return [(role, text) for (_, role), text in first.items()]
+
+
+# A call's first turns are among its first few messages (a greeting, or a system message before it).
+OPENING_SEQ = 3
+
+
 # -- the digest ------------------------------------------------------------------------------
 HEADER = re.compile(r"^\d{4}-\d{2}-\d{2}\b.*[:：]$")
 BULLET = "- "
@@ -554,7 +567,7 @@ def condense_offline(job: CondenseInput) -> CondenseOutput:
         # Nothing new was said: the memory stays exactly as it is.
         return unchanged(job)
     user_said = [(text, message_at(message)) for message, text in said if message.role == "user"]
-    facts = extract_facts(user_said, existing=(fact.text for fact in job.facts))
+    facts = extract_facts(user_said, (fact.text for fact in job.facts), openings(job.messages))
     names = known_names([*(fact.text for fact in job.facts), *(fact.text for fact in facts)])
     # The same gate as the LLM's answer: cleaned texts, one fact per key.
     history = History(job.term_turns, job.indexed_turns)

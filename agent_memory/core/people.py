@@ -12,7 +12,7 @@ word) for a name asked. No list of names: a name is what stands where the patter
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
 from agent_memory.core.terms import STOP_WORDS, terms
@@ -178,3 +178,46 @@ def asked_about(q: str) -> str | None:
     if first == second:
         return None
     return "user" if first > second else "assistant"
+
+
+# The speakers' names as the facts give them ("The user's name is Sam", "The user calls you
+# Luna", 用户叫小林, 用户叫你小月): condense/facts_offline.py writes them, an LLM may too.
+_SPEAKER_NAME = re.compile(
+    r"^The user(?:'s name is| likes to be called| calls you)\s+([A-Z][\w'-]*)|^用户叫(你)?([\u4e00-\u9fff]{2,3})$"
+)
+
+
+def speaker_names(facts: Iterable[str]) -> dict[str, str]:
+    """Each speaker's name (casefolded) in `facts`, and whose it is: "user" or "assistant"."""
+    names: dict[str, str] = {}
+    for text in facts:
+        match = _SPEAKER_NAME.match(text.strip().rstrip("."))
+        if match is None:
+            continue
+        english, you, chinese = match.groups()
+        role = "assistant" if you or " calls you " in text else "user"
+        names.setdefault((english or chinese).casefold(), role)
+    return names
+
+
+def named_speaker(q: str, names: Mapping[str, str]) -> str | None:
+    """Whose life a question asks about by naming them ("What did Sam win?" asks the user's when
+    the user is Sam), or None when it names neither speaker, or both."""
+    if not names:
+        return None
+    folded = q.casefold()
+    found = {role for name, role in names.items() if _names(folded, name)}
+    return found.pop() if len(found) == 1 else None
+
+
+def named_terms(q: str, names: Mapping[str, str], weighed: Collection[str]) -> set[str]:
+    """The terms of the speakers' names the question says, of those that weigh in it."""
+    folded = q.casefold()
+    return {term for name in names if _names(folded, name) for term in terms(name) if term in weighed}
+
+
+def _names(folded: str, name: str) -> bool:
+    """Whether the casefolded question says `name` as a word (or anywhere, in Chinese)."""
+    if not name.isascii():
+        return name in folded
+    return re.search(rf"\b{re.escape(name)}\b", folded) is not None

@@ -16,7 +16,7 @@ from agent_memory.condense import make_ranker
 from agent_memory.condense.offline import shorten_summary
 from agent_memory.core.context import Context, build_context, recall_budget, with_recall
 from agent_memory.core.domain import Message, Summary
-from agent_memory.core.people import asked_about, linked_terms
+from agent_memory.core.people import asked_about, linked_terms, named_speaker, named_terms, speaker_names
 from agent_memory.core.recall import (
     CANDIDATES as RECALL_CANDIDATES,
 )
@@ -321,6 +321,14 @@ def recall_in(
         keyword = view.recall.turns(stats, limit) if stats.idfs else []
     # After the turns: PostgreSQL reads the facts with them, in one round trip (one snapshot: the same facts).
     facts = view.recall.facts(user_id, character_id)
+    names = speaker_names(fact.text for fact in facts)
+    # A speaker asked about by name ("What did Sam win?"): the name finds the greetings said to
+    # them, not their life, so it is asked again without it (and prefers their turns: `rank`).
+    named = named_terms(q, names, stats.idfs)
+    if named:
+        kept = [(term, weight) for term, weight in (*weighted, *linked) if term not in named]
+        stats = view.recall.term_stats(user_id, character_id, kept)
+        keyword = view.recall.turns(stats, limit) if stats.idfs else []
     nearest = (
         [
             TurnHit(message, similarity)
@@ -344,7 +352,7 @@ def recall_in(
         average_length=stats.average_length,
         always=[fact for fact in facts if fact.scope == "user"] if character_id is None else (),
         when=asks_when(q),
-        speaker=asked_about(q),
+        speaker=asked_about(q) or named_speaker(q, names),
     )
     return fit(
         q,
