@@ -59,7 +59,10 @@ def test_a_greeting_by_the_character_names_the_user_and_one_by_the_user_the_char
         ("What did Sam win?", "user"),
         ("What did Luna win at the fair?", "assistant"),
         ("Did Sam ever tell Luna about the fair?", None),  # both: no preference
-        ("What did Samantha win?", None),  # a word, not a part of one
+        ("What did Samantha win?", "user"),  # a longer form of the name greeted
+        ("What did Sa win?", None),  # ...not a shorter one
+        ("Did Sam's sister win?", "user"),
+        ("what did sam win?", None),  # a name is capitalised
         ("小林赢了什么？", "user"),
         ("What did Priya win?", None),
     ],
@@ -73,6 +76,7 @@ def test_the_terms_of_a_name_asked_are_those_that_weigh() -> None:
     names = {"sam": "user"}
     assert named_terms("What did Sam win?", names, {"sam", "win"}) == {"sam"}
     assert named_terms("What did Sam win?", names, {"win"}) == set()
+    assert named_terms("What did Samantha win?", names, {"samantha", "win"}) == {"samantha"}
 
 
 def test_the_speakers_own_names_are_not_people_the_digest_looks_for() -> None:

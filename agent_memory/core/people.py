@@ -203,21 +203,32 @@ def speaker_names(facts: Iterable[str]) -> dict[str, str]:
 def named_speaker(q: str, names: Mapping[str, str]) -> str | None:
     """Whose life a question asks about by naming them ("What did Sam win?" asks the user's when
     the user is Sam), or None when it names neither speaker, or both."""
-    if not names:
-        return None
-    folded = q.casefold()
-    found = {role for name, role in names.items() if _names(folded, name)}
+    found = {role for _, role in _named(q, names)}
     return found.pop() if len(found) == 1 else None
 
 
 def named_terms(q: str, names: Mapping[str, str], weighed: Collection[str]) -> set[str]:
     """The terms of the speakers' names the question says, of those that weigh in it."""
-    folded = q.casefold()
-    return {term for name in names if _names(folded, name) for term in terms(name) if term in weighed}
+    return {term for word, _ in _named(q, names) for term in terms(word) if term in weighed}
 
 
-def _names(folded: str, name: str) -> bool:
-    """Whether the casefolded question says `name` as a word (or anywhere, in Chinese)."""
-    if not name.isascii():
-        return name in folded
-    return re.search(rf"\b{re.escape(name)}\b", folded) is not None
+# A greeting's short name and the question's full one: "Mel" is Melanie, "Sam" Samantha.
+_NICKNAME_MIN = 3
+_CAPITALISED = re.compile(r"\b[A-Z][a-z]+\b")
+
+
+def _named(q: str, names: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The words of `q` that name a speaker (capitalised, the name or a longer form of it; in
+    Chinese, the name anywhere), with whose name it is."""
+    if not names:
+        return []
+    found = [(name, role) for name, role in names.items() if not name.isascii() and name in q]
+    for word in _CAPITALISED.findall(q):
+        folded = word.casefold()
+        role = names.get(folded) or next(
+            (role for name, role in names.items() if len(name) >= _NICKNAME_MIN and folded.startswith(name)),
+            None,
+        )
+        if role is not None:
+            found.append((word, role))
+    return found
