@@ -40,6 +40,29 @@ def test_the_gist_leaves_out_the_reaction_and_the_question_back() -> None:
     assert gist(text, call, 280) == "I went to a bereavement support group yesterday and it was so powerful."
 
 
+@pytest.mark.parametrize(
+    ("text", "told"),
+    [
+        (
+            "Hey Luna, good to hear from you. I signed up for a beekeeping course.",
+            "I signed up for a beekeeping course.",
+        ),
+        ("Sam! Hello again. Our roof leaked all night.", "Our roof leaked all night."),
+        ("I signed up for a beekeeping course. Talk soon, Luna.", "I signed up for a beekeeping course."),
+        ("小林你好！我报了一个养蜂课。", "我报了一个养蜂课。"),
+        ("我报了一个养蜂课。拜拜，小月！", "我报了一个养蜂课。"),
+    ],
+)
+def test_a_greeting_or_a_goodbye_by_name_tells_nothing(text: str, told: str) -> None:
+    # Said once a call, their words are rare enough in a pair's history to look like news.
+    goodbye = [word for sentence in sentences(text) if sentence != told for word in cached_terms(sentence)]
+    history = History(Counter(goodbye * 20 + list(cached_terms(told)) * 30), 600)
+    call = Call.of([text], history)
+
+    assert gist(text, call, 280) == told
+    assert call.told(text) == call.told(told) > 0
+
+
 def test_a_name_keeps_its_short_sentence_beside_a_longer_one() -> None:
     text = "Back from Lapland! Sunburnt, broke and completely happy."
 

@@ -347,7 +347,7 @@ async def test_digest_resolves_relative_dates_against_each_statement() -> None:
         "- I went to a bereavement support group yesterday and it was so powerful. (yesterday = 7 May 2023)",
         "- Next month I'm starting a counseling course, and today I feel hopeful. (Next month = June 2023)",
         "- Assistant: I ran a charity race last Saturday, by the way. (last Saturday = 6 May 2023)",
-        "- Nice!",
+        "- Nice! Thanks.",
     )
     # How the call opened names both speakers (`facts_offline.greeting_facts`).
     assert [fact.text for fact in result.add_facts] == [

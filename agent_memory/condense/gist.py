@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from agent_memory.condense.text import ELLIPSIS, QUESTION, clip, sentences
+from agent_memory.condense.text import ELLIPSIS, QUESTION, clip, salutation, sentences
 from agent_memory.core.terms import cached_terms
 
 # A gist's sentences together, at most (a single sentence may be longer, up to the caller's limit).
@@ -65,7 +65,10 @@ class Call:
         return cls(using, statements, history)
 
     def specificity(self, sentence: str) -> float:
-        """The inverse document frequencies of the terms `sentence` uses (a question's count less)."""
+        """The inverse document frequencies of the terms `sentence` uses (a question's count less;
+        a greeting or a goodbye's nothing)."""
+        if salutation(sentence):
+            return 0.0
         # The history may not hold the call yet (the index catches up after the turns are
         # stored): a term counts as often as the more of the two saw it.
         history = self.history
@@ -81,7 +84,9 @@ class Call:
     def told(self, text: str) -> int:
         """What quoting `text` tells, on salience's scale: its specificity, where the pair's
         history gives one (a call's own counts alone say too little to rank its statements)."""
-        return round(self.specificity(text)) if self.history.turns else 0
+        if not self.history.turns:
+            return 0
+        return round(self.specificity(" ".join(part for part in sentences(text) if not salutation(part))))
 
 
 def gist(text: str, call: Call, limit: int) -> str:
