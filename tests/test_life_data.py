@@ -54,3 +54,25 @@ def test_questions_about_the_characters_life_are_asked_of_you() -> None:
         life_data.second_person("我跟你说过我在读的那本小说叫什么？", "zh")
         == "你跟我说过你在读的那本小说叫什么？"
     )
+
+
+def test_named_calls_open_and_close_by_name_and_questions_name_whom_they_ask_about() -> None:
+    """`recall_hard.py --named`: greetings by name in every call, evidence turns as said, questions in
+    the third person (the teller's name, no "I" or "you")."""
+    import recall_hard
+
+    users = life_data.generate(2, 1, seed=5)
+    recall_hard.name_speakers(users)
+    for user in users:
+        character = recall_hard_data.CHARACTERS[user.language][int(user.user_id[-2:]) % 2]
+        for session in user.sessions:
+            contents = session["contents"]
+            assert user.name in contents[1]["content"] and character in contents[0]["content"]
+        for q in user.questions:
+            for turn in q.evidence:
+                said = next(s for s in user.sessions if s["agent_id"] == turn.agent_id)
+                assert said["contents"][turn.index]["content"] == turn.content
+            if user.language == "en":
+                assert not {"I", "my", "me", "you", "your"} & set(q.text.replace("?", " ").split()), q.text
+            else:
+                assert "我" not in q.text and "你" not in q.text, q.text
