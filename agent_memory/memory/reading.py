@@ -26,6 +26,7 @@ from agent_memory.core.recall import (
 from agent_memory.core.recall import (
     Recall,
     RecallScope,
+    TermStats,
     TurnHit,
     asks_when,
     candidates_for,
@@ -306,9 +307,8 @@ def recall_in(
     `semantic` are the turns nearest in meaning (message id, similarity), fused with the keywords';
     the turns of `exclude_session` are left out (a live call holds its own)."""
     weighted = weighted_terms(q)
-    stats = view.recall.term_stats(user_id, character_id, weighted)
     limit = candidates_for(max_tokens)
-    keyword = view.recall.turns(stats, limit) if stats.idfs else []
+    stats, keyword = _asked(view, user_id, character_id, weighted, limit)
     # The people the question names one way ("my sister") and the turns found name another
     # ("my sister Maya"): asked again with both (`core.people`).
     linked = linked_terms(
@@ -317,8 +317,7 @@ def recall_in(
         [(hit.message.content, hit.message.role == "user") for hit in keyword],
     )
     if linked:
-        stats = view.recall.term_stats(user_id, character_id, (*weighted, *linked))
-        keyword = view.recall.turns(stats, limit) if stats.idfs else []
+        stats, keyword = _asked(view, user_id, character_id, (*weighted, *linked), limit)
     # After the turns: PostgreSQL reads the facts with them, in one round trip (one snapshot: the same facts).
     facts = view.recall.facts(user_id, character_id)
     names = speaker_names(fact.text for fact in facts)
@@ -327,20 +326,8 @@ def recall_in(
     named = named_terms(q, names, stats.idfs)
     if named:
         kept = [(term, weight) for term, weight in (*weighted, *linked) if term not in named]
-        stats = view.recall.term_stats(user_id, character_id, kept)
-        keyword = view.recall.turns(stats, limit) if stats.idfs else []
-    nearest = (
-        [
-            TurnHit(message, similarity)
-            for message, similarity in zip(
-                view.recall.messages([message_id for message_id, _ in semantic]),
-                (s for _, s in semantic),
-                strict=False,
-            )
-        ]
-        if semantic
-        else []
-    )
+        stats, keyword = _asked(view, user_id, character_id, kept, limit)
+    nearest = _nearest(view, semantic)
     hits = fuse(keyword, nearest)
     if exclude_session is not None:
         hits = [hit for hit in hits if hit.message.agent_id != exclude_session]
@@ -362,6 +349,24 @@ def recall_in(
         candidates=len(ranked),
         linked=[term for term, _ in linked],
     )
+
+
+def _asked(
+    view: ReadView, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]], limit: int
+) -> tuple[TermStats, list[TurnHit]]:
+    """The question's terms over the turns in scope, and the best `limit` turns by them."""
+    stats = view.recall.term_stats(user_id, character_id, weighted)
+    return stats, view.recall.turns(stats, limit) if stats.idfs else []
+
+
+def _nearest(view: ReadView, semantic: Sequence[tuple[int, float]]) -> list[TurnHit]:
+    """The turns nearest in meaning (message id, similarity), read."""
+    if not semantic:
+        return []
+    messages = view.recall.messages([message_id for message_id, _ in semantic])
+    return [
+        TurnHit(message, similarity) for message, (_, similarity) in zip(messages, semantic, strict=False)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
