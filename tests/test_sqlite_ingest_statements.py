@@ -79,3 +79,17 @@ def test_a_wide_tables_rows_go_in_within_the_oldest_variable_limit(tmp_path: Any
     SQLiteSql(conn).insert_rows("wide", columns, rows)
     assert [list(row) for row in conn.execute(f"SELECT {', '.join(columns)} FROM wide ORDER BY id")] == rows
     conn.close()
+
+
+async def test_a_callbacks_savepoints_are_statements_prepared_once(service: Service) -> None:
+    # Savepoints are named by depth, not one name each: every callback's SAVEPOINT and RELEASE
+    # are then the same few texts, prepared once from sqlite3's statement cache, where a new
+    # name made two new statements to prepare per write and pushed others out of the cache.
+    first = await traced(service, agent_event(103, "A-SP-1", labels=LABELS, contents=turns(4)))
+    second = await traced(service, agent_event(103, "A-SP-2", labels=LABELS, contents=turns(4)))
+
+    def savepoints(sent: list[str]) -> list[str]:
+        return [sql for sql in sent if "SAVEPOINT" in sql]
+
+    assert savepoints(first), first
+    assert savepoints(second) == savepoints(first)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import itertools
 import logging
 import os
 import queue
@@ -43,7 +42,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_savepoints = itertools.count()
 # The writer indexes (search's and recall's) in transactions of this many messages, so that a
 # callback arriving meanwhile waits little: when idle, and under load (store/shared/recall.py).
 IDLE_INDEX_CHUNK = 1000
@@ -132,11 +130,16 @@ class SQLiteTransaction(SQLiteView):
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         self.leases = repositories.SQLiteLeases(self.sql)
+        # How many savepoints are open: a savepoint is named by its depth, so that its
+        # statements are the same few texts, prepared once (sqlite3's statement cache), where
+        # a name per savepoint made two new statements to prepare for every write.
+        self._depth = 0
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        name = f"sp_{next(_savepoints)}"
+        name = f"sp_{self._depth}"
         self.conn.execute(f"SAVEPOINT {name}")
+        self._depth += 1
         try:
             yield
         except BaseException:
@@ -144,6 +147,8 @@ class SQLiteTransaction(SQLiteView):
                 self.conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
                 self.conn.execute(f"RELEASE SAVEPOINT {name}")
             raise
+        finally:
+            self._depth -= 1
         self.conn.execute(f"RELEASE SAVEPOINT {name}")
 
 
