@@ -81,6 +81,10 @@ ParsedEvent = SessionEvent | Outcome
 # unknown keys) takes the model's path.
 PLAIN_KEYS = frozenset(("role", "content", "turn_id", "timestamp", "metadata"))
 PLAIN_METADATA_KEYS = frozenset(("source", "user", "interrupted", "interrupt_timestamp", "original"))
+# A 103's payload of only these keys, each of the type the engine sends, reads the same without
+# AgentHistory (`plain_history`): its wrap validator and a Python hook per field were a tenth of
+# the request path once its messages were read plain.
+PLAIN_PAYLOAD_KEYS = frozenset(("agent_id", "channel", "name", "start_ts", "stop_ts", "labels", "contents"))
 
 
 def looks_like_callback(item: object) -> bool:
@@ -149,7 +153,11 @@ def classify(envelope: Envelope, *, follow: bool) -> ParsedEvent:
     if model is None:
         return Outcome("ignored", detail=f"event type {envelope.eventType} is kept, not used")
     messages = plain_messages(payload.get("contents")) if model is AgentHistory else None
-    if messages is not None:  # read above: the payload's other fields are validated without them
+    if messages is not None:
+        plain = plain_history(payload, messages)
+        if plain is not None:
+            return plain if plain.agent_id else Outcome("ignored", detail="payload has no agent_id")
+        # Read above: the payload's other fields are validated without them.
         payload = {name: value for name, value in payload.items() if name != "contents"}
     try:
         event = model.model_validate(payload)
@@ -277,6 +285,40 @@ def plain_messages(contents: Any) -> list[IncomingMessage] | None:
             return None
         messages.append(message)
     return messages
+
+
+def plain_history(payload: dict[str, Any], messages: list[IncomingMessage]) -> SessionEvent | None:
+    """A 103 whose messages were read plain and whose other fields are the engine's (text, whole s or
+    ms, text labels) as `session_event` makes it through AgentHistory; None for any other payload."""
+    if not PLAIN_PAYLOAD_KEYS.issuperset(payload):
+        return None
+    get = payload.get
+    agent_id, channel, name, labels = get("agent_id"), get("channel"), get("name"), get("labels", {})
+    start_ms, stop_ms = get("start_ts"), get("stop_ts")
+    if not (
+        (agent_id is None or type(agent_id) is str)
+        and (channel is None or type(channel) is str)
+        and (name is None or type(name) is str)
+        and type(labels) is dict
+        and all(type(value) is str for value in labels.values())
+    ):
+        return None
+    if start_ms is not None and (start_ms := _plain_ms(start_ms)) == -1:
+        return None
+    if stop_ms is not None and (stop_ms := _plain_ms(stop_ms)) == -1:
+        return None
+    return SessionEvent(
+        kind="history",
+        agent_id=agent_id or "",
+        channel=channel,
+        name=name,
+        start_ms=start_ms,
+        stop_ms=stop_ms,
+        labels=dict(labels),
+        skipped=[],
+        labels_field=LABELS_FIELD,
+        messages=messages,
+    )
 
 
 def _plain_ms(value: Any) -> int:
