@@ -53,14 +53,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # postgres_server: a throwaway PostgreSQL
 from agent_memory.core.domain import Session, Summary  # noqa: E402
-from agent_memory.memory.ingest.arrivals import arrival, stored_form  # noqa: E402
+from agent_memory.memory.ingest.arrivals import arrival, stored_values  # noqa: E402
 from agent_memory.memory.reading import ContextRequest, build_in  # noqa: E402
 from agent_memory.memory.service import Memory  # noqa: E402
 from agent_memory.platforms.agora.events import session_event  # noqa: E402
 from agent_memory.platforms.agora.payloads import AgentHistory  # noqa: E402
 from agent_memory.settings import Settings  # noqa: E402
 from agent_memory.store import Transaction, open_store  # noqa: E402
-from agent_memory.store.types import NewMessage  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 BUILD_VERSION = 2  # bump when the generated data changes
@@ -120,7 +119,7 @@ def session_rows(
     character_id: str,
     count: int,
     start_ms: int,
-) -> tuple[Session, list[NewMessage]]:
+) -> tuple[Session, list[list[Any]]]:
     """A stored session and its messages, made by the service's own conversion of a window."""
     uid = str(1000 + rng.randrange(9000))
     history = session_event(
@@ -147,9 +146,7 @@ def session_rows(
         first_seen_ms=start_ms,
         updated_ms=stop_ms,
     )
-    messages: list[NewMessage] = [
-        stored_form(item, session, seq, False, stamp) for seq, item in enumerate(items)
-    ]
+    messages = [stored_values(item, session, seq, False, stamp) for seq, item in enumerate(items)]
     return session, messages
 
 
@@ -206,7 +203,7 @@ async def fill(location: Path | str, args: argparse.Namespace) -> None:
     try:
         for first in range(0, len(plan), SESSIONS_PER_WRITE):
             sessions: list[Session] = []
-            messages: list[NewMessage] = []
+            messages: list[list[Any]] = []
             for number, (user, character, count) in enumerate(
                 plan[first : first + SESSIONS_PER_WRITE], first
             ):
@@ -225,10 +222,10 @@ async def fill(location: Path | str, args: argparse.Namespace) -> None:
                 messages.extend(rows)
 
             def insert(tx: Transaction, sessions: list[Session] = sessions,
-                       messages: list[NewMessage] = messages) -> None:  # fmt: skip
+                       messages: list[list[Any]] = messages) -> None:  # fmt: skip
                 for session in sessions:
                     tx.sessions.insert(session)
-                tx.messages.insert(messages)
+                tx.messages.insert_values(messages)
 
             # The writer thread inserts this batch while the next one is generated.
             if pending is not None:

@@ -10,8 +10,14 @@ import pytest
 from conftest import FIXTURES, agent_event, deliver, inbox_of, stored, turns
 
 from agent_memory.platforms.agora import events
-from agent_memory.platforms.agora.events import incoming, plain_message, plain_messages
-from agent_memory.platforms.agora.payloads import MemoryMessage
+from agent_memory.platforms.agora.events import (
+    incoming,
+    plain_history,
+    plain_message,
+    plain_messages,
+    session_event,
+)
+from agent_memory.platforms.agora.payloads import AgentHistory, MemoryMessage
 
 LABELS = {"user_id": "u-plain", "character_id": "c-plain"}
 
@@ -78,6 +84,52 @@ def test_a_plain_message_reads_as_memory_message_reads_it(item):
     fast = plain_message(item)
     if fast is not None:
         assert fast == incoming(MemoryMessage.model_validate(item))
+
+
+PAYLOAD = {
+    "agent_id": "A-PLAIN",
+    "name": "agent-1",
+    "channel": "room-1",
+    "start_ts": 1_763_690_000,
+    "stop_ts": 1_763_690_100,
+    "labels": {"user_id": "u-1", "character_id": "c-1"},
+}
+
+# Each of a 103's other fields with values the engine sends and values AgentHistory normalises,
+# sets aside or refuses; `...` leaves the field out.
+PAYLOAD_VARIANTS = [
+    {**{k: v for k, v in PAYLOAD.items() if k != path}, **({} if value is ... else {path: value})}
+    for path, values in {
+        "agent_id": ["", None, 5, True, ["A"], ...],
+        "channel": [None, "", 7, "test_webhook", ...],
+        "name": [None, 1.5, {"a": 1}, ...],
+        "start_ts": [0, 1, 10**11, 10**14, 10**14 + 1, 1_763_690_000_000, 1.5e9, "1763690000", True, -5, 10**20,
+                     None, ...],
+        "stop_ts": [1_763_690_100_000, "x", 10**20, None, ...],
+        "labels": [{}, {"user_id": None}, {"user_id": 5}, {"user_id": ""}, [], None, "u", ...],
+        "start_ms": [1_763_690_000_000],
+        "skipped": [["x"]],
+        "anything": [1],
+    }.items()
+    for value in values
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("payload", [PAYLOAD, *PAYLOAD_VARIANTS])
+def test_a_plain_103_payload_reads_as_agent_history_reads_it(payload):
+    messages = plain_messages(turns(3))
+    assert messages is not None
+    fast = plain_history({**payload, "contents": turns(3)}, messages)
+    if fast is not None:
+        assert fast == session_event(AgentHistory.model_validate(payload), messages=messages)
+
+
+def test_the_engines_103_payload_is_read_plain():
+    messages = plain_messages(turns(2))
+    assert messages is not None
+    assert plain_history({**PAYLOAD, "contents": turns(2)}, messages) is not None
+    assert plain_history({**PAYLOAD, "labels": {"user_id": 5}}, messages) is None
+    assert plain_history({**PAYLOAD, "start_ts": "1763690000"}, messages) is None
 
 
 def test_the_engines_messages_are_read_plain():

@@ -9,13 +9,16 @@ import pytest
 from conftest import agent_event, load_fixture, turns
 
 from agent_memory.core.alignment import align
+from agent_memory.core.domain import Session
 from agent_memory.core.events import HistoryWindow, IncomingMessage
 from agent_memory.memory.ingest import Ingestor
+from agent_memory.memory.ingest.arrivals import Arrival, stored_values
 from agent_memory.memory.ingest.merge import merge as merge_messages
 from agent_memory.platforms.agora.events import parse_callback, session_event
 from agent_memory.platforms.agora.payloads import AgentHistory
 from agent_memory.settings import Settings
 from agent_memory.store import open_store
+from agent_memory.store.shared.messages import MESSAGE_COLUMNS
 
 pytestmark = pytest.mark.postgres
 
@@ -281,3 +284,21 @@ async def test_after_a_forget_a_window_keeps_only_what_was_said_after_it(store, 
     other = HistoryWindow("F3", messages=said, labels={"user_id": "u-other", "character_id": "c"})
     outcome = await store.write(lambda tx: ingestor.merge_window(tx, other, cutoff + 5000))
     assert (outcome.new_messages, outcome.forgotten) == (5, 0)
+
+
+def test_a_new_rows_values_are_in_the_stores_column_order():
+    # merge hands the store each new row as its values (no NewMessage dict per row): each value
+    # must land in its own column, the flags as integers.
+    item = Arrival(
+        "user", "turn", "hello", 7, 1_000, 1_001, "asr", "4321", True, 1_500, "hello there", "fp-1",
+        '{"x":1}', '[{"url":"u"}]', False,
+    )  # fmt: skip
+    session = Session(
+        agent_id="A-COLS", user_id="u-cols", character_id="c-cols", identity_source="labels", status="running"
+    )
+    assert dict(zip(MESSAGE_COLUMNS, stored_values(item, session, 5, True, 2_000), strict=True)) == {
+        "agent_id": "A-COLS", "user_id": "u-cols", "character_id": "c-cols", "seq": 5, "role": "user",
+        "kind": "turn", "content": "hello", "turn_id": 7, "ts_ms": 1_000, "at_ms": 1_001, "source": "asr",
+        "speaker": "4321", "interrupted": 1, "interrupt_ms": 1_500, "original": "hello there", "fp": "fp-1",
+        "gap_before": 1, "extra": '{"x":1}', "created_ms": 2_000, "images": '[{"url":"u"}]',
+    }  # fmt: skip

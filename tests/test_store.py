@@ -383,3 +383,52 @@ def test_opening_a_database_already_set_up_writes_nothing(tmp_path: Path) -> Non
         assert again.read_now(lambda view: view.maintenance.storage_stats()).get("auto_vacuum") == 2
     finally:
         again.close()
+
+
+async def test_a_write_that_arrives_while_a_batch_runs_joins_its_commit(tmp_path: Path) -> None:
+    """SQLite's writer commits a batch once its writes ran; writes queued meanwhile run in the
+    same transaction before the commit (one fsync), rather than waiting for it and then
+    committing alone. Each is still answered only once committed, and a failing one still rolls
+    back alone."""
+    store = SQLiteStore(tmp_path / "memory.db")
+    store.open()
+    sent: list[str] = []
+    first_runs, second_queued = threading.Event(), threading.Event()
+
+    def first(tx: Any) -> str:
+        first_runs.set()
+        assert second_queued.wait(10)
+        tx.conn.execute("CREATE TABLE t (x)")
+        tx.conn.execute("INSERT INTO t VALUES (1)")
+        return "first"
+
+    def failing(tx: Any) -> None:
+        tx.conn.execute("INSERT INTO t VALUES (2)")
+        raise RuntimeError("this write fails")
+
+    def second(tx: Any) -> int:
+        tx.conn.execute("INSERT INTO t VALUES (3)")
+        return int(tx.conn.execute("SELECT count(*) FROM t").fetchone()[0])
+
+    try:
+        await store.write(lambda tx: tx.conn.set_trace_callback(sent.append))
+        sent.clear()
+        one = asyncio.ensure_future(store.write(first))
+        await asyncio.get_running_loop().run_in_executor(None, first_runs.wait, 10)
+        others = asyncio.gather(store.write(failing), store.write(second), return_exceptions=True)
+        await asyncio.sleep(0.05)  # both are queued (the writer is inside `first`)
+        assert not one.done()
+        second_queued.set()
+        assert await one == "first"
+        failed, counted = await others
+        assert isinstance(failed, RuntimeError) and counted == 2
+        # The transactions that wrote to t (the writer may also index between batches).
+        transactions = " ".join(sent).split("BEGIN IMMEDIATE")
+        assert [tx for tx in transactions if "INTO t" in tx] == [
+            tx for tx in transactions if "INTO t VALUES (1)" in tx and "INTO t VALUES (3)" in tx
+        ], sent
+        assert sum("INTO t" in tx for tx in transactions) == 1, sent
+        assert store.read_now(lambda view: [row[0] for row in view.conn.execute("SELECT x FROM t")]) == [1, 3]
+    finally:
+        await store.write(lambda tx: tx.conn.set_trace_callback(None))
+        store.close()

@@ -28,6 +28,7 @@ from conftest import (
 )
 
 from agent_memory.platforms.agora.signatures import V1_HEADER, V2_HEADER, sign
+from agent_memory.platforms.agora.webhook import WebhookAnswer
 
 pytestmark = pytest.mark.postgres
 
@@ -64,6 +65,8 @@ async def test_v2_signature_alone_is_accepted_and_stored(service):
     assert status == 200
     assert answer["status"] == "done" and answer["new_messages"] == 4
     assert answer["noticeId"] == envelope["noticeId"]
+    # The answer is written out field by field (webhook.py): it is still WebhookAnswer, whole.
+    assert WebhookAnswer.model_validate(answer).model_dump() == answer
     row = await inbox_of(service, envelope["noticeId"])
     assert row is not None and row.status == "done"
     assert len(await stored(service, "SIG-V2")) == 4

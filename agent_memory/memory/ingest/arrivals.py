@@ -12,7 +12,7 @@ from agent_memory.core.events import TURN, IncomingMessage, MessageKind
 from agent_memory.core.jsonutil import dumps
 from agent_memory.core.records import record
 from agent_memory.store import Transaction
-from agent_memory.store.types import ForgetCutoff, NewMessage
+from agent_memory.store.types import ForgetCutoff
 
 # Joins a run's agent id and a speaker's RTC uid into the key of the session holding that
 # speaker's own words (`speaker_session_id`); `~` needs no percent-encoding in a URL path.
@@ -133,30 +133,31 @@ def first_time(messages: Sequence[IncomingMessage]) -> int | None:
     return min((message.ts_ms for message in messages if message.ts_ms is not None), default=None)
 
 
-def stored_form(item: Arrival, session: Session, seq: int, gap_before: bool, created_ms: int) -> NewMessage:
-    """A placed arrival as the row a store inserts."""
-    return {
-        "agent_id": session.agent_id,
-        "user_id": session.user_id,
-        "character_id": session.character_id,
-        "seq": seq,
-        "role": item.role,
-        "kind": item.kind,
-        "content": item.content,
-        "turn_id": item.turn_id,
-        "ts_ms": item.ts_ms,
-        "at_ms": item.at_ms,
-        "source": item.source,
-        "speaker": item.speaker,
-        "interrupted": item.interrupted,
-        "interrupt_ms": item.interrupt_ms,
-        "original": item.original,
-        "fp": item.fp,
-        "gap_before": gap_before,
-        "extra": item.extra_json,
-        "created_ms": created_ms,
-        "images": item.images_json,
-    }
+def stored_values(item: Arrival, session: Session, seq: int, gap_before: bool, created_ms: int) -> list[Any]:
+    """A placed arrival as the values a store inserts, in `MESSAGE_COLUMNS` order (`NewMessage`'s),
+    its flags as integers: a list, not a `NewMessage` dict to be read into one (32 per callback)."""
+    return [
+        session.agent_id,
+        session.user_id,
+        session.character_id,
+        seq,
+        item.role,
+        item.kind,
+        item.content,
+        item.turn_id,
+        item.ts_ms,
+        item.at_ms,
+        item.source,
+        item.speaker,
+        int(item.interrupted),
+        item.interrupt_ms,
+        item.original,
+        item.fp,
+        int(gap_before),
+        item.extra_json,
+        created_ms,
+        item.images_json,
+    ]
 
 
 def without_forgotten_speakers(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from agent_memory.core.alignment import Placement, align, enrichment, keys_of, place_items, place_window
 from agent_memory.core.clock import now_ms
@@ -14,13 +15,13 @@ from agent_memory.memory.ingest.arrivals import (
     Arrival,
     in_order,
     said_after,
-    stored_form,
+    stored_values,
     without_forgotten_speakers,
 )
 from agent_memory.memory.jobs import schedule_condense
 from agent_memory.settings import Settings
 from agent_memory.store import Transaction
-from agent_memory.store.types import ForgetCutoff, NewMessage, SessionChanges
+from agent_memory.store.types import ForgetCutoff, SessionChanges
 
 log = logging.getLogger(__package__)  # ingest logs as one (docs/memory.md quotes its lines)
 
@@ -65,7 +66,7 @@ def merge(
     for message_id, seq in placed.moves:
         tx.messages.update(message_id, {"seq": seq})
     created_ms = now_ms()
-    new_rows: list[NewMessage] = []
+    new_rows: list[list[Any]] = []
     spoken = 0
     for item, (seq, existing, gap_before) in zip(incoming, placed.positions, strict=True):
         if existing is not None:
@@ -74,11 +75,11 @@ def merge(
                 changes["gap_before"] = False  # this window proves the gap was none
             tx.messages.update(existing.id, changes)
             continue
-        new_rows.append(stored_form(item, session, seq, gap_before, created_ms))
+        new_rows.append(stored_values(item, session, seq, gap_before, created_ms))
         spoken += item.kind == TURN
     if placed.gap_after_id is not None:
         tx.messages.update(placed.gap_after_id, {"gap_before": True})
-    tx.messages.insert(new_rows)
+    tx.messages.insert_values(new_rows)
     gaps = placed.gap_count
     if new_rows or gaps != session.gap_count:
         counts: SessionChanges = {"message_count": session.message_count + len(new_rows), "gap_count": gaps}

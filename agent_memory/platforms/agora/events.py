@@ -13,7 +13,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_memory.core.clock import LAST_MS, MICROSECONDS_ABOVE, impossible_time, possible_ms, to_ms
+from agent_memory.core.clock import (
+    LAST_MS,
+    MICROSECONDS_ABOVE,
+    SECONDS_BELOW,
+    impossible_time,
+    possible_ms,
+)
 from agent_memory.core.events import (
     INT64_MAX,
     INT64_MIN,
@@ -75,6 +81,10 @@ ParsedEvent = SessionEvent | Outcome
 # unknown keys) takes the model's path.
 PLAIN_KEYS = frozenset(("role", "content", "turn_id", "timestamp", "metadata"))
 PLAIN_METADATA_KEYS = frozenset(("source", "user", "interrupted", "interrupt_timestamp", "original"))
+# A 103's payload of only these keys, each of the type the engine sends, reads the same without
+# AgentHistory (`plain_history`): its wrap validator and a Python hook per field were a tenth of
+# the request path once its messages were read plain.
+PLAIN_PAYLOAD_KEYS = frozenset(("agent_id", "channel", "name", "start_ts", "stop_ts", "labels", "contents"))
 
 
 def looks_like_callback(item: object) -> bool:
@@ -143,7 +153,11 @@ def classify(envelope: Envelope, *, follow: bool) -> ParsedEvent:
     if model is None:
         return Outcome("ignored", detail=f"event type {envelope.eventType} is kept, not used")
     messages = plain_messages(payload.get("contents")) if model is AgentHistory else None
-    if messages is not None:  # read above: the payload's other fields are validated without them
+    if messages is not None:
+        plain = plain_history(payload, messages)
+        if plain is not None:
+            return plain if plain.agent_id else Outcome("ignored", detail="payload has no agent_id")
+        # Read above: the payload's other fields are validated without them.
         payload = {name: value for name, value in payload.items() if name != "contents"}
     try:
         event = model.model_validate(payload)
@@ -273,9 +287,46 @@ def plain_messages(contents: Any) -> list[IncomingMessage] | None:
     return messages
 
 
-def _plain_time(value: Any) -> bool:
-    """Whether `value` is whole seconds or milliseconds since the epoch (what `to_ms` reads as itself or x1000)."""
-    return type(value) is int and 0 <= value <= MICROSECONDS_ABOVE
+def plain_history(payload: dict[str, Any], messages: list[IncomingMessage]) -> SessionEvent | None:
+    """A 103 whose messages were read plain and whose other fields are the engine's (text, whole s or
+    ms, text labels) as `session_event` makes it through AgentHistory; None for any other payload."""
+    if not PLAIN_PAYLOAD_KEYS.issuperset(payload):
+        return None
+    get = payload.get
+    agent_id, channel, name, labels = get("agent_id"), get("channel"), get("name"), get("labels", {})
+    start_ms, stop_ms = get("start_ts"), get("stop_ts")
+    if not (
+        (agent_id is None or type(agent_id) is str)
+        and (channel is None or type(channel) is str)
+        and (name is None or type(name) is str)
+        and type(labels) is dict
+        and all(type(value) is str for value in labels.values())
+    ):
+        return None
+    if start_ms is not None and (start_ms := _plain_ms(start_ms)) == -1:
+        return None
+    if stop_ms is not None and (stop_ms := _plain_ms(stop_ms)) == -1:
+        return None
+    return SessionEvent(
+        kind="history",
+        agent_id=agent_id or "",
+        channel=channel,
+        name=name,
+        start_ms=start_ms,
+        stop_ms=stop_ms,
+        labels=dict(labels),
+        skipped=[],
+        labels_field=LABELS_FIELD,
+        messages=messages,
+    )
+
+
+def _plain_ms(value: Any) -> int:
+    """Whole seconds or milliseconds since the epoch as `to_ms` reads them; -1 for any other value."""
+    if type(value) is not int or not 0 <= value <= MICROSECONDS_ABOVE:
+        return -1
+    # Within these bounds `to_ms` is the value in ms (x1000 below SECONDS_BELOW), never past LAST_MS.
+    return value * 1000 if value < SECONDS_BELOW else value
 
 
 def plain_message(item: Any) -> IncomingMessage | None:
@@ -283,34 +334,42 @@ def plain_message(item: Any) -> IncomingMessage | None:
     through MemoryMessage; None for any other (which that path reads, or sets aside)."""
     if type(item) is not dict or not PLAIN_KEYS.issuperset(item):
         return None
-    role, content, turn_id = item.get("role"), item.get("content"), item.get("turn_id")
-    timestamp, meta = item.get("timestamp"), item.get("metadata")
+    get = item.get
+    role, content, turn_id, timestamp, meta = (
+        get("role"),
+        get("content"),
+        get("turn_id"),
+        get("timestamp"),
+        get("metadata"),
+    )
     if type(role) is not str or role == "tool" or not role.strip() or type(content) is not str:
         return None
     if turn_id is not None and (type(turn_id) is not int or not INT64_MIN <= turn_id <= INT64_MAX):
         return None
-    if timestamp is not None and not _plain_time(timestamp):
+    # 32 to 1,024 of these per 103: times are read here rather than through `to_ms`, which
+    # tries every type a time can come in.
+    if timestamp is not None and (timestamp := _plain_ms(timestamp)) == -1:
         return None
-    source = speaker = original = interrupt_ms = None
-    interrupted = False
-    if meta is not None:
-        if type(meta) is not dict or not PLAIN_METADATA_KEYS.issuperset(meta):
-            return None
-        source, speaker, original = meta.get("source"), meta.get("user"), meta.get("original")
-        interrupted, interrupt_ms = meta.get("interrupted", False), meta.get("interrupt_timestamp")
-        if not (
-            (source is None or type(source) is str)
-            and (speaker is None or type(speaker) is str)
-            and (original is None or type(original) is str)
-            and type(interrupted) is bool
-            and (interrupt_ms is None or _plain_time(interrupt_ms))
-        ):
-            return None
+    if meta is None:
+        return IncomingMessage(role, content, TURN, turn_id, timestamp)
+    if type(meta) is not dict or not PLAIN_METADATA_KEYS.issuperset(meta):
+        return None
+    get = meta.get
+    source, speaker, original = get("source"), get("user"), get("original")
+    interrupted, interrupt_ms = get("interrupted", False), get("interrupt_timestamp")
+    if interrupt_ms is not None and (interrupt_ms := _plain_ms(interrupt_ms)) == -1:
+        return None
+    if not (
+        (source is None or type(source) is str)
+        and (speaker is None or type(speaker) is str)
+        and (original is None or type(original) is str)
+        and type(interrupted) is bool
+    ):
+        return None
     # Positional, in field order, as in `incoming`.
     return IncomingMessage(
-        role, content, TURN, turn_id, to_ms(timestamp), None, source, speaker, interrupted, to_ms(interrupt_ms),
-        original,
-    )  # fmt: skip
+        role, content, TURN, turn_id, timestamp, None, source, speaker, interrupted, interrupt_ms, original
+    )
 
 
 def incoming(message: MemoryMessage) -> IncomingMessage:

@@ -30,6 +30,8 @@ MESSAGE_COLUMNS = tuple(NewMessage.__annotations__)
 _ROW = itemgetter(*MESSAGE_COLUMNS)
 # Where `NewMessage`'s flags (bools, stored as integers) are in a row.
 _FLAGS = tuple(place for place, kind in enumerate(get_type_hints(NewMessage).values()) if kind is bool)
+# Where a row's pair is.
+_USER, _CHARACTER = MESSAGE_COLUMNS.index("user_id"), MESSAGE_COLUMNS.index("character_id")
 # What a row that leaves a column out stores in it (others: NULL).
 _DEFAULTS = {"kind": "turn"}
 
@@ -138,16 +140,20 @@ class Messages(Repository):
         return rows
 
     def insert(self, rows: Iterable[NewMessage]) -> None:
-        """Insert new items (the ingest hot path: dozens per callback, one statement)."""
-        batch = list(rows)
-        if not batch:
+        """Insert new items given as `NewMessage`s."""
+        self.insert_values([stored_row(row) for row in rows])
+
+    def insert_values(self, rows: Sequence[Sequence[Any]]) -> None:
+        """Insert new items given as their values in `MESSAGE_COLUMNS` order, flags as integers
+        (the ingest hot path: dozens per callback, one statement, no dict per row)."""
+        if not rows:
             return
         # Bumping first locks the pairs' version rows until commit (PostgreSQL), before ids
         # are handed out: a pair's messages then commit in id order, whichever instance writes
         # them, so a summary's watermark ("every id up to here is condensed") never skips one
         # that took a lower id but committed later.
-        self.sql.bump((row["user_id"], row["character_id"]) for row in batch)
-        self.sql.insert_rows("messages", MESSAGE_COLUMNS, [stored_row(row) for row in batch])
+        self.sql.bump((row[_USER], row[_CHARACTER]) for row in rows)
+        self.sql.insert_rows("messages", MESSAGE_COLUMNS, rows)
 
     def delete_said_by(self, agent_id: str, speaker: str) -> int:
         """Delete the turns one speaker of a shared call said in a session; how many."""

@@ -19,7 +19,8 @@ SESSION_COLUMNS = (
     "updated_ms, token_warning_ms, turn_count, turns_truncated"
 )
 SESSION_GET = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE agent_id = ?"
-_SESSION_MARKS = ", ".join("?" * len(SESSION_COLUMNS.split(", ")))
+_SESSION_NAMES = tuple(SESSION_COLUMNS.split(", "))
+_SESSION_MARKS = ", ".join("?" * len(_SESSION_NAMES))
 # The message columns a move copies as they are (besides the pair, and the id it renews).
 MOVED_COLUMNS = ", ".join(column for column in MESSAGE_COLUMNS if column not in ("user_id", "character_id"))
 
@@ -38,7 +39,7 @@ def _columns(changes: SessionChanges | Session) -> dict[str, Any]:
     if isinstance(changes, dict):
         values: dict[str, Any] = dict(changes)
     else:
-        values = {name: getattr(changes, name) for name in SESSION_COLUMNS.split(", ")}
+        values = {name: getattr(changes, name) for name in _SESSION_NAMES}
     if "labels" in values:
         values["labels"] = dumps(values["labels"]) if values["labels"] else None
     if "turns_truncated" in values:
