@@ -30,7 +30,7 @@ _OF_USER = {
     "FROM messages WHERE user_id = ? ORDER BY character_id{c}, at_ms, seq, id",
     "summaries": f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE user_id = ? ORDER BY character_id{{c}}",
     "facts": "SELECT id, character_id, text, pinned, origin, created_ms, updated_ms, valid_from FROM facts "
-    "WHERE user_id = ? ORDER BY character_id{c}, created_ms, id",
+    "WHERE user_id = ? ORDER BY created_ms, id",  # as a pair's are read: an import's new ids keep that order
     "fact_history": "SELECT fact_id, character_id, text, origin, valid_from, valid_to, change "
     "FROM fact_history WHERE user_id = ? ORDER BY fact_id, valid_from, id",
     "bindings": "SELECT agent_id, character_id, created_ms FROM bindings WHERE user_id = ? "
