@@ -42,7 +42,7 @@ import bm25s
 import recall
 from _common import Server, machine_info, print_machine, print_summary, work_directory
 from life_data import generate as generate_life
-from recall_hard_data import CHARACTERS, LANGUAGES, TYPES, User, generate, leaks
+from recall_hard_data import CHARACTERS, LANGUAGES, TYPES, User, fold, generate, leaks
 
 PAIR = recall.PAIR
 METRICS = ("recall_500", "recall_1000", "system_messages_1500", "bm25s_500", "bm25s_1000",
@@ -103,7 +103,14 @@ def speaker_lines(user: User) -> list[str]:
     ]
 
 
-async def ask(session: aiohttp.ClientSession, url: str, users: Sequence[User]) -> list[dict[str, Any]]:
+# `--misses` asks each question recall_500 missed again with this budget: an evidence turn found
+# there was ranked below the budget, one not found there was not recalled at all (no word matched).
+DEEP_TOKENS = 20_000
+
+
+async def ask(
+    session: aiohttp.ClientSession, url: str, users: Sequence[User], *, deep: bool = False
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for user in users:
         pair = PAIR.format(url=url, user=user.user_id, character=user.character_id)
@@ -125,6 +132,12 @@ async def ask(session: aiohttp.ClientSession, url: str, users: Sequence[User]) -
                 row[f"bm25s_{budget}"] = q.answered_by("\n".join(fill(index.ranked(q.text), budget)))
             for budget, text in recent.items():
                 row[f"recency_{budget}"] = q.answered_by(text)
+            if deep and not row["recall_500"]:
+                status, answer = await recall.get_json(
+                    session, f"{pair}/recall", q=q.text, max_tokens=DEEP_TOKENS
+                )
+                assert status == 200, answer
+                row["deep"] = [fold(str(m.get("text") or ""))[:200] for m in answer.get("memories") or []]
             rows.append(row)
     return rows
 
@@ -139,12 +152,22 @@ def print_misses(rows: Sequence[dict[str, Any]], shown: int = 4) -> None:
         print(f"missed [{q.type}/{q.language}] {q.user_id} {q.text!r} gold={q.answer!r} "
               f"recall_1000={row['recall_1000']} bm25s_500={row['bm25s_500']}")  # fmt: skip
         for turn in q.evidence:
-            print(f"    evidence: {turn.content!r}")
+            print(f"    evidence ({where(turn.content, row)}): {turn.content!r}")
         lines = [line for line in row["recall_500_text"].splitlines()[1:] if line.startswith("- ")]
         for line in lines[:shown]:
             print(f"    instead:  {line[:150]}")
         if not lines:
             print("    instead:  (nothing recalled)")
+
+
+def where(content: str, row: dict[str, Any]) -> str:
+    """Where recall left an evidence turn: shown at 500 tokens, ranked below the budget (its place
+    among the memories of a recall at `DEEP_TOKENS`), or not recalled (no word of it matched)."""
+    opening = fold(content[:60])
+    if opening in fold(row["recall_500_text"]):
+        return "shown"
+    place = next((i for i, text in enumerate(row.get("deep", ())) if text.startswith(opening)), None)
+    return "not recalled" if place is None else f"ranked {place + 1}, below the budget"
 
 
 def swap_roles(users: Sequence[User]) -> None:
@@ -286,7 +309,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                   f"{args.condense}: {ingested['condense_s']:.1f} s); {len(ingested['errors'])} errors, "
                   f"{ingested['dead_jobs']} dead jobs")  # fmt: skip
             asked = time.perf_counter()
-            rows = await ask(session, server.url, users)
+            rows = await ask(session, server.url, users, deep=args.misses)
             print(f"asked {len(rows)} questions in {time.perf_counter() - asked:.1f} s")
     finally:
         exit_code = server.stop()
@@ -332,7 +355,8 @@ def main() -> int:
     parser.add_argument(
         "--misses",
         action="store_true",
-        help="print the questions recall_500 missed, their evidence and what recall gave instead",
+        help="print the questions recall_500 missed, their evidence (shown, ranked below the budget, or "
+        "not recalled: asked again at 20,000 tokens) and what recall gave instead",
     )
     parser.add_argument("--db", help="this database file: filled when missing, else only asked again")
     args = parser.parse_args()

@@ -7,7 +7,6 @@ turn shows the day it was said, with its relative dates resolved (`core.dates`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from agent_memory.core.clock import format_day
@@ -26,13 +25,13 @@ from agent_memory.core.recall import (
     weighted_terms,
 )
 from agent_memory.core.render import ROLE_NAMES
+from agent_memory.core.stock import SENTENCE
 from agent_memory.core.terms import cached_terms, query_terms
 from agent_memory.core.tokens import count_message_tokens, count_tokens
 
 # A turn longer than this is shown as its first sentence and the sentences that match the
 # question (the rest marked " … "), so the budget buys more distinct memories.
 LONG_TURN_TOKENS = 60
-_SENTENCE = re.compile(r"[^.!?。！？]+(?:[.!?。！？]+[\"')”’]*\s*|$)")
 CONTEXT_MAX_TOKENS = 40
 
 
@@ -67,7 +66,7 @@ def snippet(text: str, asked: frozenset[str]) -> str:
     sentences left out marked " … "; the turn itself when it is short or every sentence counts."""
     if count_tokens(text) <= LONG_TURN_TOKENS:
         return text
-    sentences = [found.strip() for found in _SENTENCE.findall(text) if found.strip()]
+    sentences = [found.strip() for found in SENTENCE.findall(text) if found.strip()]
     kept = [
         index == 0 or not asked.isdisjoint(cached_terms(sentence)) for index, sentence in enumerate(sentences)
     ]
