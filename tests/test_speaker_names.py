@@ -46,6 +46,12 @@ def test_a_greeting_by_the_character_names_the_user_and_one_by_the_user_the_char
     facts = greeting_facts(openings)
     assert facts == [("The user's name is Sam", "user"), ("The user calls you Luna", "character")]
     assert speaker_names(text for text, _ in facts) == {"sam": "user", "luna": "assistant"}
+    # As an LLM condenser may put them too.
+    assert speaker_names(["User's name is Ana.", "The user is called Bo", "The user goes by Cy"]) == {
+        "ana": "user",
+        "bo": "user",
+        "cy": "user",
+    }
     assert speaker_names(["用户叫小林", "用户叫你小月", "The user likes to be called Sammy"]) == {
         "小林": "user",
         "小月": "assistant",

@@ -183,7 +183,8 @@ def asked_about(q: str) -> str | None:
 # The speakers' names as the facts give them ("The user's name is Sam", "The user calls you
 # Luna", 用户叫小林, 用户叫你小月): condense/facts_offline.py writes them, an LLM may too.
 _SPEAKER_NAME = re.compile(
-    r"^The user(?:'s name is| likes to be called| calls you)\s+([A-Z][\w'-]*)|^用户叫(你)?([\u4e00-\u9fff]{2,3})$"
+    r"^(?:The )?[Uu]ser(?:'s name is| is called| is named| goes by| likes to be called| calls you)\s+([A-Z][\w'-]*)"
+    r"|^用户叫(你)?([\u4e00-\u9fff]{2,3})$"
 )
 
 
