@@ -33,6 +33,15 @@ from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store, Transaction
 
+# One running agent's window to merge (`Memory.merge_windows`): what it repeats of the agent's
+# window last merged, and what runs in its transaction before and after it.
+WindowMerge = tuple[
+    HistoryWindow,
+    KnownEnd | None,
+    Callable[[Transaction], object] | None,
+    Callable[[Transaction], object] | None,
+]
+
 
 def count_tokens_with(settings: Settings) -> None:
     """Count tokens with the configured tokenizer, here and in the condenser's worker process."""
@@ -114,6 +123,28 @@ class Memory:
             if then is not None:
                 then(tx)
             return outcome
+
+        return await self._store.write(merge)
+
+    async def merge_windows(self, merges: Sequence[WindowMerge], stamp: int) -> list[Outcome | Exception]:
+        """`merge_window` of several running agents' windows in one transaction (one commit), each
+        in a savepoint of its own: one that fails is undone alone and its error is its outcome."""
+
+        def merge(tx: Transaction) -> list[Outcome | Exception]:
+            outcomes: list[Outcome | Exception] = []
+            for window, known, first, then in merges:
+                try:
+                    with tx.savepoint():
+                        if first is not None:
+                            first(tx)
+                        outcome = self._ingestor.merge_window(tx, window, stamp, known)
+                        if then is not None:
+                            then(tx)
+                except Exception as exc:
+                    outcomes.append(exc)
+                else:
+                    outcomes.append(outcome)
+            return outcomes
 
         return await self._store.write(merge)
 
