@@ -86,3 +86,28 @@ async def test_a_gathered_window_is_written_at_close_and_dropped_by_a_forget_of_
     assert await stored(memory, "kept") == ["remember the lake"]
     assert await stored(memory, "forgotten") == []
     assert stats.recorded == 1
+
+
+class Failing:
+    """A watch whose merge fails inside its transaction."""
+
+    def before(self, tx: Any) -> None:
+        raise RuntimeError("this window's merge fails")
+
+    def after(self, tx: Any) -> None:
+        pass
+
+
+async def test_a_window_whose_merge_fails_is_undone_and_counted_alone(memory: Memory) -> None:
+    stats = ProxyStats()
+    replies = HeldReplies(memory, stats, settle_s=20)
+    replies.merge(window("first", "u-1", "one"))
+    replies.merge(window("failing", "u-2", "two"), watch=Failing())
+    replies.merge(window("third", "u-3", "three"))
+    await replies.close()
+    assert [await stored(memory, session) for session in ("first", "failing", "third")] == [
+        ["one"],
+        [],
+        ["three"],
+    ]
+    assert (stats.recorded, stats.record_errors) == (2, 1)
