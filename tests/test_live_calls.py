@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agent_memory.core.events import HistoryWindow, IncomingMessage, Outcome
+from agent_memory.errors import StoreUnavailable
 from agent_memory.memory.live_calls import HeldReplies, ProxyStats
 from agent_memory.memory.service import Memory
 from agent_memory.settings import Settings
@@ -89,16 +90,16 @@ async def test_a_gathered_window_is_written_at_close_and_dropped_by_a_forget_of_
 
 
 class Failing:
-    """A watch whose merge fails inside its transaction."""
+    """A watch whose merge is refused inside its transaction."""
 
     def before(self, tx: Any) -> None:
-        raise RuntimeError("this window's merge fails")
+        raise StoreUnavailable("this window's merge is refused")
 
     def after(self, tx: Any) -> None:
         pass
 
 
-async def test_a_window_whose_merge_fails_is_undone_and_counted_alone(memory: Memory) -> None:
+async def test_a_window_whose_merge_is_refused_is_undone_and_counted_alone(memory: Memory) -> None:
     stats = ProxyStats()
     replies = HeldReplies(memory, stats, settle_s=20)
     replies.merge(window("first", "u-1", "one"))
@@ -111,3 +112,26 @@ async def test_a_window_whose_merge_fails_is_undone_and_counted_alone(memory: Me
         ["three"],
     ]
     assert (stats.recorded, stats.record_errors) == (2, 1)
+
+
+class Broken:
+    """A watch that fails with what is no refusal (a backend's lost race, say)."""
+
+    def before(self, tx: Any) -> None:
+        raise RuntimeError("not a refusal")
+
+    def after(self, tx: Any) -> None:
+        pass
+
+
+async def test_a_window_failing_otherwise_fails_its_transaction_as_it_would_alone(memory: Memory) -> None:
+    stats = ProxyStats()
+    replies = HeldReplies(memory, stats, settle_s=20)
+    replies.merge(window("first", "u-1", "one"))
+    replies.merge(window("broken", "u-2", "two"), watch=Broken())
+    await replies.close()
+    # Raised out of the transaction, where a backend retries what lost a race (PostgreSQL's
+    # deadlocks): nothing of it is stored, each window is counted (their calls' next requests
+    # carry their turns again).
+    assert [await stored(memory, session) for session in ("first", "broken")] == [[], []]
+    assert (stats.recorded, stats.record_errors) == (0, 2)

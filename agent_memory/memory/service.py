@@ -18,7 +18,7 @@ from agent_memory.condense.worker import WORKERS
 from agent_memory.core.domain import InboxEntry, InboxStatus
 from agent_memory.core.events import HistoryWindow, KnownEnd, Outcome, RawEvent, SessionEvent
 from agent_memory.embed import Embedder
-from agent_memory.errors import Conflict
+from agent_memory.errors import AgentMemoryError, Conflict
 from agent_memory.memory.admin import Admin
 from agent_memory.memory.condensing import JobQueue
 from agent_memory.memory.console import Console
@@ -128,7 +128,9 @@ class Memory:
 
     async def merge_windows(self, merges: Sequence[WindowMerge], stamp: int) -> list[Outcome | Exception]:
         """`merge_window` of several running agents' windows in one transaction (one commit), each
-        in a savepoint of its own: one that fails is undone alone and its error is its outcome."""
+        in a savepoint of its own: one refused (an `AgentMemoryError`) is undone alone and its error
+        is its outcome. Anything else fails the transaction, so that a backend runs it again when
+        it lost a race (PostgreSQL's deadlocks), as it would a window merged alone."""
 
         def merge(tx: Transaction) -> list[Outcome | Exception]:
             outcomes: list[Outcome | Exception] = []
@@ -140,7 +142,7 @@ class Memory:
                         outcome = self._ingestor.merge_window(tx, window, stamp, known)
                         if then is not None:
                             then(tx)
-                except Exception as exc:
+                except AgentMemoryError as exc:
                     outcomes.append(exc)
                 else:
                     outcomes.append(outcome)
