@@ -23,6 +23,11 @@ log = logging.getLogger("agent_memory.memory.per_turn")  # one logger for the pe
 # held in memory yet, so searched in SQLite, which a reader thread does without the GIL) goes
 # back to a reader thread, where the deadline can cut it short.
 BRIEF_PAIRS_HELD = 10_000
+# A live call's turns are recorded this long after its request is on its way, with the other
+# calls' turns asked for meanwhile, in one transaction: at four calls at a time (bench/endpoint.py)
+# about two a commit. Well within a call's next turn (seconds away; the model's first token alone
+# is 20 ms or more), and nothing waits for it.
+MERGE_GATHER_S = 0.02
 
 
 @dataclass(slots=True)
@@ -73,14 +78,19 @@ class HeldReplies:
         stats: ProxyStats,
         settle_s: float,
         settled: Callable[[str], None] | None = None,
+        gather_s: float = MERGE_GATHER_S,
     ) -> None:
         self.memory = memory
         self.stats = stats
         self.settle_s = settle_s
         # Told when a call's reply settled (the call went quiet).
         self.settled = settled or (lambda session: None)
+        self.gather_s = gather_s
         self._held: dict[str, tuple[HistoryWindow, asyncio.TimerHandle]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Merges asked for within `gather_s` of the first of them, written together when it ends.
+        self._gathered: list[_Merge] = []
+        self._gathering: asyncio.TimerHandle | None = None
 
     def drop(self, session: str) -> None:
         """The call's next request came: it carries the reply as the platform heard it."""
@@ -95,10 +105,12 @@ class HeldReplies:
         self._held[session] = (window, handle)
 
     def forget(self, labels: Mapping[str, str]) -> None:
-        """A forget: drop the held replies of the pair (or user) whose `labels` it names."""
+        """A forget: drop the held replies of the pair (or user) whose `labels` it names, and its
+        windows still gathered (the forget's cut-off would leave them out all the same)."""
         for session, (window, _) in list(self._held.items()):
-            if all(window.labels.get(key) == value for key, value in labels.items()):
+            if _names(window, labels):
                 self.drop(session)
+        self._gathered = [merge for merge in self._gathered if not _names(merge.window, labels)]
 
     def _settle(self, session: str) -> None:
         held = self._held.pop(session, None)
@@ -114,43 +126,84 @@ class HeldReplies:
         watch: Watch | None = None,
     ) -> None:
         """Merge a window in the background (then `done(outcome)`), only what follows `known`
-        where that holds, `watch` told in its transaction; never fails the answer, errors are logged."""
-        task = asyncio.get_running_loop().create_task(self._merge(window, done, known, watch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        where that holds, `watch` told in its transaction; never fails the answer, errors are logged.
 
-    async def _merge(
-        self,
-        window: HistoryWindow,
-        done: Callable[[Outcome], None] | None = None,
-        known: KnownEnd | None = None,
-        watch: Watch | None = None,
-    ) -> None:
+        Written with the other windows asked for within `gather_s` (live calls' turns come a few
+        at a time from many calls): one transaction and one commit for all of them."""
+        self._gathered.append(_Merge(window, done, known, watch))
+        if self._gathering is None:
+            self._gathering = asyncio.get_running_loop().call_later(self.gather_s, self._write)
+
+    def _write(self) -> None:
+        """Write the gathered windows, in the order they were asked for."""
+        self._gathering = None
+        merges, self._gathered = self._gathered, []
+        if merges:
+            task = asyncio.get_running_loop().create_task(self._merge(merges))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _merge(self, merges: list[_Merge]) -> None:
         try:
-            if watch is None:
-                outcome = await self.memory.merge_window(window, now_ms(), known=known)
-            else:
-                outcome = await self.memory.merge_window(
-                    window, now_ms(), known=known, first=watch.before, then=watch.after
-                )
+            outcomes: list[Outcome | Exception] = await self.memory.merge_windows(
+                [
+                    (
+                        m.window,
+                        m.known,
+                        m.watch.before if m.watch else None,
+                        m.watch.after if m.watch else None,
+                    )
+                    for m in merges
+                ],
+                now_ms(),
+            )
+        except Exception as exc:  # the transaction failed: none of them was stored
+            outcomes = [exc] * len(merges)
+        for merge, outcome in zip(merges, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                self._failed(merge.window, outcome)
+                continue
             self.stats.recorded += outcome.new_messages
-            if done is not None:
-                done(outcome)
-        except StoreUnavailable as exc:
-            # The call's next request (or its transcript) carries these turns again.
-            self.stats.record_errors += 1
+            if merge.done is not None:
+                try:
+                    merge.done(outcome)
+                except Exception:
+                    log.exception("custom LLM: after recording agent %s", merge.window.agent_id)
+
+    def _failed(self, window: HistoryWindow, exc: Exception) -> None:
+        """A window not stored: counted and logged (the call's next request, or its transcript,
+        carries its turns again)."""
+        self.stats.record_errors += 1
+        if isinstance(exc, StoreUnavailable):
             self.stats.store_unavailable += 1
             log.warning("custom LLM: recording agent %s failed: %s", window.agent_id, exc.message)
-        except Exception:
-            self.stats.record_errors += 1
-            log.exception("custom LLM: recording agent %s failed", window.agent_id)
+        else:
+            log.error("custom LLM: recording agent %s failed", window.agent_id, exc_info=exc)
 
     async def close(self) -> None:
-        """Record what is still held, and wait for the merges under way."""
+        """Record what is still held or gathered, and wait for the merges under way."""
         for session in list(self._held):
             self._settle(session)
+        if self._gathering is not None:
+            self._gathering.cancel()
+        self._write()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10)
+
+
+def _names(window: HistoryWindow, labels: Mapping[str, str]) -> bool:
+    """Whether a window is of the pair (or user) whose `labels` a forget names."""
+    return all(window.labels.get(key) == value for key, value in labels.items())
+
+
+@dataclass(slots=True)
+class _Merge:
+    """A window to merge (`HeldReplies.merge`)."""
+
+    window: HistoryWindow
+    done: Callable[[Outcome], None] | None
+    known: KnownEnd | None
+    watch: Watch | None
 
 
 class BriefPairs:

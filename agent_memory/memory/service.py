@@ -18,7 +18,7 @@ from agent_memory.condense.worker import WORKERS
 from agent_memory.core.domain import InboxEntry, InboxStatus
 from agent_memory.core.events import HistoryWindow, KnownEnd, Outcome, RawEvent, SessionEvent
 from agent_memory.embed import Embedder
-from agent_memory.errors import Conflict
+from agent_memory.errors import AgentMemoryError, Conflict
 from agent_memory.memory.admin import Admin
 from agent_memory.memory.condensing import JobQueue
 from agent_memory.memory.console import Console
@@ -32,6 +32,15 @@ from agent_memory.memory.tokenizer import use_tokenizer
 from agent_memory.metrics import Metrics
 from agent_memory.settings import Settings
 from agent_memory.store import ReadView, Store, Transaction
+
+# One running agent's window to merge (`Memory.merge_windows`): what it repeats of the agent's
+# window last merged, and what runs in its transaction before and after it.
+WindowMerge = tuple[
+    HistoryWindow,
+    KnownEnd | None,
+    Callable[[Transaction], object] | None,
+    Callable[[Transaction], object] | None,
+]
 
 
 def count_tokens_with(settings: Settings) -> None:
@@ -114,6 +123,30 @@ class Memory:
             if then is not None:
                 then(tx)
             return outcome
+
+        return await self._store.write(merge)
+
+    async def merge_windows(self, merges: Sequence[WindowMerge], stamp: int) -> list[Outcome | Exception]:
+        """`merge_window` of several running agents' windows in one transaction (one commit), each
+        in a savepoint of its own: one refused (an `AgentMemoryError`) is undone alone and its error
+        is its outcome. Anything else fails the transaction, so that a backend runs it again when
+        it lost a race (PostgreSQL's deadlocks), as it would a window merged alone."""
+
+        def merge(tx: Transaction) -> list[Outcome | Exception]:
+            outcomes: list[Outcome | Exception] = []
+            for window, known, first, then in merges:
+                try:
+                    with tx.savepoint():
+                        if first is not None:
+                            first(tx)
+                        outcome = self._ingestor.merge_window(tx, window, stamp, known)
+                        if then is not None:
+                            then(tx)
+                except AgentMemoryError as exc:
+                    outcomes.append(exc)
+                else:
+                    outcomes.append(outcome)
+            return outcomes
 
         return await self._store.write(merge)
 
