@@ -18,7 +18,14 @@ from agent_memory.store import open_store
 PACKAGE = Path(__file__).resolve().parent.parent / "agent_memory"
 COLLABORATORS = {"settings", "metrics", "jobs", "store", "retention", "embedder"}
 CAPABILITIES = {"reading", "facts", "identity", "follows", "keys", "queue", "console", "admin"}
-EVENTS_IN = {"accept_event", "reapply_event", "recorded_events", "merge_window", "add_messages"}
+EVENTS_IN = {
+    "accept_event",
+    "reapply_event",
+    "recorded_events",
+    "merge_window",
+    "merge_windows",
+    "add_messages",
+}
 # What any reach through spells, whatever its spacing or line breaks: `memory` or `MEMORY]`, then a
 # dot and a collaborator's name. A module that never spells it has none (parsing all takes a second).
 SPELLED = re.compile(r"\b(?:memory|MEMORY\s*\])[\s)\\]*\.\s*(?:" + "|".join(COLLABORATORS) + r")\b")

@@ -116,15 +116,7 @@ class Memory:
         transaction, before and after it; `known`: what the window repeats of the run's window
         last merged (`Ingestor.merge_window`)."""
 
-        def merge(tx: Transaction) -> Outcome:
-            if first is not None:
-                first(tx)
-            outcome = self._ingestor.merge_window(tx, window, stamp, known)
-            if then is not None:
-                then(tx)
-            return outcome
-
-        return await self._store.write(merge)
+        return await self._store.write(lambda tx: self._merged(tx, (window, known, first, then), stamp))
 
     async def merge_windows(self, merges: Sequence[WindowMerge], stamp: int) -> list[Outcome | Exception]:
         """`merge_window` of several running agents' windows in one transaction (one commit), each
@@ -134,14 +126,10 @@ class Memory:
 
         def merge(tx: Transaction) -> list[Outcome | Exception]:
             outcomes: list[Outcome | Exception] = []
-            for window, known, first, then in merges:
+            for each in merges:
                 try:
                     with tx.savepoint():
-                        if first is not None:
-                            first(tx)
-                        outcome = self._ingestor.merge_window(tx, window, stamp, known)
-                        if then is not None:
-                            then(tx)
+                        outcome = self._merged(tx, each, stamp)
                 except AgentMemoryError as exc:
                     outcomes.append(exc)
                 else:
@@ -149,6 +137,16 @@ class Memory:
             return outcomes
 
         return await self._store.write(merge)
+
+    def _merged(self, tx: Transaction, each: WindowMerge, stamp: int) -> Outcome:
+        """One window merged in `tx`, its `first` and `then` run before and after it."""
+        window, known, first, then = each
+        if first is not None:
+            first(tx)
+        outcome = self._ingestor.merge_window(tx, window, stamp, known)
+        if then is not None:
+            then(tx)
+        return outcome
 
     async def add_messages(
         self, window: HistoryWindow, user_id: str, character_id: str, stamp: int
