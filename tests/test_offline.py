@@ -352,7 +352,7 @@ async def test_digest_resolves_relative_dates_against_each_statement() -> None:
     # How the call opened names both speakers (`facts_offline.greeting_facts`).
     assert [fact.text for fact in result.add_facts] == [
         "The user's name is Dana",
-        "The user calls you Jo",
+        "The user's name for you is Jo",
         "The user went to a bereavement support group yesterday (yesterday = 7 May 2023)",
     ]
 
@@ -663,7 +663,7 @@ async def test_example_conversations() -> None:
     chinese = await run_offline(conversation_messages("zh_xiaoyu_tutor.json"))
 
     assert [fact.text for fact in english.add_facts] == [
-        "The user calls you Luna",
+        "The user's name for you is Luna",
         "The user is a nurse (as of 2026-11-03)",
         "The user has a cat named Miso",
         "The user has their critical care certification exam on the 22nd",

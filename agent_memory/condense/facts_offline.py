@@ -259,7 +259,8 @@ def greeting_facts(openings: Iterable[tuple[str, str]]) -> list[tuple[str, Scope
         if role == "assistant":
             found.append((f"用户叫{name}" if zh else f"The user's name is {name}", "user"))
         else:
-            found.append((f"用户叫你{name}" if zh else f"The user calls you {name}", "character"))
+            # Not "calls you": a question's "called" would find it ("What is my cat called?").
+            found.append((f"用户叫你{name}" if zh else f"The user's name for you is {name}", "character"))
     return found
 
 

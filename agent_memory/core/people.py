@@ -180,11 +180,11 @@ def asked_about(q: str) -> str | None:
     return "user" if first > second else "assistant"
 
 
-# The speakers' names as the facts give them ("The user's name is Sam", "The user calls you
-# Luna", 用户叫小林, 用户叫你小月): condense/facts_offline.py writes them, an LLM may too.
+# The speakers' names as the facts give them ("The user's name is Sam", "The user's name for you
+# is Luna", 用户叫小林, 用户叫你小月): condense/facts_offline.py writes them, an LLM may too.
 _SPEAKER_NAME = re.compile(
-    r"^(?:The )?[Uu]ser(?:'s name is| is called| is named| goes by| likes to be called| calls you)\s+([A-Z][\w'-]*)"
-    r"|^用户叫(你)?([\u4e00-\u9fff]{2,3})$"
+    r"^(?:The )?[Uu]ser(?:(?P<you>'s name for you is| calls you)|'s name is| is called| is named| goes by"
+    r"| likes to be called)\s+(?P<name>[A-Z][\w'-]*)|^用户叫(?P<zh_you>你)?(?P<zh>[\u4e00-\u9fff]{2,3})$"
 )
 
 
@@ -195,9 +195,8 @@ def speaker_names(facts: Iterable[str]) -> dict[str, str]:
         match = _SPEAKER_NAME.match(text.strip().rstrip("."))
         if match is None:
             continue
-        english, you, chinese = match.groups()
-        role = "assistant" if you or " calls you " in text else "user"
-        names.setdefault((english or chinese).casefold(), role)
+        role = "assistant" if match["you"] or match["zh_you"] else "user"
+        names.setdefault((match["name"] or match["zh"]).casefold(), role)
     return names
 
 
