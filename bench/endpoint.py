@@ -260,8 +260,8 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load's flags (issue 28's by default), shared with bench/endpoint_ab.py."""
     parser.add_argument("--calls", type=int, default=8)
     parser.add_argument("--turns", type=int, default=30, help="turns per call")
     parser.add_argument("--concurrency", type=int, default=4, help="calls at a time")
@@ -270,7 +270,6 @@ def main() -> int:
     )
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--stored", type=int, default=2048, help="stored messages per user")
-    parser.add_argument("--rounds", type=int, default=2, help="timed rounds each way, alternating")
     parser.add_argument(
         "--turn-gap-ms", type=float, default=0, help="between a call's turns (0: back to back)"
     )
@@ -279,6 +278,12 @@ def main() -> int:
     parser.add_argument("--chunk-ms", type=float, default=10)
     parser.add_argument("--idle-timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_load_arguments(parser)
+    parser.add_argument("--rounds", type=int, default=2, help="timed rounds each way, alternating")
     parser.add_argument("--keep", action="store_true", help="keep the temporary database")
     args = parser.parse_args()
     with fake_upstream(args) as port, work_directory("agent-memory-endpoint-", keep=args.keep) as workdir:

@@ -22,7 +22,7 @@ from typing import Any
 import _common
 import aiohttp
 from _common import Server, latency_summary, machine_info, print_machine, print_summary, work_directory
-from endpoint import CHARACTER, LLM_TOKEN, MODEL, history_callbacks, one_round
+from endpoint import CHARACTER, LLM_TOKEN, MODEL, add_load_arguments, history_callbacks, one_round
 from ingest import SECRET, wait_until_idle
 from llm_proxy import fake_upstream
 
@@ -118,22 +118,7 @@ def main() -> int:
     parser.add_argument("--a", required=True, help="the checkout whose server is A (the before)")
     parser.add_argument("--b", required=True, help="the checkout whose server is B (the after)")
     parser.add_argument("--rounds", type=int, default=16, help="timed rounds of each, alternating")
-    parser.add_argument("--calls", type=int, default=8)
-    parser.add_argument("--turns", type=int, default=30, help="turns per call")
-    parser.add_argument("--concurrency", type=int, default=4, help="calls at a time")
-    parser.add_argument(
-        "--window", type=int, default=32, help="messages per request, the system one included"
-    )
-    parser.add_argument("--users", type=int, default=4)
-    parser.add_argument("--stored", type=int, default=2048, help="stored messages per user")
-    parser.add_argument(
-        "--turn-gap-ms", type=float, default=0, help="between a call's turns (0: back to back)"
-    )
-    parser.add_argument("--first-token-ms", type=float, default=20)
-    parser.add_argument("--chunks", type=int, default=3)
-    parser.add_argument("--chunk-ms", type=float, default=10)
-    parser.add_argument("--idle-timeout", type=float, default=300.0)
-    parser.add_argument("--seed", type=int, default=1)
+    add_load_arguments(parser)
     args = parser.parse_args()
     with fake_upstream(args) as upstream, work_directory("agent-memory-endpoint-ab-", keep=False) as workdir:
         summary = asyncio.run(run(args, upstream, workdir))

@@ -90,10 +90,13 @@ async def test_a_gathered_window_is_written_at_close_and_dropped_by_a_forget_of_
 
 
 class Failing:
-    """A watch whose merge is refused inside its transaction."""
+    """A watch whose merge fails inside its transaction with `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
     def before(self, tx: Any) -> None:
-        raise StoreUnavailable("this window's merge is refused")
+        raise self.error
 
     def after(self, tx: Any) -> None:
         pass
@@ -103,7 +106,9 @@ async def test_a_window_whose_merge_is_refused_is_undone_and_counted_alone(memor
     stats = ProxyStats()
     replies = HeldReplies(memory, stats, settle_s=20)
     replies.merge(window("first", "u-1", "one"))
-    replies.merge(window("failing", "u-2", "two"), watch=Failing())
+    replies.merge(
+        window("failing", "u-2", "two"), watch=Failing(StoreUnavailable("this window's merge is refused"))
+    )
     replies.merge(window("third", "u-3", "three"))
     await replies.close()
     assert [await stored(memory, session) for session in ("first", "failing", "third")] == [
@@ -114,21 +119,14 @@ async def test_a_window_whose_merge_is_refused_is_undone_and_counted_alone(memor
     assert (stats.recorded, stats.record_errors) == (2, 1)
 
 
-class Broken:
-    """A watch that fails with what is no refusal (a backend's lost race, say)."""
-
-    def before(self, tx: Any) -> None:
-        raise RuntimeError("not a refusal")
-
-    def after(self, tx: Any) -> None:
-        pass
-
-
 async def test_a_window_failing_otherwise_fails_its_transaction_as_it_would_alone(memory: Memory) -> None:
     stats = ProxyStats()
     replies = HeldReplies(memory, stats, settle_s=20)
     replies.merge(window("first", "u-1", "one"))
-    replies.merge(window("broken", "u-2", "two"), watch=Broken())
+    replies.merge(
+        window("broken", "u-2", "two"),
+        watch=Failing(RuntimeError("not a refusal: a backend's lost race, say")),
+    )
     await replies.close()
     # Raised out of the transaction, where a backend retries what lost a race (PostgreSQL's
     # deadlocks): nothing of it is stored, each window is counted (their calls' next requests
