@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from agent_memory.condense.base import FactAdd, Scope
 from agent_memory.condense.statements import sentence_facts
 from agent_memory.condense.statements.english import en_third_person, pet_followup
-from agent_memory.condense.text import QUESTION, clip, fold_ascii, sentences
+from agent_memory.condense.text import EN_HELLO, NAME_WORD, QUESTION, ZH_HELLO, clip, fold_ascii, sentences
 from agent_memory.core.dates import annotate
 from agent_memory.core.facts import MAX_FACT_CHARS, undated_key
 from agent_memory.core.people import speaker_names
@@ -225,12 +225,12 @@ def introductions(text: str) -> list[tuple[str, Scope]]:
 # -- names from greetings ---------------------------------------------------------------------
 # How people who know each other open a call: "Hi Sam!", "Hey Sam, good to hear from you",
 # "Sam! Hello again", 小林你好, 嗨，小林. The name greeted is the other speaker's.
-_EN_HELLO = r"(?:hi|hey|hello|hiya|morning|good (?:morning|afternoon|evening))"
 EN_GREETED = re.compile(
-    rf"^(?i:{_EN_HELLO})[,!]?\s+(?P<a>[A-Z][a-z]+)\b(?![' ][a-z])|^(?P<b>[A-Z][a-z]+)[!,]\s+(?i:{_EN_HELLO})\b"
+    rf"^(?i:{EN_HELLO})[,!]?\s+(?P<a>{NAME_WORD})\b(?![' ][a-z])|^(?P<b>{NAME_WORD})[!,]\s+(?i:{EN_HELLO})\b"
 )
 ZH_GREETED = re.compile(
-    r"^(?P<a>[\u4e00-\u9fff]{2,3}?)[，,]?(?:你好|您好)|^(?:嗨|哈喽|你好)[，,]\s*(?P<b>[\u4e00-\u9fff]{2,3})[！!，,。]"
+    # After a name only 你好 / 您好 greet ("玩得很嗨" greets no 玩得很).
+    rf"^(?P<a>[\u4e00-\u9fff]{{2,3}}?)[，,]?(?:你好|您好)|^{ZH_HELLO}[，,]\s*(?P<b>[\u4e00-\u9fff]{{2,3}})[！!，,。]"
 )
 
 

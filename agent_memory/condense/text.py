@@ -70,16 +70,19 @@ def sentences(text: str) -> tuple[str, ...]:
 # A sentence that only greets or takes leave, perhaps by name ("Hi Sam!", "Hey Luna, good to hear
 # from you.", "Sam!", "Talk soon, Luna.", 小林你好！, 拜拜，小月！): what every call opens and
 # closes with, whose words are said too seldom for their frequency to tell (once a call).
-_SALUTE_EN = (
-    r"(?:hi|hey|hello|hiya|howdy|good (?:morning|afternoon|evening|night)|morning|evening|bye|goodbye|"
-    r"bye for now|talk (?:soon|later|to you soon)|speak soon|take care|see you(?: soon| later)?|cheers|"
-    r"hello again|(?:good|nice|great) to (?:hear from|see|talk to) you)"
+# The words people greet with, and those they take leave with (a name may follow either).
+EN_HELLO = r"(?:hi|hey|hello|hiya|howdy|good (?:morning|afternoon|evening)|morning|evening)"
+_EN_GOODBYE = (
+    r"(?:bye|goodbye|bye for now|good night|talk (?:soon|later|to you soon)|speak soon|take care|"
+    r"see you(?: soon| later)?|cheers|hello again|(?:good|nice|great) to (?:hear from|see|talk to) you)"
 )
-_NAME_WORD = r"[A-Z][a-z]+(?:-[A-Z][a-z]+)?"
-_SALUTE_ZH = r"(?:你好|您好|嗨|哈喽|拜拜|再见|回头聊|保重|又见面啦|晚安|早上好|晚上好)"
+_SALUTE_EN = rf"(?:{EN_HELLO}|{_EN_GOODBYE})"
+NAME_WORD = r"[A-Z][a-z]+(?:-[A-Z][a-z]+)?"
+ZH_HELLO = r"(?:你好|您好|嗨|哈喽)"
+_SALUTE_ZH = rf"(?:{ZH_HELLO}|拜拜|再见|回头聊|保重|又见面啦|晚安|早上好|晚上好)"
 SALUTATION = re.compile(
-    rf"(?i:{_SALUTE_EN})(?:,?\s+{_NAME_WORD})?(?:[,!.]*\s+(?i:{_SALUTE_EN}))?[!.,]*"
-    rf"|{_NAME_WORD}!+|{_NAME_WORD}[,!.]*\s+(?i:{_SALUTE_EN})[!.]*"
+    rf"(?i:{_SALUTE_EN})(?:,?\s+{NAME_WORD})?(?:[,!.]*\s+(?i:{_SALUTE_EN}))?[!.,]*"
+    rf"|{NAME_WORD}!+|{NAME_WORD}[,!.]*\s+(?i:{_SALUTE_EN})[!.]*"
     rf"|(?:[\u4e00-\u9fff]{{2,3}}[，,]?)?{_SALUTE_ZH}[，,]?(?:[\u4e00-\u9fff]{{2,3}})?[！!。.]*"
 )
 
