@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -51,6 +52,13 @@ async def recall(service: Any, user: str, character: str, q: str, **params: Any)
     return body
 
 
+async def told(
+    service: Any, lines: Sequence[str], user: str = "u1", character: str = "luna", agent: str = "a1"
+) -> None:
+    """`lines` stored as one call of the pair, alternating user and assistant from MAY_8."""
+    await seed(service, user, character, agent, said(*lines, start_ms=MAY_8))
+
+
 def texts(body: dict[str, Any]) -> list[str]:
     return [memory["text"] for memory in body["memories"]]
 
@@ -84,7 +92,7 @@ def test_numbers_and_names_in_a_question_weigh_more() -> None:
 async def test_a_question_finds_its_answer_among_small_talk_with_or_semantics(service) -> None:
     lines = [*small_talk(30), "I finally signed up for a pottery class at the community center!", "Nice!"]
     lines += small_talk(30)
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     # Not every word of the question is in the answer: "When", "start", "Maya" are not.
     body = await recall(service, "u1", "luna", "When did Maya start her pottery class?")
     assert body["memories"][0]["text"] == "I finally signed up for a pottery class at the community center!"
@@ -104,14 +112,14 @@ async def test_rare_words_outrank_common_ones(service) -> None:
         "My sister has a new job.", "Cute.", "My sister's dog is a beagle.", "Lovely.",
         "My sister called again, my sister is so chatty.", "OK.", "My sister is visiting.", "Fun.",
     ]  # fmt: skip
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "my sister's beagle")
     assert body["memories"][0]["text"] == "My sister's dog is a beagle."
 
 
 async def test_relative_dates_are_resolved_against_when_they_were_said(service) -> None:
     lines = ["I went to a support group yesterday and it was powerful.", "That's great."]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "When did I go to the support group?")
     top = body["memories"][0]
     assert top["text"].startswith("I went to a support group yesterday and it was powerful.")
@@ -131,7 +139,7 @@ async def test_a_when_question_prefers_the_turn_that_dates_the_event(service) ->
         "Moving into the new flat was chaos.",
         "Oh no.",
     ]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "When did we move into the new flat?")
     assert body["memories"][0]["text"] == f"{dated} (two days ago = 6 May 2023)"
     assert asks_when("从我们最近一次聊天算起，我搬家是多久以前？") and not asks_when("Where is the new flat?")
@@ -140,7 +148,7 @@ async def test_a_when_question_prefers_the_turn_that_dates_the_event(service) ->
 async def test_neighbouring_turns_come_as_context_and_a_neighbour_hit_is_not_repeated(service) -> None:
     lines = [*small_talk(6), "What did you name the new kitten?", "We named the kitten Miso, after the soup."]
     lines += small_talk(6)
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "what is the kitten's name")
     joined = texts(body)
     assert joined.count("We named the kitten Miso, after the soup.") == 1
@@ -199,7 +207,7 @@ async def test_the_budget_holds_and_a_small_budget_keeps_the_best(service) -> No
     for index in range(40):
         lines += [f"The garden had {index} tomato plants and the tomato harvest was good.", "OK."]
     lines += ["My tomato tomato tomato garden won the tomato prize at the county fair!", "Congrats!"]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     for budget in (60, 120, 500):
         body = await recall(service, "u1", "luna", "tomato prize county fair", max_tokens=budget)
         assert 0 < body["tokens"] <= budget
@@ -215,7 +223,7 @@ async def test_chinese_questions_find_chinese_answers(service) -> None:
         "晚饭吃什么？",
         "面条。",
     ]
-    await seed(service, "u2", "xiaoyu", "z1", said(*lines, start_ms=MAY_8))
+    await told(service, lines, "u2", "xiaoyu", "z1")
     body = await recall(service, "u2", "xiaoyu", "我姐姐的婚礼在哪里？")
     assert body["memories"][0]["text"].startswith("我下个月要去成都参加姐姐的婚礼。")
     assert "2023年6月" in body["memories"][0]["text"]  # 下个月, said in May 2023
@@ -475,7 +483,7 @@ async def test_an_embedding_model_adds_turns_found_by_meaning(start_service, bac
             embeddings_model=f"concepts-{backend}", embeddings_base_url=fake.base_url, embeddings_api_key="k",
         )  # fmt: skip
         lines = [*small_talk(10), "I practise the cello every evening.", "Lovely!", *small_talk(10)]
-        await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+        await told(service, lines)
         question = "Which instrument do I play?"
         assert (await recall(service, "u1", "luna", question))["memories"] == []  # not embedded yet
         await embed_now(service)
@@ -499,7 +507,7 @@ async def test_recall_answers_from_keywords_when_the_embedding_model_fails(start
 
 async def test_search_ranks_a_multi_word_question_like_recall(service) -> None:
     lines = [*small_talk(20), "I finally signed up for a pottery class at the community center!", "Nice!"]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     status, body = await service.api(
         "GET", "/v1/users/u1/search", params={"q": "When did I start my pottery class?"}
     )
@@ -511,7 +519,7 @@ async def test_search_ranks_a_multi_word_question_like_recall(service) -> None:
 
 async def test_search_ranks_a_chinese_question_like_recall(service) -> None:
     lines = ["今天天气不错。", "是啊。", "我下个月要去成都参加姐姐的婚礼。", "太好了！"]
-    await seed(service, "u2", "xiaoyu", "z1", said(*lines, start_ms=MAY_8))
+    await told(service, lines, "u2", "xiaoyu", "z1")
     status, body = await service.api("GET", "/v1/users/u2/search", params={"q": "我姐姐的婚礼在哪里？"})
     assert status == 200, body
     assert body["method"] == "words"
@@ -520,7 +528,7 @@ async def test_search_ranks_a_chinese_question_like_recall(service) -> None:
 
 async def test_everyday_related_words_stand_in_for_each_other(service) -> None:
     lines = [*small_talk(10), "We moved again, to Denver this time.", "Exciting!", *small_talk(10)]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "Which city do I live in now?")
     assert body["memories"][0]["text"] == "We moved again, to Denver this time."
     weights = dict(weighted_terms("Which city do I live in now?"))
@@ -543,7 +551,7 @@ async def test_a_question_worded_apart_from_its_answer_finds_it(service, turn: s
     # Everyday topics' words stand in for each other (a pet is a rabbit from a shelter), and an
     # irregular past form is its verb ("bought" answers "buy").
     lines = [*small_talk(10), turn, "Oh nice.", *small_talk(10)]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", question)
     assert any(memory["text"].startswith(turn) for memory in body["memories"]), body["memories"]
 
@@ -553,7 +561,7 @@ async def test_a_compound_asked_finds_what_was_said_in_its_parts_words(service) 
     # ("reading", "library") find the turn; a word that is no compound of them is left whole.
     turn = "I joined a reading circle at the library, we meet on Thursdays."
     lines = [*small_talk(10), turn, "Lovely.", *small_talk(10)]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "When does my bookclub get together?")
     assert body["memories"] and body["memories"][0]["text"] == turn
     assert compound_parts("bookclub") == ("book", "club")
@@ -786,7 +794,7 @@ async def test_a_larger_budget_buys_more_distinct_memories(service) -> None:
     # 30 different turns about the garden: a 1,000-token budget shows more than the 20 that
     # once were all it ever ranked.
     lines = [f"In the garden I planted row {n} of something new, number {n}." for n in range(30)]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     small = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=500)
     large = await recall(service, "u1", "luna", "What did I plant in the garden?", max_tokens=1000)
     assert len(large["memories"]) > max(len(small["memories"]), CANDIDATES)
@@ -807,7 +815,7 @@ async def test_a_how_long_ago_question_is_not_answered_by_the_long_way_home(serv
     lines = [*small_talk(8), moved, "Congrats!"]
     for name in ("Tom", "Ana", "Gus", "Ravi"):
         lines += [*small_talk(6), f"{name} and I walked the long way home.", "Nice."]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "How long ago did I move?")
     assert body["memories"][0]["text"].startswith(moved)
 
@@ -824,7 +832,7 @@ async def test_near_repeats_of_one_line_do_not_crowd_out_a_different_memory(serv
     for name in names:
         for when in times:
             lines += [f"{name} and I walked the long way home {when}.", "Nice."]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "Tell me about home.", max_tokens=200)
     assert different in texts(body)
 
@@ -847,7 +855,7 @@ async def test_a_budget_left_over_is_spent_on_weaker_matches(service) -> None:
     weak = "The studio next door was loud again."
     lines = [*small_talk(6), best, "Lovely!", *small_talk(6), weak, "Oh no.", *small_talk(6)]
     lines += [f"Studio {n} had a sale." for n in range(8)]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(
         service, "u1", "luna", "Did Maya glaze the blue vase in the pottery kiln at her studio?"
     )

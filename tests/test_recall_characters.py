@@ -8,8 +8,8 @@ import sqlite3
 from typing import Any
 
 import pytest
-from conftest import said, seed
 from sqlite_utils import Database
+from test_recall import told
 
 from agent_memory.core import terms as terms_module
 from agent_memory.core.recall import RELATED_COUNT, weighted_terms
@@ -20,7 +20,6 @@ from agent_memory.store.postgres.migrations import m012_recall_characters
 from agent_memory.store.sqlite.migrations import m022_recall_characters
 
 pytestmark = pytest.mark.postgres
-MAY_8 = 1_683_554_160_000
 SMALL_TALK = [
     "今天天气不错。",
     "是啊，挺好的。",
@@ -63,7 +62,7 @@ def test_chinese_characters_are_terms_beside_bigrams_and_weigh_less() -> None:
 
 async def test_a_chinese_question_finds_a_turn_that_shares_only_characters(service) -> None:
     lines = [*chat(10), TURN, "要注意身体。", *chat(10)]
-    await seed(service, "u1", "xiaoyu", "z1", said(*lines, start_ms=MAY_8))
+    await told(service, lines, "u1", "xiaoyu", "z1")
     found = await recall(service, QUESTION)
     assert found and found[0] == TURN
 
@@ -72,7 +71,7 @@ async def test_a_character_in_many_turns_is_left_out_of_the_question(service) ->
     # 我 is in most turns: as a related word would be, it is dropped (it says nothing and
     # costs a long posting list); a turn that says only 我 is not recalled.
     lines = [f"我今天第{i}次喝水。" for i in range(RELATED_COUNT + 5)]
-    await seed(service, "u1", "xiaoyu", "z1", said(*lines, start_ms=MAY_8))
+    await told(service, lines, "u1", "xiaoyu", "z1")
     assert await recall(service, "我呢？") == []
 
 
@@ -83,7 +82,7 @@ async def test_the_migration_indexes_turns_said_in_chinese_again(service, backen
     forget_texts()
     monkeypatch.setattr(terms_module, "HAN", re.compile(r"(?!)"))
     lines = [*chat(10), TURN, "要注意身体。", *chat(10), "I had pasta for dinner."]
-    await seed(service, "u1", "xiaoyu", "z1", said(*lines, start_ms=MAY_8))
+    await told(service, lines, "u1", "xiaoyu", "z1")
     assert TURN not in await recall(service, QUESTION)
     monkeypatch.undo()
     forget_texts()

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import said, seed
-from test_recall import MAY_8, recall, small_talk
+from test_recall import recall, small_talk, told
 
 from agent_memory.core.recall import weighted_terms
 
@@ -24,7 +23,7 @@ async def test_the_count_of_answers_asked_for_is_not_a_word_of_the_question(serv
         "I slept until two, then did the washing.",
         "Nice.",
     ]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "Which two films did I tell you about?")
     assert body["memories"] and body["memories"][0]["text"] == films, body["memories"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import said, seed
-from test_recall import DAY_MS, MAY_8, recall, small_talk
+from test_recall import DAY_MS, MAY_8, recall, small_talk, told
 
 from agent_memory.core.domain import Message, Summary
 from agent_memory.core.recall import TurnHit, rank
@@ -42,7 +42,7 @@ async def test_a_long_turn_that_says_more_of_the_question_comes_before_a_short_o
         "Oh no.",
         "Biscuit is asleep.",
     ]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", "What did the vet say about Biscuit?")
     assert body["memories"] and body["memories"][0]["text"] == NEWS, body["memories"]
 

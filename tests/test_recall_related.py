@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import said, seed
-from test_recall import MAY_8, recall, small_talk
+from test_recall import recall, small_talk, told
 
 from agent_memory.core.recall import weighted_terms
 
@@ -50,7 +49,7 @@ async def test_a_question_asked_with_a_related_word_finds_its_answer(
     service: Any, turn: str, question: str
 ) -> None:
     lines = [*small_talk(10), turn, "Oh nice.", *small_talk(10)]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", question)
     assert body["memories"] and body["memories"][0]["text"] == turn, body["memories"]
 
@@ -77,7 +76,7 @@ async def test_a_chinese_question_asked_with_a_related_word_finds_its_answer(
 ) -> None:
     # Among Chinese small talk that shares characters with the questions (我, 了, 报名).
     lines = [*ZH_TALK, *ZH_TALK, turn, "真好。", *ZH_TALK]
-    await seed(service, "u1", "luna", "a1", said(*lines, start_ms=MAY_8))
+    await told(service, lines)
     body = await recall(service, "u1", "luna", question)
     assert body["memories"] and body["memories"][0]["text"] == turn, body["memories"]
 
