@@ -117,8 +117,9 @@ def test_with_the_history_a_full_profile_keeps_the_users_news_over_the_routine()
 class Recording:
     """A condenser that keeps the jobs it is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, reads_history: bool = True) -> None:
         self.jobs: list[CondenseInput] = []
+        self.reads_history = reads_history
 
     async def condense(self, job: CondenseInput) -> CondenseResult:
         self.jobs.append(job)
@@ -181,3 +182,20 @@ def test_a_statement_that_tells_much_outlasts_its_call_in_the_profile_whatever_i
         profile: list[str] = []
         fit_digests(digests, [LABEL], (), profile, max_tokens=300, history=history)
         assert (f"- [2025-11-30] {course}" in profile) is kept, profile
+
+
+@pytest.mark.postgres
+async def test_a_condenser_that_reads_no_history_costs_its_job_no_read_of_the_index(
+    start_service: Any,
+) -> None:
+    service = await start_service(summary_delay_s=3600, job_sweep_s=3600)
+    await seed(service, "u-h", "luna", "RUN-0", said("I adopted a cat.", "Lovely!", start_ms=FIRST_DAY_MS))
+    while await service.store.catch_up_search():
+        pass
+    condenser = Recording(reads_history=False)
+    await service.api("POST", "/v1/users/u-h/characters/luna/condense")
+
+    await CondenseJobs(service.settings, service.store, condenser).run_due_now()
+
+    (job,) = condenser.jobs
+    assert len(job.messages) == 2 and job.term_turns == {} and job.indexed_turns == 0

@@ -197,6 +197,8 @@ async def test_instances_claiming_at_once_each_take_different_jobs(instances):
 class Held:
     """A condenser that holds each call until told to go on, counting calls per pair."""
 
+    reads_history = False
+
     def __init__(self) -> None:
         self.go = asyncio.Event()
         self.calls: list[str] = []

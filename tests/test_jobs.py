@@ -272,6 +272,8 @@ async def test_restart_finds_pending_and_interrupted_jobs_again(start_service, m
 class CondensedMeanwhile:
     """A condenser during whose first call another writer condenses the pair's older half."""
 
+    reads_history = False
+
     def __init__(self, store: Any) -> None:
         self.store = store
         self.calls = 0

@@ -127,6 +127,10 @@ class CondenseResult(BaseModel):
 class Condenser(Protocol):
     """Anything that turns a job into a memory update."""
 
+    # Whether it reads the pair's word counts (`CondenseInput.term_turns`): only then does the
+    # job read them from the recall index.
+    reads_history: bool
+
     async def condense(self, job: CondenseInput) -> CondenseResult:
         """Condense `job`; raise an `LLMError` rather than return half an update."""
         ...

@@ -579,6 +579,7 @@ class OfflineCondenser:
     """Condenses without a language model: deterministic, labelled, never removes facts."""
 
     model = MODEL_NAME
+    reads_history = True  # what a statement tells is judged against them (condense.gist)
 
     async def condense(self, job: CondenseInput) -> CondenseResult:
         """The offline update; nothing is sent anywhere, so no tokens are counted."""

@@ -87,6 +87,8 @@ def openai_client(*, api_key: str, base_url: str | None, timeout: float, max_ret
 class LLMCondenser:
     """Condenses through an OpenAI-compatible chat completions endpoint."""
 
+    reads_history = False  # the model judges what matters itself
+
     def __init__(self, settings: Settings, *, client: AsyncOpenAI | None = None) -> None:
         """Use `client` if given (the caller then owns it), else build one from `settings`."""
         self.settings = settings

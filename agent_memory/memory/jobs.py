@@ -326,13 +326,18 @@ class CondenseJobs:
     async def _condense(self, job: Job) -> None:
         user_id, character_id = job.user_id, job.character_id
 
-        def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[Message], TermStats]:
+        reads_history = self.condenser.reads_history
+
+        def read(view: ReadView) -> tuple[Summary | None, list[Fact], list[Message], TermStats | None]:
             summary = view.summaries.get(user_id, character_id)
             watermark = summary.watermark_id if summary else 0
             after = view.messages.after(user_id, character_id, watermark, MAX_MESSAGES_PER_CALL + 1)
             held = held_from(view, user_id, character_id)
             if held is not None:
                 after = [message for message in after if message.id < held]
+            facts = view.facts.of_pair(user_id, character_id)
+            if not reads_history:
+                return summary, facts, after, None
             # How common each word of the new turns (and of the summary they join) is in the
             # pair's history: the offline condenser quotes what is seldom said (condense.gist).
             said = [message.content for message in after]
@@ -340,7 +345,7 @@ class CondenseJobs:
                 {term for text in (*said, summary.text if summary else "") for term in cached_terms(text)}
             )
             history = view.recall.term_stats(user_id, character_id, [(term, 1.0) for term in asked])
-            return summary, view.facts.of_pair(user_id, character_id), after, history
+            return summary, facts, after, history
 
         read_ms = now_ms()
         previous, facts, messages, history = await self.store.read(read)
@@ -379,8 +384,10 @@ class CondenseJobs:
                     FactIn(id=fact.id, text=fact.text, scope=fact.scope, pinned=fact.pinned) for fact in facts
                 ],
                 messages=messages,
-                term_turns={term: turns for term, turns in history.frequencies.items() if turns},
-                indexed_turns=history.documents,
+                term_turns={term: turns for term, turns in history.frequencies.items() if turns}
+                if history
+                else {},
+                indexed_turns=history.documents if history else 0,
             )
         )
         took = time.monotonic() - started
