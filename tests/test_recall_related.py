@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_recall import recall, small_talk, told
+from test_recall import recall, small_talk, texts, told
 
 from agent_memory.core.recall import weighted_terms
 
@@ -52,6 +52,17 @@ async def test_a_question_asked_with_a_related_word_finds_its_answer(
     await told(service, lines)
     body = await recall(service, "u1", "luna", question)
     assert body["memories"] and body["memories"][0]["text"] == turn, body["memories"]
+
+
+async def test_a_related_word_said_in_many_turns_still_finds_its_answer(service: Any) -> None:
+    # How an answer is said is often common in a long memory: "watched" in thirty turns of
+    # forty, "film" in none. Left out as too common, nothing would answer the question.
+    watched = [f"I watched the match with cousin number {i} after work." for i in range(30)]
+    answer = "Watched Little Thunder last night, no shame in crying at the end."
+    lines = [line for said_ in watched for line in (said_, "Oh nice.")]
+    await told(service, [*small_talk(10), *lines, answer, "Ha, lovely."])
+    body = await recall(service, "u1", "luna", "Which film got to me?", max_tokens=2000)
+    assert any(text.startswith(answer) for text in texts(body)), body["memories"]
 
 
 ZH_TALK = [
