@@ -69,7 +69,8 @@ RARE_COUNT = 3  # ...and above this many turns, for a short memory
 # own): two people talking call each other by name ("Hey Gina!", "Thanks, Jon"), so it is in
 # the lines said *to* them, not about what they did, and finds greetings. Left out of the question.
 SPEAKER_SHARE = 0.05
-# A related word (not asked, standing in for one asked) in more than this share of the turns is left out.
+# A related word (not asked, standing in for one asked) or a Chinese character in more than this
+# share of the turns is left out.
 # In a long life told, how an answer is said is common too ("watched" a film, "finished" a book):
 # 0.01 / 20 -> 0.02 / 40 put bench/recall_hard.py's life set at 500 tokens 4.5-6.3 points higher
 # (dev seeds 21/22, validation 31/32, plain and --named; the hard set's 11/31 -1.1 / +0.6).
