@@ -112,6 +112,14 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def cpu_parts(pid: int) -> tuple[float, float, float]:
+    """CPU-seconds of a server's main thread (its event loop), of its other threads (a store's
+    writer and readers), and of the processes under it (condense workers)."""
+    whole = process_cpu_seconds(pid)
+    main = main_thread_cpu_seconds(pid)
+    return main, whole - main, tree_cpu_seconds(pid) - whole
+
+
 def self_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system

@@ -7,8 +7,11 @@ moves between them: a 5 % change drowns in it. Here both servers run at once, ea
 database taken in through its own webhook and left idle, and each timed round of `--calls` calls
 goes to one of them (A B B A …): CPU per turn of each server's process tree over its own rounds,
 their ratio round by round (B over A), how many rounds B was lower in, and the first-token times
-of both. `--a` and `--b` are checkouts (e.g. `git worktree add /tmp/before <commit>`); the
-benchmark's own code is this checkout's. The last line printed is a JSON summary.
+of both; each build's CPU per turn is also split into where it ran: the event loop (the service's
+main thread), its other threads (the store's writer and readers) and its other processes (condense
+workers), each the median of its rounds. `--a` and `--b` are checkouts (e.g. `git worktree add
+/tmp/before <commit>`); the benchmark's own code is this checkout's. The last line printed is a
+JSON summary.
 """
 
 from __future__ import annotations
@@ -21,10 +24,21 @@ from typing import Any
 
 import _common
 import aiohttp
-from _common import Server, latency_summary, machine_info, print_machine, print_summary, work_directory
+from _common import (
+    Server,
+    cpu_parts,
+    latency_summary,
+    machine_info,
+    print_machine,
+    print_summary,
+    work_directory,
+)
 from endpoint import CHARACTER, LLM_TOKEN, MODEL, add_load_arguments, history_callbacks, one_round
 from ingest import SECRET, wait_until_idle
 from llm_proxy import fake_upstream
+
+# Where a server's CPU ran (`_common.cpu_parts`).
+PARTS = ("event loop", "other threads", "other processes")
 
 
 def server(repo: str, upstream: str, workdir: Path, name: str) -> Server:
@@ -47,6 +61,8 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
     builds = {"A": args.a, "B": args.b}
     servers = {name: server(repo, upstream, workdir, name) for name, repo in builds.items()}
     cpu: dict[str, list[float]] = {name: [] for name in servers}
+    # Per round: the event loop's, the other threads', the other processes' ms per turn.
+    parts: dict[str, list[tuple[float, ...]]] = {name: [] for name in servers}
     firsts: dict[str, list[float]] = {name: [] for name in servers}
     reused: dict[str, int] = {}
     try:
@@ -70,11 +86,18 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
             for number in range(args.rounds):
                 for name in ("A", "B") if number % 4 in (0, 3) else ("B", "A"):
                     before = servers[name].cpu_seconds()
+                    parts_before = cpu_parts(servers[name].proc.pid)
                     calls, _ = await one_round(session, urls[name], args, f"{name}-{number}")
+                    parts_after = cpu_parts(servers[name].proc.pid)
                     errors = [t.error for t in calls if t.error]
                     if errors:
                         raise RuntimeError(f"{name} failed: {errors[0]}\n{servers[name].log_tail()}")
                     cpu[name].append((servers[name].cpu_seconds() - before) / len(calls) * 1e3)
+                    parts[name].append(
+                        tuple(
+                            (b - a) / len(calls) * 1e3 for a, b in zip(parts_before, parts_after, strict=True)
+                        )
+                    )
                     firsts[name].extend(t.first for t in calls if t.first is not None)
             for name, each in servers.items():
                 async with session.get(f"{each.url}/v1/llm/stats") as resp:
@@ -90,6 +113,10 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
             "rounds_ms": [round(value, 3) for value in cpu[name]],
             "ttft": {k: round(v, 2) for k, v in latency_summary(firsts[name]).items()},
             "recalls_reused": reused[name],
+            "cpu_ms_per_turn_by_part": {
+                part: round(statistics.median(each[index] for each in parts[name]), 3)
+                for index, part in enumerate(PARTS)
+            },
         }
         for name in servers
     }
@@ -99,6 +126,8 @@ async def run(args: argparse.Namespace, upstream: str, workdir: Path) -> dict[st
     for name, f in figures.items():
         print(f"  {name} {f['build']}: CPU {f['cpu_ms_per_turn']:.2f} ms per turn (median of rounds); first token "
               f"p50 {f['ttft']['p50']:.2f} ms, p99 {f['ttft']['p99']:.2f} ms; recalls reused {f['recalls_reused']}")  # fmt: skip
+        split = ", ".join(f"{part} {ms:.2f}" for part, ms in f["cpu_ms_per_turn_by_part"].items())
+        print(f"    ms per turn by where it ran: {split}")
     lower = sum(r < 1 for r in ratios)
     print(
         f"  B over A, round by round: median {statistics.median(ratios):.3f}; B lower in {lower} of {len(ratios)}"
