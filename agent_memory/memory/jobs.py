@@ -344,7 +344,9 @@ class CondenseJobs:
             asked = sorted(
                 {term for text in (*said, summary.text if summary else "") for term in cached_terms(text)}
             )
-            history = view.recall.term_stats(user_id, character_id, [(term, 1.0) for term in asked])
+            history = view.recall.term_stats(
+                user_id, character_id, [(term, 1.0) for term in asked], idfs=False
+            )
             return summary, facts, after, history
 
         read_ms = now_ms()

@@ -160,7 +160,12 @@ class PostgresRecall(RecallIndexing):
         )
 
     def term_stats(
-        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
+        self,
+        user_id: str,
+        character_id: str | None,
+        weighted: Sequence[tuple[str, float]],
+        *,
+        idfs: bool = True,
     ) -> TermStats:
         # Recall's first statement: the rest of its read is bounded from here (this read only).
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
@@ -174,7 +179,7 @@ class PostgresRecall(RecallIndexing):
             for row in rows
             if row["docs"] and (copy := self._copy(*self._figures(row), read_newer=read_newer))
         }
-        return self._stats(weighted, pairs, documents, total_length)
+        return self._stats(weighted, pairs, documents, total_length, idfs=idfs)
 
     def _pairs(
         self, user_id: str, character_id: str | None

@@ -152,7 +152,12 @@ class SQLiteRecall(Repository, RecallReads):
         return int(row[0])
 
     def term_stats(
-        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
+        self,
+        user_id: str,
+        character_id: str | None,
+        weighted: Sequence[tuple[str, float]],
+        *,
+        idfs: bool = True,
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
         # The pairs with their figures in one statement (each one more is a trip through SQLite).
@@ -172,7 +177,7 @@ class SQLiteRecall(Repository, RecallReads):
             for pair, docs, _, changes in rows
             if docs and (copy := self._copy((self._database(), pair), docs, changes))
         }
-        return self._stats(weighted, pairs, documents, total_length)
+        return self._stats(weighted, pairs, documents, total_length, idfs=idfs)
 
     def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
         rows = self.conn.execute(
