@@ -345,3 +345,25 @@ async def test_a_backlog_is_claimed_job_by_job_in_the_commits_of_the_jobs_before
     for user in ("u-b1", "u-b2", "u-b3"):
         assert (await store.read(lambda view, user=user: view.summaries.get(user, "luna"))) is not None
     assert sum("sweep" in name for name in writes) == 1, writes
+
+
+async def test_a_condensed_result_asks_for_its_pushes_in_its_own_commit(start_service):
+    # Live refresh learns of a pair's new memory in the transaction that writes it, not in a
+    # transaction of its own after it (test_live holds that the pushes still go out).
+    service = await start_service(summary_delay_s=0, summary_after_call_s=0, **NO_SWEEP)
+    labels = {"user_id": "u-push", "character_id": "luna"}
+    await service.callback(agent_event(103, "PUSH1", labels=labels, contents=turns(4)))
+    store = service.store
+    writes: list[str] = []
+    write = store.write
+
+    async def counted(fn: Any) -> Any:
+        writes.append(fn.__qualname__)
+        return await write(fn)
+
+    store.write = counted  # type: ignore[method-assign]
+    await condense(service)
+    assert await store.read(lambda view: view.summaries.get("u-push", "luna")) is not None
+    assert [name for name in writes if "sweep" not in name] == ["CondenseJobs._condense.<locals>.commit"], (
+        writes
+    )

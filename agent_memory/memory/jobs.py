@@ -81,8 +81,11 @@ class Superseded(Exception):
     job runs again."""
 
 
-# Told of every committed condense result (live refresh listens).
+# Told of every committed condense result.
 Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
+# Run inside every condense result's commit, with its pair (live refresh asks for its pushes):
+# no transaction of its own per job.
+InCommit = Callable[[Transaction, str, str], Any]
 
 
 @asynccontextmanager
@@ -215,6 +218,15 @@ def _claim_next(tx: Transaction) -> list[Job] | None:
         return None
 
 
+def _run_in_commit(tx: Transaction, hook: InCommit, user_id: str, character_id: str) -> None:
+    """`hook` in its own savepoint: one that fails is logged and undone, the result it commits with kept."""
+    try:
+        with tx.savepoint():
+            hook(tx, user_id, character_id)
+    except Exception:
+        log.exception("a hook of condensed memory failed")
+
+
 class CondenseJobs:
     """Finds due condense jobs and runs them, at most one per pair at a time."""
 
@@ -235,6 +247,7 @@ class CondenseJobs:
         self.rng = rng or random.Random()
         self.sweep_s = sweep_s
         self.listeners: list[Listener] = []
+        self.in_commit: list[InCommit] = []
         self.scheduler: AsyncIOScheduler | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._sweeps: set[asyncio.Task[int]] = set()
@@ -427,6 +440,8 @@ class CondenseJobs:
             finished = tx.jobs.finish(job, again_at_ms=now_ms() if more else again_at)
             if finished and more:
                 tx.jobs.make_due(CONDENSE, user_id, character_id)
+            for hook in self.in_commit:
+                _run_in_commit(tx, hook, user_id, character_id)
             return changes, _claim_next(tx) if claim_next else None
 
         changes, claimed = await self.store.write(commit)
