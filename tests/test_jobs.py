@@ -364,6 +364,6 @@ async def test_a_condensed_result_asks_for_its_pushes_in_its_own_commit(start_se
     store.write = counted  # type: ignore[method-assign]
     await condense(service)
     assert await store.read(lambda view: view.summaries.get("u-push", "luna")) is not None
-    assert [name for name in writes if "sweep" not in name] == ["CondenseJobs._condense.<locals>.commit"], (
+    assert [name for name in writes if "sweep" not in name] == ["CondenseJobs._commit.<locals>.commit"], (
         writes
     )

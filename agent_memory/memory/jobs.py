@@ -431,23 +431,9 @@ class CondenseJobs:
             )
             self.metrics.fact_decisions(result.fact_decisions)
 
-        # A backlog: the slot this job frees goes to the next due job in this job's own commit,
-        # not in a sweep's read and claim after it (a transaction and an fsync per job).
-        claim_next = refill and self._backlog and self.scheduler is not None
-
-        def commit(tx: Transaction) -> tuple[dict[str, int], list[Job] | None]:
-            changes = apply_result(tx, job, messages, result, previous, read_ms)
-            finished = tx.jobs.finish(job, again_at_ms=now_ms() if more else again_at)
-            if finished and more:
-                tx.jobs.make_due(CONDENSE, user_id, character_id)
-            for hook in self.in_commit:
-                _run_in_commit(tx, hook, user_id, character_id)
-            return changes, _claim_next(tx) if claim_next else None
-
-        changes, claimed = await self.store.write(commit)
-        if claimed is not None:
-            self._backlog = len(claimed) == 1
-            await self._start(claimed, running=self.scheduler is not None)
+        changes = await self._commit(
+            job, messages, result, previous, read_ms, again_at_ms=again_at, more=more, refill=refill
+        )
         log.info(
             "condensed %s: %d messages with %s in %.2fs, %d tokens sent; facts %s",
             pair_ref(user_id, character_id),
@@ -462,6 +448,40 @@ class CondenseJobs:
                 await listener(user_id, character_id, result)
             except Exception:
                 log.exception("a listener of condensed memory failed")
+
+    async def _commit(
+        self,
+        job: Job,
+        messages: list[Message],
+        result: CondenseResult,
+        previous: Summary | None,
+        read_ms: int,
+        *,
+        again_at_ms: int,
+        more: bool,
+        refill: bool,
+    ) -> dict[str, int]:
+        """Commit a job's result with its hooks (`in_commit`) and finish the job (due again at
+        `again_at_ms`, or now when `more` messages are left); under a backlog, claim and start
+        the next due job in the same commit. Returns the fact changes."""
+        # Not in a sweep's read and claim after it: a transaction and an fsync less per job.
+        claim_next = refill and self._backlog and self.scheduler is not None
+        user_id, character_id = job.user_id, job.character_id
+
+        def commit(tx: Transaction) -> tuple[dict[str, int], list[Job] | None]:
+            changes = apply_result(tx, job, messages, result, previous, read_ms)
+            finished = tx.jobs.finish(job, again_at_ms=now_ms() if more else again_at_ms)
+            if finished and more:
+                tx.jobs.make_due(CONDENSE, user_id, character_id)
+            for hook in self.in_commit:
+                _run_in_commit(tx, hook, user_id, character_id)
+            return changes, _claim_next(tx) if claim_next else None
+
+        changes, claimed = await self.store.write(commit)
+        if claimed is not None:
+            self._backlog = len(claimed) == 1
+            await self._start(claimed, running=self.scheduler is not None)
+        return changes
 
     async def _failed(self, job: Job, exc: Exception) -> CondenseOutcome:
         """Record the failure on the job: retried later with backoff, or dead."""
