@@ -192,6 +192,9 @@ class SQLiteRecall(Repository, RecallReads):
     ) -> PairPostings | None:
         pair = key[1]
         prefix = len(f"{pair}_")
+        # A doc's terms are written `12_a 12_b` (`_add`) and no term holds a space: one split in C
+        # by the separator leaves each term without its pair.
+        between = f" {pair}_"
         columns = (
             "SELECT (SELECT changes FROM recall_pairs WHERE pair = ?), id, length, terms FROM recall_docs"
         )
@@ -201,7 +204,7 @@ class SQLiteRecall(Repository, RecallReads):
             rows = conn.execute(sql, (pair, pair, *args)).fetchall()
             # The count comes from the same statement as the turns, so that it matches them.
             now = rows[0][0] if rows else None
-            return now, [(doc, length, [t[prefix:] for t in terms.split()]) for _, doc, length, terms in rows]
+            return now, [(doc, length, terms[prefix:].split(between)) for _, doc, length, terms in rows]
 
         def read_alone() -> Docs:
             # In the background, on a connection of its own (a connection serves one thread at a time).
