@@ -204,7 +204,10 @@ class SQLiteRecall(Repository, RecallReads):
             rows = conn.execute(sql, (pair, pair, *args)).fetchall()
             # The count comes from the same statement as the turns, so that it matches them.
             now = rows[0][0] if rows else None
-            return now, [(doc, length, terms[prefix:].split(between)) for _, doc, length, terms in rows]
+            return now, [
+                (doc, length, terms[prefix:].split(between) if terms else [])
+                for _, doc, length, terms in rows
+            ]
 
         def read_alone() -> Docs:
             # In the background, on a connection of its own (a connection serves one thread at a time).
