@@ -314,3 +314,56 @@ async def test_a_job_superseded_while_it_ran_runs_again_without_counting_an_atte
     assert condenser.calls == 2 and await job_of(service) is None
     summary = await service.store.read(lambda view: view.summaries.get("u-alice", "luna"))
     assert summary.text == "call 2"
+
+
+async def test_a_backlog_is_claimed_job_by_job_in_the_commits_of_the_jobs_before(start_service):
+    # One slot, three pairs due: each finishing job claims the next due one in its own commit,
+    # not in a sweep's read and claim after it (a transaction and an fsync more per job).
+    service = await start_service(
+        summary_delay_s=0, summary_after_call_s=0, condense_concurrency=1, **NO_SWEEP
+    )
+    for user in ("u-b1", "u-b2", "u-b3"):
+        labels = {"user_id": user, "character_id": "luna"}
+        await service.callback(agent_event(103, f"BL-{user}", labels=labels, contents=turns(4)))
+    store = service.store
+    writes: list[str] = []
+    write = store.write
+
+    async def counted(fn: Any) -> Any:
+        writes.append(fn.__qualname__)
+        return await write(fn)
+
+    store.write = counted  # type: ignore[method-assign]
+    from agent_memory.web.keys import JOBS
+
+    jobs = service.server.app[JOBS]
+    assert await jobs.sweep() == 1
+    await wait_for(
+        lambda: store.read(lambda view: not view.jobs.by_status()), failure="the backlog was not condensed"
+    )
+    await jobs.drained()
+    for user in ("u-b1", "u-b2", "u-b3"):
+        assert (await store.read(lambda view, user=user: view.summaries.get(user, "luna"))) is not None
+    assert sum("sweep" in name for name in writes) == 1, writes
+
+
+async def test_a_condensed_result_asks_for_its_pushes_in_its_own_commit(start_service):
+    # Live refresh learns of a pair's new memory in the transaction that writes it, not in a
+    # transaction of its own after it (test_live holds that the pushes still go out).
+    service = await start_service(summary_delay_s=0, summary_after_call_s=0, **NO_SWEEP)
+    labels = {"user_id": "u-push", "character_id": "luna"}
+    await service.callback(agent_event(103, "PUSH1", labels=labels, contents=turns(4)))
+    store = service.store
+    writes: list[str] = []
+    write = store.write
+
+    async def counted(fn: Any) -> Any:
+        writes.append(fn.__qualname__)
+        return await write(fn)
+
+    store.write = counted  # type: ignore[method-assign]
+    await condense(service)
+    assert await store.read(lambda view: view.summaries.get("u-push", "luna")) is not None
+    assert [name for name in writes if "sweep" not in name] == ["CondenseJobs._commit.<locals>.commit"], (
+        writes
+    )

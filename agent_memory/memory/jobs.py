@@ -81,8 +81,11 @@ class Superseded(Exception):
     job runs again."""
 
 
-# Told of every committed condense result (live refresh listens).
+# Told of every committed condense result.
 Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
+# Run inside every condense result's commit, with its pair (live refresh asks for its pushes):
+# no transaction of its own per job.
+InCommit = Callable[[Transaction, str, str], Any]
 
 
 @asynccontextmanager
@@ -204,6 +207,26 @@ def held_from(view: ReadView, user_id: str, character_id: str) -> int | None:
     return min(held, default=None)
 
 
+def _claim_next(tx: Transaction) -> list[Job] | None:
+    """The next due condense job, claimed; None when the claim failed (its own savepoint: the
+    result it commits with is kept, and a sweep claims instead)."""
+    try:
+        with tx.savepoint():
+            return tx.jobs.claim_due(CONDENSE, now_ms(), 1)
+    except Exception as exc:
+        log.warning("claiming the next condense job failed: %s", exc)
+        return None
+
+
+def _run_in_commit(tx: Transaction, hook: InCommit, user_id: str, character_id: str) -> None:
+    """`hook` in its own savepoint: one that fails is logged and undone, the result it commits with kept."""
+    try:
+        with tx.savepoint():
+            hook(tx, user_id, character_id)
+    except Exception:
+        log.exception("a hook of condensed memory failed")
+
+
 class CondenseJobs:
     """Finds due condense jobs and runs them, at most one per pair at a time."""
 
@@ -224,6 +247,7 @@ class CondenseJobs:
         self.rng = rng or random.Random()
         self.sweep_s = sweep_s
         self.listeners: list[Listener] = []
+        self.in_commit: list[InCommit] = []
         self.scheduler: AsyncIOScheduler | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._sweeps: set[asyncio.Task[int]] = set()
@@ -260,27 +284,34 @@ class CondenseJobs:
             if not await self.store.read(lambda view: view.jobs.due(CONDENSE, stamp, 1)):
                 return 0
             claimed = await self.store.write(lambda tx: tx.jobs.claim_due(CONDENSE, stamp, free))
-            # All slots filled: each finishing job sweeps again instead of waiting for the timer.
+            # All slots filled: each finishing job claims the next in its commit instead of
+            # waiting for the timer.
             self._backlog = len(claimed) == free
-            busy = [job.id for job in claimed if (job.user_id, job.character_id) in self._running]
-            for job in claimed:
-                if job.id not in busy:
-                    key = (job.user_id, job.character_id)
-                    task = asyncio.get_running_loop().create_task(self._run_claimed(job))
-                    self._running[key] = task
-                    task.add_done_callback(functools.partial(self._job_done, key))
-            if busy:
-                # Still running here after their lease ran out: the new claims go back.
-                def give_back(tx: Transaction) -> None:
-                    for job_id in busy:
-                        tx.jobs.postpone(job_id, now_ms())
+            return await self._start(claimed)
 
-                await self.store.write(give_back)
-            return len(claimed) - len(busy)
+    async def _start(self, claimed: list[Job], *, running: bool = True) -> int:
+        """Run the jobs this instance claimed; one whose pair still runs here goes back, and so do
+        all when the runner is no longer `running` (stopped meanwhile). How many started."""
+        busy = [job.id for job in claimed if not running or (job.user_id, job.character_id) in self._running]
+        for job in claimed:
+            if job.id not in busy:
+                key = (job.user_id, job.character_id)
+                task = asyncio.get_running_loop().create_task(self._run_claimed(job, refill=True))
+                self._running[key] = task
+                task.add_done_callback(functools.partial(self._job_done, key))
+        if busy:
+            # Still running here after their lease ran out (or stopped): the new claims go back.
+            def give_back(tx: Transaction) -> None:
+                for job_id in busy:
+                    tx.jobs.postpone(job_id, now_ms())
+
+            await self.store.write(give_back)
+        return len(claimed) - len(busy)
 
     def _job_done(self, key: tuple[str, str], _: asyncio.Task[None]) -> None:
         self._running.pop(key, None)
-        if self._backlog and self.scheduler is not None:
+        # A job that claimed its successor in its commit left no slot free.
+        if self._backlog and self.scheduler is not None and len(self._running) < self.concurrency:
             self._backlog = False
             self._sweeps.add(task := asyncio.get_running_loop().create_task(self.sweep()))
             task.add_done_callback(self._sweeps.discard)
@@ -304,12 +335,13 @@ class CondenseJobs:
         await self._run_claimed(job)
         return True
 
-    async def _run_claimed(self, job: Job) -> None:
-        """Condense and commit a job this instance claimed, holding its lease meanwhile."""
+    async def _run_claimed(self, job: Job, *, refill: bool = False) -> None:
+        """Condense and commit a job this instance claimed, holding its lease meanwhile; `refill`:
+        it holds one of the sweeps' slots, which its commit may hand to the next due job."""
         outcome: CondenseOutcome = "done"
         async with lease_kept(self.store, job.id, self.settings.lease_s):
             try:
-                await self._condense(job)
+                await self._condense(job, refill=refill)
             except Forgotten as exc:
                 outcome = "forgotten"
                 log.info("%s; result dropped", exc)
@@ -323,7 +355,7 @@ class CondenseJobs:
         if self.metrics is not None:
             self.metrics.condense_run(outcome)
 
-    async def _condense(self, job: Job) -> None:
+    async def _condense(self, job: Job, *, refill: bool = False) -> None:
         user_id, character_id = job.user_id, job.character_id
 
         reads_history = self.condenser.reads_history
@@ -344,7 +376,9 @@ class CondenseJobs:
             asked = sorted(
                 {term for text in (*said, summary.text if summary else "") for term in cached_terms(text)}
             )
-            history = view.recall.term_stats(user_id, character_id, [(term, 1.0) for term in asked])
+            history = view.recall.term_stats(
+                user_id, character_id, [(term, 1.0) for term in asked], idfs=False
+            )
             return summary, facts, after, history
 
         read_ms = now_ms()
@@ -397,14 +431,9 @@ class CondenseJobs:
             )
             self.metrics.fact_decisions(result.fact_decisions)
 
-        def commit(tx: Transaction) -> dict[str, int]:
-            changes = apply_result(tx, job, messages, result, previous, read_ms)
-            finished = tx.jobs.finish(job, again_at_ms=now_ms() if more else again_at)
-            if finished and more:
-                tx.jobs.make_due(CONDENSE, user_id, character_id)
-            return changes
-
-        changes = await self.store.write(commit)
+        changes = await self._commit(
+            job, messages, result, previous, read_ms, again_at_ms=again_at, more=more, refill=refill
+        )
         log.info(
             "condensed %s: %d messages with %s in %.2fs, %d tokens sent; facts %s",
             pair_ref(user_id, character_id),
@@ -419,6 +448,40 @@ class CondenseJobs:
                 await listener(user_id, character_id, result)
             except Exception:
                 log.exception("a listener of condensed memory failed")
+
+    async def _commit(
+        self,
+        job: Job,
+        messages: list[Message],
+        result: CondenseResult,
+        previous: Summary | None,
+        read_ms: int,
+        *,
+        again_at_ms: int,
+        more: bool,
+        refill: bool,
+    ) -> dict[str, int]:
+        """Commit a job's result with its hooks (`in_commit`) and finish the job (due again at
+        `again_at_ms`, or now when `more` messages are left); under a backlog, claim and start
+        the next due job in the same commit. Returns the fact changes."""
+        # Not in a sweep's read and claim after it: a transaction and an fsync less per job.
+        claim_next = refill and self._backlog and self.scheduler is not None
+        user_id, character_id = job.user_id, job.character_id
+
+        def commit(tx: Transaction) -> tuple[dict[str, int], list[Job] | None]:
+            changes = apply_result(tx, job, messages, result, previous, read_ms)
+            finished = tx.jobs.finish(job, again_at_ms=now_ms() if more else again_at_ms)
+            if finished and more:
+                tx.jobs.make_due(CONDENSE, user_id, character_id)
+            for hook in self.in_commit:
+                _run_in_commit(tx, hook, user_id, character_id)
+            return changes, _claim_next(tx) if claim_next else None
+
+        changes, claimed = await self.store.write(commit)
+        if claimed is not None:
+            self._backlog = len(claimed) == 1
+            await self._start(claimed, running=self.scheduler is not None)
+        return changes
 
     async def _failed(self, job: Job, exc: Exception) -> CondenseOutcome:
         """Record the failure on the job: retried later with backoff, or dead."""

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agent_memory.condense.base import CondenseResult
 from agent_memory.core.clock import now_ms
 from agent_memory.core.domain import Session, Watch
 from agent_memory.core.styles import DEFAULT_STYLE
@@ -65,18 +64,15 @@ class Refresher:
         self.control = control
         self.extra: Extra | None = None
 
-    async def on_condensed(self, user_id: str, character_id: str, result: CondenseResult) -> None:
-        """A pair's memory changed: ask for a push into each of its running agents."""
+    def on_condensed(self, tx: Transaction, user_id: str, character_id: str) -> int:
+        """A pair's memory changed (in the transaction that changes it): ask for a push into each
+        of its running agents; how many."""
         interval_ms = round(self.settings.refresh_interval_s * 1000)
-
-        def request(tx: Transaction) -> int:
-            agents = tx.watches.running_for(user_id, character_id)
-            for agent in agents:
-                earliest = (agent.last_push_ms or 0) + interval_ms
-                tx.watches.request_push(agent.agent_id, max(now_ms(), earliest))
-            return len(agents)
-
-        await self.store.write(request)
+        agents = tx.watches.running_for(user_id, character_id)
+        for agent in agents:
+            earliest = (agent.last_push_ms or 0) + interval_ms
+            tx.watches.request_push(agent.agent_id, max(now_ms(), earliest))
+        return len(agents)
 
     async def push_quietly(self, agent_id: str) -> None:
         """A due push: a failure is logged and the push asked for again later."""

@@ -108,7 +108,7 @@ def install(app: web.Application, memory: Memory) -> None:
             app[FOLLOW] = follow
             app[REFRESHER] = refresher
             app[POLLER] = poller
-            app[JOBS].listeners.append(refresher.on_condensed)
+            app[JOBS].in_commit.append(refresher.on_condensed)
             if metrics is not None:
                 metrics.add_reported(
                     "follow_recall",

@@ -73,10 +73,13 @@ _DOCS = (
 _NEWER = f"{_DOCS} WHERE (pair, id) > (%s, %s) AND (pair, id) <= (%s, 9223372036854775807) ORDER BY pair, id"
 
 
-def _docs(rows: Sequence[Sequence[Any]], prefix: int) -> Docs:
+def _docs(rows: Sequence[Sequence[Any]], pair: int) -> Docs:
     """Turns read (`_DOCS`' columns) as a copy takes them in: their terms without the pair's prefix."""
     now = rows[0][0] if rows else None
-    return now, [(doc, length, [t[prefix:] for t in terms.split(" ")]) for _, doc, length, terms in rows]
+    # `12:a 12:b`, and no term holds a space: one split in C by the separator leaves each term bare.
+    prefix = pair_term(pair, "")
+    skip, between = len(prefix), f" {prefix}"
+    return now, [(doc, length, terms[skip:].split(between)) for _, doc, length, terms in rows]
 
 
 # Whether any message waits to be indexed.
@@ -160,7 +163,12 @@ class PostgresRecall(RecallIndexing):
         )
 
     def term_stats(
-        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
+        self,
+        user_id: str,
+        character_id: str | None,
+        weighted: Sequence[tuple[str, float]],
+        *,
+        idfs: bool = True,
     ) -> TermStats:
         # Recall's first statement: the rest of its read is bounded from here (this read only).
         self._timeouts(RECALL_STATEMENT_TIMEOUT_MS)
@@ -174,7 +182,7 @@ class PostgresRecall(RecallIndexing):
             for row in rows
             if row["docs"] and (copy := self._copy(*self._figures(row), read_newer=read_newer))
         }
-        return self._stats(weighted, pairs, documents, total_length)
+        return self._stats(weighted, pairs, documents, total_length, idfs=idfs)
 
     def _pairs(
         self, user_id: str, character_id: str | None
@@ -252,7 +260,7 @@ class PostgresRecall(RecallIndexing):
         found = self.conn.results(*statements, newer, *more, plain=1 + len(more))
         rows = self._took(pair, found[: len(statements)])
         if [dict(row) for row in rows] != [guess]:
-            turns = _docs(found[len(statements)], len(pair_term(guess["pair"], "")))
+            turns = _docs(found[len(statements)], guess["pair"])
             self._checked = (pair, rows, (last_id, turns))
             raise Guessed(f"pair {guess['pair']}'s index changed since this process last read it")
         return found[len(statements) + 1 :]
@@ -283,13 +291,12 @@ class PostgresRecall(RecallIndexing):
         """As `RecallReads._copy` (`read_newer`: the turns after an id, read already). Its change
         count is read in the same statement as its turns: another instance's write is in both or neither."""
         pair = key[1]
-        prefix = len(pair_term(pair, ""))
         whole = f"{_DOCS} WHERE pair = %s ORDER BY id"
 
         def read(conn: Connection, sql: str, *args: object) -> Docs:
             with conn.cursor(row_factory=tuple_row) as cursor:
                 rows = cursor.execute(sql.encode(), (pair, pair, *args)).fetchall()
-            return _docs(rows, prefix)
+            return _docs(rows, pair)
 
         def read_alone() -> Docs:
             # In the background, in a read of its own (a connection serves one thread at a time),

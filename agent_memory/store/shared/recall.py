@@ -68,25 +68,47 @@ class RecallReads(Repository):
 
     @abstractmethod
     def term_stats(
-        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
+        self,
+        user_id: str,
+        character_id: str | None,
+        weighted: Sequence[tuple[str, float]],
+        *,
+        idfs: bool = True,
     ) -> TermStats:
-        """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
+        """BM25's statistics over the turns in scope: each term's weighted idf (none without
+        `idfs`: a condense job reads only the frequencies), the average length."""
 
     def _stats(
-        self, weighted: Sequence[tuple[str, float]], pairs: list[int], documents: int, total_length: int
+        self,
+        weighted: Sequence[tuple[str, float]],
+        pairs: list[int],
+        documents: int,
+        total_length: int,
+        *,
+        idfs: bool = True,
     ) -> TermStats:
         """`term_stats` of the scope's pairs: a term's frequency from each pair's copy, else `_counts`."""
         copies = self._copies
-        cold = [pair for pair in pairs if pair not in copies]
-        counts = self._counts([(pair, term) for term, _ in weighted for pair in cold]) if cold else {}
-        frequencies = {
-            term: sum(
-                copy.frequency(term) if (copy := copies.get(pair)) else counts[(pair, term)] for pair in pairs
-            )
-            for term, _ in weighted
-        }
-        idfs = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS)
-        return TermStats(pairs, idfs, frequencies, documents, total_length / documents if documents else 1.0)
+        only = copies.get(pairs[0]) if len(pairs) == 1 else None
+        if only is not None:
+            # One pair held in memory (a pair's recall, a condense job): its lists' lengths, in one
+            # comprehension (a condense job asks ~140 terms).
+            postings = only.postings
+            frequencies = {term: len(postings.get(term, ())) for term, _ in weighted}
+        else:
+            cold = [pair for pair in pairs if pair not in copies]
+            counts = self._counts([(pair, term) for term, _ in weighted for pair in cold]) if cold else {}
+            frequencies = {
+                term: sum(
+                    copy.frequency(term) if (copy := copies.get(pair)) else counts[(pair, term)]
+                    for pair in pairs
+                )
+                for term, _ in weighted
+            }
+        weights = weighted_idfs(weighted, frequencies, documents, max_frequency=MAX_POSTINGS) if idfs else {}
+        return TermStats(
+            pairs, weights, frequencies, documents, total_length / documents if documents else 1.0
+        )
 
     def _counts(self, keys: Sequence[tuple[int, str]]) -> dict[tuple[int, str], int]:
         """In how many of its pair's turns each (pair, term) is. A count is reused for `FREQUENCY_TTL_S`

@@ -152,7 +152,12 @@ class SQLiteRecall(Repository, RecallReads):
         return int(row[0])
 
     def term_stats(
-        self, user_id: str, character_id: str | None, weighted: Sequence[tuple[str, float]]
+        self,
+        user_id: str,
+        character_id: str | None,
+        weighted: Sequence[tuple[str, float]],
+        *,
+        idfs: bool = True,
     ) -> TermStats:
         """BM25's statistics over the turns in scope: each term's weighted idf, the average length."""
         # The pairs with their figures in one statement (each one more is a trip through SQLite).
@@ -172,7 +177,7 @@ class SQLiteRecall(Repository, RecallReads):
             for pair, docs, _, changes in rows
             if docs and (copy := self._copy((self._database(), pair), docs, changes))
         }
-        return self._stats(weighted, pairs, documents, total_length)
+        return self._stats(weighted, pairs, documents, total_length, idfs=idfs)
 
     def _pair_figures(self, user_id: str, character_id: str) -> list[tuple[tuple[str, int], int, int]]:
         rows = self.conn.execute(
@@ -187,6 +192,9 @@ class SQLiteRecall(Repository, RecallReads):
     ) -> PairPostings | None:
         pair = key[1]
         prefix = len(f"{pair}_")
+        # A doc's terms are written `12_a 12_b` (`_add`) and no term holds a space: one split in C
+        # by the separator leaves each term without its pair.
+        between = f" {pair}_"
         columns = (
             "SELECT (SELECT changes FROM recall_pairs WHERE pair = ?), id, length, terms FROM recall_docs"
         )
@@ -196,7 +204,10 @@ class SQLiteRecall(Repository, RecallReads):
             rows = conn.execute(sql, (pair, pair, *args)).fetchall()
             # The count comes from the same statement as the turns, so that it matches them.
             now = rows[0][0] if rows else None
-            return now, [(doc, length, [t[prefix:] for t in terms.split()]) for _, doc, length, terms in rows]
+            return now, [
+                (doc, length, terms[prefix:].split(between) if terms else [])
+                for _, doc, length, terms in rows
+            ]
 
         def read_alone() -> Docs:
             # In the background, on a connection of its own (a connection serves one thread at a time).
