@@ -18,7 +18,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -81,8 +81,6 @@ class Superseded(Exception):
     job runs again."""
 
 
-# Told of every committed condense result.
-Listener = Callable[[str, str, CondenseResult], Awaitable[Any]]
 # Run inside every condense result's commit, with its pair (live refresh asks for its pushes):
 # no transaction of its own per job.
 InCommit = Callable[[Transaction, str, str], Any]
@@ -246,7 +244,6 @@ class CondenseJobs:
         self.metrics = metrics
         self.rng = rng or random.Random()
         self.sweep_s = sweep_s
-        self.listeners: list[Listener] = []
         self.in_commit: list[InCommit] = []
         self.scheduler: AsyncIOScheduler | None = None
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -443,11 +440,6 @@ class CondenseJobs:
             result.tokens_sent,
             changes,
         )
-        for listener in self.listeners:
-            try:
-                await listener(user_id, character_id, result)
-            except Exception:
-                log.exception("a listener of condensed memory failed")
 
     async def _commit(
         self,
