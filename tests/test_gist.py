@@ -199,3 +199,17 @@ async def test_a_condenser_that_reads_no_history_costs_its_job_no_read_of_the_in
 
     (job,) = condenser.jobs
     assert len(job.messages) == 2 and job.term_turns == {} and job.indexed_turns == 0
+
+
+def test_a_statement_with_no_word_said_seldom_retells_the_round_and_tells_less() -> None:
+    """Small talk said of one acquaintance after another uses no word the pair said only once or
+    twice: however many words it has, it tells less than news with a word said once."""
+    round_ = "So Elena from the choir had a birthday picnic in the rain."
+    news = "I passed my bartending exam, first try!"
+    counts = Counter({term: 15 for text in (round_, news) for term in cached_terms(text)})
+    counts["bartend"] = 1
+    call = Call.of([], History(counts, 700))
+    assert call.specificity(round_) > call.specificity(news)
+
+    assert call.told(news) > call.told(round_) > 0
+    assert call.news(news) and not call.news(round_)
