@@ -47,6 +47,7 @@ from agent_memory.condense.life import (
     tells_own_life,
 )
 from agent_memory.condense.salience import salience
+from agent_memory.condense.tally import Tally
 from agent_memory.condense.text import ELLIPSIS, sentences
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day
@@ -315,26 +316,6 @@ def fits(
 
 
 @dataclass
-class _Tally:
-    """Tokens (as `lines_tokens` counts them), characters and number of some lines."""
-
-    tokens: int = 0
-    chars: int = 0
-    lines: int = 0
-
-    def add(self, line: str, sign: int = 1) -> None:
-        """Count `line` in (`sign` 1) or out (-1)."""
-        self.tokens += sign * (count_tokens(line) + 1)
-        self.chars += sign * len(line)
-        self.lines += sign
-
-    def fits(self, max_tokens: int, max_chars: int) -> bool:
-        """What `fits` says of the lines counted."""
-        joined = self.chars + self.lines - 1 if self.lines else 0
-        return self.tokens <= max_tokens and joined <= max_chars
-
-
-@dataclass
 class _Trim:
     """`fit_digests` under way: the digests and profile left, and what they count."""
 
@@ -348,8 +329,8 @@ class _Trim:
     # What `fits` would count of the summary's lines (reserved, profile, digests) and what
     # `lines_tokens(profile)` gives, kept as lines come and go: counting every line again after
     # each bullet dropped made trimming a long summary quadratic.
-    whole: _Tally = field(default_factory=_Tally)
-    profile_tally: _Tally = field(default_factory=_Tally)
+    whole: Tally = field(default_factory=Tally)
+    profile_tally: Tally = field(default_factory=Tally)
     keys: set[str] = field(default_factory=set)  # the profile's bullets' keys
     scores: dict[str, int] = field(default_factory=dict)
 
