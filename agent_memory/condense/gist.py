@@ -96,10 +96,15 @@ class Call:
         """What quoting `text` tells, on salience's scale: its specificity, where the pair's
         history gives one (a call's own counts alone say too little to rank its statements); a
         share of it when no word of it is news (`news`)."""
+        return self.telling(text)[0]
+
+    def telling(self, text: str) -> tuple[int, bool]:
+        """`told`, and whether `text` is news (`news`): (0, True) without a pair's history."""
         if not self.history.turns:
-            return 0
+            return 0, True
         told, fewest = self.weigh(" ".join(part for part in sentences(text) if not salutation(part)))
-        return round(told if fewest <= NEWS_TURNS else told * ROUND_SHARE)
+        news = fewest <= NEWS_TURNS
+        return round(told if news else told * ROUND_SHARE), news
 
     def news(self, text: str) -> bool:
         """Whether `text` uses a word said in at most `NEWS_TURNS` of the call's statements and of

@@ -333,6 +333,7 @@ class _Trim:
     profile_tally: Tally = field(default_factory=Tally)
     keys: set[str] = field(default_factory=set)  # the profile's bullets' keys
     scores: dict[str, int] = field(default_factory=dict)
+    fresh: dict[str, bool] = field(default_factory=dict)  # whether each bullet scored is news
 
     def count(self, reserved: Sequence[str]) -> None:
         """Count in the lines there are to begin with."""
@@ -346,11 +347,16 @@ class _Trim:
                 self.whole.add(line)
 
     def score(self, bullet: str) -> int:
-        """`bullet_score`, once per bullet."""
+        """`bullet_score` and what it tells, once per bullet."""
         if bullet not in self.scores:
-            said = OTHER_PREFIX.sub("", bullet_body(bullet))
-            self.scores[bullet] = bullet_score(bullet, self.names) + self.history.told(said)
+            told, self.fresh[bullet] = self.history.telling(OTHER_PREFIX.sub("", bullet_body(bullet)))
+            self.scores[bullet] = bullet_score(bullet, self.names) + told
         return self.scores[bullet]
+
+    def news(self, bullet: str) -> bool:
+        """Whether a bullet tells news (`Call.news`; its speaker's name aside), once per bullet."""
+        self.score(bullet)
+        return self.fresh[bullet]
 
     def profile_over(self) -> bool:
         """Whether the profile takes more than its share of the budget."""
@@ -372,12 +378,20 @@ class _Trim:
         return True
 
     def drop_from_digests(self) -> None:
-        """The fullest digest's weakest bullet, or once each has MIN_BULLETS the oldest digest."""
+        """The fullest digest's weakest bullet; once each has MIN_BULLETS, the newest one that
+        retells the everyday round (`Call.news`) of a digest with another; then the oldest digest."""
         digests = self.digests
         fullest = max(range(len(digests)), key=lambda i: (len(digests[i].bullets), -i))
         bullets = digests[fullest].bullets
-        if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets):
-            weakest = min(range(len(bullets)), key=lambda i: (self.score(bullets[i]), -i))
+        rounds = [] if len(bullets) > MIN_BULLETS or len(digests) == 1 else [
+            i for i, d in enumerate(digests) if len(d.bullets) > 1 and not all(map(self.news, d.bullets))
+        ]  # fmt: skip
+        if rounds:
+            fullest, bullets = rounds[-1], digests[rounds[-1]].bullets
+        if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets) or rounds:
+            weakest = min(
+                range(len(bullets)), key=lambda i: (self.news(bullets[i]), self.score(bullets[i]), -i)
+            )
             bullet = bullets.pop(weakest)
             self.whole.add(bullet, -1)
             self.keep(bullet, digests[fullest])
