@@ -285,9 +285,9 @@ def article_free(value: str) -> str:
 
 
 def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int, int],
-                  exchanges: tuple[int, int]) -> User:  # fmt: skip
+                  exchanges: tuple[int, int], details: int = 1) -> User:  # fmt: skip
     """One user's calls, the details both speakers tell, and the questions about them."""
-    kinds, pools = KINDS[lang], POOLS[lang]
+    kinds, pools = life_kinds(lang, details)
     people = {key: rng.choice(pools[key]) for key in ("rel", "relname", "friend")}
     character = CHARACTERS[lang][index % 2]
     name = ["Sam", "Jo", "Alex", "Robin"][index % 4] if lang == "en" else ["小林", "阿俊"][index % 2]
@@ -354,8 +354,20 @@ def generate_user(index: int, lang: str, rng: random.Random, sessions: tuple[int
                                  "metadata": {"source": "asr" if role == "user" else "llm"}})  # fmt: skip
                 at += rng.randint(1500, 8000)
         user.sessions.append(session_payload(user, number, agent_id, start_ms, at, contents))
-    user.questions.extend(questions(user, told, placed, meant, people, rng))
+    user.questions.extend(questions(user, kinds, told, placed, meant, people, rng))
     return user
+
+
+def life_kinds(lang: str, details: int) -> tuple[dict[str, Kind], dict[str, list[str]]]:
+    """The kinds of detail told and their pools: `KINDS` alone (`details` 1, the default), or with
+    `life_more`'s sixteen more (2), appended so that the default draws stay as they were."""
+    if details == 1:
+        return KINDS[lang], POOLS[lang]
+    if details != 2:
+        raise ValueError(f"details is 1 or 2, not {details}")
+    from life_more import EXTRA_KINDS, EXTRA_POOLS  # it imports Kind from here
+
+    return {**KINDS[lang], **EXTRA_KINDS[lang]}, {**POOLS[lang], **EXTRA_POOLS[lang]}
 
 
 def chat(lang: str, rng: random.Random, small: dict[str, Any], role: str) -> str:
@@ -370,10 +382,10 @@ def chat(lang: str, rng: random.Random, small: dict[str, Any], role: str) -> str
     return joined.replace(" ", "") if lang == "zh" else joined
 
 
-def questions(user: User, told: list[tuple[str, str, str]], placed: dict[int, Turn], meant: dict[int, dt.date],
-              people: dict[str, str], rng: random.Random) -> list[Question]:  # fmt: skip
+def questions(user: User, kinds: dict[str, Kind], told: list[tuple[str, str, str]], placed: dict[int, Turn],
+              meant: dict[int, dt.date], people: dict[str, str], rng: random.Random) -> list[Question]:  # fmt: skip
     """One question per detail told, and one per kind a speaker told twice."""
-    lang, kinds = user.language, KINDS[user.language]
+    lang = user.language
     out: list[Question] = []
     twice: dict[tuple[str, str], list[int]] = {}
     for number, (key, teller, value) in enumerate(told):
@@ -406,10 +418,11 @@ def question(
 
 
 def generate(en: int = 8, zh: int = 4, *, seed: int = 21, sessions: tuple[int, int] = (18, 24),
-             exchanges: tuple[int, int] = (14, 20)) -> list[User]:  # fmt: skip
-    """`en` English and `zh` Chinese users, each with their calls (oldest first) and questions."""
+             exchanges: tuple[int, int] = (14, 20), details: int = 1) -> list[User]:  # fmt: skip
+    """`en` English and `zh` Chinese users, each with their calls (oldest first) and questions;
+    `details` 2 tells about 60 % more details in as many calls (`life_more`)."""
     out: list[User] = []
     for lang, count in (("en", en), ("zh", zh)):
         rng = random.Random(f"life:{seed}:{lang}")
-        out.extend(generate_user(i, lang, rng, sessions, exchanges) for i in range(count))
+        out.extend(generate_user(i, lang, rng, sessions, exchanges, details) for i in range(count))
     return out

@@ -2,12 +2,13 @@
 
     python bench/recall_hard.py [--set hard|life] [--en 8] [--zh 4] [--seed 11] [--sessions 10 13]
                                 [--exchanges 22 30] [--condense session|end|off] [--concurrency 8] [--keep]
-                                [--db PATH] [--misses] [--teller user|character] [--named]
+                                [--db PATH] [--misses] [--teller user|character] [--named] [--details 1|2]
 
 The data is synthetic: `--set hard` (the default) is bench/recall_hard_data.py, some fifteen facts
 of a user's life among small talk; `--set life` is bench/life_data.py, some fifty details over
 about twenty calls told by both speakers in long turns, far more than a start context can quote
-(seeded templates, see their docstrings; seed 21 by default, sessions 18-24 of 14-20 exchanges). Every
+(seeded templates, see their docstrings; seed 21 by default, sessions 18-24 of 14-20 exchanges;
+`--details 2` tells sixteen more kinds, some seventy details a user, bench/life_more.py). Every
 session goes to the real server as a signed Agora 103 callback, round by round, condensed with
 the offline condenser as bench/recall.py does (`--condense session` by default). Then each
 question is answered, side by side in one run, by:
@@ -274,7 +275,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print_machine(info)
     if args.set == "life":
         users = generate_life(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
-                              exchanges=tuple(args.exchanges))  # fmt: skip
+                              exchanges=tuple(args.exchanges), details=args.details)  # fmt: skip
     else:
         users = generate(args.en, args.zh, seed=args.seed, sessions=tuple(args.sessions),
                          exchanges=tuple(args.exchanges), filler=args.filler)  # fmt: skip
@@ -318,13 +319,18 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     print()
     print_table(figures)
     print(f"recall used on average {used[500]} of 500 tokens and {used[1000]} of 1,000")
+    # How much of a life the start context holds: the questions it answers a user, of how many.
+    capacity = round(sum(r["system_messages_1500"] for r in rows) / max(len(users), 1), 1)
+    print(
+        f"system_messages_1500 answered {capacity} questions a user, of {len(rows) / max(len(users), 1):.1f}"
+    )
     if args.misses:
         print_misses(rows)
     return {
         "bench": "recall_hard", "set": args.set, "seed": args.seed, "en": args.en, "zh": args.zh, "condense": args.condense,
-        "filler": args.filler, "teller": args.teller, "named": args.named,
+        "details": args.details, "filler": args.filler, "teller": args.teller, "named": args.named,
         "sessions": ingested["sessions"], "messages": messages, "questions": len(rows), **figures,
-        "recall_mean_tokens": used, "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
+        "recall_mean_tokens": used, "start_answers_per_user": capacity, "gold_leaks": len(leaked), "errors": len(ingested["errors"]), "dead_jobs": ingested["dead_jobs"],
         "server_exit": exit_code, "machine": info,
     }  # fmt: skip
 
@@ -345,6 +351,8 @@ def main() -> int:
     parser.add_argument("--condense", choices=("session", "end", "off"), default="session")
     parser.add_argument("--filler", choices=("varied", "templates"), default="varied",
                         help="small talk mostly of lines seldom said twice (the default: a question-blind pick of the lines said once answers most of `templates`), or from a few repeated templates")  # fmt: skip
+    parser.add_argument("--details", type=int, choices=(1, 2), default=1,
+                        help="--set life: 2 tells about 60 %% more details a user (sixteen more kinds) in as many calls")  # fmt: skip
     parser.add_argument("--named", action="store_true",
                         help="the speakers greet each other by name, and the questions ask about them by name (no I or you)")  # fmt: skip
     parser.add_argument("--teller", choices=("user", "character"), default="user",

@@ -11,7 +11,14 @@ from conftest import said, seed
 from agent_memory.condense.base import CondenseInput, CondenseOutput, CondenseResult
 from agent_memory.condense.gist import NO_HISTORY, Call, History, gist
 from agent_memory.condense.life import speaks_of_self
-from agent_memory.condense.offline import LABEL, OTHER_SPEAKER_PENALTY, Digest, bullet_score, fit_digests
+from agent_memory.condense.offline import (
+    LABEL,
+    OTHER_SPEAKER_PENALTY,
+    Digest,
+    bullet_score,
+    fit_digests,
+    lines_tokens,
+)
 from agent_memory.condense.salience import salience
 from agent_memory.condense.text import sentences
 from agent_memory.core.terms import cached_terms
@@ -199,3 +206,35 @@ async def test_a_condenser_that_reads_no_history_costs_its_job_no_read_of_the_in
 
     (job,) = condenser.jobs
     assert len(job.messages) == 2 and job.term_turns == {} and job.indexed_turns == 0
+
+
+def test_a_statement_with_no_word_said_seldom_retells_the_round_and_tells_less() -> None:
+    """Small talk said of one acquaintance after another uses no word the pair said only once or
+    twice: however many words it has, it tells less than news with a word said once."""
+    round_ = "So Elena from the choir had a birthday picnic in the rain."
+    news = "I passed my bartending exam, first try!"
+    counts = Counter({term: 15 for text in (round_, news) for term in cached_terms(text)})
+    counts["bartend"] = 1
+    call = Call.of([], History(counts, 700))
+    assert call.specificity(round_) > call.specificity(news)
+
+    assert call.told(news) > call.told(round_) > 0
+    assert call.news(news) and not call.news(round_)
+
+
+def test_a_line_that_retells_the_round_goes_before_an_older_calls_news() -> None:
+    """Once every digest is down to MIN_BULLETS, a bullet with no word said seldom (small talk
+    about an acquaintance) leaves its digest before the oldest digest, news and all, goes."""
+    older = Digest("2025-03-01:", ["- I passed my bartending exam, first try!",
+                                   "- My sister Clara got her offer from the Sorbonne."])  # fmt: skip
+    newer = Digest("2025-03-09:", ["- So Elena from the choir had a birthday picnic in the rain.",
+                                   "- We climbed Snowdon in the fog."])  # fmt: skip
+    lines = [LABEL, *older.lines(), *newer.lines()]
+    counts = Counter({term: 15 for line in lines for term in cached_terms(line)})
+    counts.update({"bartend": -14, "sorbonn": -14, "snowdon": -14})
+    assert {"bartend", "sorbonn", "snowdon"} <= set(counts)
+    room = lines_tokens(lines) - 2  # one line has to go
+
+    kept = fit_digests([older, newer], [LABEL], max_tokens=room, history=History(counts, 700))
+
+    assert [d.lines() for d in kept] == [older.lines(), ["2025-03-09:", "- We climbed Snowdon in the fog."]]

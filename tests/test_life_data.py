@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import life_data
+import life_more
+import pytest
 import recall_hard_data
 
 from agent_memory.condense.offline import SUMMARY_MAX_TOKENS
@@ -76,3 +79,37 @@ def test_named_calls_open_and_close_by_name_and_questions_name_whom_they_ask_abo
                 assert not {"I", "my", "me", "you", "your"} & set(q.text.replace("?", " ").split()), q.text
             else:
                 assert "我" not in q.text and "你" not in q.text, q.text
+
+
+def test_the_default_life_is_as_it_was() -> None:
+    """`details` 1 (the default) draws exactly what it drew before `--details` existed, so the life
+    set's figures stay comparable across sessions (the digest of seed 5's data at b02325d)."""
+    data = json.dumps(recall_hard_data.as_json(life_data.generate(2, 1, seed=5)), ensure_ascii=False)
+    assert data == json.dumps(
+        recall_hard_data.as_json(life_data.generate(2, 1, seed=5, details=1)), ensure_ascii=False
+    )
+    assert hashlib.sha1(data.encode()).hexdigest() == "0a30e4f29f3d0e89e46945c51e25dd9a47245fe8"
+
+
+def test_a_dense_life_tells_more_details_each_asked_about_once() -> None:
+    """`details` 2: deterministic, bilingual, every type, the sixteen more kinds told (each value
+    once a user) and asked about, in as many calls; no gold answer said outside its evidence."""
+    plain = life_data.generate(2, 1, seed=5)
+    dense = life_data.generate(2, 1, seed=5, details=2)
+    assert json.dumps(recall_hard_data.as_json(dense)) == json.dumps(
+        recall_hard_data.as_json(life_data.generate(2, 1, seed=5, details=2))
+    )
+    for thin, user in zip(plain, dense, strict=True):
+        assert len(user.questions) >= 1.5 * len(thin.questions)
+        assert {q.type for q in user.questions} == set(recall_hard_data.TYPES)
+        assert {q.teller for q in user.questions} == {"user", "character"}
+        evidence = [t.content for q in user.questions if q.type != "multi" for t in q.evidence]
+        assert len(evidence) == len(set(evidence))  # one detail a turn, each asked about once
+        asked = {recall_hard_data.fold(q.answer) for q in user.questions}
+        extra = life_more.EXTRA_POOLS[user.language]
+        told = {recall_hard_data.fold(life_data.article_free(v)) for pool in extra.values() for v in pool}
+        assert len(told & asked) >= 8  # the new kinds' values are among the answers
+    for seed in (21, 22):
+        assert recall_hard_data.leaks(life_data.generate(8, 4, seed=seed, details=2)) == []
+    with pytest.raises(ValueError):
+        life_data.generate(1, 0, seed=5, details=3)

@@ -16,7 +16,7 @@ from agent_memory.core.domain import Message
 from agent_memory.core.facts import MAX_FACT_CHARS, clean_text, fact_key
 from agent_memory.errors import InvalidField
 
-# Any condenser's summary, at most (the offline one stops at 5,200: ~1,300 tokens of English).
+# Any condenser's summary, at most (the offline one stops at 5,600: ~1,400 tokens of English).
 SUMMARY_MAX_CHARS = 6000
 
 Scope = Literal["user", "character"]

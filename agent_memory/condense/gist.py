@@ -33,6 +33,11 @@ QUESTION_SHARE = 0.5
 # terms count this many times ("Back from Lapland!" beside "Sunburnt, broke and happy.").
 NAME_WEIGHT = 2.0
 NAME = re.compile(r"(?<=\S\s)[A-Z][\w'-]*")
+# A statement none of whose words the pair said in this few turns or fewer retells the everyday
+# round, however many words it has ("So Elena had a birthday picnic in the rain", said of one
+# acquaintance after another): what it tells counts this share.
+NEWS_TURNS = 2
+ROUND_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -67,26 +72,44 @@ class Call:
     def specificity(self, sentence: str) -> float:
         """The inverse document frequencies of the terms `sentence` uses (a question's count less;
         a greeting or a goodbye's nothing)."""
+        return self.weigh(sentence)[0]
+
+    def weigh(self, sentence: str) -> tuple[float, int]:
+        """`sentence`'s specificity, and the fewest statements or turns any of its terms is said
+        in (of the call's and of its pair's history; a greeting or a goodbye's: 0.0 and 0)."""
         if salutation(sentence):
-            return 0.0
+            return 0.0, 0
         # The history may not hold the call yet (the index catches up after the turns are
         # stored): a term counts as often as the more of the two saw it.
-        history = self.history
+        history, using = self.history, self.using
+        term_turns = history.term_turns
         total = max(self.statements, history.turns) + 1
         names = {term for name in NAME.findall(sentence) for term in cached_terms(name)}
-        told = sum(
-            math.log(total / (max(self.using[term], history.term_turns.get(term, 0)) + 0.5))
-            * (NAME_WEIGHT if term in names else 1.0)
-            for term in set(cached_terms(sentence))
-        )
-        return told * QUESTION_SHARE if QUESTION.search(sentence) else told
+        told, fewest = 0.0, total
+        for term in set(cached_terms(sentence)):
+            said = max(using[term], term_turns.get(term, 0))
+            fewest = min(fewest, said)
+            told += math.log(total / (said + 0.5)) * (NAME_WEIGHT if term in names else 1.0)
+        return (told * QUESTION_SHARE if QUESTION.search(sentence) else told), fewest
 
     def told(self, text: str) -> int:
         """What quoting `text` tells, on salience's scale: its specificity, where the pair's
-        history gives one (a call's own counts alone say too little to rank its statements)."""
+        history gives one (a call's own counts alone say too little to rank its statements); a
+        share of it when no word of it is news (`news`)."""
+        return self.telling(text)[0]
+
+    def telling(self, text: str) -> tuple[int, bool]:
+        """`told`, and whether `text` is news (`news`): (0, True) without a pair's history."""
         if not self.history.turns:
-            return 0
-        return round(self.specificity(" ".join(part for part in sentences(text) if not salutation(part))))
+            return 0, True
+        told, fewest = self.weigh(" ".join(part for part in sentences(text) if not salutation(part)))
+        news = fewest <= NEWS_TURNS
+        return round(told if news else told * ROUND_SHARE), news
+
+    def news(self, text: str) -> bool:
+        """Whether `text` uses a word said in at most `NEWS_TURNS` of the call's statements and of
+        its pair's turns (what is said once or twice in a life is news; the rest is its round)."""
+        return self.weigh(text)[1] <= NEWS_TURNS
 
 
 def gist(text: str, call: Call, limit: int) -> str:

@@ -47,6 +47,7 @@ from agent_memory.condense.life import (
     tells_own_life,
 )
 from agent_memory.condense.salience import salience
+from agent_memory.condense.tally import Tally
 from agent_memory.condense.text import ELLIPSIS, sentences
 from agent_memory.condense.worker import WORKERS
 from agent_memory.core.clock import format_day
@@ -59,12 +60,14 @@ from agent_memory.core.tokens import count_tokens
 
 MODEL_NAME = "offline"
 LABEL = "(offline summary)"
-# The whole summary, label, profile, threads and carried digests included: ~1,300 tokens, and as
+# The whole summary, label, profile, threads and carried digests included: ~1,400 tokens, and as
 # many characters as that takes in English (4,000 left a fifth of it unused: the life set's
 # start context 36.4 -> 38.3 %). Most of a 1,500-token start context, which gives the rest to the
-# latest turns (`core.context.RECENT_SHARE`; split measured with bench/recall_hard.py).
-SUMMARY_MAX_CHARS = 5200
-SUMMARY_MAX_TOKENS = 1300
+# latest turns (`core.context.RECENT_SHARE`; split measured with bench/recall_hard.py: 1,300
+# tokens beside a tenth for the turns held 1.6-3.6 points fewer questions of the life sets,
+# plain and --details 2, and of the hard set, than 1,400 beside a twentieth).
+SUMMARY_MAX_CHARS = 5600
+SUMMARY_MAX_TOKENS = 1400
 # The profile may take this share of the summary; the timeline of digests has the rest.
 PROFILE_SHARE = 0.4
 # One new digest may take this much; the rest of the budget carries the past forward.
@@ -313,26 +316,6 @@ def fits(
 
 
 @dataclass
-class _Tally:
-    """Tokens (as `lines_tokens` counts them), characters and number of some lines."""
-
-    tokens: int = 0
-    chars: int = 0
-    lines: int = 0
-
-    def add(self, line: str, sign: int = 1) -> None:
-        """Count `line` in (`sign` 1) or out (-1)."""
-        self.tokens += sign * (count_tokens(line) + 1)
-        self.chars += sign * len(line)
-        self.lines += sign
-
-    def fits(self, max_tokens: int, max_chars: int) -> bool:
-        """What `fits` says of the lines counted."""
-        joined = self.chars + self.lines - 1 if self.lines else 0
-        return self.tokens <= max_tokens and joined <= max_chars
-
-
-@dataclass
 class _Trim:
     """`fit_digests` under way: the digests and profile left, and what they count."""
 
@@ -346,10 +329,11 @@ class _Trim:
     # What `fits` would count of the summary's lines (reserved, profile, digests) and what
     # `lines_tokens(profile)` gives, kept as lines come and go: counting every line again after
     # each bullet dropped made trimming a long summary quadratic.
-    whole: _Tally = field(default_factory=_Tally)
-    profile_tally: _Tally = field(default_factory=_Tally)
+    whole: Tally = field(default_factory=Tally)
+    profile_tally: Tally = field(default_factory=Tally)
     keys: set[str] = field(default_factory=set)  # the profile's bullets' keys
     scores: dict[str, int] = field(default_factory=dict)
+    fresh: dict[str, bool] = field(default_factory=dict)  # whether each bullet scored is news
 
     def count(self, reserved: Sequence[str]) -> None:
         """Count in the lines there are to begin with."""
@@ -363,11 +347,16 @@ class _Trim:
                 self.whole.add(line)
 
     def score(self, bullet: str) -> int:
-        """`bullet_score`, once per bullet."""
+        """`bullet_score` and what it tells, once per bullet."""
         if bullet not in self.scores:
-            said = OTHER_PREFIX.sub("", bullet_body(bullet))
-            self.scores[bullet] = bullet_score(bullet, self.names) + self.history.told(said)
+            told, self.fresh[bullet] = self.history.telling(OTHER_PREFIX.sub("", bullet_body(bullet)))
+            self.scores[bullet] = bullet_score(bullet, self.names) + told
         return self.scores[bullet]
+
+    def news(self, bullet: str) -> bool:
+        """Whether a bullet tells news (`Call.news`; its speaker's name aside), once per bullet."""
+        self.score(bullet)
+        return self.fresh[bullet]
 
     def profile_over(self) -> bool:
         """Whether the profile takes more than its share of the budget."""
@@ -389,12 +378,20 @@ class _Trim:
         return True
 
     def drop_from_digests(self) -> None:
-        """The fullest digest's weakest bullet, or once each has MIN_BULLETS the oldest digest."""
+        """The fullest digest's weakest bullet; once each has MIN_BULLETS, the newest one that
+        retells the everyday round (`Call.news`) of a digest with another; then the oldest digest."""
         digests = self.digests
         fullest = max(range(len(digests)), key=lambda i: (len(digests[i].bullets), -i))
         bullets = digests[fullest].bullets
-        if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets):
-            weakest = min(range(len(bullets)), key=lambda i: (self.score(bullets[i]), -i))
+        rounds = [] if len(bullets) > MIN_BULLETS or len(digests) == 1 else [
+            i for i, d in enumerate(digests) if len(d.bullets) > 1 and not all(map(self.news, d.bullets))
+        ]  # fmt: skip
+        if rounds:
+            fullest, bullets = rounds[-1], digests[rounds[-1]].bullets
+        if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets) or rounds:
+            weakest = min(
+                range(len(bullets)), key=lambda i: (self.news(bullets[i]), self.score(bullets[i]), -i)
+            )
             bullet = bullets.pop(weakest)
             self.whole.add(bullet, -1)
             self.keep(bullet, digests[fullest])
