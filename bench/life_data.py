@@ -279,6 +279,27 @@ def second_person(text: str, language: str) -> str:
     return re.sub(r"\b(?:I'd|I'm|I've|I|my|me|we|our|you|your)\b", lambda m: swaps[m.group()], text)
 
 
+# Before these words a "you" is an object ("a treat for you", "book you a skydive", "got to you").
+OBJECT_AFTER = frozenset({"for", "to", "book", "suit", "with", "at", "about", "from"})
+
+
+def first_person(text: str, language: str) -> str:
+    """`second_person` undone: a question asked of "you" as the one who told the answer asks it
+    ("we" and "our" come back as "I" and "my")."""
+    if language == "zh":
+        return second_person(text, language)
+    swaps = {"you'd": "I'd", "you're": "I'm", "you've": "I've", "your": "my", "me": "you", "my": "your"}
+
+    def swapped(found: re.Match[str]) -> str:
+        word = found.group()
+        if word != "you":
+            return swaps[word]
+        before = text[: found.start()].split()
+        return "me" if before and before[-1].lower() in OBJECT_AFTER else "I"
+
+    return re.sub(r"\b(?:you'd|you're|you've|your|you|me|my)\b", swapped, text)
+
+
 def article_free(value: str) -> str:
     """The gold answer of a value ("a telescope" -> "telescope"; 一台… kept)."""
     return re.sub(r"^(?:a|an|the) ", "", value)

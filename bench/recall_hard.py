@@ -42,6 +42,7 @@ import aiohttp
 import bm25s
 import recall
 from _common import Server, machine_info, print_machine, print_summary, work_directory
+from life_data import first_person, second_person
 from life_data import generate as generate_life
 from recall_hard_data import CHARACTERS, LANGUAGES, TYPES, User, fold, generate, leaks
 
@@ -173,11 +174,18 @@ def where(content: str, row: dict[str, Any]) -> str:
 
 def swap_roles(users: Sequence[User]) -> None:
     """The character tells the life and the user answers with the small talk (`--teller character`):
-    the questions are then about what the other speaker said of their own life."""
+    the questions are then about what the other speaker said of their own life, and ask it so (the
+    user asks "What did you win?" of what the character won: "I" is always the user)."""
     for user in users:
         for session in user.sessions:
             for message in session["contents"]:
                 message["role"] = "assistant" if message["role"] == "user" else "user"
+        user.questions[:] = [
+            dataclasses.replace(q, teller="character", text=second_person(q.text, user.language))
+            if q.teller == "user"
+            else dataclasses.replace(q, teller="user", text=first_person(q.text, user.language))
+            for q in user.questions
+        ]
 
 
 # How two people who know each other open and close a call, by name (`--named`).

@@ -59,6 +59,33 @@ def test_questions_about_the_characters_life_are_asked_of_you() -> None:
     )
 
 
+def test_a_question_asked_of_you_is_asked_again_as_its_teller_would() -> None:
+    """`first_person` undoes `second_person` on every question the life set asks ("we" and "our" come back as "I" and "my")."""
+    for language in ("en", "zh"):
+        for kinds in (life_data.KINDS[language], life_more.EXTRA_KINDS[language]):
+            for kind in kinds.values():
+                for text in (*kind.asks, *([kind.multi] if kind.multi else [])):
+                    own = text.replace(" we ", " I ").replace(" our ", " my ") if language == "en" else text
+                    assert life_data.first_person(life_data.second_person(text, language), language) == own
+
+
+def test_when_the_character_tells_the_life_the_user_asks_it_of_you() -> None:
+    """`recall_hard.py --teller character`: each question names as its teller whoever said its
+    evidence, and asks what the character said as "you" ("I" is always the user)."""
+    import recall_hard
+
+    for users in (life_data.generate(2, 1, seed=5), recall_hard_data.generate(1, 1, seed=5)):
+        recall_hard.swap_roles(users)
+        for user in users:
+            for q in user.questions:
+                role = "assistant" if q.teller == "character" else "user"
+                for turn in q.evidence:
+                    said = next(s for s in user.sessions if s["agent_id"] == turn.agent_id)
+                    assert said["contents"][turn.index]["role"] == role
+                if user.language == "en" and q.teller == "character":
+                    assert not {"I", "my"} & set(q.text.replace("?", " ").split()), q.text
+
+
 def test_named_calls_open_and_close_by_name_and_questions_name_whom_they_ask_about() -> None:
     """`recall_hard.py --named`: greetings by name in every call, evidence turns as said, questions in
     the third person (the teller's name, no "I" or "you")."""
