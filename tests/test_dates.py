@@ -133,6 +133,27 @@ def test_weekdays_and_months_across_the_end_of_a_year() -> None:
     assert labels("yesterday", at("2024-03-01T00:10")) == [("yesterday", "2024-02-29")]  # a leap day
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Said on Monday 8 May 2023: a bare weekday in a clause told in the past is the last one,
+        # in a clause told of what is ahead the next one.
+        ("We went hiking on Saturday, it was lovely.", [("on Saturday", "2023-05-06")]),
+        ("I twisted my knee at the climbing wall on Friday.", [("on Friday", "2023-05-05")]),
+        ("I'll see her on Friday.", [("on Friday", "2023-05-12")]),
+        (
+            "I'm seeing Gus on Monday. It rained on Sunday, we stayed in.",
+            [("on Monday", "2023-05-15"), ("on Sunday", "2023-05-07")],
+        ),
+        ("We are going to the lake on Sunday!", [("on Sunday", "2023-05-14")]),
+    ],
+)
+def test_a_bare_weekday_is_dated_by_the_tense_it_is_told_in(
+    text: str, expected: list[tuple[str, str]]
+) -> None:
+    assert labels(text) == expected
+
+
 def test_resolved_in_utc() -> None:
     assert labels("yesterday", at("2023-05-08T23:59")) == [("yesterday", "2023-05-07")]
     assert labels("yesterday", at("2023-05-09T00:00")) == [("yesterday", "2023-05-08")]
@@ -141,7 +162,11 @@ def test_resolved_in_utc() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "I'll see her on Friday.",  # a bare weekday could be either way
+        "She plays on Friday.",  # a bare weekday in a clause told neither in the past nor ahead
+        "See you on Friday.",
+        "I played on Monday and I'll play on Friday.",  # told both ways: which is which is not read
+        "I need to go on Friday.",  # "need" is no past form
+        "We swim on Saturdays.",  # every Saturday
         "a few days ago",
         "a couple of weeks ago",
         "several months ago",

@@ -318,6 +318,34 @@ def _en_weekday(match: re.Match[str], day: date) -> str:
     return _day(_in_week(day, WEEK_SHIFT[how], weekday))
 
 
+# What a clause told of the past, or of what is ahead, says besides a bare "on Saturday": a past
+# form ("went", "hiked"; not "need"), or "will", "going to", "can't wait", "I'm seeing".
+EN_TOLD_PAST = re.compile(
+    r"\b(?:was|were|went|did|had|got|made|saw|took|came|met|won|ran|spent|bought|told|left|lost|found"
+    r"|\w+[^e\W]ed)\b"
+)
+EN_TOLD_AHEAD = re.compile(
+    r"\b(?:will|won't|gonna|going\s+to|plan(?:ning)?\s+to|hop(?:e|ing)\s+to|can't\s+wait|shall)\b|'ll\b"
+    r"|\b(?:i'm|we're|you're|he's|she's|they're|i\s+am|we\s+are)\s+\w+ing\b"
+)
+_CLAUSE_END = re.compile(r"[.!?;]")
+
+
+def _en_on_weekday(match: re.Match[str], day: date) -> str | None:
+    """A bare "on Saturday": the last one in a clause told in the past ("we went hiking on
+    Saturday"), the next in one told of what is ahead ("I'm seeing her on Saturday"); else (or
+    both) too vague to date."""
+    text = match.string
+    start = max((found.end() for found in _CLAUSE_END.finditer(text, 0, match.start())), default=0)
+    end = _CLAUSE_END.search(text, match.end())
+    clause = text[start : end.start() if end else len(text)]
+    past, ahead = EN_TOLD_PAST.search(clause) is not None, EN_TOLD_AHEAD.search(clause) is not None
+    if past == ahead:
+        return None
+    weekday = WEEKDAYS[match.group("en_on_day")]
+    return _day(_last_weekday(day, weekday) if past else _next_weekday(day, weekday))
+
+
 def _en_period(match: re.Match[str], day: date) -> str:
     shift, unit = WEEK_SHIFT[match.group("en_p_how").lower()], match.group("en_p_unit").lower()
     if unit == "week":
@@ -415,6 +443,7 @@ EN_RULES: list[tuple[str, str, Resolver]] = [
         rf"(?P<en_wd_how>this\s+past|this\s+coming|last|this|next)\s+(?P<en_wd_day>{EN_WEEKDAY})\b",
         _en_weekday,
     ),
+    ("en_on_wd", rf"on\s+(?P<en_on_day>{EN_WEEKDAY})\b", _en_on_weekday),
     (
         "en_p",
         r"(?<!\bthe\s)(?P<en_p_how>last|this|next)\s+(?P<en_p_unit>weekend|week|month|year)\b",
@@ -509,7 +538,9 @@ def _alternatives(rules: list[tuple[str, str, Resolver]], names: set[str] | None
 # and their guards are tried only where they might match. English is matched on the text
 # with ASCII letters lower-cased (same length, same offsets): case-insensitive matching
 # would cost three times as much.
-_EN_WORDS = re.compile(rf"\b(?=[tlny])(?:{_alternatives(EN_RULES, {'en_day', 'en_wd', 'en_p'})})")
+_EN_WORDS = re.compile(
+    rf"\b(?=[tlnyo])(?:{_alternatives(EN_RULES, {'en_day', 'en_wd', 'en_on_wd', 'en_p'})})"
+)
 _EN_COUNTS = re.compile(rf"\b(?=[iaofstne\d])(?:{_alternatives(EN_RULES, EN_COUNT_RULES)})")
 _ZH = re.compile(
     rf"(?=[几大前后今昨明一お上下这本先来去再\d二两三四五六七八九十])(?:{_alternatives(CJK_RULES, set(_RESOLVERS) - KO_RULES)})"
@@ -521,8 +552,8 @@ _HAN_OR_KANA = re.compile("[\u3040-\u30ff\u3400-\u9fff]")
 _HANGUL = re.compile("[\uac00-\ud7af]")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 # Every match of _EN_WORDS holds one of these words (en_day's, or en_wd's and en_p's "last",
-# "this", "next"), every match of _EN_COUNTS one of EN_UNITS.
-_EN_WORDS_CUE = re.compile("today|tonight|tomorrow|yesterday|this|last|next")
+# "this", "next", or en_on_wd's weekday), every match of _EN_COUNTS one of EN_UNITS.
+_EN_WORDS_CUE = re.compile(r"today|tonight|tomorrow|yesterday|this|last|next|on\s+\w+day\b")
 _EN_UNITS_CUE = re.compile("|".join(EN_UNITS))
 
 
