@@ -167,6 +167,7 @@ def test_resolved_in_utc() -> None:
         "I played on Monday and I'll play on Friday.",  # told both ways: which is which is not read
         "I need to go on Friday.",  # "need" is no past form
         "We swim on Saturdays.",  # every Saturday
+        "I started volunteering at the garden on Sunday mornings.",
         "a few days ago",
         "a couple of weeks ago",
         "several months ago",

@@ -860,7 +860,7 @@ async def test_a_budget_left_over_is_spent_on_weaker_matches(service) -> None:
         service, "u1", "luna", "Did Maya glaze the blue vase in the pottery kiln at her studio?"
     )
     shown = texts(body)
-    assert shown[0] == best
+    assert shown[0].startswith(best)  # "on Friday" dated after it
     assert weak in shown and body["tokens"] < 500
 
 

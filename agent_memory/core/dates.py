@@ -443,7 +443,12 @@ EN_RULES: list[tuple[str, str, Resolver]] = [
         rf"(?P<en_wd_how>this\s+past|this\s+coming|last|this|next)\s+(?P<en_wd_day>{EN_WEEKDAY})\b",
         _en_weekday,
     ),
-    ("en_on_wd", rf"on\s+(?P<en_on_day>{EN_WEEKDAY})\b", _en_on_weekday),
+    # Not "on Sunday mornings": every Sunday's.
+    (
+        "en_on_wd",
+        rf"on\s+(?P<en_on_day>{EN_WEEKDAY})\b(?!\s+(?:mornings|afternoons|evenings|nights)\b)",
+        _en_on_weekday,
+    ),
     (
         "en_p",
         r"(?<!\bthe\s)(?P<en_p_how>last|this|next)\s+(?P<en_p_unit>weekend|week|month|year)\b",
