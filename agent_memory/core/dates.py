@@ -11,8 +11,9 @@ intact, its dates written as people write them (`in_words`): `"… yesterday. (y
 Conventions, where speech is ambiguous: weeks run Monday to Sunday; "this Friday" is the
 Friday of the current week, "next Friday" (下周五) the Friday of the following week, "last
 Friday" the most recent Friday before today (said on a Friday: a week earlier), 上周五 the
-Friday of the previous week. A bare "Friday", "a few days ago" or "the other day" is not
-resolved: a wrong date is worse than none.
+Friday of the previous week. "On Friday" is the last Friday in a clause told in the past, the
+next in one told of what is ahead; a bare "Friday" (or "on Friday" told neither way), "a few
+days ago" or "the other day" is not resolved: a wrong date is worse than none.
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 
+from agent_memory.core.date_words import (
+    EN_NUMBERS,
+    FIXED_DAYS,
+    FIXED_YEARS,
+    KO_NUMBERS,
+    UNITS,
+    WEEK_SHIFT,
+    WEEKDAYS,
+    ZH_DIGITS,
+)
 from agent_memory.core.textcache import text_cache
 from agent_memory.core.worded import HAN, in_words
 
@@ -90,40 +101,6 @@ def _span(day: date, unit: str, amount: int) -> str:
 
 
 # -- numbers -----------------------------------------------------------------------------------
-EN_NUMBERS = {
-    "a": 1,
-    "an": 1,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
-    "fifteen": 15,
-    "twenty": 20,
-    "thirty": 30,
-}
-ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
-KO_NUMBERS = {
-    "한": 1,
-    "두": 2,
-    "세": 3,
-    "네": 4,
-    "다섯": 5,
-    "여섯": 6,
-    "일곱": 7,
-    "여덟": 8,
-    "아홉": 9,
-    "열": 10,
-}
-
-
 def _number(text: str) -> int | None:
     """An amount written in digits, English words, Chinese numerals up to 99, or Korean."""
     text = text.lower()
@@ -139,140 +116,6 @@ def _number(text: str) -> int | None:
             return None
         return (ZH_DIGITS[tens] if tens else 1) * 10 + (ZH_DIGITS[ones] if ones else 0)
     return ZH_DIGITS.get(text)
-
-
-UNITS = {
-    "day": "day",
-    "days": "day",
-    "天": "day",
-    "日": "day",
-    "일": "day",
-    "week": "week",
-    "weeks": "week",
-    "周": "week",
-    "星期": "week",
-    "礼拜": "week",
-    "个星期": "week",
-    "个礼拜": "week",
-    "週": "week",
-    "週間": "week",
-    "주": "week",
-    "month": "month",
-    "months": "month",
-    "个月": "month",
-    "ヶ月": "month",
-    "か月": "month",
-    "カ月": "month",
-    "달": "month",
-    "개월": "month",
-    "year": "year",
-    "years": "year",
-    "年": "year",
-    "년": "year",
-}
-WEEKDAYS = {
-    "monday": 0,
-    "tuesday": 1,
-    "wednesday": 2,
-    "thursday": 3,
-    "friday": 4,
-    "saturday": 5,
-    "sunday": 6,
-    "一": 0,
-    "二": 1,
-    "三": 2,
-    "四": 3,
-    "五": 4,
-    "六": 5,
-    "日": 6,
-    "天": 6,
-    "月": 0,
-    "火": 1,
-    "水": 2,
-    "木": 3,
-    "金": 4,
-    "土": 5,
-    "월": 0,
-    "화": 1,
-    "수": 2,
-    "목": 3,
-    "금": 4,
-    "토": 5,
-    "일": 6,
-}
-# The week a word points at, relative to the current one.
-WEEK_SHIFT = {
-    "last": -1,
-    "this": 0,
-    "next": 1,
-    "上": -1,
-    "这": 0,
-    "本": 0,
-    "下": 1,
-    "先": -1,
-    "今": 0,
-    "来": 1,
-    "지난": -1,
-    "저번": -1,
-    "이번": 0,
-    "다음": 1,
-}
-FIXED_DAYS = {
-    "today": 0,
-    "tonight": 0,
-    "this morning": 0,
-    "this afternoon": 0,
-    "this evening": 0,
-    "yesterday": -1,
-    "last night": -1,
-    "tomorrow": 1,
-    "the day before yesterday": -2,
-    "the day after tomorrow": 2,
-    "今天": 0,
-    "今晚": 0,
-    "今早": 0,
-    "今日": 0,
-    "今夜": 0,
-    "今朝": 0,
-    "昨天": -1,
-    "昨晚": -1,
-    "昨日": -1,
-    "昨夜": -1,
-    "明天": 1,
-    "明晚": 1,
-    "明日": 1,
-    "前天": -2,
-    "后天": 2,
-    "大前天": -3,
-    "大后天": 3,
-    "一昨日": -2,
-    "明後日": 2,
-    "おととい": -2,
-    "오늘": 0,
-    "오늘밤": 0,
-    "어제": -1,
-    "어젯밤": -1,
-    "그저께": -2,
-    "그제": -2,
-    "내일": 1,
-    "모레": 2,
-}
-FIXED_YEARS = {
-    "去年": -1,
-    "今年": 0,
-    "明年": 1,
-    "前年": -2,
-    "后年": 2,
-    "来年": 1,
-    "昨年": -1,
-    "再来年": 2,
-    "一昨年": -2,
-    "작년": -1,
-    "재작년": -2,
-    "올해": 0,
-    "내년": 1,
-    "후년": 2,
-}
 
 
 # -- the expressions -----------------------------------------------------------------------------

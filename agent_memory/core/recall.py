@@ -70,10 +70,8 @@ RARE_COUNT = 3  # ...and above this many turns, for a short memory
 # the lines said *to* them, not about what they did, and finds greetings. Left out of the question.
 SPEAKER_SHARE = 0.05
 # A related word (not asked, standing in for one asked) or a Chinese character in more than this
-# share of the turns is left out.
-# In a long life told, how an answer is said is common too ("watched" a film, "finished" a book):
-# 0.01 / 20 -> 0.02 / 40 put bench/recall_hard.py's life set at 500 tokens 4.5-6.3 points higher
-# (dev seeds 21/22, validation 31/32, plain and --named; the hard set's 11/31 -1.1 / +0.6).
+# share of the turns is left out. How an answer is said is common in a long life ("watched" a
+# film): 0.01 / 20 -> 0.02 / 40 gave bench/recall_hard.py's life set +4.5-6.3 points (bench/README).
 RELATED_SHARE = 0.02
 RELATED_COUNT = 40  # ...and in more than this many, for a memory of a few thousand turns
 RECENCY_WEIGHT = 0.1
@@ -83,10 +81,9 @@ REPEAT_DISCOUNT = 0.8
 DIVERSE_TOP = 40
 DIVERSE_HELD = 20  # ...each compared with the best this many (their cost grows as the product)
 RECENCY_HALF_LIFE_MS = 30 * 24 * 3600 * 1000
-# Hits scoring under this share of the best are noise, not memories. Kept low: the best come
-# first whatever the floor, so it only decides whether a budget not yet spent buys a weaker
-# match or stays empty (bench/recall_hard.py's dev seeds at 500 tokens, 0.15 -> 0.05: +2 and
-# +2 questions, at 1,000 +2 / +2; 0.0 gave the same).
+# Hits scoring under this share of the best are noise. Kept low: the best come first whatever
+# the floor, so it only decides whether a budget not yet spent buys a weaker match (recall_hard's
+# dev seeds, 0.15 -> 0.05: +2 / +2 questions at 500 and at 1,000 tokens; 0.0 gave the same).
 MIN_RELATIVE_SCORE = 0.05
 CANDIDATES = 20
 # A candidate per this many tokens of budget, at least `RANKED`: a larger budget is spent on
