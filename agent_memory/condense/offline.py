@@ -383,9 +383,13 @@ class _Trim:
         digests = self.digests
         fullest = max(range(len(digests)), key=lambda i: (len(digests[i].bullets), -i))
         bullets = digests[fullest].bullets
-        rounds = [] if len(bullets) > MIN_BULLETS or len(digests) == 1 else [
-            i for i, d in enumerate(digests) if len(d.bullets) > 1 and not all(map(self.news, d.bullets))
-        ]  # fmt: skip
+        rounds = (
+            []
+            if len(bullets) > MIN_BULLETS or len(digests) == 1
+            else [
+                i for i, d in enumerate(digests) if len(d.bullets) > 1 and not all(map(self.news, d.bullets))
+            ]
+        )
         if rounds:
             fullest, bullets = rounds[-1], digests[rounds[-1]].bullets
         if len(bullets) > MIN_BULLETS or (len(digests) == 1 and bullets) or rounds:
