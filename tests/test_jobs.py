@@ -316,6 +316,19 @@ async def test_a_job_superseded_while_it_ran_runs_again_without_counting_an_atte
     assert summary.text == "call 2"
 
 
+def counted_writes(store: Any) -> list[str]:
+    """The names of the write functions `store` runs from now on, in order (the writes still run)."""
+    writes: list[str] = []
+    write = store.write
+
+    async def counted(fn: Any) -> Any:
+        writes.append(fn.__qualname__)
+        return await write(fn)
+
+    store.write = counted
+    return writes
+
+
 async def test_a_backlog_is_claimed_job_by_job_in_the_commits_of_the_jobs_before(start_service):
     # One slot, three pairs due: each finishing job claims the next due one in its own commit,
     # not in a sweep's read and claim after it (a transaction and an fsync more per job).
@@ -326,14 +339,7 @@ async def test_a_backlog_is_claimed_job_by_job_in_the_commits_of_the_jobs_before
         labels = {"user_id": user, "character_id": "luna"}
         await service.callback(agent_event(103, f"BL-{user}", labels=labels, contents=turns(4)))
     store = service.store
-    writes: list[str] = []
-    write = store.write
-
-    async def counted(fn: Any) -> Any:
-        writes.append(fn.__qualname__)
-        return await write(fn)
-
-    store.write = counted  # type: ignore[method-assign]
+    writes = counted_writes(store)
     from agent_memory.web.keys import JOBS
 
     jobs = service.server.app[JOBS]
@@ -354,14 +360,7 @@ async def test_a_condensed_result_asks_for_its_pushes_in_its_own_commit(start_se
     labels = {"user_id": "u-push", "character_id": "luna"}
     await service.callback(agent_event(103, "PUSH1", labels=labels, contents=turns(4)))
     store = service.store
-    writes: list[str] = []
-    write = store.write
-
-    async def counted(fn: Any) -> Any:
-        writes.append(fn.__qualname__)
-        return await write(fn)
-
-    store.write = counted  # type: ignore[method-assign]
+    writes = counted_writes(store)
     await condense(service)
     assert await store.read(lambda view: view.summaries.get("u-push", "luna")) is not None
     assert [name for name in writes if "sweep" not in name] == ["CondenseJobs._commit.<locals>.commit"], (
