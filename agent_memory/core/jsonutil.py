@@ -14,6 +14,8 @@ from array import array
 from itertools import accumulate
 from typing import Any
 
+import orjson
+
 from agent_memory.errors import InvalidJSON
 
 _SEPARATORS = (",", ":")
@@ -31,6 +33,9 @@ _FLOAT_MAX_DIGITS = len(str(int(_FLOAT_MAX)))
 # copy with every digit made "0" and "E" made "e": a plain search, many times faster than a regex.)
 _DIGITS = bytes.maketrans(b"0123456789E", b"0000000000e")
 _LONG_NUMBER = b"0" * _FLOAT_MAX_DIGITS
+# orjson reads an integer past 64 bits as a float: a run of this many digits is left to the
+# standard library, which keeps it an integer.
+_LONG_INTEGER = b"0" * 19
 _TOO_LARGE = (
     "the body holds a number too large to read (JSON numbers must fit a 64-bit float, "
     f"at most about {_FLOAT_MAX:.1e})"
@@ -115,6 +120,14 @@ def read_json(body: bytes | str) -> Any:
     surrogates = surrogates or (b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None)
     refuse_deep(raw)
     numbers = raw.translate(_DIGITS)
+    if not surrogates and _LONG_INTEGER not in numbers:
+        # The common body (no long number, no surrogate to replace) in orjson's C parser, ~4x the
+        # standard library's; it refuses a float past the range, and what it refuses is read
+        # below, which says what is wrong.
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
     decoder = _CHECKED if _LONG_NUMBER in numbers else _FLOATS if b"0e" in numbers else _PLAIN
     try:
         value = decoder.decode(text)
