@@ -109,7 +109,7 @@ class Call:
     def news(self, text: str) -> bool:
         """Whether `text` uses a word said in at most `NEWS_TURNS` of the call's statements and of
         its pair's turns (what is said once or twice in a life is news; the rest is its round)."""
-        return self.weigh(text)[1] <= NEWS_TURNS
+        return self.telling(text)[1]
 
 
 def gist(text: str, call: Call, limit: int) -> str:
