@@ -28,6 +28,21 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def listening(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a socket listening on `port` (each worker binds its own once
+    its app has started: before that, the supervisor counts its death as a failure to start)."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                sockets.add(f"socket:[{fields[9]}]")
+    try:
+        return any(os.readlink(fd) in sockets for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:  # it exited meanwhile (or closed a descriptor as it was read)
+        return False
+
+
 def stored(database: str) -> tuple[int, int]:
     """(callbacks in the inbox, messages) of the database."""
     with psycopg.connect(database) as conn:
@@ -51,6 +66,11 @@ async def test_workers_share_the_port_take_each_callback_once_and_one_that_dies_
                 lambda: len(children(server.proc.pid)) == 2, 30, failure="two workers did not start"
             )
             workers = children(server.proc.pid)
+            await wait_for(
+                lambda: all(listening(pid, server.port) for pid in workers),
+                30,
+                failure="a worker did not serve",
+            )
 
             # Each run's 103 sent twice, at once: one transcript each, whichever worker takes it.
             events = [
